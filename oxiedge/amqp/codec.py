@@ -1,0 +1,346 @@
+"""Sans-IO AMQP 0-9-1 frame codec: bytes in, commands out; commands in, bytes out.
+
+Theory of operation
+-------------------
+:class:`FrameParser` is fed whatever the socket produced (``feed``) and hands back complete
+*commands* (``next_event``): a method, or for content-bearing methods (publish, deliver,
+return, get-ok) the method together with its content header and all body frames (spec 4.2.6:
+a content is a method frame, one header frame, then body frames until ``body-size`` octets
+arrived, on one channel, not interleaved with other frames of that channel).  Heartbeats are
+events too (the connection only needs to know the peer is alive).
+
+Every malformed input raises :class:`~oxiedge.amqp.errors.AmqpError` with the reply code the
+connection must close with:
+
+* 501 FRAME_ERROR — bad frame type, missing frame-end octet (0xCE), frame larger than the
+  negotiated ``frame_max``, heartbeat on a non-zero channel, body longer than announced;
+* 502 SYNTAX_ERROR — truncated or malformed method arguments or content properties;
+* 503 COMMAND_INVALID — unknown class/method id;
+* 505 UNEXPECTED_FRAME — header/body frame with no content pending, a method frame while a
+  content is still incomplete on that channel, header of the wrong class.
+
+The content properties are kept as the raw bytes received (flags word onwards) so a message
+is stored and delivered byte-exact; :func:`scan_properties` only walks them to validate the
+lengths and pick out ``delivery-mode``.  Nothing here imports trio.
+"""
+
+from __future__ import annotations
+
+import struct
+
+from oxiedge.amqp import spec
+from oxiedge.amqp.errors import (
+    COMMAND_INVALID,
+    FRAME_ERROR,
+    SYNTAX_ERROR,
+    UNEXPECTED_FRAME,
+    AmqpError,
+)
+
+PROTOCOL_HEADER = b"AMQP\x00\x00\x09\x01"
+FRAME_METHOD = spec.FRAME_METHOD
+FRAME_HEADER = spec.FRAME_HEADER
+FRAME_BODY = spec.FRAME_BODY
+FRAME_HEARTBEAT = spec.FRAME_HEARTBEAT
+FRAME_END = spec.FRAME_END
+FRAME_MIN_SIZE = spec.FRAME_MIN_SIZE
+#: Frame type octet + channel short + size long, then the payload, then the end octet.
+FRAME_OVERHEAD = 8
+
+_FRAME_HDR = struct.Struct(">BHI")
+_IDS = struct.Struct(">HH")
+_CONTENT_HDR = struct.Struct(">HHQ")
+_H = struct.Struct(">H")
+_I = struct.Struct(">I")
+
+HEARTBEAT_FRAME = _FRAME_HDR.pack(FRAME_HEARTBEAT, 0, 0) + bytes([FRAME_END])
+
+
+class ProtocolHeaderMismatch(AmqpError):
+    """The peer did not open with ``AMQP 0 0 9 1``: answer with our header and close
+    (spec 4.2.2)."""
+
+    def __init__(self, received: bytes) -> None:
+        super().__init__(FRAME_ERROR, f"bad protocol header {received!r}", hard=True)
+        self.received = received
+
+
+class Heartbeat:
+    """A heartbeat frame arrived (spec 4.2.7)."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "Heartbeat()"
+
+
+HEARTBEAT = Heartbeat()
+
+
+class Command:
+    """A complete method, with its content for content-bearing methods.
+
+    ``properties`` are the raw content-header property bytes (flags word onwards),
+    ``body`` the concatenated body frames; both ``None`` for methods without content.
+    """
+
+    __slots__ = ("body", "channel", "delivery_mode", "method", "properties")
+
+    def __init__(
+        self,
+        channel: int,
+        method: spec.Method,
+        properties: bytes | None = None,
+        body: bytes | None = None,
+        delivery_mode: int | None = None,
+    ) -> None:
+        self.channel = channel
+        self.method = method
+        self.properties = properties
+        self.body = body
+        self.delivery_mode = delivery_mode
+
+    def __repr__(self) -> str:
+        extra = "" if self.body is None else f", body={len(self.body)}B"
+        return f"Command({self.channel}, {self.method!r}{extra})"
+
+
+class _Pending:
+    """A content whose header or body frames are still arriving on one channel."""
+
+    __slots__ = ("body_size", "chunks", "delivery_mode", "method", "properties", "received")
+
+    def __init__(self, method: spec.Method) -> None:
+        self.method = method
+        self.properties: bytes | None = None
+        self.delivery_mode: int | None = None
+        self.body_size = 0
+        self.received = 0
+        self.chunks: list[bytes] = []
+
+
+def scan_properties(raw: bytes) -> int | None:
+    """Validate the basic properties' lengths and return ``delivery-mode`` (or ``None``).
+
+    Cheaper than a full decode (tables are skipped by their length): this runs per message.
+    Raises 502 when a length points past the end or a continuation flags word is set.
+    """
+    try:
+        flags = _H.unpack_from(raw, 0)[0]
+        if flags & 1:
+            raise AmqpError(SYNTAX_ERROR, "basic properties have no second flags word")
+        off = 2
+        mode = None
+        # Spec order: content-type, content-encoding, headers, delivery-mode, priority,
+        # correlation-id, reply-to, expiration, message-id, timestamp, type, user-id,
+        # app-id, cluster-id.
+        if flags & 0x8000:
+            off += 1 + raw[off]
+        if flags & 0x4000:
+            off += 1 + raw[off]
+        if flags & 0x2000:
+            off += 4 + _I.unpack_from(raw, off)[0]
+        if flags & 0x1000:
+            mode = raw[off]
+            off += 1
+        if flags & 0x0800:
+            off += 1
+        for bit in (0x0400, 0x0200, 0x0100, 0x0080):
+            if flags & bit:
+                off += 1 + raw[off]
+        if flags & 0x0040:
+            off += 8
+        for bit in (0x0020, 0x0010, 0x0008, 0x0004):
+            if flags & bit:
+                off += 1 + raw[off]
+    except (IndexError, struct.error):
+        raise AmqpError(SYNTAX_ERROR, "truncated content properties") from None
+    if off > len(raw):
+        raise AmqpError(SYNTAX_ERROR, "truncated content properties")
+    return mode
+
+
+def decode_method(payload: bytes) -> spec.Method:
+    """Decode a method frame payload (class id, method id, arguments)."""
+    if len(payload) < 4:
+        raise AmqpError(FRAME_ERROR, "method frame shorter than its ids")
+    class_id, method_id = _IDS.unpack_from(payload, 0)
+    cls = spec.METHODS.get((class_id << 16) | method_id)
+    if cls is None:
+        raise AmqpError(
+            COMMAND_INVALID, f"unknown method {class_id}.{method_id}", class_id, method_id
+        )
+    try:
+        return cls.decode_args(payload, 4)
+    except AmqpError as exc:
+        exc.class_id, exc.method_id = class_id, method_id
+        raise
+    except (IndexError, struct.error, UnicodeDecodeError, ValueError):
+        raise AmqpError(
+            SYNTAX_ERROR, f"malformed arguments for {cls.NAME}", class_id, method_id
+        ) from None
+
+
+class FrameParser:
+    """Incremental frame parser and content assembler for one connection (server side).
+
+    ``frame_max`` is the largest whole frame accepted (0 = no limit); set it after
+    Tune-Ok.  With ``expect_header`` the first 8 bytes must be the protocol header
+    (spec 4.2.2); a mismatch raises :class:`ProtocolHeaderMismatch`.
+    """
+
+    def __init__(self, frame_max: int = 131072, *, expect_header: bool = True) -> None:
+        self.frame_max = frame_max
+        self._buf = bytearray()
+        self._pos = 0
+        self._need_header = expect_header
+        self._pending: dict[int, _Pending] = {}
+
+    def feed(self, data: bytes) -> None:
+        """Append bytes received from the peer."""
+        if self._pos and self._pos >= len(self._buf) // 2:
+            del self._buf[: self._pos]
+            self._pos = 0
+        self._buf += data
+
+    @property
+    def buffered(self) -> int:
+        """Bytes received but not yet consumed."""
+        return len(self._buf) - self._pos
+
+    def next_event(self) -> Command | Heartbeat | None:
+        """The next complete command or heartbeat, or ``None`` when more bytes are needed."""
+        buf = self._buf
+        while True:
+            pos = self._pos
+            avail = len(buf) - pos
+            if self._need_header:
+                if avail < 8:
+                    if avail and not PROTOCOL_HEADER.startswith(bytes(buf[pos:])):
+                        raise ProtocolHeaderMismatch(bytes(buf[pos:]))
+                    return None
+                got = bytes(buf[pos : pos + 8])
+                if got != PROTOCOL_HEADER:
+                    raise ProtocolHeaderMismatch(got)
+                self._pos += 8
+                self._need_header = False
+                continue
+            if avail < 7:
+                return None
+            ftype, channel, size = _FRAME_HDR.unpack_from(buf, pos)
+            if self.frame_max and size + FRAME_OVERHEAD > self.frame_max:
+                raise AmqpError(
+                    FRAME_ERROR, f"frame size {size + 8} exceeds frame_max {self.frame_max}"
+                )
+            end = pos + 7 + size
+            if len(buf) <= end:
+                return None
+            if buf[end] != FRAME_END:
+                raise AmqpError(FRAME_ERROR, f"frame end octet is {buf[end]:#x}, not 0xce")
+            payload = bytes(buf[pos + 7 : end])
+            self._pos = end + 1
+            event = self._frame(ftype, channel, payload)
+            if event is not None:
+                return event
+
+    def _frame(self, ftype: int, channel: int, payload: bytes) -> Command | Heartbeat | None:
+        if ftype == FRAME_METHOD:
+            if channel in self._pending:
+                raise AmqpError(
+                    UNEXPECTED_FRAME,
+                    f"method frame while content incomplete on {channel}",
+                    channel=channel,
+                )
+            method = decode_method(payload)
+            if method.HAS_CONTENT:
+                self._pending[channel] = _Pending(method)
+                return None
+            return Command(channel, method)
+        if ftype == FRAME_HEADER:
+            pend = self._pending.get(channel)
+            if pend is None or pend.properties is not None:
+                raise AmqpError(
+                    UNEXPECTED_FRAME, "content header frame without a method", channel=channel
+                )
+            if len(payload) < 14:
+                raise AmqpError(FRAME_ERROR, "content header frame too short", channel=channel)
+            class_id, _weight, body_size = _CONTENT_HDR.unpack_from(payload, 0)
+            if class_id != pend.method.CLASS_ID:
+                raise AmqpError(
+                    UNEXPECTED_FRAME, f"content header of class {class_id}", channel=channel
+                )
+            props = payload[12:]
+            pend.delivery_mode = scan_properties(props)
+            pend.properties = props
+            pend.body_size = body_size
+            if body_size == 0:
+                del self._pending[channel]
+                return Command(channel, pend.method, props, b"", pend.delivery_mode)
+            return None
+        if ftype == FRAME_BODY:
+            pend = self._pending.get(channel)
+            if pend is None or pend.properties is None:
+                raise AmqpError(
+                    UNEXPECTED_FRAME, "body frame without a content header", channel=channel
+                )
+            pend.received += len(payload)
+            if pend.received > pend.body_size:
+                raise AmqpError(
+                    FRAME_ERROR, "body longer than the content header announced", channel=channel
+                )
+            pend.chunks.append(payload)
+            if pend.received == pend.body_size:
+                del self._pending[channel]
+                body = payload if len(pend.chunks) == 1 else b"".join(pend.chunks)
+                return Command(channel, pend.method, pend.properties, body, pend.delivery_mode)
+            return None
+        if ftype == FRAME_HEARTBEAT:
+            if channel != 0:
+                raise AmqpError(FRAME_ERROR, f"heartbeat frame on channel {channel}")
+            return HEARTBEAT
+        raise AmqpError(FRAME_ERROR, f"unknown frame type {ftype}")
+
+    def drop_channel(self, channel: int) -> None:
+        """Forget a half-received content on a channel that is being closed."""
+        self._pending.pop(channel, None)
+
+
+# -- encoding -----------------------------------------------------------------------------
+
+
+def encode_frame(ftype: int, channel: int, payload: bytes) -> bytes:
+    """One frame: type, channel, size, payload, frame-end."""
+    return _FRAME_HDR.pack(ftype, channel, len(payload)) + payload + b"\xce"
+
+
+def encode_method(channel: int, method: spec.Method) -> bytes:
+    """A method frame."""
+    payload = _IDS.pack(method.CLASS_ID, method.METHOD_ID) + method.encode_args()
+    return _FRAME_HDR.pack(FRAME_METHOD, channel, len(payload)) + payload + b"\xce"
+
+
+def encode_content(
+    channel: int, method: spec.Method, properties: bytes, body: bytes, frame_max: int
+) -> bytes:
+    """A content-bearing method: method frame, header frame, body frames no larger than
+    ``frame_max`` (0 = unlimited).  ``properties`` are raw bytes from the flags word on."""
+    args = _IDS.pack(method.CLASS_ID, method.METHOD_ID) + method.encode_args()
+    header = _CONTENT_HDR.pack(method.CLASS_ID, 0, len(body)) + properties
+    parts = [
+        _FRAME_HDR.pack(FRAME_METHOD, channel, len(args)),
+        args,
+        b"\xce",
+        _FRAME_HDR.pack(FRAME_HEADER, channel, len(header)),
+        header,
+        b"\xce",
+    ]
+    chunk = frame_max - FRAME_OVERHEAD if frame_max else len(body) or 1
+    for start in range(0, len(body), chunk):
+        piece = body[start : start + chunk]
+        parts += [_FRAME_HDR.pack(FRAME_BODY, channel, len(piece)), piece, b"\xce"]
+    return b"".join(parts)
+
+
+def encode_properties(props: spec.BasicProperties | None) -> bytes:
+    """Raw property bytes for :func:`encode_content` (``None`` → no properties)."""
+    return b"\x00\x00" if props is None else props.encode()

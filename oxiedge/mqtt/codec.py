@@ -1,0 +1,508 @@
+"""Sans-IO codec for MQTT 3.1.1 (bytes <-> ``oxiedge.mqtt.packets``).
+
+Theory of operation
+-------------------
+``Decoder.feed(data)`` appends received bytes; iterating the decoder yields every
+*complete* packet buffered so far and stops when more bytes are needed. The fixed header
+(type, flags, remaining length) is parsed first, and a packet larger than
+``max_packet_size`` is refused from that header alone - before its body is waited for -
+so a peer cannot make us buffer a 256 MB body. Every malformed input raises
+``ProtocolError`` (the connection must then be closed, MQTT-4.8.0-1); no other exception
+type escapes the decoder, whatever the bytes. After an error the decoder stays failed.
+
+``encode(packet)`` returns the bytes of any packet; ``encode_publish`` is the allocation-
+lean variant for the delivery hot path.
+
+This module must not import trio or anything doing I/O (a test checks it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from struct import error as StructError
+from typing import Any
+
+from oxiedge.mqtt.packets import (
+    Connack,
+    Connect,
+    Disconnect,
+    Packet,
+    Pingreq,
+    Pingresp,
+    Puback,
+    Pubcomp,
+    Publish,
+    Pubrec,
+    Pubrel,
+    Suback,
+    Subscribe,
+    Unsuback,
+    Unsubscribe,
+    Will,
+)
+
+#: Largest value the 4-byte remaining-length field can carry (2.2.3).
+MAX_REMAINING_LENGTH = 268_435_455
+#: Default bound on one packet (fixed header + body), see ``Decoder``.
+DEFAULT_MAX_PACKET_SIZE = 1 << 20
+
+_VALID_SUBACK_CODES = frozenset((0, 1, 2, 0x80))
+
+
+class ProtocolError(Exception):
+    """Malformed bytes or a protocol violation: the connection must be closed."""
+
+
+# --------------------------------------------------------------------------- decoding
+
+
+def _string(body: bytes, off: int) -> tuple[str, int]:
+    """Read a UTF-8 encoded string (1.5.3) at ``off``; return it and the next offset."""
+    if off + 2 > len(body):
+        raise ProtocolError("truncated string length")
+    end = off + 2 + ((body[off] << 8) | body[off + 1])
+    if end > len(body):
+        raise ProtocolError("truncated string")
+    try:
+        text = body[off + 2 : end].decode("utf-8")
+    except UnicodeDecodeError:
+        raise ProtocolError("ill-formed UTF-8 string (MQTT-1.5.3-1)") from None
+    if "\x00" in text:
+        raise ProtocolError("U+0000 in string (MQTT-1.5.3-2)")
+    return text, end
+
+
+def _binary(body: bytes, off: int) -> tuple[bytes, int]:
+    """Read 2-byte-length-prefixed binary data (will message, password)."""
+    if off + 2 > len(body):
+        raise ProtocolError("truncated binary length")
+    end = off + 2 + ((body[off] << 8) | body[off + 1])
+    if end > len(body):
+        raise ProtocolError("truncated binary data")
+    return body[off + 2 : end], end
+
+
+def _packet_id(body: bytes, off: int) -> int:
+    if off + 2 > len(body):
+        raise ProtocolError("truncated packet identifier")
+    pid = (body[off] << 8) | body[off + 1]
+    if pid == 0:
+        raise ProtocolError("packet identifier 0 (MQTT-2.3.1-1)")
+    return pid
+
+
+def _check_topic_name(topic: str) -> None:
+    if not topic:
+        raise ProtocolError("empty topic name (MQTT-4.7.3-1)")
+    if "+" in topic or "#" in topic:
+        raise ProtocolError("wildcard in topic name (MQTT-3.3.2-2)")
+
+
+# Topic names repeat constantly (a sensor publishes to the same topic forever): caching
+# the decoded + validated str per raw bytes keeps UTF-8 decoding and validation off the
+# per-message path. Bounded; cleared wholesale when full.
+_TOPIC_CACHE: dict[bytes, str] = {}
+_TOPIC_CACHE_MAX = 4096
+
+
+def _decode_publish(flags: int, body: bytes) -> Publish:
+    qos = (flags >> 1) & 3
+    if qos == 3:
+        raise ProtocolError("PUBLISH with QoS 3 (MQTT-3.3.1-4)")
+    dup = bool(flags & 8)
+    if dup and qos == 0:
+        raise ProtocolError("DUP set on a QoS 0 PUBLISH (MQTT-3.3.1-2)")
+    n = len(body)
+    if n < 2:
+        raise ProtocolError("truncated topic length")
+    end = 2 + ((body[0] << 8) | body[1])
+    if end > n:
+        raise ProtocolError("truncated topic")
+    raw = body[2:end]
+    topic = _TOPIC_CACHE.get(raw)
+    if topic is None:
+        topic, _ = _string(body, 0)
+        _check_topic_name(topic)
+        if len(_TOPIC_CACHE) >= _TOPIC_CACHE_MAX:
+            _TOPIC_CACHE.clear()
+        _TOPIC_CACHE[raw] = topic
+    if qos:
+        pid = _packet_id(body, end)
+        return Publish(topic, body[end + 2 :], qos, bool(flags & 1), dup, pid)
+    return Publish(topic, body[end:], 0, bool(flags & 1), False, None)
+
+
+def _decode_connect(flags: int, body: bytes) -> Connect:
+    name, off = _string(body, 0)
+    if name not in ("MQTT", "MQIsdp"):
+        # MQTT-3.1.2-1: the server MAY disconnect without CONNACK.
+        raise ProtocolError(f"unknown protocol name {name!r}")
+    if off + 4 > len(body):
+        raise ProtocolError("truncated CONNECT variable header")
+    level = body[off]
+    if level not in (3, 4):
+        # Later protocol levels lay out the rest differently (MQTT 5 properties); the
+        # broker answers CONNACK 1 from the level alone (MQTT-3.1.2-2).
+        return Connect(client_id="", protocol_name=name, protocol_level=level)
+    cflags = body[off + 1]
+    keep_alive = (body[off + 2] << 8) | body[off + 3]
+    off += 4
+    if cflags & 0x01:
+        raise ProtocolError("reserved CONNECT flag set (MQTT-3.1.2-3)")
+    will_flag = bool(cflags & 0x04)
+    will_qos = (cflags >> 3) & 3
+    will_retain = bool(cflags & 0x20)
+    has_password = bool(cflags & 0x40)
+    has_username = bool(cflags & 0x80)
+    if not will_flag and (will_qos or will_retain):
+        raise ProtocolError("will QoS/retain without will flag (MQTT-3.1.2-13, -15)")
+    if will_qos == 3:
+        raise ProtocolError("will QoS 3 (MQTT-3.1.2-14)")
+    if has_password and not has_username:
+        raise ProtocolError("password without username (MQTT-3.1.2-22)")
+    client_id, off = _string(body, off)
+    will = None
+    if will_flag:
+        will_topic, off = _string(body, off)
+        _check_topic_name(will_topic)
+        will_payload, off = _binary(body, off)
+        will = Will(will_topic, will_payload, will_qos, will_retain)
+    username = password = None
+    if has_username:
+        username, off = _string(body, off)
+    if has_password:
+        password, off = _binary(body, off)
+    if off != len(body):
+        raise ProtocolError("trailing bytes after CONNECT payload")
+    return Connect(
+        client_id=client_id,
+        clean_session=bool(cflags & 0x02),
+        keep_alive=keep_alive,
+        username=username,
+        password=password,
+        will=will,
+        protocol_name=name,
+        protocol_level=level,
+    )
+
+
+def _decode_connack(flags: int, body: bytes) -> Connack:
+    if len(body) != 2:
+        raise ProtocolError("CONNACK remaining length must be 2")
+    if body[0] & 0xFE:
+        raise ProtocolError("reserved CONNACK acknowledge flags set")
+    if body[1] > 5:
+        raise ProtocolError(f"CONNACK return code {body[1]} is reserved")
+    return Connack(body[1], bool(body[0] & 1))
+
+
+def _id_only(
+    cls: type[Puback | Pubrec | Pubrel | Pubcomp | Unsuback],
+) -> Callable[[int, bytes], Packet]:
+    def decode(flags: int, body: bytes) -> Packet:
+        if len(body) != 2:
+            raise ProtocolError(f"{cls.__name__.upper()} remaining length must be 2")
+        return cls(_packet_id(body, 0))
+
+    return decode
+
+
+def _decode_subscribe(flags: int, body: bytes) -> Subscribe:
+    pid = _packet_id(body, 0)
+    off, topics = 2, []
+    while off < len(body):
+        topic, off = _string(body, off)
+        if off >= len(body):
+            raise ProtocolError("SUBSCRIBE filter without requested QoS")
+        qos = body[off]
+        off += 1
+        if qos > 2:
+            raise ProtocolError("bad requested QoS byte (MQTT-3-8.3-4)")
+        topics.append((topic, qos))
+    if not topics:
+        raise ProtocolError("SUBSCRIBE without topic filters (MQTT-3.8.3-3)")
+    return Subscribe(pid, tuple(topics))
+
+
+def _decode_suback(flags: int, body: bytes) -> Suback:
+    pid = _packet_id(body, 0)
+    codes = tuple(body[2:])
+    if not codes or any(c not in _VALID_SUBACK_CODES for c in codes):
+        raise ProtocolError("bad SUBACK return codes")
+    return Suback(pid, codes)
+
+
+def _decode_unsubscribe(flags: int, body: bytes) -> Unsubscribe:
+    pid = _packet_id(body, 0)
+    off, topics = 2, []
+    while off < len(body):
+        topic, off = _string(body, off)
+        topics.append(topic)
+    if not topics:
+        raise ProtocolError("UNSUBSCRIBE without topic filters (MQTT-3.10.3-2)")
+    return Unsubscribe(pid, tuple(topics))
+
+
+def _empty(cls: type[Pingreq | Pingresp | Disconnect]) -> Callable[[int, bytes], Packet]:
+    instance = cls()
+
+    def decode(flags: int, body: bytes) -> Packet:
+        if body:
+            raise ProtocolError(f"{cls.__name__.upper()} must have no body")
+        return instance
+
+    return decode
+
+
+# type -> (required fixed-header flags or None when the type uses them, decoder).
+# MQTT-2.2.2-1/-2: flags other than PUBLISH's are fixed; a wrong value is malformed.
+_DECODERS: dict[int, tuple[int | None, Callable[[int, bytes], Packet]]] = {
+    1: (0, _decode_connect),
+    2: (0, _decode_connack),
+    3: (None, _decode_publish),
+    4: (0, _id_only(Puback)),
+    5: (0, _id_only(Pubrec)),
+    6: (2, _id_only(Pubrel)),  # MQTT-3.6.1-1
+    7: (0, _id_only(Pubcomp)),
+    8: (2, _decode_subscribe),  # MQTT-3.8.1-1
+    9: (0, _decode_suback),
+    10: (2, _decode_unsubscribe),  # MQTT-3.10.1-1
+    11: (0, _id_only(Unsuback)),
+    12: (0, _empty(Pingreq)),
+    13: (0, _empty(Pingresp)),
+    14: (0, _empty(Disconnect)),
+}
+
+
+def decode_body(first_byte: int, body: bytes) -> Packet:
+    """Decode one packet from its first header byte and its complete body."""
+    entry = _DECODERS.get(first_byte >> 4)
+    if entry is None:
+        raise ProtocolError(f"reserved packet type {first_byte >> 4}")
+    want, decode = entry
+    flags = first_byte & 0x0F
+    if want is not None and flags != want:
+        raise ProtocolError(f"bad fixed-header flags {flags:#x} (MQTT-2.2.2-2)")
+    try:
+        return decode(flags, body)
+    except ProtocolError:
+        raise
+    except (IndexError, ValueError, UnicodeError, StructError) as exc:  # defence in depth
+        raise ProtocolError(f"malformed packet: {exc}") from None
+
+
+class Decoder:
+    """Incremental packet decoder: ``feed`` bytes, then iterate complete packets."""
+
+    __slots__ = ("_buf", "_failed", "_pos", "max_packet_size")
+
+    def __init__(self, max_packet_size: int = DEFAULT_MAX_PACKET_SIZE) -> None:
+        self.max_packet_size = max_packet_size
+        self._buf = bytearray()
+        self._pos = 0
+        self._failed = False
+
+    def feed(self, data: bytes) -> None:
+        """Append received bytes."""
+        if self._pos:
+            # Drop what was consumed; once per read, so a burst of small packets costs one
+            # move of the partial tail, not one per packet.
+            del self._buf[: self._pos]
+            self._pos = 0
+        self._buf += data
+
+    @property
+    def buffered(self) -> int:
+        """Bytes received but not yet returned as packets."""
+        return len(self._buf) - self._pos
+
+    def __iter__(self) -> Iterator[Packet]:
+        return self
+
+    def __next__(self) -> Packet:
+        packet = self.next_packet()
+        if packet is None:
+            raise StopIteration
+        return packet
+
+    def next_packet(self) -> Packet | None:
+        """The next complete packet, or None when more bytes are needed.
+
+        Raises ``ProtocolError`` on malformed input (and on every later call).
+        """
+        if self._failed:
+            raise ProtocolError("decoder already failed")
+        buf, pos = self._buf, self._pos
+        n = len(buf)
+        if n - pos < 2:
+            return None
+        i = pos + 1
+        length = 0
+        shift = 0
+        while True:
+            if i >= n:
+                return None
+            b = buf[i]
+            i += 1
+            length |= (b & 0x7F) << shift
+            if not b & 0x80:
+                break
+            shift += 7
+            if shift >= 28:
+                self._failed = True
+                raise ProtocolError("remaining length longer than 4 bytes (2.2.3)")
+        end = i + length
+        if end - pos > self.max_packet_size:
+            self._failed = True
+            raise ProtocolError(
+                f"packet of {end - pos} bytes exceeds max_packet_size {self.max_packet_size}"
+            )
+        if end > n:
+            return None
+        first = buf[pos]
+        body = bytes(buf[i:end])
+        self._pos = end
+        try:
+            return decode_body(first, body)
+        except ProtocolError:
+            self._failed = True
+            raise
+
+
+# --------------------------------------------------------------------------- encoding
+
+
+def _remaining_length(n: int) -> bytes:
+    if n < 128:
+        return bytes((n,))
+    if n > MAX_REMAINING_LENGTH:
+        raise ValueError(f"remaining length {n} exceeds {MAX_REMAINING_LENGTH}")
+    out = bytearray()
+    while True:
+        digit = n & 0x7F
+        n >>= 7
+        if n:
+            out.append(digit | 0x80)
+        else:
+            out.append(digit)
+            return bytes(out)
+
+
+def _enc_string(text: str) -> bytes:
+    raw = text.encode("utf-8")
+    return _enc_binary(raw)
+
+
+def _enc_binary(raw: bytes) -> bytes:
+    if len(raw) > 0xFFFF:
+        raise ValueError("string/binary field longer than 65535 bytes")
+    return len(raw).to_bytes(2, "big") + raw
+
+
+def _frame(first: int, body: bytes) -> bytes:
+    return bytes((first,)) + _remaining_length(len(body)) + body
+
+
+def encode_publish(
+    topic: bytes,
+    payload: bytes,
+    qos: int = 0,
+    retain: bool = False,
+    dup: bool = False,
+    packet_id: int | None = None,
+) -> bytes:
+    """Encode PUBLISH from an already UTF-8 encoded topic (the delivery hot path)."""
+    first = 0x30 | (qos << 1) | (8 if dup else 0) | (1 if retain else 0)
+    tl = len(topic)
+    if qos:
+        if not packet_id:
+            raise ValueError("QoS > 0 PUBLISH needs a packet identifier")
+        rl = 4 + tl + len(payload)
+        head = bytes((first,)) + _remaining_length(rl) + tl.to_bytes(2, "big") + topic
+        return head + packet_id.to_bytes(2, "big") + payload
+    rl = 2 + tl + len(payload)
+    return bytes((first,)) + _remaining_length(rl) + tl.to_bytes(2, "big") + topic + payload
+
+
+def _enc_connect(p: Connect) -> bytes:
+    flags = 0x02 if p.clean_session else 0
+    tail = _enc_string(p.client_id)
+    if p.will is not None:
+        flags |= 0x04 | (p.will.qos << 3) | (0x20 if p.will.retain else 0)
+        tail += _enc_string(p.will.topic) + _enc_binary(p.will.payload)
+    if p.username is not None:
+        flags |= 0x80
+        tail += _enc_string(p.username)
+    if p.password is not None:
+        flags |= 0x40
+        tail += _enc_binary(p.password)
+    head = _enc_string(p.protocol_name) + bytes(
+        (p.protocol_level, flags, p.keep_alive >> 8, p.keep_alive & 0xFF)
+    )
+    return _frame(0x10, head + tail)
+
+
+def _enc_subscribe(p: Subscribe) -> bytes:
+    body = p.packet_id.to_bytes(2, "big") + b"".join(
+        _enc_string(t) + bytes((q,)) for t, q in p.topics
+    )
+    return _frame(0x82, body)
+
+
+def _enc_unsubscribe(p: Unsubscribe) -> bytes:
+    body = p.packet_id.to_bytes(2, "big") + b"".join(_enc_string(t) for t in p.topics)
+    return _frame(0xA2, body)
+
+
+def _enc_id(first: int) -> Callable[[Any], bytes]:
+    head = bytes((first, 2))
+    return lambda p: head + p.packet_id.to_bytes(2, "big")
+
+
+def _enc_const(raw: bytes) -> Callable[[Any], bytes]:
+    return lambda p: raw
+
+
+def _enc_connack(p: Connack) -> bytes:
+    return bytes((0x20, 2, 1 if p.session_present else 0, p.return_code))
+
+
+def _enc_publish(p: Publish) -> bytes:
+    return encode_publish(p.topic.encode("utf-8"), p.payload, p.qos, p.retain, p.dup, p.packet_id)
+
+
+def _enc_suback(p: Suback) -> bytes:
+    return _frame(0x90, p.packet_id.to_bytes(2, "big") + bytes(p.return_codes))
+
+
+_ENCODERS: dict[type, Callable[[Any], bytes]] = {
+    Connect: _enc_connect,
+    Connack: _enc_connack,
+    Publish: _enc_publish,
+    Puback: _enc_id(0x40),
+    Pubrec: _enc_id(0x50),
+    Pubrel: _enc_id(0x62),  # MQTT-3.6.1-1: flags 0010
+    Pubcomp: _enc_id(0x70),
+    Subscribe: _enc_subscribe,
+    Suback: _enc_suback,
+    Unsubscribe: _enc_unsubscribe,
+    Unsuback: _enc_id(0xB0),
+    Pingreq: _enc_const(b"\xc0\x00"),
+    Pingresp: _enc_const(b"\xd0\x00"),
+    Disconnect: _enc_const(b"\xe0\x00"),
+}
+
+
+def encode(packet: Packet) -> bytes:
+    """Encode any packet to its wire bytes."""
+    return _ENCODERS[type(packet)](packet)
+
+
+def decode_all(data: bytes, max_packet_size: int = DEFAULT_MAX_PACKET_SIZE) -> list[Packet]:
+    """Decode every complete packet in ``data`` (test/tool convenience)."""
+    decoder = Decoder(max_packet_size)
+    decoder.feed(data)
+    packets = list(decoder)
+    if decoder.buffered:
+        raise ProtocolError(f"{decoder.buffered} trailing bytes (incomplete packet)")
+    return packets

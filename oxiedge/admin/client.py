@@ -1,0 +1,46 @@
+"""Talk to a running server's admin socket (blocking; used by the CLI)."""
+
+from __future__ import annotations
+
+import json
+import socket
+from pathlib import Path
+from typing import Any
+
+from .protocol import AdminError, encode
+
+
+class ServerNotRunning(ConnectionError):
+    """No server answers on the data dir's admin socket."""
+
+
+def call(socket_path: Path, op: str, args: dict[str, Any] | None = None,
+         timeout: float = 60.0) -> Any:
+    """Send one request; return its result or raise ``AdminError`` / ``ServerNotRunning``."""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.settimeout(timeout)
+    try:
+        try:
+            sock.connect(str(socket_path))
+        except (FileNotFoundError, ConnectionRefusedError) as exc:
+            raise ServerNotRunning(str(socket_path)) from exc
+        except PermissionError as exc:
+            raise AdminError(
+                f"permission denied on {socket_path}: run as the oxiedge user, root, or a member"
+                " of the oxiedge group") from exc
+        sock.sendall(encode({"op": op, "args": args or {}}))
+        chunks = []
+        while True:
+            chunk = sock.recv(1 << 16)
+            if not chunk:
+                break
+            chunks.append(chunk)
+    finally:
+        sock.close()
+    data = b"".join(chunks)
+    if not data:
+        raise AdminError("the server closed the admin connection without answering")
+    reply = json.loads(data)
+    if not reply.get("ok"):
+        raise AdminError(reply.get("error", "request failed"))
+    return reply.get("result")

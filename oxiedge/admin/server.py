@@ -1,0 +1,171 @@
+"""Serve the admin socket inside ``oxiedge serve``.
+
+Handlers are plain callables ``handler(args) -> result`` (sync or async). Slow reads (``find``
+over a large collection) run in a worker thread so the brokers keep serving.
+"""
+
+from __future__ import annotations
+
+import errno
+import inspect
+import json
+import os
+import stat
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import trio
+
+from .. import __version__
+from ..app import App
+from ..store import QueryError, StoreError
+from .protocol import MAX_REQUEST, AdminError, decode_request, encode
+
+Handler = Callable[[dict[str, Any]], Any]
+
+
+def core_handlers(app: App) -> dict[str, Handler]:
+    """Operations every server answers, independent of the brokers."""
+    store = app.store
+
+    async def find(args: dict[str, Any]) -> list[dict[str, Any]]:
+        coll = _need_str(args, "collection")
+        limit = args.get("limit")
+        return await trio.to_thread.run_sync(
+            lambda: store.find(coll, args.get("filter"), args.get("sort"),
+                               None if limit is None else int(limit), int(args.get("skip") or 0))
+        )
+
+    async def count(args: dict[str, Any]) -> int:
+        coll = _need_str(args, "collection")
+        return await trio.to_thread.run_sync(lambda: store.count(coll, args.get("filter")))
+
+    async def collections(_args: dict[str, Any]) -> list[dict[str, Any]]:
+        return await trio.to_thread.run_sync(store.list_collections)
+
+    def users_reload(_args: dict[str, Any]) -> dict[str, Any]:
+        app.users.reload()
+        return {"users": len(app.users.names)}
+
+    return {
+        "ping": lambda _a: {"pong": True, "pid": os.getpid()},
+        "status": lambda _a: server_status(app),
+        "find": find,
+        "count": count,
+        "collections": collections,
+        "users.reload": users_reload,
+    }
+
+
+def server_status(app: App) -> dict[str, Any]:
+    committer = app.store.committer
+    out: dict[str, Any] = {
+        "version": __version__,
+        "pid": os.getpid(),
+        "uptime_s": round(time.time() - app.started_at, 1),
+        "data": str(app.config.data),
+        "endpoints": dict(app.endpoints),
+        "store": {
+            "commit_rounds": committer.rounds,
+            "committed_ops": committer.ops,
+            "durable_writes": "STOPPED: " + str(committer.failed) if committer.failed else "ok",
+        },
+        "counters": dict(app.counters),
+    }
+    for name, service in app.services.items():
+        out[name] = service.status()
+    for name, ext in app.extensions.items():
+        status = getattr(ext, "status", None)
+        if callable(status):
+            out[name] = status()
+    return out
+
+
+def _need_str(args: dict[str, Any], key: str) -> str:
+    value = args.get(key)
+    if not isinstance(value, str) or not value:
+        raise AdminError(f"missing argument {key!r}")
+    return value
+
+
+class AdminServer:
+    """Accepts admin connections on ``<data>/admin.sock`` (owner-only unless ``group``)."""
+
+    def __init__(self, app: App, handlers: dict[str, Handler], path: Path,
+                 mode: int = 0o600) -> None:
+        self.app = app
+        self.handlers = handlers
+        self.path = path
+        self.mode = mode
+
+    async def run(self, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        sock = trio.socket.socket(trio.socket.AF_UNIX, trio.socket.SOCK_STREAM)
+        # We hold the database lock, so a socket file left here is a dead server's.
+        try:
+            if stat.S_ISSOCK(os.lstat(self.path).st_mode):
+                os.unlink(self.path)
+        except FileNotFoundError:
+            pass
+        old_umask = os.umask(0o177)
+        try:
+            await sock.bind(str(self.path))
+        except OSError as exc:
+            if exc.errno == errno.ENAMETOOLONG or "too long" in str(exc):
+                raise AdminError(f"admin socket path too long: {self.path}") from exc
+            raise
+        finally:
+            os.umask(old_umask)
+        os.chmod(self.path, self.mode)
+        sock.listen(16)
+        listener = trio.SocketListener(sock)
+        task_status.started()
+        try:
+            async with trio.open_nursery() as nursery:
+                await trio.serve_listeners(self._handle, [listener], handler_nursery=nursery)
+        finally:
+            with trio.CancelScope(shield=True):
+                try:
+                    os.unlink(self.path)
+                except OSError:
+                    pass
+
+    async def _handle(self, stream: trio.SocketStream) -> None:
+        async with stream:
+            try:
+                line = await _read_line(stream)
+                op, args = decode_request(line)
+                handler = self.handlers.get(op)
+                if handler is None:
+                    raise AdminError(f"unknown admin operation {op!r}")
+                result = handler(args)
+                if inspect.isawaitable(result):
+                    result = await result
+                reply = {"ok": True, "result": result}
+            except (AdminError, QueryError, StoreError, ValueError, KeyError, TypeError) as exc:
+                reply = {"ok": False, "error": str(exc) or type(exc).__name__}
+            except Exception as exc:  # an operator's request must never kill the server
+                self.app.log.warning("admin request failed: %r", exc)
+                reply = {"ok": False, "error": f"internal error: {exc!r}"}
+            try:
+                await stream.send_all(encode(reply))
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                pass
+
+
+async def _read_line(stream: trio.SocketStream) -> bytes:
+    buf = bytearray()
+    with trio.fail_after(10):
+        while b"\n" not in buf:
+            chunk = await stream.receive_some(65536)
+            if not chunk:
+                break
+            buf += chunk
+            if len(buf) > MAX_REQUEST:
+                raise AdminError("request too large")
+    return bytes(buf.split(b"\n", 1)[0])
+
+
+def dumps(obj: Any) -> str:
+    return json.dumps(obj, default=str)

@@ -1,0 +1,129 @@
+"""Users shared by MQTT and AMQP: a password file of salted PBKDF2-SHA256 hashes.
+
+File format, one user per line (``#`` comments allowed)::
+
+    name:pbkdf2_sha256$<iterations>$<salt base64>$<hash base64>
+
+Anonymous clients (no username) are accepted only when the file has no users, unless
+``allow_anonymous`` says otherwise explicitly. Successful checks are cached (keyed by a fast
+salted digest of the password) so a reconnect storm does not burn the CPU of a Pi on PBKDF2.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import os
+import secrets
+from pathlib import Path
+
+ITERATIONS = 120_000
+_SCHEME = "pbkdf2_sha256"
+
+
+class UserFileError(ValueError):
+    """The password file is malformed (the message names the line)."""
+
+
+def hash_password(password: str | bytes, iterations: int = ITERATIONS) -> str:
+    pw = password.encode() if isinstance(password, str) else password
+    salt = secrets.token_bytes(16)
+    digest = hashlib.pbkdf2_hmac("sha256", pw, salt, iterations)
+    return "$".join([_SCHEME, str(iterations), base64.b64encode(salt).decode(),
+                     base64.b64encode(digest).decode()])
+
+
+def verify_password(password: bytes, encoded: str) -> bool:
+    try:
+        scheme, iterations, salt_b64, hash_b64 = encoded.split("$")
+        if scheme != _SCHEME:
+            return False
+        salt = base64.b64decode(salt_b64)
+        expected = base64.b64decode(hash_b64)
+        digest = hashlib.pbkdf2_hmac("sha256", password, salt, int(iterations))
+    except (ValueError, TypeError):
+        return False
+    return hmac.compare_digest(digest, expected)
+
+
+def read_user_file(path: Path) -> dict[str, str]:
+    users: dict[str, str] = {}
+    if not path.exists():
+        return users
+    for lineno, line in enumerate(path.read_text().splitlines(), 1):
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        name, sep, encoded = line.partition(":")
+        if not sep or not name or not encoded.startswith(_SCHEME + "$"):
+            raise UserFileError(f"{path}:{lineno}: expected NAME:{_SCHEME}$...")
+        users[name] = encoded
+    return users
+
+
+def write_user_file(path: Path, users: dict[str, str]) -> None:
+    """Atomically rewrite the password file (mode 0600)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    body = "".join(f"{name}:{encoded}\n" for name, encoded in sorted(users.items()))
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        fh.write("# oxiedge users: edit with `oxiedge user add|remove`\n" + body)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+
+
+class UserStore:
+    """Who may connect; used by both brokers."""
+
+    def __init__(self, users: dict[str, str], allow_anonymous: bool | None, path: Path | None = None
+                 ) -> None:
+        self.path = path
+        self._users = users
+        self._explicit_anonymous = allow_anonymous
+        self._cache: dict[str, bytes] = {}
+        self._cache_salt = secrets.token_bytes(16)
+        self.failures = 0
+
+    @classmethod
+    def load(cls, path: Path | None, allow_anonymous: bool | None = None) -> UserStore:
+        users = read_user_file(path) if path is not None else {}
+        return cls(users, allow_anonymous, path)
+
+    def reload(self) -> None:
+        if self.path is not None:
+            self._users = read_user_file(self.path)
+            self._cache.clear()
+
+    @property
+    def anonymous_allowed(self) -> bool:
+        if self._explicit_anonymous is not None:
+            return self._explicit_anonymous
+        return not self._users
+
+    @property
+    def names(self) -> list[str]:
+        return sorted(self._users)
+
+    def authenticate(self, username: str | None, password: bytes | None) -> bool:
+        """True if the credentials are acceptable (``None`` username = anonymous)."""
+        if username is None or (username == "" and not password):
+            ok = self.anonymous_allowed
+        else:
+            encoded = self._users.get(username)
+            if encoded is None:
+                ok = self.anonymous_allowed and not self._users
+            else:
+                pw = password or b""
+                quick = hashlib.sha256(self._cache_salt + pw).digest()
+                if self._cache.get(username) == quick:
+                    ok = True
+                else:
+                    ok = verify_password(pw, encoded)
+                    if ok:
+                        self._cache[username] = quick
+        if not ok:
+            self.failures += 1
+        return ok

@@ -1,0 +1,89 @@
+"""Ingest routes ``TOPIC_FILTER:COLLECTION``, split at the last ``:``.
+
+Topic levels may contain ``:`` (``plant:7/temp:c/#:readings`` routes ``plant:7/temp:c/#``
+into ``readings``), so only the last ``:`` separates the collection.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..config import ConfigError
+from ..store import StoreError, validate_collection_name
+
+
+class RouteError(ConfigError):
+    """A malformed ingest route; the message quotes the route."""
+
+
+@dataclass(frozen=True, slots=True)
+class Route:
+    """One ingest route: messages whose topic matches ``filter`` land in ``collection``."""
+
+    filter: str
+    collection: str
+
+    def __str__(self) -> str:
+        return f"{self.filter}:{self.collection}"
+
+
+def validate_topic_filter(topic_filter: str) -> str | None:
+    """``None`` if ``topic_filter`` is a valid MQTT 3.1.1 filter, else the reason."""
+    if not topic_filter:
+        return "empty topic filter"  # MQTT-4.7.3-1
+    if "\x00" in topic_filter:
+        return "topic filter contains NUL"  # MQTT-4.7.3-2
+    if len(topic_filter.encode()) > 65535:
+        return "topic filter longer than 65535 bytes"
+    levels = topic_filter.split("/")
+    for i, level in enumerate(levels):
+        if "#" in level and (level != "#" or i != len(levels) - 1):
+            return "'#' must be a whole level and the last one"  # MQTT-4.7.1-2
+        if "+" in level and level != "+":
+            return "'+' must be a whole level"  # MQTT-4.7.1-3
+    return None
+
+
+def parse_route(text: str) -> Route:
+    """Parse ``FILTER:COLLECTION``; raises ``RouteError`` naming the route."""
+    topic_filter, sep, collection = text.strip().rpartition(":")
+    if not sep:
+        raise RouteError(f"ingest route {text!r}: expected TOPIC_FILTER:COLLECTION")
+    problem = validate_topic_filter(topic_filter)
+    if problem is not None:
+        raise RouteError(f"ingest route {text!r}: invalid topic filter {topic_filter!r}: {problem}")
+    if not collection:
+        raise RouteError(f"ingest route {text!r}: empty collection name")
+    if collection.startswith("_"):
+        raise RouteError(f"ingest route {text!r}: collection names starting with _ are reserved")
+    try:
+        validate_collection_name(collection)
+    except StoreError as exc:
+        raise RouteError(f"ingest route {text!r}: {exc}") from None
+    return Route(topic_filter, collection)
+
+
+def parse_routes(texts: list[str]) -> list[Route]:
+    """Parse every route, keeping the first of duplicates."""
+    out: list[Route] = []
+    for text in texts:
+        route = parse_route(text)
+        if route not in out:
+            out.append(route)
+    return out
+
+
+def topic_matches(topic_filter: str, topic: str) -> bool:
+    """MQTT 3.1.1 matching of one filter (few routes; the brokers use a trie)."""
+    if topic.startswith("$") and topic_filter[:1] in ("+", "#"):
+        return False  # MQTT-4.7.2-1
+    f_levels = topic_filter.split("/")
+    t_levels = topic.split("/")
+    for i, f in enumerate(f_levels):
+        if f == "#":
+            return True  # also matches the parent level: sensors/# matches sensors
+        if i >= len(t_levels):
+            return False
+        if f != "+" and f != t_levels[i]:
+            return False
+    return len(f_levels) == len(t_levels)

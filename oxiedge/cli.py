@@ -1,0 +1,378 @@
+"""The ``oxiedge`` command line (typer + rich).
+
+Every command except ``serve`` talks to the running server over the admin socket in the data
+dir, and works directly on the data dir when no server runs. Listings print a rich table, or
+one JSON object per line with ``--json``.
+"""
+
+from __future__ import annotations
+
+import getpass
+import importlib
+import json
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Annotated, Any, Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from .admin.client import ServerNotRunning, call
+from .admin.protocol import AdminError
+from .config import Config, ConfigError
+
+app = typer.Typer(no_args_is_help=True, add_completion=False,
+                  help="oxiedge: MQTT + AMQP broker appliance with acknowledgements that mean on disk.")
+ingest_app = typer.Typer(no_args_is_help=True, help="MQTT topics stored as documents.")
+user_app = typer.Typer(no_args_is_help=True, help="Users of MQTT and AMQP (password file).")
+app.add_typer(ingest_app, name="ingest")
+app.add_typer(user_app, name="user")
+
+out = Console(soft_wrap=True)
+err = Console(stderr=True)
+
+DataOpt = Annotated[Optional[Path], typer.Option("--data", help="data dir [env: OXIEDGE_DATA; default ./oxiedge-data]")]  # noqa: UP007,E501
+JsonOpt = Annotated[bool, typer.Option("--json", help="one JSON object per line")]
+
+
+def _fail(message: str, code: int = 1) -> None:
+    err.print(f"[bold red]error:[/] {message}", highlight=False)
+    raise typer.Exit(code)
+
+
+def _config(data: Path | None) -> Config:
+    try:
+        return Config.resolve({"data": data})
+    except ConfigError as exc:
+        _fail(str(exc), 2)
+        raise  # unreachable
+
+
+def _open_store(cfg: Config, write: bool):  # type: ignore[no-untyped-def]
+    from .store import Store, StoreLockedError
+
+    if not cfg.db_path.exists():
+        if not write:
+            _fail(f"no oxiedge data in {cfg.data} (start `oxiedge serve` or pass --data)")
+    try:
+        return Store.open(cfg.db_path, read_only=not write)
+    except StoreLockedError:
+        _fail(f"a server holds {cfg.data} but its admin socket {cfg.admin_socket} does not answer")
+    except Exception as exc:  # rocksdict reports I/O problems as plain exceptions
+        _fail(f"cannot open {cfg.db_path}: {exc}")
+
+
+def _request(data: Path | None, op: str, args: dict[str, Any],
+             offline: Callable[[Any], Any] | None, write: bool = False) -> Any:
+    """Ask the running server; without one, run ``offline(store)`` on the data dir."""
+    cfg = _config(data)
+    try:
+        return call(cfg.admin_socket, op, args)
+    except ServerNotRunning:
+        if offline is None:
+            _fail(f"no server is running on {cfg.data}")
+    except AdminError as exc:
+        _fail(str(exc))
+    store = _open_store(cfg, write)
+    try:
+        return offline(store)  # type: ignore[misc]
+    except (ValueError, KeyError) as exc:
+        _fail(str(exc))
+    finally:
+        store.close()
+
+
+def _cell(value: Any) -> str:
+    if isinstance(value, dict | list):
+        return json.dumps(value, ensure_ascii=False)
+    return "" if value is None else str(value)
+
+
+def _print_rows(rows: list[dict[str, Any]], as_json: bool, title: str | None = None) -> None:
+    if as_json:
+        for row in rows:
+            sys.stdout.write(json.dumps(row, ensure_ascii=False, default=str) + "\n")
+        return
+    if not rows:
+        out.print(f"(no {title or 'rows'})")
+        return
+    columns: list[str] = []
+    for row in rows:
+        for key in row:
+            if key not in columns:
+                columns.append(key)
+    table = Table(title=title, show_lines=False)
+    for col in columns:
+        table.add_column(col, overflow="fold")
+    for row in rows:
+        table.add_row(*(_cell(row.get(c)) for c in columns))
+    out.print(table)
+
+
+# ----------------------------------------------------------------------- serve
+def _flag_help(name: str) -> str:
+    from .config import OPTIONS_BY_NAME
+
+    opt = OPTIONS_BY_NAME[name]
+    return f"{opt.help} [env: {opt.env}; default: {opt.default or 'none'}]"
+
+
+@app.command()
+def serve(
+    data: Annotated[Optional[Path], typer.Option("--data", help=_flag_help("data"))] = None,  # noqa: UP007
+    bind: Annotated[Optional[str], typer.Option("--bind", help=_flag_help("bind"))] = None,  # noqa: UP007
+    mqtt_port: Annotated[Optional[str], typer.Option("--mqtt-port", help=_flag_help("mqtt_port"))] = None,  # noqa: UP007,E501
+    amqp_port: Annotated[Optional[str], typer.Option("--amqp-port", help=_flag_help("amqp_port"))] = None,  # noqa: UP007,E501
+    mqtt_persist: Annotated[Optional[bool], typer.Option("--mqtt-persist/--no-mqtt-persist", help=_flag_help("mqtt_persist"))] = None,  # noqa: UP007,E501
+    ingest: Annotated[Optional[list[str]], typer.Option("--ingest", help=_flag_help("ingest"))] = None,  # noqa: UP007,E501
+    mqtt_max_packet_size: Annotated[Optional[int], typer.Option(help=_flag_help("mqtt_max_packet_size"))] = None,  # noqa: UP007,E501
+    mqtt_queue_limit: Annotated[Optional[int], typer.Option(help=_flag_help("mqtt_queue_limit"))] = None,  # noqa: UP007,E501
+    amqp_queue_limit: Annotated[Optional[int], typer.Option(help=_flag_help("amqp_queue_limit"))] = None,  # noqa: UP007,E501
+    amqp_heartbeat: Annotated[Optional[int], typer.Option(help=_flag_help("amqp_heartbeat"))] = None,  # noqa: UP007,E501
+    amqp_frame_max: Annotated[Optional[int], typer.Option(help=_flag_help("amqp_frame_max"))] = None,  # noqa: UP007,E501
+    amqp_channel_max: Annotated[Optional[int], typer.Option(help=_flag_help("amqp_channel_max"))] = None,  # noqa: UP007,E501
+    password_file: Annotated[Optional[Path], typer.Option(help=_flag_help("password_file"))] = None,  # noqa: UP007,E501
+    allow_anonymous: Annotated[Optional[bool], typer.Option("--allow-anonymous/--no-allow-anonymous", help=_flag_help("allow_anonymous"))] = None,  # noqa: UP007,E501
+) -> None:
+    """Run the broker (MQTT + AMQP + document store) in the foreground."""
+    from . import server
+
+    flags = dict(locals())
+    try:
+        cfg = Config.resolve(flags)
+    except ConfigError as exc:
+        err.print(f"oxiedge: error: {exc}", highlight=False, markup=False)
+        raise typer.Exit(2) from None
+    raise typer.Exit(server.run(cfg))
+
+
+# ------------------------------------------------------------------ documents
+@app.command()
+def collections(data: DataOpt = None, as_json: JsonOpt = False) -> None:
+    """List collections with their document counts."""
+    rows = _request(data, "collections", {}, lambda s: s.list_collections())
+    _print_rows(rows, as_json, "collections")
+
+
+@app.command()
+def find(
+    collection: Annotated[str, typer.Argument(help="collection name")],
+    filter: Annotated[Optional[str], typer.Argument(help='JSON filter, e.g. \'{"value": {"$gte": 25}}\'')] = None,  # noqa: UP007,E501
+    sort: Annotated[Optional[str], typer.Option("--sort", help="field[,field]; -field for descending")] = None,  # noqa: UP007,E501
+    limit: Annotated[Optional[int], typer.Option("--limit", min=0)] = None,  # noqa: UP007
+    skip: Annotated[int, typer.Option("--skip", min=0)] = 0,
+    data: DataOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Find documents in a collection."""
+    spec: Any = None
+    if filter:
+        try:
+            spec = json.loads(filter)
+        except ValueError as exc:
+            _fail(f"the filter is not valid JSON: {exc}", 2)
+        if not isinstance(spec, dict):
+            _fail("the filter must be a JSON object, e.g. '{\"value\": {\"$gte\": 25}}'", 2)
+        from .store.query import QueryError, compile_filter
+
+        try:
+            compile_filter(spec)
+        except QueryError as exc:
+            _fail(f"bad filter: {exc}", 2)
+    args = {"collection": collection, "filter": spec, "sort": sort, "limit": limit, "skip": skip}
+    rows = _request(data, "find", args,
+                    lambda s: s.find(collection, spec, sort, limit, skip))
+    _print_rows(rows, as_json, collection)
+
+
+# -------------------------------------------------------------- broker views
+_VIEW_MODULES = {
+    "sessions": "oxiedge.mqtt.views",
+    "retained": "oxiedge.mqtt.views",
+    "queues": "oxiedge.amqp.views",
+    "exchanges": "oxiedge.amqp.views",
+    "bindings": "oxiedge.amqp.views",
+}
+
+
+def _offline_view(name: str) -> Callable[[Any], Any]:
+    def run(store: Any) -> Any:
+        try:
+            module = importlib.import_module(_VIEW_MODULES[name])
+        except ModuleNotFoundError:
+            raise ValueError(f"`{name}` is not available in this build") from None
+        return module.offline_views(store)[name]()
+
+    return run
+
+
+def _view_command(name: str, doc: str) -> None:
+    def command(data: DataOpt = None, as_json: JsonOpt = False) -> None:
+        rows = _request(data, name, {}, _offline_view(name))
+        _print_rows(rows, as_json, name)
+
+    command.__doc__ = doc
+    command.__name__ = name
+    app.command(name=name)(command)
+
+
+_view_command("sessions", "MQTT sessions: client, connected, subscriptions, queued, in-flight, dropped.")
+_view_command("retained", "Retained MQTT messages.")
+_view_command("queues", "AMQP queues: ready, unacked, consumers, durable, dropped.")
+_view_command("exchanges", "AMQP exchanges.")
+_view_command("bindings", "AMQP bindings.")
+
+
+@app.command()
+def status(data: DataOpt = None, as_json: JsonOpt = False) -> None:
+    """Health, counters and bounds of the running server (or of the data dir)."""
+
+    def offline(store: Any) -> dict[str, Any]:
+        return {"server": "not running", "data": str(_config(data).data),
+                "collections": len(store.list_collections())}
+
+    result = _request(data, "status", {}, offline)
+    if as_json:
+        sys.stdout.write(json.dumps(result, default=str) + "\n")
+        return
+    table = Table(title="oxiedge status", show_header=False)
+    table.add_column("key")
+    table.add_column("value", overflow="fold")
+    for key, value in _flatten(result):
+        table.add_row(key, _cell(value))
+    out.print(table)
+
+
+def _flatten(obj: dict[str, Any], prefix: str = "") -> list[tuple[str, Any]]:
+    rows: list[tuple[str, Any]] = []
+    for key, value in obj.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict) and value:
+            rows.extend(_flatten(value, name + "."))
+        else:
+            rows.append((name, value))
+    return rows
+
+
+# --------------------------------------------------------------------- ingest
+RouteArg = Annotated[str, typer.Argument(help="TOPIC_FILTER:COLLECTION (split at the last :)")]
+
+
+@ingest_app.command("add")
+def ingest_add(route: RouteArg, data: DataOpt = None) -> None:
+    """Store MQTT messages matching a topic filter in a collection (live, persistent)."""
+    from .bridge import ingest as ingest_mod
+    from .bridge.routes import RouteError, parse_route
+
+    try:
+        parse_route(route)
+    except RouteError as exc:
+        _fail(str(exc), 2)
+    result = _request(data, "ingest.add", {"route": route},
+                      lambda s: ingest_mod.add_route_offline(s, route), write=True)
+    verb = "added" if result.get("added") else "already present"
+    out.print(f"ingest route {result['route']} {verb}", highlight=False, markup=False)
+
+
+@ingest_app.command("remove")
+def ingest_remove(route: RouteArg, data: DataOpt = None) -> None:
+    """Remove a stored ingest route."""
+    from .bridge import ingest as ingest_mod
+
+    result = _request(data, "ingest.remove", {"route": route},
+                      lambda s: ingest_mod.remove_route_offline(s, route), write=True)
+    out.print(f"ingest route {result['route']} removed", highlight=False, markup=False)
+
+
+@ingest_app.command("list")
+def ingest_list(data: DataOpt = None, as_json: JsonOpt = False) -> None:
+    """List ingest routes (from the configuration and from the store)."""
+    from .bridge import ingest as ingest_mod
+
+    rows = _request(data, "ingest.list", {}, ingest_mod.list_routes_offline)
+    _print_rows(rows, as_json, "ingest routes")
+
+
+# ----------------------------------------------------------------------- users
+PwFileOpt = Annotated[Optional[Path], typer.Option("--password-file", help="[env: OXIEDGE_PASSWORD_FILE; default DATA/passwd]")]  # noqa: UP007,E501
+
+
+def _users_path(data: Path | None, password_file: Path | None) -> Path:
+    try:
+        return Config.resolve({"data": data, "password_file": password_file}).users_path
+    except ConfigError as exc:
+        _fail(str(exc), 2)
+        raise
+
+
+def _reload_users(data: Path | None) -> None:
+    try:
+        call(_config(data).admin_socket, "users.reload")
+    except (ServerNotRunning, AdminError):
+        pass
+
+
+@user_app.command("add")
+def user_add(
+    name: Annotated[str, typer.Argument(help="user name")],
+    password_stdin: Annotated[bool, typer.Option("--password-stdin", help="read the password from stdin")] = False,  # noqa: E501
+    data: DataOpt = None,
+    password_file: PwFileOpt = None,
+) -> None:
+    """Add a user or change its password (prompts unless --password-stdin)."""
+    from .auth import hash_password, read_user_file, write_user_file
+
+    if not name or ":" in name or name.strip() != name:
+        _fail("user names must be non-empty, without ':' or surrounding spaces", 2)
+    if password_stdin:
+        password = sys.stdin.readline().rstrip("\n")
+    else:
+        password = getpass.getpass(f"password for {name}: ")
+        if getpass.getpass("again: ") != password:
+            _fail("passwords differ", 2)
+    if not password:
+        _fail("empty password", 2)
+    path = _users_path(data, password_file)
+    users = read_user_file(path)
+    users[name] = hash_password(password)
+    write_user_file(path, users)
+    _reload_users(data)
+    out.print(f"user {name} saved in {path}", highlight=False, markup=False)
+
+
+@user_app.command("remove")
+def user_remove(name: str, data: DataOpt = None, password_file: PwFileOpt = None) -> None:
+    """Remove a user."""
+    from .auth import read_user_file, write_user_file
+
+    path = _users_path(data, password_file)
+    users = read_user_file(path)
+    if users.pop(name, None) is None:
+        _fail(f"no user {name!r} in {path}")
+    write_user_file(path, users)
+    _reload_users(data)
+    out.print(f"user {name} removed", highlight=False, markup=False)
+
+
+@user_app.command("list")
+def user_list(data: DataOpt = None, password_file: PwFileOpt = None, as_json: JsonOpt = False
+              ) -> None:
+    """List users (names only)."""
+    from .auth import read_user_file
+
+    path = _users_path(data, password_file)
+    _print_rows([{"user": n} for n in sorted(read_user_file(path))], as_json, "users")
+
+
+@app.command()
+def version() -> None:
+    """Print the version."""
+    from . import __version__
+
+    out.print(__version__)
+
+
+def main() -> None:
+    app()

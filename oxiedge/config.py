@@ -1,0 +1,211 @@
+"""``oxiedge serve`` configuration: flags win over environment variables, which win over defaults.
+
+Every option of the external contract (DESIGN.md) is one field here, with one flag and one
+``OXIEDGE_*`` variable. ``Config.resolve`` is the single place that reads the environment.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+
+class ConfigError(ValueError):
+    """An invalid setting; the message names the option and the bad value."""
+
+
+@dataclass(frozen=True, slots=True)
+class Option:
+    """One setting: its flag, its environment variable, its default and its parser."""
+
+    name: str
+    flag: str
+    env: str
+    default: Any
+    help: str
+
+
+OPTIONS: tuple[Option, ...] = (
+    Option("data", "--data", "OXIEDGE_DATA", "./oxiedge-data", "data directory"),
+    Option("bind", "--bind", "OXIEDGE_BIND", "127.0.0.1", "address the listeners bind to"),
+    Option("mqtt_port", "--mqtt-port", "OXIEDGE_MQTT_PORT", "1883",
+           "MQTT port; 0 = any free port (logged); off = no MQTT listener"),
+    Option("amqp_port", "--amqp-port", "OXIEDGE_AMQP_PORT", "5672",
+           "AMQP port; 0 = any free port (logged); off = no AMQP listener"),
+    Option("mqtt_persist", "--mqtt-persist/--no-mqtt-persist", "OXIEDGE_MQTT_PERSIST", "1",
+           "persist MQTT sessions (1/0)"),
+    Option("ingest", "--ingest", "OXIEDGE_MQTT_INGEST", "",
+           "ingest route FILTER:COLLECTION (repeatable; env: comma-separated)"),
+    Option("mqtt_max_packet_size", "--mqtt-max-packet-size", "OXIEDGE_MQTT_MAX_PACKET_SIZE",
+           str(1 << 20), "largest MQTT packet accepted, bytes"),
+    Option("mqtt_queue_limit", "--mqtt-queue-limit", "OXIEDGE_MQTT_QUEUE_LIMIT", "4096",
+           "messages queued per MQTT session before the oldest is dropped"),
+    Option("amqp_queue_limit", "--amqp-queue-limit", "OXIEDGE_AMQP_QUEUE_LIMIT", "100000",
+           "ready messages per AMQP queue before the oldest is dropped"),
+    Option("amqp_heartbeat", "--amqp-heartbeat", "OXIEDGE_AMQP_HEARTBEAT", "60",
+           "AMQP heartbeat the server proposes, seconds (0 = off)"),
+    Option("amqp_frame_max", "--amqp-frame-max", "OXIEDGE_AMQP_FRAME_MAX", "131072",
+           "largest AMQP frame the server proposes, bytes"),
+    Option("amqp_channel_max", "--amqp-channel-max", "OXIEDGE_AMQP_CHANNEL_MAX", "2047",
+           "most AMQP channels per connection"),
+    Option("password_file", "--password-file", "OXIEDGE_PASSWORD_FILE", "",
+           "password file (default DATA/passwd; `oxiedge user add` writes it)"),
+    Option("allow_anonymous", "--allow-anonymous/--no-allow-anonymous",
+           "OXIEDGE_ALLOW_ANONYMOUS", "",
+           "accept clients without credentials (default: only when no users exist)"),
+)
+OPTIONS_BY_NAME = {o.name: o for o in OPTIONS}
+
+
+@dataclass(slots=True)
+class Config:
+    """Resolved settings of one ``oxiedge serve`` run."""
+
+    data: Path = Path("./oxiedge-data")
+    bind: str = "127.0.0.1"
+    mqtt_port: int | None = 1883
+    amqp_port: int | None = 5672
+    mqtt_persist: bool = True
+    ingest: list[str] = field(default_factory=list)
+    mqtt_max_packet_size: int = 1 << 20
+    mqtt_queue_limit: int = 4096
+    amqp_queue_limit: int = 100_000
+    amqp_heartbeat: int = 60
+    amqp_frame_max: int = 131072
+    amqp_channel_max: int = 2047
+    password_file: Path | None = None
+    allow_anonymous: bool | None = None
+
+    @property
+    def db_path(self) -> Path:
+        return self.data / "db"
+
+    @property
+    def admin_socket(self) -> Path:
+        return self.data / "admin.sock"
+
+    @property
+    def users_path(self) -> Path:
+        return self.password_file if self.password_file is not None else self.data / "passwd"
+
+    @classmethod
+    def resolve(cls, flags: Mapping[str, Any], env: Mapping[str, str] | None = None) -> Config:
+        """Build a config from CLI flags (None = not given), then ``env``, then defaults."""
+        env = os.environ if env is None else env
+        raw: dict[str, Any] = {}
+        for opt in OPTIONS:
+            given = flags.get(opt.name)
+            if given is not None and given != [] and given != ():
+                raw[opt.name] = given
+            elif env.get(opt.env, "") != "":
+                value = env[opt.env]
+                raw[opt.name] = value.split(",") if opt.name == "ingest" else value
+            else:
+                raw[opt.name] = opt.default
+        cfg = cls()
+        for f in fields(cls):
+            setattr(cfg, f.name, _PARSERS[f.name](f.name, raw[f.name]))
+        return cfg
+
+    def describe(self) -> dict[str, Any]:
+        return {f.name: (str(v) if isinstance(v := getattr(self, f.name), Path) else v)
+                for f in fields(self)}
+
+
+def _label(name: str) -> str:
+    opt = OPTIONS_BY_NAME[name]
+    return f"{opt.flag.split('/')[0]} ({opt.env})"
+
+
+def parse_port(name: str, value: Any) -> int | None:
+    text = str(value).strip().lower()
+    if text in ("off", "none", "disabled", "false", "no"):
+        return None
+    try:
+        port = int(text)
+    except ValueError:
+        raise ConfigError(f"{_label(name)}: invalid port {value!r} (a number 0-65535 or off)") \
+            from None
+    if not 0 <= port <= 65535:
+        raise ConfigError(f"{_label(name)}: port {port} out of range 0-65535")
+    return port
+
+
+def parse_bool(name: str, value: Any) -> bool:
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in ("1", "true", "yes", "on"):
+        return True
+    if text in ("0", "false", "no", "off"):
+        return False
+    raise ConfigError(f"{_label(name)}: invalid value {value!r} (use 1 or 0)")
+
+
+def parse_optional_bool(name: str, value: Any) -> bool | None:
+    if value in ("", None):
+        return None
+    return parse_bool(name, value)
+
+
+def parse_positive_int(name: str, value: Any, minimum: int = 1) -> int:
+    try:
+        number = int(str(value).strip())
+    except ValueError:
+        raise ConfigError(f"{_label(name)}: invalid number {value!r}") from None
+    if number < minimum:
+        raise ConfigError(f"{_label(name)}: {number} is below the minimum {minimum}")
+    return number
+
+
+def parse_bind(name: str, value: Any) -> str:
+    text = str(value).strip()
+    if text in ("localhost", ""):
+        return "127.0.0.1" if text == "" else text
+    try:
+        ipaddress.ip_address(text)
+    except ValueError:
+        raise ConfigError(f"{_label(name)}: invalid address {value!r} (an IPv4 or IPv6 address)") \
+            from None
+    return text
+
+
+def parse_routes(name: str, value: Any) -> list[str]:
+    items = [value] if isinstance(value, str) else list(value)
+    out: list[str] = []
+    for item in items:
+        out.extend(part.strip() for part in str(item).split(",") if part.strip())
+    return out
+
+
+def _path(name: str, value: Any) -> Path:
+    text = str(value).strip()
+    if not text:
+        raise ConfigError(f"{_label(name)}: empty path")
+    return Path(text).expanduser()
+
+
+def _optional_path(name: str, value: Any) -> Path | None:
+    return None if str(value).strip() == "" else _path(name, value)
+
+
+_PARSERS: dict[str, Any] = {
+    "data": _path,
+    "bind": parse_bind,
+    "mqtt_port": parse_port,
+    "amqp_port": parse_port,
+    "mqtt_persist": parse_bool,
+    "ingest": parse_routes,
+    "mqtt_max_packet_size": lambda n, v: parse_positive_int(n, v, 64),
+    "mqtt_queue_limit": parse_positive_int,
+    "amqp_queue_limit": parse_positive_int,
+    "amqp_heartbeat": lambda n, v: parse_positive_int(n, v, 0),
+    "amqp_frame_max": lambda n, v: parse_positive_int(n, v, 4096),
+    "amqp_channel_max": parse_positive_int,
+    "password_file": _optional_path,
+    "allow_anonymous": parse_optional_bool,
+}

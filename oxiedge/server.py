@@ -1,0 +1,182 @@
+"""``oxiedge serve``: one trio nursery holding the committer, the brokers and the admin socket.
+
+Start-up order is part of the contract: open the store, recover every broker's durable state,
+and only then bind the listeners, so a port that accepts connections always serves recovered
+state. Start-up lines (exact prefixes, see DESIGN.md) go to stderr; ``oxiedge ready`` is last,
+and it is also when systemd hears READY=1.
+"""
+
+from __future__ import annotations
+
+import errno
+import importlib
+import os
+import signal
+from pathlib import Path
+from typing import Any
+
+import trio
+
+from .admin.server import AdminServer, core_handlers
+from .app import App, make_logger
+from .auth import UserFileError, UserStore
+from .config import Config, ConfigError
+from .service import Service
+from .store import Store, StoreLockedError
+
+try:
+    from . import sdnotify
+except ImportError:  # pragma: no cover - until the appliance module lands
+    sdnotify = None  # type: ignore[assignment]
+
+_SERVICES = {
+    "mqtt": ("oxiedge.mqtt.service", "MqttService", "MQTT"),
+    "amqp": ("oxiedge.amqp.service", "AmqpService", "AMQP"),
+}
+
+
+class StartupError(RuntimeError):
+    """The server cannot start; the message names the bad value."""
+
+
+def run(config: Config) -> int:
+    """Run the server until SIGTERM/SIGINT; returns the process exit code."""
+    log = make_logger()
+    try:
+        trio.run(serve, config)
+    except (StartupError, ConfigError) as exc:
+        log.error("oxiedge: error: %s", exc)
+        return 2
+    except KeyboardInterrupt:
+        pass
+    return 0
+
+
+def _prepare_data_dir(path: Path) -> None:
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise StartupError(f"cannot create data dir {path}: {exc.strerror}") from None
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise StartupError(f"data dir {path} is not writable")
+
+
+def _open_store(config: Config) -> Store:
+    _prepare_data_dir(config.data)
+    try:
+        return Store.open(config.db_path)
+    except StoreLockedError:
+        raise StartupError(
+            f"data dir {config.data} is in use by another oxiedge process") from None
+    except Exception as exc:
+        raise StartupError(f"cannot open the store in {config.db_path}: {exc}") from None
+
+
+def _load_service(key: str, app: App) -> Service | None:
+    module_name, class_name, _label = _SERVICES[key]
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        if exc.name is not None and module_name.startswith(exc.name):
+            return None
+        raise
+    service: Service = getattr(module, class_name)(app)
+    return service
+
+
+async def _bind(config: Config, port: int, label: str) -> list[trio.SocketListener]:
+    try:
+        return await trio.open_tcp_listeners(port, host=config.bind)
+    except OSError as exc:
+        if exc.errno == errno.EADDRINUSE:
+            raise StartupError(f"{label} port {port} on {config.bind} is already in use") \
+                from None
+        raise StartupError(f"cannot listen on {config.bind}:{port} for {label}: {exc}") from None
+
+
+def _bound_port(listeners: list[trio.SocketListener]) -> int:
+    return int(listeners[0].socket.getsockname()[1])
+
+
+def _format_host(host: str) -> str:
+    return f"[{host}]" if ":" in host else host
+
+
+async def serve(config: Config) -> None:
+    """Open, recover, listen, announce ready; shut down cleanly on SIGTERM/SIGINT."""
+    log = make_logger()
+    bridge = importlib.import_module("oxiedge.bridge.routes")
+    routes = bridge.parse_routes(config.ingest)  # invalid routes: exit before listening
+    try:
+        users = UserStore.load(config.users_path, config.allow_anonymous)
+    except (UserFileError, OSError) as exc:
+        raise StartupError(str(exc)) from None
+    store = _open_store(config)
+    try:
+        app = App(config=config, store=store, users=users, log=log)
+        await _serve_app(app, routes)
+    finally:
+        store.close()
+        log.info("oxiedge stopped")
+
+
+async def _serve_app(app: App, routes: list[Any]) -> None:
+    config, log = app.config, app.log
+    ports = {"mqtt": config.mqtt_port, "amqp": config.amqp_port}
+    for key in _SERVICES:
+        if ports[key] is None:
+            continue
+        service = _load_service(key, app)
+        if service is None:
+            log.warning("%s broker is not part of this build; its port stays closed",
+                        _SERVICES[key][2])
+            continue
+        app.services[key] = service
+    handlers = core_handlers(app)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(app.store.committer.run)
+        ingest = importlib.import_module("oxiedge.bridge.ingest").IngestBridge(app, routes)
+        app.extensions["ingest"] = ingest
+        await ingest.start()
+        handlers.update(ingest.admin_handlers())
+        # Recovery of everything before any port opens (DESIGN.md: "Recovery runs before any
+        # listener accepts a connection").
+        for service in app.services.values():
+            await service.recover()
+        for key, service in app.services.items():
+            label = _SERVICES[key][2]
+            port = ports[key]
+            assert port is not None
+            listeners = await _bind(config, port, label)
+            actual = _bound_port(listeners)
+            app.endpoints[key] = f"{config.bind}:{actual}"
+            await nursery.start(service.run, listeners)
+            log.info("%s listening on %s:%d%s", label, _format_host(config.bind), actual,
+                     service.listening_suffix())
+            for line in service.extra_lines():
+                log.info("%s", line)
+            if key == "mqtt":
+                log.info("%s", ingest.startup_line())
+            handlers.update(service.admin_handlers())
+        admin = AdminServer(app, handlers, config.admin_socket)
+        await nursery.start(admin.run)
+        log.info("oxiedge ready")
+        if sdnotify is not None:
+            sdnotify.ready()
+            interval = sdnotify.watchdog_interval()
+            if interval:
+                nursery.start_soon(_watchdog, interval / 2)
+        with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+            async for signum in signals:
+                log.info("received %s, shutting down", signal.Signals(signum).name)
+                if sdnotify is not None:
+                    sdnotify.stopping()
+                break
+        nursery.cancel_scope.cancel()
+
+
+async def _watchdog(period: float) -> None:
+    while True:
+        if sdnotify is not None:
+            sdnotify.watchdog()
+        await trio.sleep(period)

@@ -1,0 +1,20 @@
+"""The durable store: JSON document collections and raw broker records on RocksDB."""
+
+from __future__ import annotations
+
+from .committer import CommitError, GroupCommitter
+from .query import QueryError
+from .rocks import SMALL, MemoryProfile, StoreLockedError
+from .store import Store, StoreError, validate_collection_name
+
+__all__ = [
+    "SMALL",
+    "CommitError",
+    "GroupCommitter",
+    "MemoryProfile",
+    "QueryError",
+    "Store",
+    "StoreError",
+    "StoreLockedError",
+    "validate_collection_name",
+]

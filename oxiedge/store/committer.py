@@ -1,0 +1,153 @@
+"""Group commit: every acknowledgement in oxiedge waits here for its synced round.
+
+Theory of operation
+-------------------
+Writers *stage* operations into the pending ``WriteBatch`` (synchronously, no await) and then
+``await commit()``, which waits for the round that contains everything staged so far. One
+committer task runs the rounds: it swaps the pending batch for an empty one, writes it with an
+unsynced ``db.write`` (microseconds, in the event-loop thread), then makes it durable with
+``flush_wal(True)`` in a worker thread. ``flush_wal`` issues the same ``write``/``fdatasync``
+calls as a synced write but releases the GIL, whereas a synced ``write`` would hold the GIL
+through the fsync and freeze the event loop (STORAGE-NOTES.md). Then every waiter of the round
+is woken through one shared event.
+
+* A lone writer is committed at once: ``commit()`` wakes the committer, no timer.
+* Writers arriving while a sync runs stage into the next batch and share the next round.
+* If the write or the sync fails, every waiter of that round gets ``CommitError`` and the
+  committer refuses all later rounds: an fsync failure is never retried (the kernel may have
+  dropped the dirty pages), so nothing written after it may be acknowledged either.
+* Nothing else in oxiedge syncs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import trio
+from rocksdict import Rdict, WriteBatch
+
+
+class CommitError(RuntimeError):
+    """A commit round failed; nothing in it may be acknowledged."""
+
+
+class _Round:
+    __slots__ = ("done", "error")
+
+    def __init__(self) -> None:
+        self.done = trio.Event()
+        self.error: BaseException | None = None
+
+
+class GroupCommitter:
+    """Batches staged writes of many tasks into one synced RocksDB write per round."""
+
+    def __init__(self, db: Rdict, before_write: Callable[[WriteBatch], None] | None = None) -> None:
+        self._db = db
+        self._before_write = before_write
+        self.batch = WriteBatch(raw_mode=True)
+        self._round = _Round()
+        self._wake: trio.Event | None = None
+        self._failure: BaseException | None = None
+        self._running = False
+        self.rounds = 0  # synced rounds completed
+        self.ops = 0  # operations committed
+
+    @property
+    def failed(self) -> BaseException | None:
+        """The error that stopped durable writing, if any."""
+        return self._failure
+
+    @property
+    def pending(self) -> bool:
+        return not self.batch.is_empty()
+
+    def kick(self) -> None:
+        """Have the staged operations committed soon, without waiting for them."""
+        if self._wake is not None:
+            self._wake.set()
+
+    async def commit(self) -> None:
+        """Wait until everything staged before this call is durable.
+
+        Raises ``CommitError`` if the round failed (or durable writing stopped earlier).
+        """
+        if self._failure is not None:
+            raise CommitError(f"durable writes stopped: {self._failure}") from self._failure
+        if not self._running:
+            raise CommitError("the group committer is not running")
+        round_ = self._round
+        self.kick()
+        await round_.done.wait()
+        if round_.error is not None:
+            raise CommitError(f"commit failed: {round_.error}") from round_.error
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """The committer task; runs until cancelled, then commits what is still pending."""
+        self._running = True
+        self._wake = trio.Event()
+        task_status.started()
+        try:
+            while True:
+                await self._wake.wait()
+                self._wake = trio.Event()
+                await self._run_round()
+        finally:
+            self._running = False
+            self._wake = None
+            self.commit_blocking()
+
+    async def _run_round(self) -> None:
+        batch, round_ = self.batch, self._round
+        self.batch, self._round = WriteBatch(raw_mode=True), _Round()
+        try:
+            if self._failure is not None:
+                raise CommitError(f"durable writes stopped: {self._failure}")
+            if not batch.is_empty():
+                if self._before_write is not None:
+                    self._before_write(batch)
+                count = batch.len()
+                self._db.write(batch)
+                # Shielded: a cancelled server still waits for the sync it started, so no
+                # waiter is left with an unknown outcome.
+                with trio.CancelScope(shield=True):
+                    await trio.to_thread.run_sync(self._db.flush_wal, True)
+                self.ops += count
+            self.rounds += 1
+        except BaseException as exc:  # noqa: BLE001 - every failure must reach the waiters
+            if self._failure is None:
+                self._failure = exc
+            round_.error = exc
+            if not isinstance(exc, Exception):
+                round_.done.set()
+                raise
+        round_.done.set()
+
+    def commit_blocking(self) -> None:
+        """Write and sync the pending batch in the calling thread (CLI, shutdown).
+
+        Only for code without a running event loop to freeze; raises ``CommitError``.
+        """
+        if self._failure is not None:
+            if not self.batch.is_empty():
+                raise CommitError(f"durable writes stopped: {self._failure}")
+            return
+        batch, round_ = self.batch, self._round
+        self.batch, self._round = WriteBatch(raw_mode=True), _Round()
+        if batch.is_empty():
+            round_.done.set()
+            return
+        try:
+            if self._before_write is not None:
+                self._before_write(batch)
+            count = batch.len()
+            self._db.write(batch)
+            self._db.flush_wal(True)
+            self.ops += count
+            self.rounds += 1
+        except Exception as exc:
+            self._failure = exc
+            round_.error = exc
+            raise CommitError(f"commit failed: {exc}") from exc
+        finally:
+            round_.done.set()

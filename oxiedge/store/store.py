@@ -1,0 +1,370 @@
+"""``Store``: JSON document collections and the brokers' raw records on one RocksDB.
+
+Reads are synchronous and fast (point lookups, bounded range scans). Writes are *staged* into
+the group committer's pending batch and become durable with ``await store.commit()`` (server)
+or ``store.commit_blocking()`` (CLI without a running server). See ``committer.py``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import trio
+from rocksdict import ReadOptions, WriteBatch
+
+from . import encoding as enc
+from .committer import GroupCommitter
+from .query import compile_filter, parse_sort, sort_docs
+from .rocks import SMALL, MemoryProfile, open_db
+
+_COLLECTION_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.\-]{0,99}$")
+
+ViewFn = Callable[[], Iterable[dict[str, Any]]]
+
+
+class StoreError(ValueError):
+    """Bad use of the store (invalid collection name, unknown document, bad document)."""
+
+
+def validate_collection_name(name: str) -> str:
+    """Return ``name`` if it is a valid collection name, else raise ``StoreError``."""
+    if not isinstance(name, str) or not _COLLECTION_NAME.match(name):
+        raise StoreError(
+            f"invalid collection name {name!r}: use 1-100 characters from A-Z a-z 0-9 _ . -,"
+            " not starting with . or -"
+        )
+    return name
+
+
+class _Collection:
+    __slots__ = ("cid", "count", "name", "next_id")
+
+    def __init__(self, name: str, cid: int, next_id: int, count: int) -> None:
+        self.name = name
+        self.cid = cid
+        self.next_id = next_id
+        self.count = count
+
+
+class Store:
+    """The document store and raw record area of one data directory."""
+
+    def __init__(self, path: Path, profile: MemoryProfile = SMALL, read_only: bool = False) -> None:
+        self.path = Path(path)
+        self.read_only = read_only
+        self.db = open_db(self.path, profile, read_only=read_only)
+        self._cf = {name: self.db.get_column_family_handle(name) for name in
+                    ("meta", "docs", "idx", "mqtt", "amqp")}
+        self._cf_read = {name: self.db.get_column_family(name) for name in self._cf}
+        self._collections: dict[str, _Collection] = {}
+        self._dirty: set[str] = set()
+        self._views: dict[str, list[ViewFn]] = {}
+        self.committer = GroupCommitter(self.db, before_write=self._write_counters)
+        self._load_catalog()
+
+    # ----------------------------------------------------------------- lifecycle
+    @classmethod
+    def open(cls, path: Path | str, profile: MemoryProfile = SMALL, read_only: bool = False) -> Store:
+        """Open the store in directory ``path`` (created if missing unless read-only)."""
+        p = Path(path)
+        if not read_only:
+            p.mkdir(parents=True, exist_ok=True)
+        return cls(p, profile, read_only=read_only)
+
+    def close(self) -> None:
+        if not self.read_only and self.committer.pending and self.committer.failed is None:
+            self.committer.commit_blocking()
+        # Column-family handles keep the DB alive: drop them so the LOCK is released now.
+        self._cf.clear()
+        self._cf_read.clear()
+        self.db.close()
+        del self.db
+
+    @asynccontextmanager
+    async def running(self):  # type: ignore[no-untyped-def]
+        """Run the group committer for the duration of the block (tests, tools)."""
+        async with trio.open_nursery() as nursery:
+            await nursery.start(self.committer.run)
+            try:
+                yield self
+            finally:
+                nursery.cancel_scope.cancel()
+
+    # ------------------------------------------------------------------ catalog
+    def _load_catalog(self) -> None:
+        meta = self._cf_read["meta"]
+        ro = ReadOptions()
+        ro.set_iterate_upper_bound(b"d")
+        for key, value in meta.items(from_key=b"c", read_opt=ro):
+            name = key[1:].decode()
+            cid = int(enc.decode_doc(0, value)["id"])
+            raw = meta.get(enc.counters_key(cid))
+            next_id, count = enc.decode_counters(raw) if raw is not None else (1, 0)
+            # Never reuse an id: also look at the last stored key of the collection.
+            last = self._last_doc_id(cid)
+            if last is not None and last >= next_id:
+                next_id = last + 1
+            self._collections[name] = _Collection(name, cid, next_id, count)
+
+    def _last_doc_id(self, cid: int) -> int | None:
+        ro = ReadOptions()
+        ro.set_iterate_upper_bound(enc.collection_prefix(cid + 1))
+        for key in self._cf_read["docs"].keys(
+            backwards=True, from_key=enc.collection_prefix(cid) + b"\xff" * 8, read_opt=ro
+        ):
+            if key[:4] == enc.collection_prefix(cid):
+                return enc.doc_id_of(key)
+            return None
+        return None
+
+    def _collection(self, name: str, create: bool) -> _Collection | None:
+        coll = self._collections.get(name)
+        if coll is None and create:
+            validate_collection_name(name)
+            cid = max((c.cid for c in self._collections.values()), default=0) + 1
+            coll = _Collection(name, cid, 1, 0)
+            self._collections[name] = coll
+            self.committer.batch.put(
+                enc.catalog_key(name), enc.encode_doc({"id": cid}), self._cf["meta"]
+            )
+            self._dirty.add(name)
+        return coll
+
+    def _write_counters(self, batch: WriteBatch) -> None:
+        meta = self._cf["meta"]
+        for name in self._dirty:
+            coll = self._collections.get(name)
+            if coll is not None:
+                batch.put(enc.counters_key(coll.cid), enc.encode_counters(coll.next_id, coll.count),
+                          meta)
+        self._dirty.clear()
+
+    def list_collections(self) -> list[dict[str, Any]]:
+        """Every collection with its document count, including broker views."""
+        out = {name: {"name": name, "count": c.count} for name, c in self._collections.items()}
+        for name, fns in self._views.items():
+            extra = sum(1 for fn in fns for _ in fn())
+            row = out.setdefault(name, {"name": name, "count": 0})
+            row["count"] += extra
+        return [out[k] for k in sorted(out)]
+
+    def register_view(self, coll: str, fn: ViewFn) -> None:
+        """Show the documents ``fn()`` yields in ``find(coll)`` besides the stored ones."""
+        self._views.setdefault(coll, []).append(fn)
+
+    # -------------------------------------------------------------------- reads
+    def get(self, coll: str, doc_id: int) -> dict[str, Any] | None:
+        c = self._collections.get(coll)
+        if c is None:
+            return None
+        raw = self._cf_read["docs"].get(enc.doc_key(c.cid, int(doc_id)))
+        return None if raw is None else enc.decode_doc(int(doc_id), raw)
+
+    def iter_docs(self, coll: str, start_id: int = 0) -> Iterator[dict[str, Any]]:
+        """Stored documents of ``coll`` in ``_id`` order (no views)."""
+        c = self._collections.get(coll)
+        if c is None:
+            return
+        ro = ReadOptions()
+        ro.set_iterate_upper_bound(enc.collection_prefix(c.cid + 1))
+        for key, value in self._cf_read["docs"].items(
+            from_key=enc.doc_key(c.cid, start_id), read_opt=ro
+        ):
+            yield enc.decode_doc(enc.doc_id_of(key), value)
+
+    def _all_docs(self, coll: str) -> Iterator[dict[str, Any]]:
+        yield from self.iter_docs(coll)
+        for fn in self._views.get(coll, ()):
+            yield from fn()
+
+    def find(
+        self,
+        coll: str,
+        filter: dict[str, Any] | None = None,
+        sort: Any = None,
+        limit: int | None = None,
+        skip: int = 0,
+    ) -> list[dict[str, Any]]:
+        """Documents of ``coll`` matching ``filter``; raises ``QueryError`` for bad filters."""
+        pred = compile_filter(filter)
+        order = parse_sort(sort)
+        if limit is not None and limit < 0:
+            raise StoreError("limit must be >= 0")
+        if skip < 0:
+            raise StoreError("skip must be >= 0")
+        if not order:
+            out: list[dict[str, Any]] = []
+            for doc in self._all_docs(coll):
+                if pred(doc):
+                    if skip:
+                        skip -= 1
+                        continue
+                    if limit is not None and len(out) >= limit:
+                        break
+                    out.append(doc)
+            return out
+        matched = sort_docs([d for d in self._all_docs(coll) if pred(d)], order)
+        end = None if limit is None else skip + limit
+        return matched[skip:end]
+
+    def count(self, coll: str, filter: dict[str, Any] | None = None) -> int:
+        if not filter:
+            c = self._collections.get(coll)
+            base = c.count if c is not None else 0
+            return base + sum(1 for fn in self._views.get(coll, ()) for _ in fn())
+        pred = compile_filter(filter)
+        return sum(1 for d in self._all_docs(coll) if pred(d))
+
+    # ------------------------------------------------------------ staged writes
+    def stage_insert(self, coll: str, doc: dict[str, Any]) -> dict[str, Any]:
+        """Stage an insert; returns the document with its new ``_id`` and ``_version``."""
+        if not isinstance(doc, dict):
+            raise StoreError(f"a document must be a JSON object, got {type(doc).__name__}")
+        c = self._collection(coll, create=True)
+        assert c is not None
+        doc_id = c.next_id
+        body = {k: v for k, v in doc.items() if k not in ("_id", "_version")}
+        body["_version"] = 1
+        value = enc.encode_doc(body)
+        self.committer.batch.put(enc.doc_key(c.cid, doc_id), value, self._cf["docs"])
+        c.next_id += 1
+        c.count += 1
+        self._dirty.add(coll)
+        return {"_id": doc_id, **body}
+
+    def stage_update(self, coll: str, doc_id: int, changes: dict[str, Any],
+                     replace: bool = False) -> dict[str, Any]:
+        """Stage an update (merge ``changes``, or replace the body); bumps ``_version``."""
+        current = self.get(coll, doc_id)
+        if current is None:
+            raise StoreError(f"no document {doc_id} in {coll!r}")
+        c = self._collections[coll]
+        base = {} if replace else {k: v for k, v in current.items() if k != "_id"}
+        base.update({k: v for k, v in changes.items() if k not in ("_id", "_version")})
+        base["_version"] = int(current.get("_version", 0)) + 1
+        self.committer.batch.put(enc.doc_key(c.cid, int(doc_id)), enc.encode_doc(base),
+                                 self._cf["docs"])
+        return {"_id": int(doc_id), **base}
+
+    def stage_delete(self, coll: str, doc_id: int) -> bool:
+        c = self._collections.get(coll)
+        if c is None:
+            return False
+        key = enc.doc_key(c.cid, int(doc_id))
+        if self._cf_read["docs"].get(key) is None:
+            return False
+        self.committer.batch.delete(key, self._cf["docs"])
+        c.count -= 1
+        self._dirty.add(coll)
+        return True
+
+    def stage_delete_ids(self, coll: str, ids: Iterable[int]) -> int:
+        """Stage deletes of documents known to exist (from a scan); returns how many."""
+        c = self._collections.get(coll)
+        if c is None:
+            return 0
+        n = 0
+        docs_cf = self._cf["docs"]
+        for doc_id in ids:
+            self.committer.batch.delete(enc.doc_key(c.cid, int(doc_id)), docs_cf)
+            n += 1
+        c.count -= n
+        self._dirty.add(coll)
+        return n
+
+    def stage_drop(self, coll: str) -> bool:
+        """Stage removal of a whole collection."""
+        c = self._collections.pop(coll, None)
+        if c is None:
+            return False
+        batch = self.committer.batch
+        batch.delete_range(enc.collection_prefix(c.cid), enc.collection_prefix(c.cid + 1),
+                           self._cf["docs"])
+        batch.delete(enc.catalog_key(coll), self._cf["meta"])
+        batch.delete(enc.counters_key(c.cid), self._cf["meta"])
+        self._dirty.discard(coll)
+        return True
+
+    # raw records of the brokers ------------------------------------------------
+    def stage_put(self, cf: str, key: bytes, value: bytes) -> None:
+        self.committer.batch.put(key, value, self._cf[cf])
+
+    def stage_delete_key(self, cf: str, key: bytes) -> None:
+        self.committer.batch.delete(key, self._cf[cf])
+
+    def stage_delete_range(self, cf: str, start: bytes, end: bytes) -> None:
+        self.committer.batch.delete_range(start, end, self._cf[cf])
+
+    def get_raw(self, cf: str, key: bytes) -> bytes | None:
+        value = self._cf_read[cf].get(key)
+        return None if value is None else bytes(value)
+
+    def iter_raw(self, cf: str, prefix: bytes = b"", start: bytes | None = None
+                 ) -> Iterator[tuple[bytes, bytes]]:
+        """``(key, value)`` pairs of ``cf`` whose key starts with ``prefix``, in key order."""
+        ro = ReadOptions()
+        upper = _prefix_end(prefix)
+        if upper is not None:
+            ro.set_iterate_upper_bound(upper)
+        first = start if start is not None and start > prefix else prefix
+        for key, value in self._cf_read[cf].items(from_key=first, read_opt=ro):
+            yield key, value
+
+    def compact(self, cf: str, start: bytes | None = None, end: bytes | None = None) -> None:
+        """Compact a key range (drops tombstones after a queue drained)."""
+        self._cf_read[cf].compact_range(start, end)
+
+    # ------------------------------------------------------------------ commits
+    async def commit(self) -> None:
+        """Wait until everything staged so far is durable (raises ``CommitError``)."""
+        await self.committer.commit()
+
+    def kick(self) -> None:
+        self.committer.kick()
+
+    def commit_blocking(self) -> None:
+        """Commit synchronously; only where no event loop runs (CLI on the data dir)."""
+        self.committer.commit_blocking()
+
+    # ------------------------------------------------------ async conveniences
+    async def insert(self, coll: str, doc: dict[str, Any]) -> dict[str, Any]:
+        out = self.stage_insert(coll, doc)
+        await self.commit()
+        return out
+
+    async def insert_many(self, coll: str, docs: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+        out = [self.stage_insert(coll, d) for d in docs]
+        await self.commit()
+        return out
+
+    async def update(self, coll: str, doc_id: int, changes: dict[str, Any],
+                     replace: bool = False) -> dict[str, Any]:
+        out = self.stage_update(coll, doc_id, changes, replace=replace)
+        await self.commit()
+        return out
+
+    async def delete(self, coll: str, doc_id: int) -> bool:
+        found = self.stage_delete(coll, doc_id)
+        if found:
+            await self.commit()
+        return found
+
+    async def delete_many(self, coll: str, filter: dict[str, Any] | None) -> int:
+        pred = compile_filter(filter)
+        ids = [d["_id"] for d in self.iter_docs(coll) if pred(d)]
+        n = self.stage_delete_ids(coll, ids)
+        if n:
+            await self.commit()
+        return n
+
+
+def _prefix_end(prefix: bytes) -> bytes | None:
+    """The smallest key greater than every key starting with ``prefix``."""
+    stripped = prefix.rstrip(b"\xff")
+    if not stripped:
+        return None
+    return stripped[:-1] + bytes([stripped[-1] + 1])

@@ -1,0 +1,7 @@
+"""``python -m bench`` entry point."""
+
+from __future__ import annotations
+
+from bench.run import main
+
+main()

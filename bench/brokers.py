@@ -1,0 +1,247 @@
+"""Brokers under test: started here (oxiedge, Mosquitto, RabbitMQ) or given by address.
+
+Every started broker listens on free loopback ports with its own configuration and data
+in a temporary directory, and is stopped (its own pid only) when the run ends.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from bench import procstat
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+@dataclass
+class Target:
+    """One broker as the scenarios see it."""
+
+    name: str
+    mqtt: tuple[str, int] | None = None
+    amqp: tuple[str, int] | None = None
+    pid: int | None = None  # root of the process tree measured for CPU and RSS
+    # Arguments for durable queues the AMQP scenarios declare (RabbitMQ: quorum).
+    queue_args: dict[str, object] = field(default_factory=dict)
+    # MQTT scenarios this target takes part in (None = all).  RabbitMQ's MQTT plugin is
+    # only used for the durable scenarios, where it is the one peer that also syncs.
+    mqtt_only: set[str] | None = None
+    notes: list[str] = field(default_factory=list)
+    user: str = "guest"
+    password: str = "guest"
+    log_path: Path | None = None
+
+    def runs_mqtt(self, scenario: str) -> bool:
+        return self.mqtt is not None and (self.mqtt_only is None or scenario in self.mqtt_only)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_port(host: str, port: int, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            socket.create_connection((host, port), timeout=1).close()
+            return
+        except OSError:
+            if time.monotonic() > deadline:
+                raise TimeoutError("nothing listens on %s:%d after %.0fs" % (host, port, timeout))
+            time.sleep(0.1)
+
+
+class Started:
+    """A broker process this run started; ``stop()`` ends it by its own pid."""
+
+    def __init__(self, target: Target, proc: subprocess.Popen[bytes], tmp: Path) -> None:
+        self.target = target
+        self.proc = proc
+        self.tmp = tmp
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            # RabbitMQ's wrapper shell does not forward SIGTERM: signal the whole tree.
+            pids = procstat.tree(self.proc.pid)
+            for p in reversed(pids):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(p, signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                for p in procstat.tree(self.proc.pid):
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(p, signal.SIGKILL)
+                self.proc.wait(timeout=5)
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+
+def ensure_peers_installed() -> None:
+    """apt-get install Mosquitto and RabbitMQ when they are missing."""
+    if shutil.which("mosquitto") or os.path.exists("/usr/sbin/mosquitto"):
+        if os.path.exists("/usr/lib/rabbitmq/bin/rabbitmq-server"):
+            return
+    env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
+    subprocess.run(["apt-get", "update", "-qq"], check=True, env=env)
+    subprocess.run(["apt-get", "install", "-y", "-qq", "mosquitto", "rabbitmq-server"],
+                   check=True, env=env)
+
+
+def start_mosquitto(cpu_prefix: list[str] | None = None) -> Started:
+    """Mosquitto 2 on a free loopback port, anonymous, in-memory (no persistence file)."""
+    tmp = Path(tempfile.mkdtemp(prefix="bench-mosq-"))
+    port = free_port()
+    conf = tmp / "mosquitto.conf"
+    # max_queued_messages matches oxiedge's per-session offline queue (4096).
+    conf.write_text(
+        "listener %d 127.0.0.1\nallow_anonymous true\npersistence false\n"
+        "max_queued_messages 4096\nlog_dest file %s/mosquitto.log\n" % (port, tmp)
+    )
+    exe = shutil.which("mosquitto") or "/usr/sbin/mosquitto"
+    proc = subprocess.Popen([*(cpu_prefix or []), exe, "-c", str(conf)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    wait_port("127.0.0.1", port, 10)
+    t = Target("mosquitto", mqtt=("127.0.0.1", port), pid=proc.pid,
+               notes=["Mosquitto (PUBACK = in memory; persistence off)"],
+               log_path=tmp / "mosquitto.log")
+    return Started(t, proc, tmp)
+
+
+def start_rabbitmq(queue_type: str = "quorum", with_mqtt: bool = True,
+                   cpu_prefix: list[str] | None = None) -> Started:
+    """RabbitMQ on free loopback ports with its own node name, config and data dir."""
+    tmp = Path(tempfile.mkdtemp(prefix="bench-rmq-"))
+    amqp_port, dist_port, mqtt_port = free_port(), free_port(), free_port()
+    conf = ["listeners.tcp.1 = 127.0.0.1:%d" % amqp_port, "loopback_users = none"]
+    plugins = []
+    if with_mqtt:
+        plugins.append("rabbitmq_mqtt")
+        conf += ["mqtt.listeners.tcp.1 = 127.0.0.1:%d" % mqtt_port,
+                 "mqtt.allow_anonymous = true", "mqtt.default_user = guest",
+                 "mqtt.default_pass = guest"]
+    (tmp / "rabbitmq.conf").write_text("\n".join(conf) + "\n")
+    (tmp / "enabled_plugins").write_text("[{}].\n".format(",".join(plugins)))
+    node = "bench%d@localhost" % os.getpid()
+    env = dict(os.environ, HOME=str(tmp), RABBITMQ_NODENAME=node,
+               RABBITMQ_CONFIG_FILE=str(tmp / "rabbitmq.conf"),
+               RABBITMQ_MNESIA_BASE=str(tmp / "mnesia"), RABBITMQ_LOG_BASE=str(tmp / "log"),
+               RABBITMQ_ENABLED_PLUGINS_FILE=str(tmp / "enabled_plugins"),
+               RABBITMQ_DIST_PORT=str(dist_port), RABBITMQ_PID_FILE=str(tmp / "pid"))
+    proc = subprocess.Popen([*(cpu_prefix or []), "/usr/lib/rabbitmq/bin/rabbitmq-server"],
+                            env=env, stdout=open(tmp / "stdout.log", "wb"),
+                            stderr=subprocess.STDOUT, start_new_session=True)
+    wait_port("127.0.0.1", amqp_port, 90)
+    if with_mqtt:
+        wait_port("127.0.0.1", mqtt_port, 60)
+    _wait_rabbit_usable(amqp_port)
+    qargs: dict[str, object] = {"x-queue-type": queue_type} if queue_type != "classic" else {}
+    t = Target("rabbitmq", amqp=("127.0.0.1", amqp_port), pid=proc.pid, queue_args=qargs,
+               mqtt=("127.0.0.1", mqtt_port) if with_mqtt else None,
+               mqtt_only={"mqtt-durable-offline", "bridge-mqtt-amqp"},
+               notes=[f"RabbitMQ, durable queues are {queue_type} queues (confirm after fsync)"])
+    return Started(t, proc, tmp)
+
+
+def _wait_rabbit_usable(port: int, timeout: float = 60) -> None:
+    import pika
+
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            c = pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", port,
+                                                                  socket_timeout=5))
+            c.close()
+            return
+        except Exception:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.5)
+
+
+_LISTEN_RE = re.compile(r"^(MQTT|AMQP) listening on (\S+):(\d+)")
+
+
+def oxiedge_command() -> list[str]:
+    exe = Path(sys.executable).parent / "oxiedge"
+    if exe.exists():
+        return [str(exe)]
+    return [sys.executable, "-c", "from oxiedge.cli import main; main()"]
+
+
+def start_oxiedge(extra_args: list[str] | None = None, data: Path | None = None,
+                  cpu_prefix: list[str] | None = None, env: dict[str, str] | None = None,
+                  timeout: float = 60.0, name: str = "oxiedge") -> Started:
+    """``oxiedge serve`` on free ports (port 0) with a temp data dir; waits for ``oxiedge ready``."""
+    tmp = Path(tempfile.mkdtemp(prefix="bench-oxi-"))
+    data = data or tmp / "data"
+    cmd = [*(cpu_prefix or []), *oxiedge_command(), "serve", "--data", str(data),
+           "--bind", "127.0.0.1", "--mqtt-port", "0", "--amqp-port", "0", *(extra_args or [])]
+    log = tmp / "oxiedge.log"
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd=tmp,
+                            env=dict(os.environ, **(env or {})))
+    t = Target(name, pid=proc.pid, log_path=log)
+    st = Started(t, proc, tmp)
+    ready = threading.Event()
+    lines: list[str] = []
+
+    def pump() -> None:
+        assert proc.stdout is not None
+        with open(log, "w") as out:
+            for raw in proc.stdout:
+                line = raw.decode(errors="replace").rstrip("\n")
+                out.write(line + "\n")
+                out.flush()
+                if not ready.is_set():
+                    lines.append(line)
+                    m = _LISTEN_RE.match(line)
+                    if m:
+                        addr = (m.group(2), int(m.group(3)))
+                        if m.group(1) == "MQTT":
+                            t.mqtt = addr
+                        else:
+                            t.amqp = addr
+                    if line.strip() == "oxiedge ready":
+                        ready.set()
+        ready.set()
+
+    threading.Thread(target=pump, daemon=True).start()
+    t0 = time.monotonic()
+    if not ready.wait(timeout) or proc.poll() is not None:
+        st.stop()
+        raise RuntimeError("oxiedge did not become ready:\n" + "\n".join(lines[-20:]))
+    t.notes.append("oxiedge ready in {:.2f}s: {}".format(time.monotonic() - t0,
+                                                  "; ".join(x for x in lines if x)))
+    return st
+
+
+def external_target(spec: str) -> Target:
+    """``NAME=mqtt://HOST:PORT,amqp://HOST:PORT[,pid=N]`` for a broker someone else runs."""
+    name, _, rest = spec.partition("=")
+    t = Target(name)
+    for part in rest.split(","):
+        if part.startswith("mqtt://"):
+            h, _, p = part[7:].rpartition(":")
+            t.mqtt = (h, int(p))
+        elif part.startswith("amqp://"):
+            h, _, p = part[7:].rpartition(":")
+            t.amqp = (h, int(p))
+        elif part.startswith("pid="):
+            t.pid = int(part[4:])
+    if t.pid is None:
+        port = (t.mqtt or t.amqp or ("", 0))[1]
+        t.pid = procstat.pid_listening_on(port) if port else None
+    return t

@@ -1,0 +1,217 @@
+"""``python -m bench``: run the scenarios against several brokers, interleaved, with medians.
+
+Examples::
+
+    python -m bench --with-peers --broker oxiedge --repeats 5
+    python -m bench --broker oxiedge --count 2000 --duration 2 --repeats 1   # smoke
+    python -m bench --target other=mqtt://127.0.0.1:1883,amqp://127.0.0.1:5672
+
+Runs are interleaved (repeat → scenario → broker, the broker order rotating each repeat)
+so slow drift of a shared machine hits every broker alike; the report shows medians.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import sys
+import time
+import traceback
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from bench import brokers, report, scen_amqp, scen_mqtt
+from bench.brokers import Started, Target
+from bench.result import Options, Result, Skip, median_of
+
+Scenario = Callable[[Target, Options], Result]
+
+SCENARIOS: dict[str, tuple[Scenario, str]] = {
+    "mqtt-qos0": (scen_mqtt.qos0, "MQTT QoS 0, 1 publisher → 1 subscriber"),
+    "mqtt-qos1": (scen_mqtt.qos1_pipelined, "MQTT QoS 1 pipelined (window in flight), PUBACKs/s"),
+    "mqtt-fanout": (scen_mqtt.fanout, "MQTT QoS 0 fan-out 1 → N subscribers, deliveries/s"),
+    "mqtt-qos1-seq": (scen_mqtt.qos1_sequential_raw,
+                      "MQTT sequential QoS 1 publish→PUBACK (raw client)"),
+    "mqtt-qos1-seq-paho": (scen_mqtt.qos1_sequential_paho,
+                           "MQTT sequential QoS 1 publish→PUBACK (paho-mqtt)"),
+    "amqp-confirm-1": (scen_amqp.confirms, "AMQP persistent + confirms, 1 connection"),
+    "amqp-confirm-8": (scen_amqp.confirms_8, "AMQP persistent + confirms, 8 connections, 1 queue"),
+    "amqp-drain": (scen_amqp.drain, "AMQP drain, prefetch 100, manual ack"),
+    "amqp-latency": (scen_amqp.latency, "AMQP publish→deliver at 1k msgs/s (pika)"),
+    "mqtt-durable-offline": (scen_mqtt.durable_offline,
+                             "MQTT QoS 1 to an offline persistent subscriber (durable)"),
+    "bridge-mqtt-amqp": (scen_mqtt.bridge_mqtt_amqp,
+                         "MQTT QoS 1 → amq.topic → durable queue (bridge)"),
+}
+
+
+def machine() -> dict[str, Any]:
+    """What the figures were measured on."""
+    import os
+
+    cpu = "?"
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith(("model name", "Model", "Hardware")):
+                    cpu = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    return {"nproc": os.cpu_count(), "cpu": cpu, "kernel": platform.release(),
+            "machine": platform.machine(), "python": platform.python_version(),
+            "affinity": sorted(os.sched_getaffinity(0))}
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m bench", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--broker", action="append", default=[],
+                   choices=["oxiedge", "mosquitto", "rabbitmq"],
+                   help="start this broker on free loopback ports (repeatable)")
+    p.add_argument("--with-peers", action="store_true",
+                   help="apt-get install (if missing) and start Mosquitto and RabbitMQ")
+    p.add_argument("--target", action="append", default=[],
+                   help="NAME=mqtt://H:P,amqp://H:P[,pid=N]: a broker that already runs")
+    p.add_argument("--scenario", "-s", action="append", default=[],
+                   help="scenario name (repeatable; default all; see --list)")
+    p.add_argument("--list", action="store_true", help="list scenarios and exit")
+    p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--count", type=int, default=Options.count)
+    p.add_argument("--duration", type=float, default=Options.duration,
+                   help="cap on one measured phase, seconds")
+    p.add_argument("--payload", type=int, default=Options.payload)
+    p.add_argument("--window", type=int, default=Options.window)
+    p.add_argument("--amqp-window", type=int, default=Options.amqp_window)
+    p.add_argument("--fanout", type=int, default=Options.fanout)
+    p.add_argument("--connections", type=int, default=Options.connections)
+    p.add_argument("--drain-count", type=int, default=Options.drain_count)
+    p.add_argument("--latency-count", type=int, default=Options.latency_count)
+    p.add_argument("--rate", type=float, default=Options.rate)
+    p.add_argument("--rabbit-queue-type", default="quorum", choices=["quorum", "classic"])
+    p.add_argument("--no-rabbit-mqtt", action="store_true",
+                   help="do not enable RabbitMQ's MQTT plugin (durable MQTT peer)")
+    p.add_argument("--oxiedge-arg", action="append", default=[],
+                   help="extra argument for `oxiedge serve` (repeatable)")
+    p.add_argument("--oxiedge-env", action="append", default=[],
+                   help="KEY=VALUE for the oxiedge process (e.g. a small RocksDB profile)")
+    p.add_argument("--cpus", default="",
+                   help="pin every started broker with taskset -c CPUS (e.g. 0-3)")
+    p.add_argument("--json", type=Path, help="write every run and the medians here")
+    p.add_argument("--label", default="", help="free text stored with the results")
+    return p.parse_args(argv)
+
+
+def run(argv: list[str] | None = None) -> int:
+    a = parse_args(argv)
+    if a.list:
+        for name, (_fn, desc) in SCENARIOS.items():
+            print("%-22s %s" % (name, desc))
+        return 0
+    scen = a.scenario or list(SCENARIOS)
+    unknown = [s for s in scen if s not in SCENARIOS]
+    if unknown:
+        print("unknown scenario(s): {} (see --list)".format(", ".join(unknown)), file=sys.stderr)
+        return 2
+    o = Options(count=a.count, duration=a.duration, payload=a.payload, window=a.window,
+                amqp_window=a.amqp_window, fanout=a.fanout, connections=a.connections,
+                drain_count=a.drain_count, latency_count=a.latency_count, rate=a.rate)
+    want = list(dict.fromkeys(a.broker + (["mosquitto", "rabbitmq"] if a.with_peers else [])))
+    prefix = ["taskset", "-c", a.cpus] if a.cpus else None
+    started: list[Started] = []
+    targets: list[Target] = [brokers.external_target(s) for s in a.target]
+    try:
+        if a.with_peers or "mosquitto" in want or "rabbitmq" in want:
+            brokers.ensure_peers_installed()
+        for name in want:
+            print(f"starting {name} ...", flush=True)
+            if name == "oxiedge":
+                env = dict(kv.split("=", 1) for kv in a.oxiedge_env)
+                st = brokers.start_oxiedge(a.oxiedge_arg, cpu_prefix=prefix, env=env)
+            elif name == "mosquitto":
+                st = brokers.start_mosquitto(prefix)
+            else:
+                st = brokers.start_rabbitmq(a.rabbit_queue_type, not a.no_rabbit_mqtt, prefix)
+            started.append(st)
+            targets.append(st.target)
+            t = st.target
+            print("  {}: mqtt={} amqp={} pid={} {}".format(t.name, t.mqtt, t.amqp, t.pid,
+                                                        "; ".join(t.notes)), flush=True)
+        if not targets:
+            print("no broker: give --broker, --with-peers or --target", file=sys.stderr)
+            return 2
+        return _run_all(a, o, scen, targets)
+    finally:
+        for st in started:
+            st.stop()
+
+
+def _run_all(a: argparse.Namespace, o: Options, scen: list[str],
+             targets: list[Target]) -> int:
+    runs: dict[tuple[str, str], list[Result]] = {}
+    for rep in range(a.repeats):
+        for s in scen:
+            fn = SCENARIOS[s][0]
+            k = rep % len(targets)
+            for t in targets[k:] + targets[:k]:  # rotate the order each repeat
+                r = run_one(fn, s, t, o)
+                runs.setdefault((s, t.name), []).append(r)
+                print("[%d/%d] %-20s %-10s %s" % (rep + 1, a.repeats, s, t.name, describe(r)),
+                      flush=True)
+    med = {k: median_of(v) for k, v in runs.items()}
+    names = [t.name for t in targets]
+    print("\nMedians of %d interleaved run(s); machine: %s" % (a.repeats, machine()))
+    print(report.medians_table(scen, names, med))
+    skips = {(s, t): r.skipped for (s, t), r in med.items() if r.skipped}
+    for (s, t), why in skips.items():
+        print(f"  skipped {s} on {t}: {why}")
+    subject = names[0]
+    if len(names) > 1:
+        print(f"\nRatios ({subject} ÷ peer, same run):")
+        print(report.ratio_table(scen, subject, names[1:], med))
+    if a.json:
+        a.json.parent.mkdir(parents=True, exist_ok=True)
+        a.json.write_text(json.dumps({
+            "label": a.label, "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "machine": machine(), "options": vars(o), "argv": sys.argv[1:],
+            "targets": {t.name: {"notes": t.notes} for t in targets},
+            "runs": [r.as_dict() for v in runs.values() for r in v],
+            "medians": [r.as_dict() for r in med.values()],
+        }, indent=1, default=str))
+        print(f"results written to {a.json}")
+    errors = [r for v in runs.values() for r in v if r.note.startswith("error")]
+    return 1 if errors else 0
+
+
+def run_one(fn: Scenario, scenario: str, t: Target, o: Options) -> Result:
+    try:
+        return fn(t, o)
+    except Skip as e:
+        return Result(scenario, t.name, skipped=str(e))
+    except Exception as e:
+        tb = traceback.format_exc(limit=3)
+        r = Result(scenario, t.name, skipped=f"error: {type(e).__name__}: {e}")
+        r.note = "error " + tb
+        return r
+
+
+def describe(r: Result) -> str:
+    if r.skipped is not None:
+        return f"SKIP ({r.skipped})"
+    cpu = r.cpu_us_per_msg
+    lat = (f" p50 {r.p50_ms:.3f} ms p99 {r.p99_ms:.3f} ms") if r.p50_ms is not None else ""
+    return "%10.0f %s  n=%d lost=%d %.2fs%s cpu=%s rss=%s" % (
+        r.value if r.higher_better else r.count, r.unit if r.higher_better else "msgs",
+        r.count, r.lost, r.elapsed, lat,
+        "-" if cpu is None else f"{cpu:.1f}µs/msg ({r.cpu_pct or 0:.0f}%)",
+        "-" if r.rss_mb is None else f"{r.rss_mb:.1f}MB")
+
+
+def main() -> None:
+    sys.exit(run())
+
+
+if __name__ == "__main__":
+    main()

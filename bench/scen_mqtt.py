@@ -1,0 +1,337 @@
+"""MQTT scenarios: raw pre-encoded pipelined sockets for throughput, raw and paho for latency.
+
+Throughput is counted on the receiving side: QoS 0 deliveries of one topic and payload
+all have the same length, so a subscriber counts bytes (no per-packet parsing), and
+PUBACKs are 4 bytes each.  A run ends when every message arrived or after
+``idle_timeout`` seconds of silence (the shortfall is reported as ``lost``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import struct
+import threading
+import time
+import uuid
+
+from bench.brokers import Target
+from bench.mqttwire import PUBACK_LEN, RawMqtt, publish_packet, qos1_ring
+from bench.result import Meter, Options, Result, Skip, latency_result
+
+
+def _uid() -> str:
+    return uuid.uuid4().hex[:10]
+
+
+def _payload(o: Options) -> bytes:
+    return os.urandom(o.payload)
+
+
+def _need_mqtt(t: Target, scenario: str) -> tuple[str, int]:
+    if not t.runs_mqtt(scenario):
+        raise Skip(f"{t.name} has no MQTT listener for this scenario")
+    assert t.mqtt is not None
+    return t.mqtt
+
+
+def _connect(addr: tuple[str, int], cid: str, clean: bool = True) -> RawMqtt:
+    c = RawMqtt(*addr)
+    c.connect(cid, clean)
+    return c
+
+
+def qos0(t: Target, o: Options, subscribers: int = 1, scenario: str = "mqtt-qos0") -> Result:
+    """One publisher streams QoS 0 as fast as TCP takes it; ``subscribers`` receive."""
+    addr = _need_mqtt(t, scenario)
+    topic = f"bench/{_uid()}/q0"
+    subs = []
+    for i in range(subscribers):
+        c = _connect(addr, "bsub-%s-%d" % (_uid(), i))
+        c.subscribe(topic, 0)
+        subs.append(c)
+    pub = _connect(addr, "bpub-" + _uid())
+    pkt = publish_packet(topic, _payload(o), 0)
+    size = len(pkt)
+    batch = 256
+    chunk = pkt * batch
+    state = {"sent": 0, "done": False}
+    got = [0] * subscribers
+    last = [0.0] * subscribers
+    meter = Meter(t.pid)
+
+    def send() -> None:
+        deadline = time.perf_counter() + o.duration
+        n = o.count
+        sock = pub.sock
+        while state["sent"] < n and time.perf_counter() < deadline:
+            k = min(batch, n - state["sent"])
+            sock.sendall(chunk if k == batch else pkt * k)
+            state["sent"] += k
+        state["done"] = True
+
+    def receive(i: int) -> None:
+        sock = subs[i].sock
+        buf = bytearray(1 << 18)
+        total = len(subs[i].buf)  # bytes already read past SUBACK
+        sock.settimeout(0.2)
+        quiet_since = None
+        while True:
+            if state["done"] and total >= state["sent"] * size:
+                break
+            try:
+                n = sock.recv_into(buf)
+            except TimeoutError:
+                if state["done"]:
+                    quiet_since = quiet_since or time.perf_counter()
+                    if time.perf_counter() - quiet_since > o.idle_timeout:
+                        break
+                continue
+            if not n:
+                break
+            quiet_since = None
+            total += n
+            last[i] = time.perf_counter()
+        got[i] = total // size
+
+    threads = [threading.Thread(target=receive, args=(i,), daemon=True)
+               for i in range(subscribers)]
+    for th in threads:
+        th.start()
+    t0 = meter.start()
+    sender = threading.Thread(target=send, daemon=True)
+    sender.start()
+    sender.join()
+    for th in threads:
+        th.join(o.duration + o.idle_timeout + 30)
+    meter.stop()
+    end = max(last) if any(last) else time.perf_counter()
+    for c in [*subs, pub]:
+        c.disconnect()
+    r = Result(scenario, t.name, unit="deliveries/s" if subscribers > 1 else "msgs/s")
+    r.count = sum(got)
+    r.elapsed = end - t0
+    r.value = r.count / r.elapsed if r.elapsed > 0 else 0.0
+    r.lost = state["sent"] * subscribers - r.count
+    r.extra = {"sent": state["sent"]}
+    return meter.fill(r)
+
+
+def fanout(t: Target, o: Options) -> Result:
+    return qos0(t, o, subscribers=o.fanout, scenario="mqtt-fanout")
+
+
+def _pipelined_qos1(c: RawMqtt, topic: str, o: Options, meter: Meter) -> tuple[int, float, int]:
+    """Publish up to ``o.count`` QoS 1 messages with ``o.window`` in flight.
+
+    Returns (PUBACKs received, elapsed seconds, publishes sent).
+    """
+    ring, size = qos1_ring(topic, _payload(o))
+    ring_n = 65535
+    view = memoryview(ring)
+    sock = c.sock
+    n, window = o.count, min(o.window, ring_n - 1)
+    sent = acked = 0
+    rem = 0  # bytes of a PUBACK split across reads
+    buf = bytearray(1 << 16)
+
+    def send(k: int) -> None:
+        nonlocal sent
+        while k:
+            start = sent % ring_n
+            take = min(k, ring_n - start)
+            sock.sendall(view[start * size : (start + take) * size])
+            sent += take
+            k -= take
+
+    t0 = meter.start()
+    deadline = t0 + o.duration
+    send(min(window, n))
+    sock.settimeout(o.idle_timeout)
+    while acked < sent:
+        try:
+            got = sock.recv_into(buf)
+        except TimeoutError:
+            break
+        if not got:
+            raise ConnectionError("broker closed the connection after %d PUBACKs" % acked)
+        rem += got
+        k = rem // PUBACK_LEN
+        rem -= k * PUBACK_LEN
+        acked += k
+        if sent < n and time.perf_counter() < deadline:
+            send(min(k, n - sent))
+    t1 = meter.stop()
+    view.release()
+    return acked, t1 - t0, sent
+
+
+def qos1_pipelined(t: Target, o: Options) -> Result:
+    """QoS 1 publishes with ``window`` in flight and no subscriber: PUBACKs/s."""
+    addr = _need_mqtt(t, "mqtt-qos1")
+    c = _connect(addr, "bpub-" + _uid())
+    meter = Meter(t.pid)
+    acked, elapsed, sent = _pipelined_qos1(c, f"bench/{_uid()}/q1", o, meter)
+    c.disconnect()
+    r = Result("mqtt-qos1", t.name, unit="PUBACKs/s", count=acked, elapsed=elapsed,
+               lost=sent - acked)
+    r.value = acked / elapsed if elapsed else 0.0
+    return meter.fill(r)
+
+
+def durable_offline(t: Target, o: Options) -> Result:
+    """QoS 1 publishes (window in flight) to a topic an offline persistent session holds.
+
+    Each message is queued for the offline subscriber; oxiedge and RabbitMQ must sync
+    it before the PUBACK, Mosquitto keeps it in memory.  The session is cleaned after.
+    """
+    addr = _need_mqtt(t, "mqtt-durable-offline")
+    topic = f"bench/{_uid()}/durable"
+    sub_id = "bdur-" + _uid()
+    s = _connect(addr, sub_id, clean=False)
+    s.subscribe(topic, 1)
+    s.disconnect()
+    c = _connect(addr, "bpub-" + _uid())
+    meter = Meter(t.pid)
+    try:
+        acked, elapsed, sent = _pipelined_qos1(c, topic, o, meter)
+    finally:
+        c.disconnect()
+        # A clean session discards the queued messages (MQTT-3.1.2-6).
+        with contextlib.suppress(OSError):
+            _connect(addr, sub_id, clean=True).disconnect()
+    r = Result("mqtt-durable-offline", t.name, unit="PUBACKs/s", count=acked,
+               elapsed=elapsed, lost=sent - acked)
+    r.value = acked / elapsed if elapsed else 0.0
+    return meter.fill(r)
+
+
+def qos1_sequential_raw(t: Target, o: Options) -> Result:
+    """One QoS 1 PUBLISH at a time; latency from send to its PUBACK (raw socket)."""
+    addr = _need_mqtt(t, "mqtt-qos1-seq")
+    c = _connect(addr, "bseq-" + _uid())
+    topic = f"bench/{_uid()}/seq"
+    payload = _payload(o)
+    head = publish_packet(topic, payload, 1, 1)[: -len(payload) - 2]
+    sock = c.sock
+    sock.settimeout(o.idle_timeout)
+    lat: list[int] = []
+    meter = Meter(t.pid)
+    t0 = meter.start()
+    deadline = time.perf_counter() + o.duration
+    pack = struct.Struct(">H").pack
+    for i in range(o.latency_count):
+        pkt = head + pack(i % 65535 + 1) + payload
+        a = time.perf_counter_ns()
+        sock.sendall(pkt)
+        got = b""
+        while len(got) < PUBACK_LEN:
+            chunk = sock.recv(PUBACK_LEN - len(got))
+            if not chunk:
+                raise ConnectionError("broker closed the connection")
+            got += chunk
+        lat.append(time.perf_counter_ns() - a)
+        if time.perf_counter() > deadline:
+            break
+    t1 = meter.stop()
+    c.disconnect()
+    r = Result("mqtt-qos1-seq", t.name, elapsed=t1 - t0)
+    return meter.fill(latency_result(r, lat))
+
+
+def qos1_sequential_paho(t: Target, o: Options) -> Result:
+    """The same with paho-mqtt (a real client library, its network thread included)."""
+    import paho.mqtt.client as mqtt
+
+    addr = _need_mqtt(t, "mqtt-qos1-seq-paho")
+    c = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id="bpaho-" + _uid(),
+                    protocol=mqtt.MQTTv311)
+    c.connect(addr[0], addr[1], keepalive=60)
+    c.loop_start()
+    topic = f"bench/{_uid()}/paho"
+    payload = _payload(o)
+    lat: list[int] = []
+    meter = Meter(t.pid)
+    try:
+        deadline_connect = time.monotonic() + 10
+        while not c.is_connected():
+            if time.monotonic() > deadline_connect:
+                raise ConnectionError("paho did not connect")
+            time.sleep(0.005)
+        t0 = meter.start()
+        deadline = time.perf_counter() + o.duration
+        for _ in range(o.latency_count):
+            a = time.perf_counter_ns()
+            info = c.publish(topic, payload, qos=1)
+            info.wait_for_publish(timeout=o.idle_timeout)
+            if not info.is_published():
+                raise TimeoutError(f"no PUBACK within {o.idle_timeout:.1f}s")
+            lat.append(time.perf_counter_ns() - a)
+            if time.perf_counter() > deadline:
+                break
+        t1 = meter.stop()
+    finally:
+        c.disconnect()
+        c.loop_stop()
+    r = Result("mqtt-qos1-seq-paho", t.name, elapsed=t1 - t0)
+    return meter.fill(latency_result(r, lat))
+
+
+def bridge_mqtt_amqp(t: Target, o: Options) -> Result:
+    """MQTT QoS 1 (window in flight) → ``amq.topic`` → a durable queue: PUBACKs/s.
+
+    Skipped when one test message does not reach the bound queue (no bridge).
+    """
+    import pika
+
+    addr = _need_mqtt(t, "bridge-mqtt-amqp")
+    if t.amqp is None:
+        raise Skip(f"{t.name} has no AMQP listener")
+    uid = _uid()
+    queue = "bench-bridge-" + uid
+    params = pika.ConnectionParameters(t.amqp[0], t.amqp[1], socket_timeout=10,
+                                       credentials=pika.PlainCredentials(t.user, t.password))
+    conn = pika.BlockingConnection(params)
+    ch = conn.channel()
+    ch.queue_declare(queue, durable=True, arguments=t.queue_args or None)
+    ch.queue_bind(queue, "amq.topic", routing_key=f"bench.{uid}.#")
+    topic = f"bench/{uid}/x"
+
+    def depth() -> int:
+        return int(ch.queue_declare(queue, passive=True).method.message_count)
+
+    def wait_depth(want: int, timeout: float) -> int:
+        deadline = time.monotonic() + timeout
+        d = depth()
+        while d < want and time.monotonic() < deadline:
+            conn.sleep(0.05)
+            d = depth()
+        return d
+
+    try:
+        probe = _connect(addr, "bprobe-" + uid)
+        probe.sock.sendall(publish_packet(topic, b"probe", 1, 1))
+        probe.read_packet()
+        probe.disconnect()
+        if wait_depth(1, 3.0) < 1:
+            raise Skip(f"MQTT→AMQP bridge not there: a QoS 1 publish on {topic} did not reach a "
+                       f"queue bound to amq.topic with bench.{uid}.#")
+        ch.queue_purge(queue)
+        c = _connect(addr, "bpub-" + uid)
+        meter = Meter(t.pid)
+        acked, elapsed, sent = _pipelined_qos1(c, topic, o, meter)
+        c.disconnect()
+        in_queue = wait_depth(acked, 15.0)
+        r = Result("bridge-mqtt-amqp", t.name, unit="PUBACKs/s", count=acked,
+                   elapsed=elapsed, lost=max(0, acked - in_queue))
+        r.value = acked / elapsed if elapsed else 0.0
+        r.extra = {"in_queue": in_queue, "sent": sent}
+        return meter.fill(r)
+    finally:
+        try:
+            ch.queue_delete(queue)
+            conn.close()
+        except Exception:
+            pass
+
+

@@ -204,6 +204,11 @@ class FrameParser:
         self._buf += data
 
     @property
+    def awaiting_header(self) -> bool:
+        """True until the protocol header has been received."""
+        return self._need_header
+
+    @property
     def buffered(self) -> int:
         """Bytes received but not yet consumed."""
         return len(self._buf) - self._pos

@@ -1,0 +1,352 @@
+"""The broker state shared by all AMQP connections of the process (vhost ``/``).
+
+Everything here is synchronous: it changes in-memory state and *stages* the matching durable
+writes (``persist``); the connection awaits ``store.commit()`` before it answers.  Because
+the in-memory change happens before any await, two connections declaring the same queue at
+the same moment see one queue and stage one ``_amqp`` record.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from oxiedge.amqp import persist
+from oxiedge.amqp.errors import (
+    ACCESS_REFUSED,
+    NOT_FOUND,
+    NOT_IMPLEMENTED,
+    PRECONDITION_FAILED,
+    RESOURCE_LOCKED,
+    AmqpError,
+)
+from oxiedge.amqp.exchanges import SUPPORTED_TYPES, Binding, Exchange
+from oxiedge.amqp.queues import Queue, QueuedMessage
+
+if TYPE_CHECKING:
+    from oxiedge.amqp.queues import Consumer
+
+#: Queue arguments we implement (everything else answers 540 naming the argument).
+SUPPORTED_QUEUE_ARGS: dict[str, Callable[[Any], bool]] = {
+    "x-queue-type": lambda v: v in ("classic", b"classic"),
+}
+BUILTIN_EXCHANGES = (("amq.direct", "direct"), ("amq.fanout", "fanout"), ("amq.topic", "topic"))
+
+TopicHook = Callable[[str, bytes, bytes], None]
+
+
+def _flag(value: bool) -> str:
+    return "true" if value else "false"
+
+
+def _vhost(kind: str, name: str) -> str:
+    return f"{kind} '{name}' in vhost '/'"
+
+
+class Broker:
+    """Exchanges, queues and bindings; routing; the durable mapping."""
+
+    def __init__(self, store: Any, queue_limit: int = 100_000) -> None:
+        self.store = store
+        self.queue_limit = queue_limit
+        self.queues: dict[str, Queue] = {}
+        self.exchanges: dict[str, Exchange] = {}
+        self.next_qid = 1
+        self.topic_hooks: list[TopicHook] = []
+        self.counters = {"published": 0, "unroutable": 0, "returned": 0, "dropped": 0,
+                         "delivered": 0, "acked": 0, "requeued": 0, "discarded": 0,
+                         "persisted": 0, "confirmed": 0, "nacked_confirms": 0}
+        self.exchanges[""] = Exchange("", "direct", durable=True, builtin=True)
+        for name, kind in BUILTIN_EXCHANGES:
+            self.exchanges[name] = Exchange(name, kind, durable=True, builtin=True)
+
+    # -- recovery ----------------------------------------------------------------------
+
+    def recover(self) -> tuple[int, int]:
+        """Load durable exchanges, queues, bindings and messages; returns
+        ``(durable queues, messages)``.  Recovered messages are marked redelivered."""
+        store = self.store
+        queue_docs, exchange_docs, bind_docs = persist.load_docs(store)
+        for doc in exchange_docs:
+            name = doc["name"]
+            if name in self.exchanges:
+                continue
+            x = Exchange(name, doc["type"], durable=True, auto_delete=doc.get("auto_delete", False),
+                         internal=doc.get("internal", False), arguments=doc.get("arguments"))
+            x.doc_id = doc["_id"]
+            self.exchanges[name] = x
+        by_qid: dict[int, Queue] = {}
+        for doc in queue_docs:
+            if doc["name"] in self.queues:  # a duplicate record: keep the first
+                store.stage_delete(persist.COLL, doc["_id"])
+                continue
+            q = self._new_queue(doc["name"], int(doc["qid"]), durable=True,
+                                auto_delete=doc.get("auto_delete", False),
+                                arguments=doc.get("arguments") or {})
+            q.doc_id = doc["_id"]
+            by_qid[q.qid] = q
+            self.next_qid = max(self.next_qid, q.qid + 1)
+        for doc in bind_docs:
+            q = self.queues.get(doc["queue"])
+            x = self.exchanges.get(doc["exchange"])
+            if q is None or x is None:
+                store.stage_delete(persist.COLL, doc["_id"])
+                continue
+            b = Binding(x.name, q, doc.get("routing_key", ""), doc.get("arguments") or {})
+            b.doc_id = doc["_id"]
+            x.add(b)
+        messages = 0
+        orphans: set[int] = set()
+        for key, value in store.iter_raw(persist.CF, persist.MSG_PREFIX):
+            qid, seq = persist.parse_key(key)
+            q = by_qid.get(qid)
+            if q is None:
+                orphans.add(qid)
+                continue
+            exchange, routing_key, props, body = persist.decode_record(value)
+            q.enqueue(QueuedMessage(seq, exchange, routing_key, props, body, True, True))
+            q.next_seq = seq + 1
+            messages += 1
+        for qid in orphans:
+            store.stage_delete_range(persist.CF, *persist.queue_range(qid))
+        for q in by_qid.values():
+            messages -= q.dropped
+            q.published = 0
+        return len(by_qid), messages
+
+    def queue_name_of(self, qid: int) -> str | None:
+        for q in self.queues.values():
+            if q.qid == qid:
+                return q.name
+        return None
+
+    # -- queues ------------------------------------------------------------------------
+
+    def _new_queue(self, name: str, qid: int, **kw: Any) -> Queue:
+        q = Queue(name, qid, limit=self.queue_limit, on_drop=self._dropped, **kw)
+        self.queues[name] = q
+        return q
+
+    def _dropped(self, queue: Queue, msg: QueuedMessage) -> None:
+        self.counters["dropped"] += 1
+        self.forget(queue, msg)
+
+    def get_queue(self, name: str, owner: object | None = None) -> Queue:
+        """The queue ``name``, or 404; 405 if another connection holds it exclusively."""
+        q = self.queues.get(name)
+        if q is None:
+            raise AmqpError(NOT_FOUND, f"no {_vhost('queue', name)}")
+        if q.exclusive_owner is not None and q.exclusive_owner is not owner:
+            raise AmqpError(RESOURCE_LOCKED,
+                            f"cannot obtain exclusive access to locked {_vhost('queue', name)}")
+        return q
+
+    def declare_queue(
+        self, name: str, *, passive: bool, durable: bool, exclusive: bool, auto_delete: bool,
+        arguments: dict[str, Any], owner: object,
+    ) -> tuple[Queue, bool]:
+        """Declare (or check) a queue; returns ``(queue, staged a durable write)``."""
+        if passive:
+            return self.get_queue(name, owner), False
+        for key, value in arguments.items():
+            check = SUPPORTED_QUEUE_ARGS.get(key)
+            if check is None or not check(value):
+                raise AmqpError(NOT_IMPLEMENTED, f"queue argument '{key}' is not implemented")
+        if not name:
+            name = "amq.gen-" + secrets.token_urlsafe(16)
+        elif name.startswith("amq.") and name not in self.queues:
+            raise AmqpError(ACCESS_REFUSED,
+                            f"queue name '{name}' contains reserved prefix 'amq.*'")
+        q = self.queues.get(name)
+        if q is not None:
+            self.get_queue(name, owner)  # exclusivity
+            for what, have, want in (("durable", q.durable, durable),
+                                     ("exclusive", q.exclusive, exclusive),
+                                     ("auto_delete", q.auto_delete, auto_delete)):
+                if have != want:
+                    raise AmqpError(
+                        PRECONDITION_FAILED,
+                        f"inequivalent arg '{what}' for {_vhost('queue', name)}: received "
+                        f"'{_flag(want)}' but current is '{_flag(have)}'")
+            if persist.jsonable(arguments) != q.arguments:
+                raise AmqpError(PRECONDITION_FAILED,
+                                f"inequivalent arguments for {_vhost('queue', name)}")
+            return q, False
+        qid = self.next_qid
+        self.next_qid += 1
+        q = self._new_queue(name, qid, durable=durable, auto_delete=auto_delete,
+                            exclusive_owner=owner if exclusive else None,
+                            arguments=persist.jsonable(arguments))
+        staged = False
+        if durable and not exclusive:
+            # Exclusive queues die with their connection, so they never reach the disk.
+            doc = self.store.stage_insert(persist.COLL, {
+                "_kind": "queue", "name": name, "qid": qid, "durable": True,
+                "auto_delete": auto_delete, "arguments": q.arguments})
+            q.doc_id = doc["_id"]
+            staged = True
+        # The default exchange binds every queue by name implicitly (spec 3.1.3.1).
+        return q, staged
+
+    def delete_queue(self, q: Queue, cancel: Callable[[Consumer], None] | None = None) -> int:
+        """Delete a queue, its bindings and its stored messages; returns the ready count."""
+        if q.deleted:
+            return 0
+        q.deleted = True
+        count = len(q.ready)
+        self.queues.pop(q.name, None)
+        for consumer in list(q.consumers):
+            if cancel is not None:
+                cancel(consumer)
+        q.consumers.clear()
+        for x in list(self.exchanges.values()):
+            for b in x.remove_queue(q.name):
+                self._unstage_binding(b)
+            self._maybe_auto_delete_exchange(x)
+        if q.doc_id is not None:
+            self.store.stage_delete(persist.COLL, q.doc_id)
+            self.store.stage_delete_range(persist.CF, *persist.queue_range(q.qid))
+        q.ready.clear()
+        return count
+
+    def purge(self, q: Queue) -> int:
+        """Drop every ready message (unacked ones stay); returns how many."""
+        count = len(q.ready)
+        for msg in q.ready:
+            self.forget(q, msg)
+        q.ready.clear()
+        return count
+
+    # -- exchanges ---------------------------------------------------------------------
+
+    def get_exchange(self, name: str) -> Exchange:
+        x = self.exchanges.get(name)
+        if x is None:
+            raise AmqpError(NOT_FOUND, f"no {_vhost('exchange', name)}")
+        return x
+
+    def declare_exchange(
+        self, name: str, type: str, *, passive: bool, durable: bool, auto_delete: bool,
+        internal: bool, arguments: dict[str, Any],
+    ) -> tuple[Exchange, bool]:
+        if not name:
+            raise AmqpError(ACCESS_REFUSED, "operation not permitted on the default exchange")
+        if passive:
+            return self.get_exchange(name), False
+        if type not in SUPPORTED_TYPES:
+            raise AmqpError(NOT_IMPLEMENTED, f"exchange type '{type}' is not implemented")
+        if arguments:
+            raise AmqpError(NOT_IMPLEMENTED,
+                            f"exchange argument '{next(iter(arguments))}' is not implemented")
+        x = self.exchanges.get(name)
+        if x is not None:
+            for what, have, want in (("type", x.type, type), ("durable", x.durable, durable),
+                                     ("auto_delete", x.auto_delete, auto_delete),
+                                     ("internal", x.internal, internal)):
+                if have != want:
+                    shown = (want, have) if what == "type" else (_flag(want), _flag(have))
+                    raise AmqpError(
+                        PRECONDITION_FAILED,
+                        f"inequivalent arg '{what}' for {_vhost('exchange', name)}: received "
+                        f"'{shown[0]}' but current is '{shown[1]}'")
+            return x, False
+        if name.startswith("amq."):
+            raise AmqpError(ACCESS_REFUSED,
+                            f"exchange name '{name}' contains reserved prefix 'amq.*'")
+        x = Exchange(name, type, durable=durable, auto_delete=auto_delete, internal=internal)
+        self.exchanges[name] = x
+        if durable:
+            doc = self.store.stage_insert(persist.COLL, {
+                "_kind": "exchange", "name": name, "type": type, "durable": True,
+                "auto_delete": auto_delete, "internal": internal, "arguments": {}})
+            x.doc_id = doc["_id"]
+            return x, True
+        return x, False
+
+    def delete_exchange(self, name: str, if_unused: bool) -> bool:
+        """Delete an exchange; returns whether a durable write was staged."""
+        if not name or name.startswith("amq."):
+            raise AmqpError(ACCESS_REFUSED,
+                            f"operation not permitted on {_vhost('exchange', name)}")
+        x = self.get_exchange(name)
+        if if_unused and x.bindings:
+            raise AmqpError(PRECONDITION_FAILED, f"{_vhost('exchange', name)} in use")
+        return self._drop_exchange(x)
+
+    def _drop_exchange(self, x: Exchange) -> bool:
+        self.exchanges.pop(x.name, None)
+        for b in list(x.bindings.values()):
+            self._unstage_binding(b)
+        x.bindings.clear()
+        x.invalidate()
+        if x.doc_id is not None:
+            self.store.stage_delete(persist.COLL, x.doc_id)
+            return True
+        return False
+
+    def _maybe_auto_delete_exchange(self, x: Exchange) -> None:
+        if x.auto_delete and not x.bindings and not x.builtin:
+            self._drop_exchange(x)
+
+    # -- bindings ----------------------------------------------------------------------
+
+    def bind(self, q: Queue, exchange: str, routing_key: str, arguments: dict[str, Any]) -> bool:
+        if not exchange:
+            raise AmqpError(ACCESS_REFUSED,
+                            "operation not permitted on the default exchange")
+        x = self.get_exchange(exchange)
+        if arguments:
+            raise AmqpError(NOT_IMPLEMENTED,
+                            f"binding argument '{next(iter(arguments))}' is not implemented")
+        b = Binding(x.name, q, routing_key, {})
+        if not x.add(b):
+            return False
+        if q.doc_id is not None and x.durable:
+            doc = self.store.stage_insert(persist.COLL, {
+                "_kind": "bind", "exchange": x.name, "queue": q.name,
+                "routing_key": routing_key, "arguments": {}})
+            b.doc_id = doc["_id"]
+            return True
+        return False
+
+    def unbind(self, q: Queue, exchange: str, routing_key: str) -> bool:
+        if not exchange:
+            raise AmqpError(ACCESS_REFUSED, "operation not permitted on the default exchange")
+        x = self.get_exchange(exchange)
+        b = x.remove(q.name, routing_key)
+        if b is None:
+            return False
+        staged = self._unstage_binding(b)
+        self._maybe_auto_delete_exchange(x)
+        return staged
+
+    def _unstage_binding(self, b: Binding) -> bool:
+        if b.doc_id is not None:
+            self.store.stage_delete(persist.COLL, b.doc_id)
+            b.doc_id = None
+            return True
+        return False
+
+    def bindings(self) -> list[dict[str, Any]]:
+        rows = [{"exchange": "", "queue": q.name, "routing_key": q.name, "durable": q.durable}
+                for q in self.queues.values()]
+        for x in self.exchanges.values():
+            for b in x.bindings.values():
+                rows.append({"exchange": x.name, "queue": b.queue.name,
+                             "routing_key": b.routing_key, "durable": b.doc_id is not None})
+        return rows
+
+    # -- messages ----------------------------------------------------------------------
+
+    def store_message(self, q: Queue, msg: QueuedMessage, record: bytes) -> None:
+        """Stage the durable record of a persistent message on a durable queue."""
+        self.store.stage_put(persist.CF, persist.msg_key(q.qid, msg.seq), record)
+        msg.stored = True
+        self.counters["persisted"] += 1
+
+    def forget(self, q: Queue, msg: QueuedMessage) -> None:
+        """Stage the deletion of a message's durable record (ack, drop, purge)."""
+        if msg.stored:
+            msg.stored = False
+            self.store.stage_delete_key(persist.CF, persist.msg_key(q.qid, msg.seq))

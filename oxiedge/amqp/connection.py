@@ -1,0 +1,526 @@
+"""The trio side of one AMQP connection: handshake, reader, writer, heartbeats, publishing.
+
+Theory of operation
+-------------------
+The *reader* (the connection's main task) receives whatever the socket has (one "burst"),
+feeds the sans-IO :class:`FrameParser` and handles every complete command.  Publishes are
+routed at once; persistent messages for durable queues are *staged* in the store.  At the
+end of the burst (or before any method whose effect could observe those publishes) the
+connection flushes: ONE ``await store.commit()`` for everything staged, then the messages
+are enqueued (so the on-disk write always precedes a delivery that could be acked), then
+the publisher confirms go out in publish order, coalesced to one ``basic.ack
+multiple=true`` per channel.  Across connections the store's group committer shares one
+sync.  Transient bursts never wait: they are enqueued and confirmed without a commit.
+
+The *writer* task owns the socket's send side.  Everything else appends bytes with
+:meth:`AmqpConnection.send` (no await; order is preserved).  When the unsent bytes pass
+:data:`HIGH_WATER` the connection stops being :attr:`writable`: queues skip its consumers
+and the reader stops reading until the writer has drained, which bounds memory for slow
+consumers and for publishers that never read their confirms.
+
+Heartbeats (spec 4.2.7): the server sends one when it has written nothing for half the
+negotiated interval, and declares the peer dead when nothing arrived for two intervals.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any
+
+import trio
+
+from oxiedge.amqp import persist, spec
+from oxiedge.amqp.channel import Channel
+from oxiedge.amqp.codec import (
+    HEARTBEAT,
+    HEARTBEAT_FRAME,
+    PROTOCOL_HEADER,
+    Command,
+    FrameParser,
+    ProtocolHeaderMismatch,
+    encode_content,
+    encode_method,
+)
+from oxiedge.amqp.errors import (
+    ACCESS_REFUSED,
+    CHANNEL_ERROR,
+    COMMAND_INVALID,
+    INTERNAL_ERROR,
+    NO_ROUTE,
+    NOT_ALLOWED,
+    NOT_FOUND,
+    NOT_IMPLEMENTED,
+    AmqpError,
+)
+from oxiedge.amqp.fields import decode_table, encode_longstr
+from oxiedge.amqp.queues import Consumer, Queue, QueuedMessage
+
+if TYPE_CHECKING:
+    from oxiedge.amqp.service import AmqpService
+
+HIGH_WATER = 1 << 20  # unsent bytes per connection before consumers are skipped
+HANDSHAKE_TIMEOUT = 10.0
+CLOSE_TIMEOUT = 2.0
+RECEIVE_SIZE = 1 << 16
+
+_PUBLISH = spec.BasicPublish
+_ACK = spec.BasicAck
+
+
+class PeerGone(Exception):
+    """The socket closed, or the peer missed its heartbeats."""
+
+
+class AmqpConnection:
+    """One client connection."""
+
+    def __init__(self, service: AmqpService, stream: trio.abc.Stream, peer: str = "?") -> None:
+        cfg = service.app.config
+        self.service = service
+        self.broker = service.broker
+        self.store = service.broker.store
+        self.log: logging.Logger = service.app.log
+        self.stream = stream
+        self.peer = peer
+        self.frame_max: int = cfg.amqp_frame_max
+        self.channel_max: int = cfg.amqp_channel_max
+        self.heartbeat: int = cfg.amqp_heartbeat
+        self.user = ""
+        self.client_properties: dict[str, Any] = {}
+        self.cancel_notify = False
+        self.channels: dict[int, Channel] = {}
+        self.exclusive_queues: dict[str, Queue] = {}
+        self.dirty = False  # durable deletes staged (acks); kick the committer
+        self.stalled = False  # a queue skipped us because the send buffer was full
+        self.closed = False
+        self._out: list[bytes] = []
+        self._unsent = 0
+        self._wake = trio.Event()
+        self._drained = trio.Event()
+        self._last_write = 0.0
+        # publishing burst
+        self._pending: list[tuple[Queue, QueuedMessage]] = []
+        self._needs_commit = False
+        self._confirms: list[tuple[Channel, int]] = []
+
+    # -- output --------------------------------------------------------------------------
+
+    @property
+    def writable(self) -> bool:
+        return self._unsent < HIGH_WATER
+
+    def send(self, data: bytes) -> None:
+        """Queue bytes for the writer (never blocks)."""
+        self._out.append(data)
+        self._unsent += len(data)
+        self._wake.set()
+
+    async def _writer(self) -> None:
+        stream = self.stream
+        while True:
+            await self._wake.wait()
+            self._wake = trio.Event()
+            while self._out:
+                data = b"".join(self._out) if len(self._out) > 1 else self._out[0]
+                self._out = []
+                self._last_write = trio.current_time()
+                await stream.send_all(data)
+                self._unsent -= len(data)
+            self._drained.set()
+            self._drained = trio.Event()
+            if self.stalled:
+                self.stalled = False
+                for ch in list(self.channels.values()):
+                    for c in list(ch.consumers.values()):
+                        c.queue.dispatch()
+
+    async def _wait_drained(self, timeout: float | None = None) -> None:
+        with trio.move_on_after(timeout if timeout is not None else float("inf")):
+            while self._unsent:
+                await self._drained.wait()
+
+    async def _heartbeats(self) -> None:
+        interval = self.heartbeat / 2
+        while True:
+            await trio.sleep(interval)
+            if trio.current_time() - self._last_write >= interval:
+                self.send(HEARTBEAT_FRAME)
+
+    async def _receive(self) -> bytes:
+        timeout = self.heartbeat * 2 if self.heartbeat else float("inf")
+        with trio.move_on_after(timeout):
+            data = await self.stream.receive_some(RECEIVE_SIZE)
+            if not data:
+                raise PeerGone("connection closed by peer")
+            return data
+        self.log.info("AMQP %s: missed heartbeats from client, closing", self.peer)
+        raise PeerGone("missed heartbeats")
+
+    # -- lifecycle -----------------------------------------------------------------------
+
+    async def run(self) -> None:
+        """Serve the connection until it closes; always releases its state."""
+        self.service.connections.add(self)
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self._writer)
+                try:
+                    await self._serve(nursery)
+                    await self._wait_drained(CLOSE_TIMEOUT)
+                finally:
+                    nursery.cancel_scope.cancel()
+        except (PeerGone, trio.BrokenResourceError, trio.ClosedResourceError):
+            pass
+        finally:
+            self.service.connections.discard(self)
+            self._release()
+            with trio.CancelScope(shield=True), trio.move_on_after(1):
+                await self.stream.aclose()
+
+    def _release(self) -> None:
+        """Channels die (unacked back to their queues), exclusive queues are deleted."""
+        self.closed = True
+        self._pending.clear()
+        for ch in list(self.channels.values()):
+            ch.release()
+        self.channels.clear()
+        for q in list(self.exclusive_queues.values()):
+            self.broker.delete_queue(q, self.server_cancel)
+        self.exclusive_queues.clear()
+        self.store.kick()
+
+    async def _serve(self, nursery: trio.Nursery) -> None:
+        parser = FrameParser(self.frame_max, expect_header=True)
+        try:
+            try:
+                with trio.fail_after(HANDSHAKE_TIMEOUT):
+                    await self._handshake(parser)
+            except trio.TooSlowError:
+                self.log.info("AMQP %s: handshake timed out", self.peer)
+                return
+            if self.closed:
+                return
+            if self.heartbeat:
+                nursery.start_soon(self._heartbeats)
+            await self._loop(parser)
+        except ProtocolHeaderMismatch:
+            # Spec 4.2.2: answer a bad protocol header with ours, then close.
+            self.send(PROTOCOL_HEADER)
+        except AmqpError as exc:
+            await self._close_with(exc, parser)
+
+    async def _close_with(self, exc: AmqpError, parser: FrameParser) -> None:
+        """Connection exception: send connection.close, wait briefly for close-ok."""
+        self.service.counters["connection_errors"] += 1
+        self.log.info("AMQP %s: closing connection: %s %s", self.peer, exc.code, exc.text)
+        self.send(encode_method(0, spec.ConnectionClose(
+            exc.code, exc.reply_text, exc.class_id, exc.method_id)))
+        self._release()
+        with trio.move_on_after(CLOSE_TIMEOUT):
+            while True:
+                try:
+                    ev = parser.next_event()
+                except AmqpError:
+                    return
+                if ev is None:
+                    parser.feed(await self._receive())
+                elif isinstance(ev, Command) and isinstance(
+                        ev.method, (spec.ConnectionCloseOk, spec.ConnectionClose)):
+                    if isinstance(ev.method, spec.ConnectionClose):
+                        self.send(encode_method(0, spec.ConnectionCloseOk()))
+                    return
+
+    # -- handshake (spec 4.2.3 / connection class) ---------------------------------------
+
+    async def _command(self, parser: FrameParser) -> Command:
+        while True:
+            ev = parser.next_event()
+            if ev is None:
+                parser.feed(await self._receive())
+            elif ev is not HEARTBEAT:
+                assert isinstance(ev, Command)
+                return ev
+
+    async def _expect(self, parser: FrameParser, cls: type[spec.Method]) -> Any:
+        cmd = await self._command(parser)
+        if cmd.channel != 0 or type(cmd.method) is not cls:
+            if isinstance(cmd.method, spec.ConnectionClose):
+                self.send(encode_method(0, spec.ConnectionCloseOk()))
+                self.closed = True
+                return None
+            raise AmqpError(COMMAND_INVALID, f"expected {cls.NAME}, got {cmd.method.NAME}",
+                            cmd.method.CLASS_ID, cmd.method.METHOD_ID)
+        return cmd.method
+
+    async def _handshake(self, parser: FrameParser) -> None:
+        while parser.awaiting_header:
+            if parser.next_event() is None and parser.awaiting_header:
+                parser.feed(await self._receive())
+        self.send(encode_method(0, spec.ConnectionStart(
+            0, 9, self.service.server_properties(), b"PLAIN AMQPLAIN", b"en_US")))
+        start_ok = await self._expect(parser, spec.ConnectionStartOk)
+        if start_ok is None:
+            return
+        self.client_properties = start_ok.client_properties
+        caps = self.client_properties.get("capabilities")
+        self.cancel_notify = isinstance(caps, dict) and bool(caps.get("consumer_cancel_notify"))
+        if not self._authenticate(start_ok.mechanism, start_ok.response):
+            self.service.counters["auth_failures"] += 1
+            raise AmqpError(ACCESS_REFUSED,
+                            f"Login was refused using authentication mechanism "
+                            f"{start_ok.mechanism}", 10, 11)
+        self.send(encode_method(0, spec.ConnectionTune(
+            self.channel_max, self.frame_max, self.heartbeat)))
+        tune_ok = await self._expect(parser, spec.ConnectionTuneOk)
+        if tune_ok is None:
+            return
+        if tune_ok.frame_max:
+            if tune_ok.frame_max < spec.FRAME_MIN_SIZE:
+                raise AmqpError(NOT_ALLOWED, f"frame_max {tune_ok.frame_max} below 4096", 10, 31)
+            self.frame_max = min(self.frame_max, tune_ok.frame_max)
+        if tune_ok.channel_max:
+            self.channel_max = min(self.channel_max, tune_ok.channel_max)
+        self.heartbeat = tune_ok.heartbeat  # the client's choice wins (spec connection.tune-ok)
+        parser.frame_max = self.frame_max
+        open_ = await self._expect(parser, spec.ConnectionOpen)
+        if open_ is None:
+            return
+        if open_.virtual_host != "/":
+            raise AmqpError(NOT_ALLOWED, f"vhost '{open_.virtual_host}' not found", 10, 40)
+        self.send(encode_method(0, spec.ConnectionOpenOk()))
+
+    def _authenticate(self, mechanism: str, response: bytes) -> bool:
+        users = self.service.app.users
+        if mechanism == "PLAIN":
+            # RFC 4616: [authzid] NUL authcid NUL passwd
+            parts = response.split(b"\x00")
+            if len(parts) != 3:
+                return False
+            username, password = parts[1].decode("utf-8", "replace"), parts[2]
+        elif mechanism == "AMQPLAIN":
+            # A field table without its length prefix: LOGIN and PASSWORD.
+            try:
+                table, _ = decode_table(encode_longstr(response))
+            except AmqpError:
+                return False
+            login, pw = table.get("LOGIN"), table.get("PASSWORD")
+            username = login.decode("utf-8", "replace") if isinstance(login, bytes) else login
+            password = pw.encode() if isinstance(pw, str) else pw
+            if not isinstance(username, str):
+                return False
+        else:
+            return False
+        self.user = username
+        return bool(users.authenticate(username or None, password or None))
+
+    # -- main loop -----------------------------------------------------------------------
+
+    async def _loop(self, parser: FrameParser) -> None:
+        channels = self.channels
+        while not self.closed:
+            parser.feed(await self._receive())
+            while (ev := parser.next_event()) is not None:
+                if ev is HEARTBEAT:
+                    continue
+                assert isinstance(ev, Command)
+                cls = type(ev.method)
+                if cls is _PUBLISH or cls is _ACK:
+                    ch = channels.get(ev.channel)
+                    if ch is None:
+                        raise AmqpError(CHANNEL_ERROR, f"channel {ev.channel} is not open",
+                                        ev.method.CLASS_ID, ev.method.METHOD_ID)
+                    if ch.closing:
+                        continue
+                    try:
+                        if cls is _PUBLISH:
+                            self._publish(ch, ev)
+                        else:
+                            ch.ack(ev.method.delivery_tag, ev.method.multiple)  # type: ignore[attr-defined]
+                    except AmqpError as exc:
+                        await self._channel_error(ch, exc, ev.method, parser)
+                    continue
+                await self._flush()
+                await self._method(ev, parser)
+                if self.closed:
+                    return
+            await self._flush()
+            if not self.writable:
+                await self._wait_drained()
+
+    async def _method(self, cmd: Command, parser: FrameParser) -> None:
+        m = cmd.method
+        number = cmd.channel
+        if number == 0:
+            if isinstance(m, spec.ConnectionClose):
+                self.send(encode_method(0, spec.ConnectionCloseOk()))
+                self.closed = True
+                return
+            raise AmqpError(COMMAND_INVALID, f"{m.NAME} is not allowed on channel 0",
+                            m.CLASS_ID, m.METHOD_ID)
+        if m.CLASS_ID == 10:
+            raise AmqpError(COMMAND_INVALID, f"{m.NAME} on channel {number}",
+                            m.CLASS_ID, m.METHOD_ID)
+        ch = self.channels.get(number)
+        if isinstance(m, spec.ChannelOpen):
+            if ch is not None:
+                raise AmqpError(CHANNEL_ERROR, f"second 'channel.open' seen on {number}", 20, 10)
+            if number > self.channel_max:
+                raise AmqpError(CHANNEL_ERROR,
+                                f"channel {number} exceeds channel_max {self.channel_max}",
+                                20, 10)
+            self.channels[number] = Channel(self, number)
+            self.send(encode_method(number, spec.ChannelOpenOk()))
+            return
+        if ch is None:
+            raise AmqpError(CHANNEL_ERROR, f"expected 'channel.open' on channel {number}",
+                            m.CLASS_ID, m.METHOD_ID)
+        if ch.closing:
+            # After our channel.close only close-ok (or a crossing close) matters.
+            if isinstance(m, spec.ChannelCloseOk):
+                del self.channels[number]
+            elif isinstance(m, spec.ChannelClose):
+                self.send(encode_method(number, spec.ChannelCloseOk()))
+            return
+        if isinstance(m, spec.ChannelClose):
+            ch.release()
+            del self.channels[number]
+            parser.drop_channel(number)
+            self.send(encode_method(number, spec.ChannelCloseOk()))
+            return
+        if isinstance(m, spec.ChannelCloseOk):
+            return
+        try:
+            await ch.handle(m)
+        except AmqpError as exc:
+            await self._channel_error(ch, exc, m, parser)
+        if self.dirty:
+            self.dirty = False
+            self.store.kick()
+
+    async def _channel_error(self, ch: Channel, exc: AmqpError, m: spec.Method,
+                             parser: FrameParser) -> None:
+        if not exc.class_id:
+            exc.class_id, exc.method_id = m.CLASS_ID, m.METHOD_ID
+        if exc.hard:
+            raise exc
+        self.service.counters["channel_errors"] += 1
+        self.send(encode_method(ch.number, spec.ChannelClose(
+            exc.code, exc.reply_text, exc.class_id, exc.method_id)))
+        parser.drop_channel(ch.number)
+        ch.release()
+
+    # -- publishing ----------------------------------------------------------------------
+
+    def _publish(self, ch: Channel, cmd: Command) -> None:
+        m: spec.BasicPublish = cmd.method  # type: ignore[assignment]
+        broker = self.broker
+        x = broker.exchanges.get(m.exchange)
+        if x is None:
+            raise AmqpError(NOT_FOUND, f"no exchange '{m.exchange}' in vhost '/'", 60, 40)
+        if m.immediate:
+            raise AmqpError(NOT_IMPLEMENTED, "immediate=true is not implemented", 60, 40,
+                            hard=True)
+        if x.internal:
+            raise AmqpError(ACCESS_REFUSED, f"cannot publish to internal exchange '{x.name}'",
+                            60, 40)
+        rk = m.routing_key
+        props = cmd.properties or b"\x00\x00"
+        body = cmd.body or b""
+        if m.exchange:
+            queues = x.route(rk)
+        else:
+            q = broker.queues.get(rk)
+            queues = [q] if q is not None else []
+        x.published += 1
+        counters = broker.counters
+        counters["published"] += 1
+        if ch.confirm:
+            ch.publish_seq += 1
+            self._confirms.append((ch, ch.publish_seq))
+        if broker.topic_hooks and m.exchange == "amq.topic":
+            for hook in broker.topic_hooks:
+                hook(rk, props, body)
+        if not queues:
+            x.unroutable += 1
+            counters["unroutable"] += 1
+            if m.mandatory:
+                # Sent now, so it always precedes the confirm (sent at the flush).
+                counters["returned"] += 1
+                self.send(encode_content(ch.number, spec.BasicReturn(
+                    NO_ROUTE, "NO_ROUTE", m.exchange, rk), props, body, self.frame_max))
+            return
+        persistent = cmd.delivery_mode == 2
+        record = None
+        pending = self._pending
+        for q in queues:
+            msg = QueuedMessage(q.take_seq(), m.exchange, rk, props, body)
+            if persistent and q.doc_id is not None:
+                if record is None:
+                    record = persist.encode_record(m.exchange, rk, props, body)
+                broker.store_message(q, msg, record)
+                self._needs_commit = True
+            if self._needs_commit:
+                pending.append((q, msg))
+            else:
+                q.enqueue(msg)
+
+    async def _flush(self) -> None:
+        """End of a burst: one commit, then enqueue, then confirms in publish order."""
+        ok = True
+        if self._needs_commit:
+            self._needs_commit = False
+            try:
+                await self.store.commit()
+            except Exception as exc:  # CommitError: nothing of the round may be confirmed
+                ok = False
+                self.log.error("AMQP %s: commit failed, publishes nacked: %s", self.peer, exc)
+        if self._pending:
+            pending, self._pending = self._pending, []
+            broker = self.broker
+            for q, msg in pending:
+                if not ok and msg.stored:
+                    msg.stored = False
+                    continue
+                if q.deleted:
+                    broker.forget(q, msg)
+                    continue
+                q.enqueue(msg)
+        if self._confirms:
+            confirms, self._confirms = self._confirms, []
+            last: dict[Channel, tuple[int, int]] = {}
+            for ch, seq in confirms:
+                first, _ = last.get(ch, (seq, seq))
+                last[ch] = (first, seq)
+            for ch, (first, seq) in last.items():
+                if ch.closing:
+                    continue
+                multiple = seq != first
+                if ok:
+                    ch.reply(spec.BasicAck(seq, multiple))
+                else:
+                    ch.reply(spec.BasicNack(seq, multiple, False))
+            key = "confirmed" if ok else "nacked_confirms"
+            self.broker.counters[key] += len(confirms)
+        if self.dirty:
+            self.dirty = False
+            self.store.kick()
+
+    async def commit(self) -> None:
+        """Wait for the durable writes staged so far (declares, deletes, purges)."""
+        self.dirty = False
+        try:
+            await self.store.commit()
+        except Exception as exc:
+            raise AmqpError(INTERNAL_ERROR, f"durable write failed: {exc}", hard=True) from exc
+
+    # -- consumers cancelled by the server -----------------------------------------------
+
+    @staticmethod
+    def server_cancel(consumer: Consumer) -> None:
+        """The consumer's queue was deleted: notify its client (consumer_cancel_notify)."""
+        ch = consumer.channel
+        ch.consumers.pop(consumer.tag, None)
+        if ch.conn.cancel_notify and not ch.closing and not ch.conn.closed:
+            ch.reply(spec.BasicCancel(consumer.tag, True))
+
+

@@ -1,0 +1,152 @@
+"""Exchanges and bindings: direct, fanout and topic routing (the default exchange is the
+broker's queue table itself).
+
+Topic patterns (AMQP 0-9-1 spec, exchange class "topic"): words separated by ``.``; ``*``
+matches exactly one word, ``#`` zero or more words, anywhere in the pattern.  Matches are
+cached per routing key (the cache is cleared whenever a binding changes), so a steady
+stream of publishes costs one dict lookup per message.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from oxiedge.amqp.queues import Queue
+
+SUPPORTED_TYPES = ("direct", "fanout", "topic")
+_CACHE_LIMIT = 4096
+
+
+@lru_cache(maxsize=4096)
+def _split(pattern: str) -> tuple[str, ...]:
+    return tuple(pattern.split("."))
+
+
+def topic_matches(pattern: str, routing_key: str) -> bool:
+    """Does the binding ``pattern`` match ``routing_key``?
+
+    A set of reachable word positions is advanced pattern word by pattern word, so several
+    ``#`` cost O(pattern x words), never backtracking.
+    """
+    words = routing_key.split(".")
+    n = len(words)
+    states = {0}
+    for p in _split(pattern):
+        if p == "#":
+            states = set(range(min(states), n + 1))
+        elif p == "*":
+            states = {j + 1 for j in states if j < n}
+        else:
+            states = {j + 1 for j in states if j < n and words[j] == p}
+        if not states:
+            return False
+    return n in states
+
+
+class Binding:
+    """One queue binding (``arguments`` kept for equivalence and listing)."""
+
+    __slots__ = ("arguments", "doc_id", "exchange", "queue", "routing_key")
+
+    def __init__(self, exchange: str, queue: Queue, routing_key: str,
+                 arguments: dict[str, Any]) -> None:
+        self.exchange = exchange
+        self.queue = queue
+        self.routing_key = routing_key
+        self.arguments = arguments
+        self.doc_id: int | None = None
+
+    @property
+    def key(self) -> tuple[str, str, str]:
+        return (self.exchange, self.queue.name, self.routing_key)
+
+
+class Exchange:
+    """A named exchange of type direct, fanout or topic."""
+
+    def __init__(
+        self,
+        name: str,
+        type: str,
+        *,
+        durable: bool = False,
+        auto_delete: bool = False,
+        internal: bool = False,
+        arguments: dict[str, Any] | None = None,
+        builtin: bool = False,
+    ) -> None:
+        self.name = name
+        self.type = type
+        self.durable = durable
+        self.auto_delete = auto_delete
+        self.internal = internal
+        self.arguments = arguments or {}
+        self.builtin = builtin
+        self.doc_id: int | None = None
+        self.bindings: dict[tuple[str, str], Binding] = {}  # (queue name, key) -> binding
+        self._cache: dict[str, list[Queue]] = {}
+        self.published = 0
+        self.unroutable = 0
+
+    def add(self, binding: Binding) -> bool:
+        """Add a binding; False if an identical one exists (binding is idempotent)."""
+        k = (binding.queue.name, binding.routing_key)
+        if k in self.bindings:
+            return False
+        self.bindings[k] = binding
+        self._cache.clear()
+        return True
+
+    def remove(self, queue_name: str, routing_key: str) -> Binding | None:
+        b = self.bindings.pop((queue_name, routing_key), None)
+        if b is not None:
+            self._cache.clear()
+        return b
+
+    def remove_queue(self, queue_name: str) -> list[Binding]:
+        gone = [b for k, b in self.bindings.items() if k[0] == queue_name]
+        for b in gone:
+            del self.bindings[(queue_name, b.routing_key)]
+        if gone:
+            self._cache.clear()
+        return gone
+
+    def route(self, routing_key: str) -> list[Queue]:
+        """The queues a message with ``routing_key`` reaches (each queue once)."""
+        hit = self._cache.get(routing_key)
+        if hit is not None:
+            return hit
+        seen: dict[int, Queue] = {}
+        kind = self.type
+        for b in self.bindings.values():
+            if kind == "fanout":
+                ok = True
+            elif kind == "direct":
+                ok = b.routing_key == routing_key
+            else:
+                ok = topic_matches(b.routing_key, routing_key)
+            if ok:
+                seen.setdefault(id(b.queue), b.queue)
+        out = list(seen.values())
+        if len(self._cache) >= _CACHE_LIMIT:
+            self._cache.clear()
+        self._cache[routing_key] = out
+        return out
+
+    def invalidate(self) -> None:
+        self._cache.clear()
+
+    def row(self) -> dict[str, Any]:
+        """The admin/CLI row for ``oxiedge exchanges``."""
+        return {
+            "name": self.name,
+            "type": self.type,
+            "durable": self.durable,
+            "auto_delete": self.auto_delete,
+            "internal": self.internal,
+            "bindings": len(self.bindings),
+            "published": self.published,
+            "unroutable": self.unroutable,
+        }

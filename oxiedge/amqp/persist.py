@@ -1,0 +1,135 @@
+"""How AMQP state maps onto the store (STORAGE-NOTES.md, DESIGN.md "documents").
+
+* Durable queues, durable exchanges and bindings between durable things are documents in
+  the ``_amqp`` collection with ``_kind`` ``queue`` / ``exchange`` / ``bind``.  A queue
+  document carries ``qid``, the 8-byte owner id of its messages.
+* Persistent messages (delivery-mode 2) on durable queues are raw records in the ``amqp``
+  column family: key ``b"m" + qid (8 bytes BE) + seq (8 bytes BE)``; value
+  ``version octet, exchange shortstr, routing-key shortstr, uint32 length + the content
+  properties exactly as received (flags word onwards), body``.  An ack deletes by key
+  ``(qid, seq)``; deleting a queue deletes its whole key range.
+* ``find _amqp`` shows those records as ``{"_kind": "qmsg", ...}`` through a store view.
+
+Nothing here awaits: callers stage, then ``await store.commit()`` (or ``kick()``).
+"""
+
+from __future__ import annotations
+
+import base64
+import struct
+from collections.abc import Callable, Iterator
+from decimal import Decimal
+from typing import Any
+
+from oxiedge.amqp import spec
+
+CF = "amqp"
+COLL = "_amqp"
+MSG_PREFIX = b"m"
+_KEY = struct.Struct(">QQ")
+_I = struct.Struct(">I")
+_VERSION = 1
+
+
+def msg_key(qid: int, seq: int) -> bytes:
+    """Raw key of message ``seq`` of queue ``qid``."""
+    return MSG_PREFIX + _KEY.pack(qid, seq)
+
+
+def queue_range(qid: int) -> tuple[bytes, bytes]:
+    """``[start, end)`` covering every message key of queue ``qid``."""
+    return MSG_PREFIX + _KEY.pack(qid, 0), MSG_PREFIX + _KEY.pack(qid + 1, 0)
+
+
+def parse_key(key: bytes) -> tuple[int, int]:
+    """``(qid, seq)`` of a message key."""
+    qid, seq = _KEY.unpack_from(key, 1)
+    return qid, seq
+
+
+def encode_record(exchange: str, routing_key: str, properties: bytes, body: bytes) -> bytes:
+    ex = exchange.encode("utf-8", "surrogateescape")
+    rk = routing_key.encode("utf-8", "surrogateescape")
+    return b"".join((bytes((_VERSION, len(ex))), ex, bytes((len(rk),)), rk,
+                     _I.pack(len(properties)), properties, body))
+
+
+def decode_record(value: bytes) -> tuple[str, str, bytes, bytes]:
+    """``(exchange, routing_key, properties, body)`` of a stored message."""
+    if not value or value[0] != _VERSION:
+        raise ValueError("unknown AMQP message record version")
+    off = 2 + value[1]
+    exchange = value[2:off].decode("utf-8", "surrogateescape")
+    n = value[off]
+    routing_key = value[off + 1 : off + 1 + n].decode("utf-8", "surrogateescape")
+    off += 1 + n
+    plen = _I.unpack_from(value, off)[0]
+    off += 4
+    return exchange, routing_key, bytes(value[off : off + plen]), bytes(value[off + plen :])
+
+
+def jsonable(value: Any) -> Any:
+    """A field-table value in JSON shape (for documents and admin rows)."""
+    if isinstance(value, dict):
+        return {str(k): jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [jsonable(v) for v in value]
+    if isinstance(value, (bytes, bytearray)):
+        try:
+            return bytes(value).decode("utf-8")
+        except UnicodeDecodeError:
+            return {"$base64": base64.b64encode(bytes(value)).decode()}
+    if isinstance(value, Decimal):
+        return str(value)
+    return value
+
+
+def properties_doc(raw: bytes) -> dict[str, Any]:
+    """Decoded content properties (only those present) for display."""
+    try:
+        props, _ = spec.BasicProperties.decode(raw)
+    except Exception:
+        return {"raw": base64.b64encode(raw).decode()}
+    return {k: jsonable(v) for k in spec.PROPERTY_NAMES if (v := getattr(props, k)) is not None}
+
+
+def message_doc(queue: str, qid: int, seq: int, value: bytes) -> dict[str, Any]:
+    """The ``{"_kind": "qmsg"}`` document shape of a stored message."""
+    exchange, routing_key, properties, body = decode_record(value)
+    doc: dict[str, Any] = {
+        "_id": f"{qid}:{seq}",
+        "_kind": "qmsg",
+        "queue": queue,
+        "qid": qid,
+        "seq": seq,
+        "exchange": exchange,
+        "routing_key": routing_key,
+        "properties": properties_doc(properties),
+        "size": len(body),
+    }
+    try:
+        doc["body"] = body.decode("utf-8")
+    except UnicodeDecodeError:
+        doc["body_base64"] = base64.b64encode(body).decode()
+    return doc
+
+
+def iter_message_docs(store: Any, queue_name: Callable[[int], str | None]) -> Iterator[dict]:
+    """All stored messages as documents (``queue_name(qid)`` names their queue)."""
+    for key, value in store.iter_raw(CF, MSG_PREFIX):
+        qid, seq = parse_key(key)
+        yield message_doc(queue_name(qid) or f"#{qid}", qid, seq, value)
+
+
+def load_docs(store: Any) -> tuple[list[dict], list[dict], list[dict]]:
+    """``(queues, exchanges, bindings)`` documents of ``_amqp``."""
+    queues, exchanges, binds = [], [], []
+    for doc in store.iter_docs(COLL):
+        kind = doc.get("_kind")
+        if kind == "queue":
+            queues.append(doc)
+        elif kind == "exchange":
+            exchanges.append(doc)
+        elif kind == "bind":
+            binds.append(doc)
+    return queues, exchanges, binds

@@ -1,0 +1,193 @@
+"""Queues, queued messages and consumers; round-robin dispatch.
+
+Theory of operation
+-------------------
+A :class:`Queue` holds its *ready* messages in a deque (head = next to deliver) and its
+consumers in a list.  :meth:`Queue.dispatch` runs synchronously whenever something could
+let a delivery happen (a message arrives, a consumer is added, an ack frees prefetch
+credit, a connection's send buffer drains): it walks the consumers round-robin from where
+it stopped last time, skipping any consumer that has no credit (its own prefetch, its
+channel's ``global`` prefetch, a paused channel, or a connection whose send buffer is
+full), and hands each ready message to the next one with credit.  So an idle consumer is
+woken by the event that gave it work, never by polling, and a slow consumer is bounded by
+its prefetch or its socket buffer.
+
+A message routed to several queues becomes one :class:`QueuedMessage` per queue, each with
+that queue's ``seq`` (the durable key is ``(queue id, seq)``); properties and body bytes
+are shared.  Unacked messages live in their channel (``channel.unacked``), not here; the
+queue only counts them.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from oxiedge.amqp.channel import Channel
+
+
+class QueuedMessage:
+    """One message in one queue.  ``stored`` is true when a durable record exists."""
+
+    __slots__ = ("body", "exchange", "properties", "redelivered", "routing_key", "seq",
+                 "stored")
+
+    def __init__(
+        self,
+        seq: int,
+        exchange: str,
+        routing_key: str,
+        properties: bytes,
+        body: bytes,
+        stored: bool = False,
+        redelivered: bool = False,
+    ) -> None:
+        self.seq = seq
+        self.exchange = exchange
+        self.routing_key = routing_key
+        self.properties = properties
+        self.body = body
+        self.stored = stored
+        self.redelivered = redelivered
+
+
+class Consumer:
+    """A basic.consume subscription of one channel to one queue."""
+
+    __slots__ = ("channel", "exclusive", "no_ack", "prefetch", "queue", "tag", "unacked")
+
+    def __init__(
+        self, tag: str, channel: Channel, queue: Queue, no_ack: bool, exclusive: bool,
+        prefetch: int,
+    ) -> None:
+        self.tag = tag
+        self.channel = channel
+        self.queue = queue
+        self.no_ack = no_ack
+        self.exclusive = exclusive
+        self.prefetch = prefetch  # 0 = unlimited (basic.qos global=false at consume time)
+        self.unacked = 0
+
+    def has_credit(self) -> bool:
+        """May this consumer take one more delivery now?"""
+        if self.prefetch and self.unacked >= self.prefetch:
+            return False
+        return self.channel.has_credit(self.no_ack)
+
+
+class Queue:
+    """An AMQP queue (vhost ``/``)."""
+
+    def __init__(
+        self,
+        name: str,
+        qid: int,
+        *,
+        durable: bool = False,
+        exclusive_owner: object | None = None,
+        auto_delete: bool = False,
+        arguments: dict[str, Any] | None = None,
+        limit: int = 100_000,
+        on_drop: Callable[[Queue, QueuedMessage], None] | None = None,
+    ) -> None:
+        self.name = name
+        self.qid = qid
+        self.durable = durable
+        self.exclusive_owner = exclusive_owner
+        self.auto_delete = auto_delete
+        self.arguments = arguments or {}
+        self.limit = limit
+        self.on_drop = on_drop
+        self.ready: deque[QueuedMessage] = deque()
+        self.consumers: list[Consumer] = []
+        self.next_seq = 1
+        self.unacked = 0
+        self.dropped = 0
+        self.delivered = 0
+        self.published = 0
+        self.deleted = False
+        self.had_consumer = False
+        self.doc_id: int | None = None  # _amqp document of a durable queue
+        self._rr = 0
+        self._dispatching = False
+
+    @property
+    def exclusive(self) -> bool:
+        return self.exclusive_owner is not None
+
+    def take_seq(self) -> int:
+        seq = self.next_seq
+        self.next_seq = seq + 1
+        return seq
+
+    def enqueue(self, msg: QueuedMessage) -> None:
+        """Append a message; beyond ``limit`` ready messages the oldest is dropped."""
+        ready = self.ready
+        if len(ready) >= self.limit:
+            old = ready.popleft()
+            self.dropped += 1
+            if self.on_drop is not None:
+                self.on_drop(self, old)
+        ready.append(msg)
+        self.published += 1
+        if self.consumers:
+            self.dispatch()
+
+    def requeue(self, msgs: list[QueuedMessage]) -> None:
+        """Put unacked messages back at the head, in their original order, redelivered."""
+        for msg in msgs:
+            msg.redelivered = True
+        msgs.sort(key=_seq_of)
+        self.ready.extendleft(reversed(msgs))
+        if self.consumers:
+            self.dispatch()
+
+    def dispatch(self) -> None:
+        """Deliver ready messages round-robin to consumers with credit."""
+        if self._dispatching or self.deleted:
+            return
+        self._dispatching = True
+        try:
+            ready = self.ready
+            consumers = self.consumers
+            while ready and consumers:
+                n = len(consumers)
+                start = self._rr
+                for i in range(n):
+                    consumer = consumers[(start + i) % n]
+                    if consumer.has_credit():
+                        self._rr = (start + i + 1) % n
+                        break
+                else:
+                    return  # everybody is at its limit; an ack or a drain calls us again
+                msg = ready.popleft()
+                self.delivered += 1
+                consumer.channel.deliver(consumer, msg)
+        finally:
+            self._dispatching = False
+
+    def remove_consumer(self, consumer: Consumer) -> None:
+        if consumer in self.consumers:
+            self.consumers.remove(consumer)
+
+    def row(self) -> dict[str, Any]:
+        """The admin/CLI row for ``oxiedge queues``."""
+        return {
+            "name": self.name,
+            "durable": self.durable,
+            "exclusive": self.exclusive,
+            "auto_delete": self.auto_delete,
+            "ready": len(self.ready),
+            "unacked": self.unacked,
+            "consumers": len(self.consumers),
+            "dropped": self.dropped,
+            "published": self.published,
+            "delivered": self.delivered,
+            "arguments": self.arguments,
+        }
+
+
+def _seq_of(msg: QueuedMessage) -> int:
+    return msg.seq

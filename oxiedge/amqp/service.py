@@ -1,0 +1,206 @@
+"""``AmqpService``: the AMQP 0-9-1 broker as an ``oxiedge serve`` service.
+
+It owns the :class:`~oxiedge.amqp.broker.Broker` (exchanges, queues, bindings), accepts
+connections, recovers durable state before any listener opens, and exposes the admin
+operations (``queues``, ``exchanges``, ``bindings``) and counters.
+
+Bridge hook (MQTT ⇄ AMQP, a later issue): :meth:`AmqpService.publish_from_bridge` routes one
+message and stages its durable writes; the bridge awaits ``store.commit()`` (one commit
+for its whole batch) and then calls :meth:`StagedPublish.release` to make the messages
+deliverable, so the on-disk write always precedes a delivery.  ``broker.topic_hooks`` is a
+list of ``hook(routing_key, raw_properties, body)`` called synchronously for every publish
+to ``amq.topic`` (AMQP → MQTT).
+"""
+
+from __future__ import annotations
+
+import platform
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import trio
+
+from oxiedge.amqp import persist, spec
+from oxiedge.amqp.broker import Broker, TopicHook
+from oxiedge.amqp.connection import AmqpConnection
+from oxiedge.amqp.queues import Queue, QueuedMessage
+
+if TYPE_CHECKING:
+    from oxiedge.app import App
+
+PRODUCT = "oxiedge"
+
+
+class StagedPublish:
+    """A bridge publish whose durable records are staged but not yet committed."""
+
+    __slots__ = ("_done", "_items", "needs_commit", "routed")
+
+    def __init__(self, items: list[tuple[Queue, QueuedMessage]], needs_commit: bool) -> None:
+        self._items = items
+        self._done = False
+        self.needs_commit = needs_commit
+        self.routed = len(items)
+
+    def release(self) -> None:
+        """Enqueue the messages (call after ``await store.commit()`` returned)."""
+        if self._done:
+            return
+        self._done = True
+        for q, msg in self._items:
+            if not q.deleted:
+                q.enqueue(msg)
+
+
+class AmqpService:
+    """The AMQP broker service (vhost ``/`` only)."""
+
+    name = "amqp"
+
+    def __init__(self, app: App) -> None:
+        self.app = app
+        self.broker = Broker(app.store, app.config.amqp_queue_limit)
+        self.connections: set[AmqpConnection] = set()
+        self.counters = {"connections_total": 0, "connection_errors": 0, "channel_errors": 0,
+                         "auth_failures": 0}
+        self._recovered = (0, 0)
+        app.store.register_view(persist.COLL, self._message_view)
+
+    @property
+    def topic_hooks(self) -> list[TopicHook]:
+        return self.broker.topic_hooks
+
+    # -- Service protocol ----------------------------------------------------------------
+
+    async def recover(self) -> None:
+        """Load durable queues, exchanges, bindings and messages (before listening)."""
+        self._recovered = self.broker.recover()
+        await self.app.store.commit()  # orphan/duplicate clean-ups staged by recovery
+
+    def listening_suffix(self) -> str:
+        queues, messages = self._recovered
+        return f" - recovered {queues} durable queues, {messages} messages"
+
+    def extra_lines(self) -> list[str]:
+        return []
+
+    async def run(
+        self,
+        listeners: list[trio.SocketListener],
+        task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+    ) -> None:
+        """Accept connections on ``listeners`` until cancelled."""
+        await trio.serve_listeners(self._handle, listeners, task_status=task_status)
+
+    async def _handle(self, stream: trio.SocketStream) -> None:
+        self.counters["connections_total"] += 1
+        try:
+            host, port = stream.socket.getpeername()[:2]
+            peer = f"{host}:{port}"
+        except OSError:
+            peer = "?"
+        try:
+            import socket
+
+            stream.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, True)
+        except OSError:
+            pass
+        await AmqpConnection(self, stream, peer).run()
+
+    def admin_handlers(self) -> dict[str, Callable[[dict[str, Any]], Any]]:
+        return {
+            "queues": lambda args: self.queue_rows(),
+            "exchanges": lambda args: self.exchange_rows(),
+            "bindings": lambda args: self.broker.bindings(),
+        }
+
+    def status(self) -> dict[str, Any]:
+        b = self.broker
+        return {
+            "connections": len(self.connections),
+            "channels": sum(len(c.channels) for c in self.connections),
+            "queues": len(b.queues),
+            "exchanges": len(b.exchanges),
+            "ready": sum(len(q.ready) for q in b.queues.values()),
+            "unacked": sum(q.unacked for q in b.queues.values()),
+            "consumers": sum(len(q.consumers) for q in b.queues.values()),
+            "queue_limit": b.queue_limit,
+            **b.counters,
+            **self.counters,
+        }
+
+    # -- rows ----------------------------------------------------------------------------
+
+    def queue_rows(self) -> list[dict[str, Any]]:
+        return [q.row() for q in sorted(self.broker.queues.values(), key=lambda q: q.name)]
+
+    def exchange_rows(self) -> list[dict[str, Any]]:
+        return [x.row() for x in sorted(self.broker.exchanges.values(), key=lambda x: x.name)]
+
+    def _message_view(self) -> Any:
+        names = {q.qid: q.name for q in self.broker.queues.values()}
+        return persist.iter_message_docs(self.app.store, names.get)
+
+    def server_properties(self) -> dict[str, Any]:
+        from oxiedge import __version__ as version
+
+        return {
+            "product": PRODUCT,
+            "version": version,
+            "platform": f"Python {platform.python_version()}",
+            "copyright": "oxiedge contributors",
+            "information": "AMQP 0-9-1 broker of oxiedge",
+            "capabilities": {
+                "publisher_confirms": True,
+                "basic.nack": True,
+                "consumer_cancel_notify": True,
+                "per_consumer_qos": True,
+                "authentication_failure_close": True,
+            },
+        }
+
+    # -- bridge hook ---------------------------------------------------------------------
+
+    def publish_from_bridge(
+        self,
+        exchange: str,
+        routing_key: str,
+        body: bytes,
+        persistent: bool,
+        properties: spec.BasicProperties | None = None,
+    ) -> StagedPublish:
+        """Route one message from a bridge; stage its durable records.
+
+        Returns a :class:`StagedPublish`: if ``needs_commit``, ``await store.commit()``
+        before acknowledging upstream, then call ``release()`` (also when no commit was
+        needed).  An unknown exchange routes nowhere (``routed == 0``).
+        """
+        broker = self.broker
+        if properties is None:
+            properties = spec.BasicProperties(delivery_mode=2 if persistent else 1)
+        props = properties.encode()
+        x = broker.exchanges.get(exchange)
+        if x is None:
+            return StagedPublish([], False)
+        if exchange:
+            queues = x.route(routing_key)
+        else:
+            q = broker.queues.get(routing_key)
+            queues = [q] if q is not None else []
+        x.published += 1
+        broker.counters["published"] += 1
+        if not queues:
+            x.unroutable += 1
+            broker.counters["unroutable"] += 1
+        items = []
+        record = None
+        staged = False
+        for q in queues:
+            msg = QueuedMessage(q.take_seq(), exchange, routing_key, props, body)
+            if persistent and q.doc_id is not None:
+                if record is None:
+                    record = persist.encode_record(exchange, routing_key, props, body)
+                broker.store_message(q, msg, record)
+                staged = True
+            items.append((q, msg))
+        return StagedPublish(items, staged)

@@ -72,8 +72,12 @@ class Started:
         self.target = target
         self.proc = proc
         self.tmp = tmp
+        self.epmd_pids: list[int] = []  # an epmd daemon RabbitMQ started for this run
+        self.ready_s: float | None = None  # start to "ready" (oxiedge) or port open
+        self.log_lines: list[str] = []
 
-    def stop(self) -> None:
+    def stop(self, remove: bool = True, sig: int = signal.SIGTERM) -> None:
+        """Stop the broker (``sig`` to its process tree); ``remove`` deletes its temp dir."""
         if self.proc.poll() is None:
             # RabbitMQ's wrapper shell does not forward SIGTERM: signal the whole tree.
             pids = procstat.tree(self.proc.pid)
@@ -87,7 +91,13 @@ class Started:
                     with contextlib.suppress(ProcessLookupError):
                         os.kill(p, signal.SIGKILL)
                 self.proc.wait(timeout=5)
-        shutil.rmtree(self.tmp, ignore_errors=True)
+        for p in self.epmd_pids:
+            try:
+                os.kill(p, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+        if remove:
+            shutil.rmtree(self.tmp, ignore_errors=True)
 
 
 def ensure_peers_installed() -> None:
@@ -135,7 +145,8 @@ def start_rabbitmq(queue_type: str = "quorum", with_mqtt: bool = True,
                  "mqtt.default_pass = guest"]
     (tmp / "rabbitmq.conf").write_text("\n".join(conf) + "\n")
     (tmp / "enabled_plugins").write_text("[{}].\n".format(",".join(plugins)))
-    node = "bench%d@localhost" % os.getpid()
+    node = f"bench{os.getpid()}@localhost"
+    epmd_before = _pids_named("epmd")
     env = dict(os.environ, HOME=str(tmp), RABBITMQ_NODENAME=node,
                RABBITMQ_CONFIG_FILE=str(tmp / "rabbitmq.conf"),
                RABBITMQ_MNESIA_BASE=str(tmp / "mnesia"), RABBITMQ_LOG_BASE=str(tmp / "log"),
@@ -153,7 +164,22 @@ def start_rabbitmq(queue_type: str = "quorum", with_mqtt: bool = True,
                mqtt=("127.0.0.1", mqtt_port) if with_mqtt else None,
                mqtt_only={"mqtt-durable-offline", "bridge-mqtt-amqp"},
                notes=[f"RabbitMQ, durable queues are {queue_type} queues (confirm after fsync)"])
-    return Started(t, proc, tmp)
+    st = Started(t, proc, tmp)
+    st.epmd_pids = sorted(_pids_named("epmd") - epmd_before)
+    return st
+
+
+def _pids_named(comm: str) -> set[int]:
+    out = set()
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                with open(f"/proc/{name}/comm") as f:
+                    if f.read().strip() == comm:
+                        out.add(int(name))
+            except OSError:
+                continue
+    return out
 
 
 def _wait_rabbit_usable(port: int, timeout: float = 60) -> None:
@@ -191,6 +217,7 @@ def start_oxiedge(extra_args: list[str] | None = None, data: Path | None = None,
     cmd = [*(cpu_prefix or []), *oxiedge_command(), "serve", "--data", str(data),
            "--bind", "127.0.0.1", "--mqtt-port", "0", "--amqp-port", "0", *(extra_args or [])]
     log = tmp / "oxiedge.log"
+    t0 = time.monotonic()
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd=tmp,
                             env=dict(os.environ, **(env or {})))
     t = Target(name, pid=proc.pid, log_path=log)
@@ -219,7 +246,6 @@ def start_oxiedge(extra_args: list[str] | None = None, data: Path | None = None,
         ready.set()
 
     threading.Thread(target=pump, daemon=True).start()
-    t0 = time.monotonic()
     if not ready.wait(timeout) or proc.poll() is not None:
         st.stop()
         raise RuntimeError("oxiedge did not become ready:\n" + "\n".join(lines[-20:]))

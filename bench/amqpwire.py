@@ -122,8 +122,11 @@ class RawAmqp:
                 end = off + 7 + size
                 if end + 1 > n:
                     break
-                yield ftype, ch, bytes(buf[off + 7 : end])
+                payload = bytes(buf[off + 7 : end])
+                # Consume the frame before yielding: a caller that stops iterating (expect)
+                # must not see it again, nor lose the frames after it.
                 off = end + 1
+                yield ftype, ch, payload
         finally:
             del buf[:off]
 

@@ -178,11 +178,14 @@ def drain(t: Target, o: Options) -> Result:
         got = 0
         last = t0
         try:
+            first = True
             while got < depth and time.perf_counter() < deadline:
-                try:
-                    c.fill(o.idle_timeout)
-                except TimeoutError:
-                    break
+                if not first:  # deliveries may already sit in the buffer after consume-ok
+                    try:
+                        c.fill(o.idle_timeout)
+                    except TimeoutError:
+                        break
+                first = False
                 acks = []
                 for ftype, _ch, payload in c.frames():
                     if ftype != FRAME_METHOD:

@@ -115,7 +115,13 @@ class AmqpConnection:
         self._unsent += len(data)
         self._wake.set()
 
-    async def _writer(self) -> None:
+    async def _writer(self, scope: trio.CancelScope) -> None:
+        try:
+            await self._write_loop()
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            scope.cancel()  # the peer is gone: stop the reader too
+
+    async def _write_loop(self) -> None:
         stream = self.stream
         while True:
             await self._wake.wait()
@@ -163,14 +169,14 @@ class AmqpConnection:
         self.service.connections.add(self)
         try:
             async with trio.open_nursery() as nursery:
-                nursery.start_soon(self._writer)
+                nursery.start_soon(self._writer, nursery.cancel_scope)
                 try:
                     await self._serve(nursery)
                     await self._wait_drained(CLOSE_TIMEOUT)
+                except (PeerGone, trio.BrokenResourceError, trio.ClosedResourceError):
+                    pass
                 finally:
                     nursery.cancel_scope.cancel()
-        except (PeerGone, trio.BrokenResourceError, trio.ClosedResourceError):
-            pass
         finally:
             self.service.connections.discard(self)
             self._release()

@@ -105,7 +105,10 @@ class AmqpService:
             stream.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, True)
         except OSError:
             pass
-        await AmqpConnection(self, stream, peer).run()
+        try:
+            await AmqpConnection(self, stream, peer).run()
+        except Exception:  # one broken connection must never take the broker down
+            self.app.log.exception("AMQP %s: connection failed", peer)
 
     def admin_handlers(self) -> dict[str, Callable[[dict[str, Any]], Any]]:
         return {

@@ -1,0 +1,68 @@
+"""Smoke test of the benchmark harness: every scenario, a tiny count, a real oxiedge server.
+
+Not a performance test: it keeps ``bench/`` from rotting as the brokers change.  A scenario
+whose feature is not there yet (e.g. the MQTT→AMQP bridge) is skipped with the harness's
+own reason.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bench.brokers import Target
+from bench.result import Options, Skip
+from bench.run import SCENARIOS
+
+REPO = Path(__file__).resolve().parents[2]
+
+TINY = Options(count=300, duration=3.0, fanout=3, connections=2, drain_count=300,
+               latency_count=30, rate=500.0, idle_timeout=3.0)
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("scenario", list(SCENARIOS))
+def test_scenario_runs_against_oxiedge(server: Any, scenario: str) -> None:
+    target = Target(
+        "oxiedge",
+        mqtt=("127.0.0.1", server.mqtt_port) if server.mqtt_port else None,
+        amqp=("127.0.0.1", server.amqp_port) if server.amqp_port else None,
+        pid=server.proc.pid,
+    )
+    fn = SCENARIOS[scenario][0]
+    try:
+        r = fn(target, TINY)
+    except Skip as e:
+        pytest.skip(str(e))
+    assert r.skipped is None
+    assert r.count > 0, r
+    assert r.lost == 0, r
+    assert r.value > 0 and r.elapsed > 0, r
+    # Broker CPU and RSS come from /proc of the server process.
+    assert r.cpu_s is not None and r.cpu_s >= 0
+    assert r.rss_mb is not None and r.rss_mb > 5
+    if not r.higher_better:
+        assert r.p50_ms is not None and r.p99_ms is not None
+        assert 0 < r.p50_ms <= r.p99_ms
+
+
+@pytest.mark.timeout(60)
+def test_cli_starts_oxiedge_interleaves_and_reports(tmp_path: Path) -> None:
+    out = tmp_path / "res.json"
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench", "--broker", "oxiedge", "-s", "mqtt-qos1",
+         "-s", "amqp-confirm-1", "--count", "300", "--duration", "3", "--repeats", "2",
+         "--json", str(out)],
+        cwd=REPO, capture_output=True, text=True, timeout=55)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "Medians of 2 interleaved run(s)" in proc.stdout
+    data = json.loads(out.read_text())
+    ran = [r for r in data["runs"] if r["skipped"] is None]
+    assert ran, proc.stdout
+    assert all(r["count"] > 0 for r in ran)
+    assert {m["scenario"] for m in data["medians"]} == {"mqtt-qos1", "amqp-confirm-1"}

@@ -13,7 +13,7 @@ import json
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any, Optional
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
@@ -33,7 +33,7 @@ app.add_typer(user_app, name="user")
 out = Console(soft_wrap=True)
 err = Console(stderr=True)
 
-DataOpt = Annotated[Optional[Path], typer.Option("--data", help="data dir [env: OXIEDGE_DATA; default ./oxiedge-data]")]  # noqa: UP007,E501
+DataOpt = Annotated[Path | None, typer.Option("--data", help="data dir [env: OXIEDGE_DATA; default ./oxiedge-data]")]  # noqa: E501
 JsonOpt = Annotated[bool, typer.Option("--json", help="one JSON object per line")]
 
 
@@ -121,20 +121,20 @@ def _flag_help(name: str) -> str:
 
 @app.command()
 def serve(
-    data: Annotated[Optional[Path], typer.Option("--data", help=_flag_help("data"))] = None,  # noqa: UP007
-    bind: Annotated[Optional[str], typer.Option("--bind", help=_flag_help("bind"))] = None,  # noqa: UP007
-    mqtt_port: Annotated[Optional[str], typer.Option("--mqtt-port", help=_flag_help("mqtt_port"))] = None,  # noqa: UP007,E501
-    amqp_port: Annotated[Optional[str], typer.Option("--amqp-port", help=_flag_help("amqp_port"))] = None,  # noqa: UP007,E501
-    mqtt_persist: Annotated[Optional[bool], typer.Option("--mqtt-persist/--no-mqtt-persist", help=_flag_help("mqtt_persist"))] = None,  # noqa: UP007,E501
-    ingest: Annotated[Optional[list[str]], typer.Option("--ingest", help=_flag_help("ingest"))] = None,  # noqa: UP007,E501
-    mqtt_max_packet_size: Annotated[Optional[int], typer.Option(help=_flag_help("mqtt_max_packet_size"))] = None,  # noqa: UP007,E501
-    mqtt_queue_limit: Annotated[Optional[int], typer.Option(help=_flag_help("mqtt_queue_limit"))] = None,  # noqa: UP007,E501
-    amqp_queue_limit: Annotated[Optional[int], typer.Option(help=_flag_help("amqp_queue_limit"))] = None,  # noqa: UP007,E501
-    amqp_heartbeat: Annotated[Optional[int], typer.Option(help=_flag_help("amqp_heartbeat"))] = None,  # noqa: UP007,E501
-    amqp_frame_max: Annotated[Optional[int], typer.Option(help=_flag_help("amqp_frame_max"))] = None,  # noqa: UP007,E501
-    amqp_channel_max: Annotated[Optional[int], typer.Option(help=_flag_help("amqp_channel_max"))] = None,  # noqa: UP007,E501
-    password_file: Annotated[Optional[Path], typer.Option(help=_flag_help("password_file"))] = None,  # noqa: UP007,E501
-    allow_anonymous: Annotated[Optional[bool], typer.Option("--allow-anonymous/--no-allow-anonymous", help=_flag_help("allow_anonymous"))] = None,  # noqa: UP007,E501
+    data: Annotated[Path | None, typer.Option("--data", help=_flag_help("data"))] = None,
+    bind: Annotated[str | None, typer.Option("--bind", help=_flag_help("bind"))] = None,
+    mqtt_port: Annotated[str | None, typer.Option("--mqtt-port", help=_flag_help("mqtt_port"))] = None,  # noqa: E501
+    amqp_port: Annotated[str | None, typer.Option("--amqp-port", help=_flag_help("amqp_port"))] = None,  # noqa: E501
+    mqtt_persist: Annotated[bool | None, typer.Option("--mqtt-persist/--no-mqtt-persist", help=_flag_help("mqtt_persist"))] = None,  # noqa: E501
+    ingest: Annotated[list[str] | None, typer.Option("--ingest", help=_flag_help("ingest"))] = None,
+    mqtt_max_packet_size: Annotated[int | None, typer.Option(help=_flag_help("mqtt_max_packet_size"))] = None,  # noqa: E501
+    mqtt_queue_limit: Annotated[int | None, typer.Option(help=_flag_help("mqtt_queue_limit"))] = None,  # noqa: E501
+    amqp_queue_limit: Annotated[int | None, typer.Option(help=_flag_help("amqp_queue_limit"))] = None,  # noqa: E501
+    amqp_heartbeat: Annotated[int | None, typer.Option(help=_flag_help("amqp_heartbeat"))] = None,
+    amqp_frame_max: Annotated[int | None, typer.Option(help=_flag_help("amqp_frame_max"))] = None,
+    amqp_channel_max: Annotated[int | None, typer.Option(help=_flag_help("amqp_channel_max"))] = None,  # noqa: E501
+    password_file: Annotated[Path | None, typer.Option(help=_flag_help("password_file"))] = None,
+    allow_anonymous: Annotated[bool | None, typer.Option("--allow-anonymous/--no-allow-anonymous", help=_flag_help("allow_anonymous"))] = None,  # noqa: E501
 ) -> None:
     """Run the broker (MQTT + AMQP + document store) in the foreground."""
     from . import server
@@ -159,9 +159,9 @@ def collections(data: DataOpt = None, as_json: JsonOpt = False) -> None:
 @app.command()
 def find(
     collection: Annotated[str, typer.Argument(help="collection name")],
-    filter: Annotated[Optional[str], typer.Argument(help='JSON filter, e.g. \'{"value": {"$gte": 25}}\'')] = None,  # noqa: UP007,E501
-    sort: Annotated[Optional[str], typer.Option("--sort", help="field[,field]; -field for descending")] = None,  # noqa: UP007,E501
-    limit: Annotated[Optional[int], typer.Option("--limit", min=0)] = None,  # noqa: UP007
+    filter: Annotated[str | None, typer.Argument(help='JSON filter, e.g. \'{"value": {"$gte": 25}}\'')] = None,  # noqa: E501
+    sort: Annotated[str | None, typer.Option("--sort", help="field[,field]; -field for descending")] = None,  # noqa: E501
+    limit: Annotated[int | None, typer.Option("--limit", min=0)] = None,
     skip: Annotated[int, typer.Option("--skip", min=0)] = 0,
     data: DataOpt = None,
     as_json: JsonOpt = False,
@@ -296,7 +296,7 @@ def ingest_list(data: DataOpt = None, as_json: JsonOpt = False) -> None:
 
 
 # ----------------------------------------------------------------------- users
-PwFileOpt = Annotated[Optional[Path], typer.Option("--password-file", help="[env: OXIEDGE_PASSWORD_FILE; default DATA/passwd]")]  # noqa: UP007,E501
+PwFileOpt = Annotated[Path | None, typer.Option("--password-file", help="[env: OXIEDGE_PASSWORD_FILE; default DATA/passwd]")]  # noqa: E501
 
 
 def _users_path(data: Path | None, password_file: Path | None) -> Path:

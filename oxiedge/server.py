@@ -17,17 +17,13 @@ from typing import Any
 
 import trio
 
+from . import sdnotify
 from .admin.server import AdminServer, core_handlers
 from .app import App, make_logger
 from .auth import UserFileError, UserStore
 from .config import Config, ConfigError
 from .service import Service
 from .store import Store, StoreLockedError
-
-try:
-    from . import sdnotify
-except ImportError:  # pragma: no cover - until the appliance module lands
-    sdnotify = None  # type: ignore[assignment]
 
 _SERVICES = {
     "mqtt": ("oxiedge.mqtt.service", "MqttService", "MQTT"),
@@ -133,50 +129,50 @@ async def _serve_app(app: App, routes: list[Any]) -> None:
             continue
         app.services[key] = service
     handlers = core_handlers(app)
-    async with trio.open_nursery() as nursery:
-        await nursery.start(app.store.committer.run)
-        ingest = importlib.import_module("oxiedge.bridge.ingest").IngestBridge(app, routes)
-        app.extensions["ingest"] = ingest
-        await ingest.start()
-        handlers.update(ingest.admin_handlers())
-        # Recovery of everything before any port opens (DESIGN.md: "Recovery runs before any
-        # listener accepts a connection").
-        for service in app.services.values():
-            await service.recover()
-        for key, service in app.services.items():
-            label = _SERVICES[key][2]
-            port = ports[key]
-            assert port is not None
-            listeners = await _bind(config, port, label)
-            actual = _bound_port(listeners)
-            app.endpoints[key] = f"{config.bind}:{actual}"
-            await nursery.start(service.run, listeners)
-            log.info("%s listening on %s:%d%s", label, _format_host(config.bind), actual,
-                     service.listening_suffix())
-            for line in service.extra_lines():
-                log.info("%s", line)
-            if key == "mqtt":
-                log.info("%s", ingest.startup_line())
-            handlers.update(service.admin_handlers())
-        admin = AdminServer(app, handlers, config.admin_socket)
-        await nursery.start(admin.run)
-        log.info("oxiedge ready")
-        if sdnotify is not None:
-            sdnotify.ready()
-            interval = sdnotify.watchdog_interval()
-            if interval:
-                nursery.start_soon(_watchdog, interval / 2)
-        with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
-            async for signum in signals:
-                log.info("received %s, shutting down", signal.Signals(signum).name)
-                if sdnotify is not None:
-                    sdnotify.stopping()
-                break
-        nursery.cancel_scope.cancel()
+    with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(_stop_on_signal, signals, nursery.cancel_scope, log)
+            await _start(app, nursery, handlers, routes, ports)
 
 
-async def _watchdog(period: float) -> None:
-    while True:
-        if sdnotify is not None:
-            sdnotify.watchdog()
-        await trio.sleep(period)
+async def _stop_on_signal(signals: Any, scope: trio.CancelScope, log: Any) -> None:
+    async for signum in signals:
+        log.info("received %s, shutting down", signal.Signals(signum).name)
+        sdnotify.stopping()
+        scope.cancel()
+        return
+
+
+async def _start(app: App, nursery: trio.Nursery, handlers: dict[str, Any], routes: list[Any],
+                 ports: dict[str, int | None]) -> None:
+    config, log = app.config, app.log
+    await nursery.start(app.store.committer.run)
+    ingest = importlib.import_module("oxiedge.bridge.ingest").IngestBridge(app, routes)
+    app.extensions["ingest"] = ingest
+    await ingest.start()
+    handlers.update(ingest.admin_handlers())
+    # Recovery of everything before any port opens (DESIGN.md: "Recovery runs before any
+    # listener accepts a connection").
+    for service in app.services.values():
+        await service.recover()
+    for key, service in app.services.items():
+        label = _SERVICES[key][2]
+        port = ports[key]
+        assert port is not None
+        listeners = await _bind(config, port, label)
+        actual = _bound_port(listeners)
+        app.endpoints[key] = f"{config.bind}:{actual}"
+        await nursery.start(service.run, listeners)
+        log.info("%s listening on %s:%d%s", label, _format_host(config.bind), actual,
+                 service.listening_suffix())
+        for line in service.extra_lines():
+            log.info("%s", line)
+        if key == "mqtt":
+            log.info("%s", ingest.startup_line())
+        handlers.update(service.admin_handlers())
+    admin = AdminServer(app, handlers, config.admin_socket)
+    await nursery.start(admin.run)
+    log.info("oxiedge ready")
+    sdnotify.ready(f"serving {', '.join(app.endpoints.values()) or 'admin socket only'}")
+    nursery.start_soon(sdnotify.watchdog_loop)
+

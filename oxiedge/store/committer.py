@@ -114,7 +114,7 @@ class GroupCommitter:
                     await trio.to_thread.run_sync(self._db.flush_wal, True)
                 self.ops += count
             self.rounds += 1
-        except BaseException as exc:  # noqa: BLE001 - every failure must reach the waiters
+        except BaseException as exc:
             if self._failure is None:
                 self._failure = exc
             round_.error = exc

@@ -1,0 +1,79 @@
+"""The CLI against a running server (admin socket) and directly on the data dir."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.conftest import ServerProcess
+
+
+def _cli(data: Path, *args: str, input: str | None = None) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OXIEDGE_")}
+    env["COLUMNS"] = "200"
+    return subprocess.run([sys.executable, "-m", "oxiedge", *args, "--data", str(data)],
+                          capture_output=True, text=True, env=env, input=input, timeout=60)
+
+
+def test_ingest_routes_live_then_offline_then_after_restart(server: ServerProcess) -> None:
+    res = server.cli("ingest", "add", "plant:7/temp:c/#:readings")
+    assert "plant:7/temp:c/#:readings added" in res.stdout
+    rows = [json.loads(x) for x in server.cli("ingest", "list", "--json").stdout.splitlines()]
+    assert rows == [{"route": "plant:7/temp:c/#:readings", "filter": "plant:7/temp:c/#",
+                     "collection": "readings", "source": "store"}]
+    bad = server.cli("ingest", "add", "a/#/b:x", check=False)
+    assert bad.returncode == 2 and "a/#/b:x" in bad.stderr
+    server.stop()
+    # No server: the CLI works on the data dir.
+    assert "already present" in server.cli("ingest", "add", "plant:7/temp:c/#:readings").stdout
+    server.cli("ingest", "add", "greenhouse/+/humidity:humidity")
+    assert "removed" in server.cli("ingest", "remove", "plant:7/temp:c/#:readings").stdout
+    server.restart()
+    rows = [json.loads(x) for x in server.cli("ingest", "list", "--json").stdout.splitlines()]
+    assert [r["route"] for r in rows] == ["greenhouse/+/humidity:humidity"]
+    if server.line("MQTT listening") is not None:
+        assert server.line("MQTT ingest bridge on - 1 route(s)") is not None
+
+
+def test_find_collections_status_live_and_offline(server: ServerProcess) -> None:
+    server.cli("ingest", "add", "s/#:docs")
+    found = server.cli("find", "_config", '{"_kind": "route"}', "--json").stdout.splitlines()
+    assert [json.loads(x)["collection"] for x in found] == ["docs"]
+    table = server.cli("find", "_config").stdout
+    assert "route" in table and "s/#" in table
+    cols = [json.loads(x) for x in server.cli("collections", "--json").stdout.splitlines()]
+    assert {"name": "_config", "count": 1} in cols
+    status = json.loads(server.cli("status", "--json").stdout)
+    assert status["store"]["durable_writes"] == "ok" and status["pid"] == server.proc.pid
+    server.stop()
+    offline = [json.loads(x) for x in server.cli("find", "_config", "--json", "--limit", "1")
+               .stdout.splitlines()]
+    assert offline[0]["filter"] == "s/#"
+    assert json.loads(server.cli("status", "--json").stdout)["server"] == "not running"
+
+
+def test_bad_filters_are_clear_errors(server: ServerProcess) -> None:
+    for filt, needle in [("{bad", "not valid JSON"), ("[1]", "JSON object"),
+                         ('{"v": {"$regex": "x"}}', "unknown operator")]:
+        res = server.cli("find", "x", filt, check=False)
+        assert res.returncode == 2, res
+        assert needle in res.stderr
+        assert "Traceback" not in res.stderr
+
+
+def test_cli_without_data(tmp_path: Path) -> None:
+    res = _cli(tmp_path / "nothing", "find", "x")
+    assert res.returncode == 1 and "no oxiedge data" in res.stderr
+
+
+def test_user_add_list_remove(tmp_path: Path) -> None:
+    data = tmp_path / "d"
+    res = _cli(data, "user", "add", "sensor1", "--password-stdin", input="pw1\n")
+    assert res.returncode == 0, res.stderr
+    assert json.loads(_cli(data, "user", "list", "--json").stdout) == {"user": "sensor1"}
+    assert "pw1" not in (data / "passwd").read_text()
+    assert _cli(data, "user", "remove", "sensor1").returncode == 0
+    assert _cli(data, "user", "remove", "sensor1").returncode == 1

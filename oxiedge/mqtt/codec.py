@@ -302,7 +302,7 @@ class Decoder:
         self._pos = 0
         self._failed = False
 
-    def feed(self, data: bytes) -> None:
+    def feed(self, data: bytes | bytearray | memoryview) -> None:
         """Append received bytes."""
         if self._pos:
             # Drop what was consumed; once per read, so a burst of small packets costs one

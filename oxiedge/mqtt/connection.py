@@ -1,0 +1,392 @@
+"""One MQTT client connection: the trio loop around the codec and the broker core.
+
+Theory of operation
+-------------------
+Two tasks per connection. The *reader* receives bytes, feeds the decoder and handles
+every complete packet of that read as one **burst**: handlers change broker state, stage
+durable records and queue their replies (PUBACK, PUBREC, SUBACK, ...) in ``_replies``.
+At the end of the burst, if anything a reply depends on was staged, the reader awaits one
+``store.commit()`` for the whole burst and only then releases the replies, in order. If
+the commit fails, no reply of the burst is sent and the connection closes: an ack always
+means "on disk". Staged work nobody waits for (a subscriber's PUBACK deleting its
+record) only kicks the committer.
+
+The *writer* owns the socket's send side. Everything - replies, deliveries from other
+connections' publishes, re-sends - is appended to ``_out`` and coalesced into one
+``send_all`` per wake-up. ``out_bytes`` (buffered + in transit) is what sessions check to
+hold back QoS 1/2 messages and to drop QoS 0 ones on a slow consumer.
+
+Rules: the first packet must be CONNECT (MQTT-3.1.0-1), a second one is a violation
+(MQTT-3.1.0-2); keep-alive is 1.5x the client's value (MQTT-3.1.2-24); the will is
+published when the connection ends without DISCONNECT (MQTT-3.1.2-8, MQTT-3.14.4-3).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import trio
+
+from oxiedge.mqtt.codec import Decoder, ProtocolError
+from oxiedge.mqtt.packets import (
+    Connect,
+    Disconnect,
+    Packet,
+    Pingreq,
+    Puback,
+    Pubcomp,
+    Publish,
+    Pubrec,
+    Pubrel,
+    Subscribe,
+    Unsubscribe,
+    Will,
+)
+from oxiedge.mqtt.session import Session
+
+if TYPE_CHECKING:
+    from oxiedge.mqtt.service import MqttService
+
+RECV_SIZE = 65536
+CONNECT_TIMEOUT = 10.0  # seconds a new socket may take to send CONNECT
+CLOSE_FLUSH_TIMEOUT = 5.0  # seconds to flush final replies on a clean close
+
+_PINGRESP = b"\xd0\x00"
+
+
+def _id_packet(first: int, pid: int) -> bytes:
+    return bytes((first, 2, pid >> 8, pid & 0xFF))
+
+
+def _connack(code: int, present: bool = False) -> bytes:
+    return bytes((0x20, 2, 1 if present else 0, code))
+
+
+class _Close(Exception):
+    """End the connection; ``abnormal`` means the will is published."""
+
+    def __init__(self, reason: str, abnormal: bool = True) -> None:
+        super().__init__(reason)
+        self.abnormal = abnormal
+
+
+class Connection:
+    """A client connection (``Outlet`` of its session while attached)."""
+
+    def __init__(self, service: MqttService, stream: trio.abc.Stream) -> None:
+        self.service = service
+        self.broker = service.broker
+        self.store = service.app.store
+        self.stream = stream
+        self.decoder = Decoder(service.app.config.mqtt_max_packet_size)
+        self.session: Session | None = None
+        self.will: Will | None = None
+        self.out_bytes = 0
+        self._out: list[bytes] = []
+        self._wake = trio.Event()
+        self._replies: list[bytes] = []
+        self._after_burst: list[Session] = []  # sessions with retained sends pending
+        self._retained_for: list[list[tuple[str, int]]] = []
+        self._need_commit = False
+        self._kick = False
+        self._closing = False  # the reader ended: the writer exits once the buffer is empty
+        self._disconnected = False
+        self._abnormal = False
+        self._scope = trio.CancelScope()
+        self.client_id = ""
+        self.close_reason = ""
+
+    # -------------------------------------------------------------------- output
+    def write(self, data: bytes) -> None:
+        """Queue bytes for the writer task (never blocks)."""
+        self._out.append(data)
+        self.out_bytes += len(data)
+        self._wake.set()
+
+    async def _writer(self) -> None:
+        stream = self.stream
+        try:
+            while True:
+                await self._wake.wait()
+                self._wake = trio.Event()
+                while self._out:
+                    chunks, self._out = self._out, []
+                    data = chunks[0] if len(chunks) == 1 else b"".join(chunks)
+                    await stream.send_all(data)
+                    self.out_bytes -= len(data)
+                    s = self.session
+                    if s is not None and s.conn is self and s.queue:
+                        s.pump()
+                if self._closing:
+                    return
+        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
+            # The peer is gone: end the reader too (abnormal: the will goes out).
+            self._abnormal = True
+            self.close_reason = self.close_reason or f"connection lost: {exc}"
+            self._scope.cancel()
+
+    def take_over(self) -> None:
+        """Another CONNECT with our client id won (MQTT-3.1.4-2): end this connection."""
+        self._abnormal = True
+        self.close_reason = "session taken over"
+        self._scope.cancel()
+
+    # ---------------------------------------------------------------------- life
+    async def serve(self) -> None:
+        """Run the connection until it ends; never raises for network/protocol errors."""
+        stats = self.broker.stats
+        stats.connections += 1
+        stats.connections_total += 1
+        try:
+            with self._scope:
+                async with trio.open_nursery() as nursery:
+                    writer_done = trio.Event()
+
+                    async def writer() -> None:
+                        try:
+                            await self._writer()
+                        finally:
+                            writer_done.set()
+
+                    nursery.start_soon(writer)
+                    try:
+                        await self._reader()
+                    except _Close as exc:
+                        self._abnormal = exc.abnormal
+                        self.close_reason = str(exc)
+                    except ProtocolError as exc:
+                        stats.protocol_errors += 1
+                        self._abnormal = True
+                        self.close_reason = f"protocol error: {exc}"
+                    except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
+                        self._abnormal = True
+                        self.close_reason = f"connection lost: {exc}"
+                    # Flush what is queued (final acks, a refusing CONNACK), bounded in time.
+                    self._closing = True
+                    self._wake.set()
+                    with trio.move_on_after(CLOSE_FLUSH_TIMEOUT):
+                        await writer_done.wait()
+                    nursery.cancel_scope.cancel()
+        finally:
+            stats.connections -= 1
+            self._detach()
+            with trio.CancelScope(shield=True):
+                await trio.aclose_forcefully(self.stream)
+
+    def _detach(self) -> None:
+        """Connection over: publish the will if abnormal, release the session."""
+        s = self.session
+        ours = s is not None and s.conn is self
+        if s is not None and ours:
+            s.conn = None
+        if self._abnormal and self.will is not None:
+            will, self.will = self.will, None
+            self.broker.stats.wills += 1
+            if self.broker.route(will.topic, will.payload, will.qos, will.retain):
+                self.store.kick()
+        if s is not None and ours and s.clean:
+            self.broker.discard_session(s)  # MQTT-3.1.2-6: ends with the connection
+
+    # -------------------------------------------------------------------- reader
+    async def _reader(self) -> None:
+        stream, decoder = self.stream, self.decoder
+        first: Packet | None = None
+        with trio.move_on_after(CONNECT_TIMEOUT):
+            while first is None:
+                data = await stream.receive_some(RECV_SIZE)
+                if not data:
+                    raise _Close("closed before CONNECT", abnormal=False)
+                decoder.feed(data)
+                first = decoder.next_packet()
+        if first is None:
+            raise _Close("no CONNECT in time", abnormal=False)
+        if not isinstance(first, Connect):
+            raise ProtocolError("first packet is not CONNECT (MQTT-3.1.0-1)")
+        keep_alive = await self._connect(first)
+        # MQTT-3.1.2-24: 1.5x the keep-alive without any packet closes the connection.
+        window = keep_alive * 1.5 if keep_alive else math.inf
+        handlers = self._handlers()
+        with trio.CancelScope() as ka:
+            while True:
+                for packet in decoder:
+                    handler = handlers.get(type(packet))
+                    if handler is None:
+                        raise ProtocolError(f"unexpected {type(packet).__name__} from a client")
+                    if handler(packet):
+                        break  # DISCONNECT: nothing after it is processed
+                await self._end_burst()
+                if self._disconnected:
+                    raise _Close("client sent DISCONNECT", abnormal=False)
+                ka.deadline = trio.current_time() + window
+                data = await stream.receive_some(RECV_SIZE)
+                if not data:
+                    raise _Close("connection closed without DISCONNECT")
+                decoder.feed(data)
+        raise _Close(f"keep-alive timeout ({keep_alive}s x 1.5)")
+
+    async def _end_burst(self) -> None:
+        if self._need_commit:
+            self._need_commit = False
+            try:
+                await self.store.commit()
+            except Exception as exc:  # CommitError: nothing of this burst may be acked
+                self.broker.stats.commit_errors += 1
+                self.service.app.log.error("MQTT: commit failed, closing %s: %s",
+                                           self.client_id, exc)  # fmt: skip
+                raise _Close(f"commit failed: {exc}") from None
+        elif self._kick:
+            self.store.kick()
+        self._kick = False
+        if self._replies:
+            self.write(b"".join(self._replies))
+            self._replies.clear()
+        if self._after_burst:
+            # Retained messages go out after the SUBACK that establishes the subscription.
+            staged = False
+            for s, accepted in zip(self._after_burst, self._retained_for, strict=True):
+                if s.conn is self:
+                    staged |= self.broker.send_retained(s, accepted)
+            self._after_burst.clear()
+            self._retained_for.clear()
+            if staged:
+                self.store.kick()
+
+    # ------------------------------------------------------------------- CONNECT
+    async def _connect(self, pkt: Connect) -> int:
+        service, broker = self.service, self.broker
+        if (pkt.protocol_name, pkt.protocol_level) not in (("MQTT", 4), ("MQIsdp", 3)):
+            self.write(_connack(1))  # MQTT-3.1.2-2
+            raise _Close(f"unsupported protocol level {pkt.protocol_level}", abnormal=False)
+        client_id = pkt.client_id
+        if not client_id:
+            if not pkt.clean_session:
+                self.write(_connack(2))  # MQTT-3.1.3-8
+                raise _Close("empty client id with clean_session=0", abnormal=False)
+            client_id = broker.assign_client_id()  # MQTT-3.1.3-6
+        self.client_id = client_id
+        if not await service.authenticate(pkt.username, pkt.password):
+            broker.stats.auth_failures += 1
+            # 3.2.2.3: 4 = bad user name or password, 5 = not authorized (no credentials).
+            self.write(_connack(4 if pkt.username is not None else 5))
+            raise _Close("authentication failed", abnormal=False)
+        old = broker.sessions.get(client_id)
+        if old is not None and old.conn is not None:
+            conn = old.conn
+            old.conn = None  # from here on the old connection delivers nothing
+            broker.stats.takeovers += 1
+            if isinstance(conn, Connection):
+                conn.take_over()
+        s, present, staged = broker.open_session(client_id, pkt.clean_session)
+        if staged:
+            try:
+                await self.store.commit()  # the session record exists before CONNACK
+            except Exception as exc:
+                broker.stats.commit_errors += 1
+                raise _Close(f"commit failed: {exc}") from None
+            if broker.sessions.get(client_id) is not s or s.conn is not None:
+                raise _Close("session taken over during CONNECT")
+        self.session = s
+        self.will = pkt.will
+        self.write(_connack(0, present))
+        s.conn = self
+        s.resend()
+        return pkt.keep_alive
+
+    # ------------------------------------------------------------------ handlers
+    def _handlers(self) -> dict[type, Callable[[Any], bool]]:
+        return {
+            Publish: self._on_publish,
+            Puback: self._on_puback,
+            Pubrec: self._on_pubrec,
+            Pubrel: self._on_pubrel,
+            Pubcomp: self._on_pubcomp,
+            Subscribe: self._on_subscribe,
+            Unsubscribe: self._on_unsubscribe,
+            Pingreq: self._on_pingreq,
+            Disconnect: self._on_disconnect,
+            Connect: self._on_second_connect,
+        }
+
+    def _on_publish(self, p: Publish) -> bool:
+        qos = p.qos
+        if qos == 0:
+            if self.broker.route(p.topic, p.payload, 0, p.retain):
+                self._kick = True
+        elif qos == 1:
+            if self.broker.route(p.topic, p.payload, 1, p.retain):
+                self._need_commit = True
+            self._replies.append(_id_packet(0x40, p.packet_id))  # type: ignore[arg-type]
+        else:
+            pid: int = p.packet_id  # type: ignore[assignment]
+            s = self.session
+            assert s is not None
+            # Method B of 4.3.3: route once, remember the id until PUBREL (MQTT-4.3.3-2).
+            if s.received_qos2(pid) and (
+                self.broker.route(p.topic, p.payload, 2, p.retain) or s.store is not None
+            ):
+                self._need_commit = True
+            self._replies.append(_id_packet(0x50, pid))
+        return False
+
+    def _on_puback(self, p: Puback) -> bool:
+        s = self.session
+        if s is not None and s.on_puback(p.packet_id):
+            self._kick = True
+        return False
+
+    def _on_pubrec(self, p: Pubrec) -> bool:
+        s = self.session
+        if s is not None:
+            if s.on_pubrec(p.packet_id):
+                self._kick = True
+            if p.packet_id in s.rel:
+                self._replies.append(_id_packet(0x62, p.packet_id))  # MQTT-4.3.3-?: PUBREL
+        return False
+
+    def _on_pubrel(self, p: Pubrel) -> bool:
+        s = self.session
+        if s is not None and s.released_qos2(p.packet_id):
+            self._need_commit = True
+        self._replies.append(_id_packet(0x70, p.packet_id))  # PUBCOMP, known id or not
+        return False
+
+    def _on_pubcomp(self, p: Pubcomp) -> bool:
+        s = self.session
+        if s is not None and s.on_pubcomp(p.packet_id):
+            self._kick = True
+        return False
+
+    def _on_subscribe(self, p: Subscribe) -> bool:
+        s = self.session
+        assert s is not None
+        codes, accepted, staged = self.broker.subscribe(s, p.topics)
+        if staged:
+            self._need_commit = True
+        self._replies.append(bytes((0x90, 2 + len(codes), p.packet_id >> 8, p.packet_id & 0xFF))
+                             + bytes(codes))  # fmt: skip
+        if accepted:
+            self._after_burst.append(s)
+            self._retained_for.append(accepted)
+        return False
+
+    def _on_unsubscribe(self, p: Unsubscribe) -> bool:
+        s = self.session
+        assert s is not None
+        if self.broker.unsubscribe(s, p.topics):
+            self._need_commit = True
+        self._replies.append(_id_packet(0xB0, p.packet_id))  # MQTT-3.10.4-4: always
+        return False
+
+    def _on_pingreq(self, p: Pingreq) -> bool:
+        self._replies.append(_PINGRESP)
+        return False
+
+    def _on_disconnect(self, p: Disconnect) -> bool:
+        self.will = None  # MQTT-3.14.4-3: discard the will
+        self._disconnected = True
+        return True
+
+    def _on_second_connect(self, p: Connect) -> bool:
+        raise ProtocolError("second CONNECT (MQTT-3.1.0-2)")

@@ -1,0 +1,232 @@
+"""How MQTT state lies on disk: raw records in the ``mqtt`` column family.
+
+Layout (keys start with a kind byte; ``owner`` is the session's 8-byte big-endian number,
+``seq`` the per-session 8-byte big-endian message number; values are compact binary,
+never JSON or pickle, see STORAGE-NOTES.md):
+
+==========================  ==================================================  ==========
+key                          value                                               doc kind
+==========================  ==================================================  ==========
+``s`` client id (UTF-8)      owner (Q), then per subscription: len (H), filter,  ``session``
+                             granted QoS (B)                                     + ``sub``
+``m`` owner seq              flags (B: QoS bits 0-1, retain bit 2), topic len    ``msg``
+                             (H), topic, payload
+``r`` owner seq              empty: PUBREC received, PUBCOMP awaited (``rel``)   ``rel``
+``x`` owner packet id (H)    empty: inbound QoS 2 received, PUBREL awaited       ``rx2``
+``t`` topic (UTF-8)          QoS (B), payload                                    ``retain``
+==========================  ==================================================  ==========
+
+An outbound packet identifier is derived from the seq (``packet_id_of``), so sending a
+message never rewrites its record, and a restarted server re-sends in-flight messages
+under the identifiers the client already saw (MQTT-4.4.0-1). An ack deletes the record by
+``(owner, seq)``, never by content. ``view_documents`` shows all records as ``_mqtt``
+documents for ``oxiedge find``.
+"""
+
+from __future__ import annotations
+
+import base64
+from collections import deque
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+CF = "mqtt"
+SESSION = b"s"
+MSG = b"m"
+REL = b"r"
+RX2 = b"x"
+RETAIN = b"t"
+
+_Q = 8  # bytes of owner / seq
+
+
+class RawStore(Protocol):
+    """The part of ``oxiedge.store.Store`` this module uses."""
+
+    def stage_put(self, cf: str, key: bytes, value: bytes) -> None: ...
+    def stage_delete_key(self, cf: str, key: bytes) -> None: ...
+    def stage_delete_range(self, cf: str, start: bytes, end: bytes) -> None: ...
+    def iter_raw(
+        self, cf: str, prefix: bytes = b"", start: bytes | None = None
+    ) -> Iterator[tuple[bytes, bytes]]: ...
+
+
+def packet_id_of(seq: int) -> int:
+    """The outbound packet identifier of a session's message ``seq`` (1..65535)."""
+    return seq % 65535 + 1
+
+
+def owner_bytes(owner: int) -> bytes:
+    return owner.to_bytes(_Q, "big")
+
+
+def msg_key(owner_b: bytes, seq: int) -> bytes:
+    return MSG + owner_b + seq.to_bytes(_Q, "big")
+
+
+def rel_key(owner_b: bytes, seq: int) -> bytes:
+    return REL + owner_b + seq.to_bytes(_Q, "big")
+
+
+def rx2_key(owner_b: bytes, packet_id: int) -> bytes:
+    return RX2 + owner_b + packet_id.to_bytes(2, "big")
+
+
+def session_key(client_id: str) -> bytes:
+    return SESSION + client_id.encode("utf-8")
+
+
+def retain_key(topic: str) -> bytes:
+    return RETAIN + topic.encode("utf-8")
+
+
+def encode_msg(qos: int, retain: bool, topic_b: bytes, payload: bytes) -> bytes:
+    return (
+        bytes((qos | (4 if retain else 0),)) + len(topic_b).to_bytes(2, "big") + topic_b + payload
+    )
+
+
+def decode_msg(value: bytes) -> tuple[int, bool, str, bytes]:
+    """``(qos, retain, topic, payload)`` of a message record."""
+    flags = value[0]
+    end = 3 + int.from_bytes(value[1:3], "big")
+    return flags & 3, bool(flags & 4), value[3:end].decode("utf-8"), bytes(value[end:])
+
+
+def encode_session(owner: int, subs: dict[str, int]) -> bytes:
+    parts = [owner_bytes(owner)]
+    for flt, qos in subs.items():
+        raw = flt.encode("utf-8")
+        parts.append(len(raw).to_bytes(2, "big") + raw + bytes((qos,)))
+    return b"".join(parts)
+
+
+def decode_session(value: bytes) -> tuple[int, dict[str, int]]:
+    owner = int.from_bytes(value[:_Q], "big")
+    subs: dict[str, int] = {}
+    off = _Q
+    while off < len(value):
+        end = off + 2 + int.from_bytes(value[off : off + 2], "big")
+        subs[value[off + 2 : end].decode("utf-8")] = value[end]
+        off = end + 1
+    return owner, subs
+
+
+def range_end(prefix: bytes) -> bytes:
+    """The first key after every key starting with ``prefix`` (prefix must not end in 0xff)."""
+    return prefix[:-1] + bytes((prefix[-1] + 1,))
+
+
+def stage_delete_session(store: RawStore, client_id: str, owner: int) -> None:
+    """Stage removal of a session and every record it owns."""
+    ob = owner_bytes(owner)
+    store.stage_delete_key(CF, session_key(client_id))
+    for kind in (MSG, REL, RX2):
+        store.stage_delete_range(CF, kind + ob, range_end(kind + ob))
+
+
+@dataclass
+class RecoveredSession:
+    """A persistent session as found on disk."""
+
+    client_id: str
+    owner: int
+    subs: dict[str, int]
+    # (seq, qos, retain, topic, payload) in seq order, at most the queue bound
+    messages: list[tuple[int, int, bool, str, bytes]] = field(default_factory=list)
+    rel: list[int] = field(default_factory=list)  # seqs awaiting PUBCOMP
+    rx2: set[int] = field(default_factory=set)  # inbound packet ids awaiting PUBREL
+    surplus: int = 0  # message records over the bound, deleted on recovery
+
+    @property
+    def next_seq(self) -> int:
+        last = max([m[0] for m in self.messages[-1:]] + self.rel[-1:], default=-1)
+        return last + 1
+
+
+def load_sessions(store: RawStore, queue_limit: int | None) -> list[RecoveredSession]:
+    """Read every persistent session; with ``queue_limit``, keep only the newest messages
+    of each and stage the deletion of the older surplus (caller commits)."""
+    out: list[RecoveredSession] = []
+    for key, value in store.iter_raw(CF, SESSION):
+        owner, subs = decode_session(bytes(value))
+        rs = RecoveredSession(bytes(key[1:]).decode("utf-8"), owner, subs)
+        ob = owner_bytes(owner)
+        kept: deque[tuple[bytes, bytes]] = deque(maxlen=queue_limit)
+        total = 0
+        first_key: bytes | None = None
+        for mkey, mval in store.iter_raw(CF, MSG + ob):
+            if first_key is None:
+                first_key = bytes(mkey)
+            kept.append((bytes(mkey), bytes(mval)))
+            total += 1
+        if kept and total > len(kept) and first_key is not None:
+            rs.surplus = total - len(kept)
+            store.stage_delete_range(CF, first_key, kept[0][0])
+        for mkey, mval in kept:
+            rs.messages.append((int.from_bytes(mkey[1 + _Q :], "big"), *decode_msg(mval)))
+        rs.rel = [int.from_bytes(k[1 + _Q :], "big") for k, _ in store.iter_raw(CF, REL + ob)]
+        rs.rx2 = {int.from_bytes(k[1 + _Q :], "big") for k, _ in store.iter_raw(CF, RX2 + ob)}
+        out.append(rs)
+    return out
+
+
+def load_retained(store: RawStore) -> Iterator[tuple[str, int, bytes]]:
+    """``(topic, qos, payload)`` of every retained message."""
+    for key, value in store.iter_raw(CF, RETAIN):
+        yield bytes(key[1:]).decode("utf-8"), value[0], bytes(value[1:])
+
+
+# ------------------------------------------------------------------ document views
+
+
+def _payload_fields(payload: bytes) -> dict[str, Any]:
+    try:
+        return {"payload": payload.decode("utf-8"), "bytes": len(payload)}
+    except UnicodeDecodeError:
+        return {
+            "payload": base64.b64encode(payload).decode(),
+            "_payload_encoding": "base64",
+            "bytes": len(payload),
+        }
+
+
+def view_documents(store: RawStore) -> Iterator[dict[str, Any]]:
+    """Every MQTT record on disk in document shape (the ``_mqtt`` view)."""
+    for rs in load_sessions(_ReadOnly(store), None):
+        yield {"_kind": "session", "client": rs.client_id, "owner": rs.owner,
+               "subscriptions": len(rs.subs), "queued": len(rs.messages)}  # fmt: skip
+        for flt, qos in rs.subs.items():
+            yield {"_kind": "sub", "client": rs.client_id, "filter": flt, "qos": qos}
+        for seq, qos, retain, topic, payload in rs.messages:
+            yield {"_kind": "msg", "client": rs.client_id, "seq": seq, "topic": topic,
+                   "qos": qos, "retain": retain, **_payload_fields(payload)}  # fmt: skip
+        for seq in rs.rel:
+            yield {"_kind": "rel", "client": rs.client_id, "seq": seq,
+                   "packet_id": packet_id_of(seq)}  # fmt: skip
+        for pid in sorted(rs.rx2):
+            yield {"_kind": "rx2", "client": rs.client_id, "packet_id": pid}
+    for topic, qos, payload in load_retained(store):
+        yield {"_kind": "retain", "topic": topic, "qos": qos, **_payload_fields(payload)}
+
+
+class _ReadOnly:
+    """Wraps a store for reading only (a view must never stage writes)."""
+
+    def __init__(self, store: RawStore) -> None:
+        self._store = store
+
+    def iter_raw(
+        self, cf: str, prefix: bytes = b"", start: bytes | None = None
+    ) -> Iterator[tuple[bytes, bytes]]:
+        return self._store.iter_raw(cf, prefix, start)
+
+    def stage_put(self, cf: str, key: bytes, value: bytes) -> None:
+        raise RuntimeError("read-only")
+
+    def stage_delete_key(self, cf: str, key: bytes) -> None:
+        raise RuntimeError("read-only")
+
+    def stage_delete_range(self, cf: str, start: bytes, end: bytes) -> None:
+        raise RuntimeError("read-only")

@@ -1,0 +1,142 @@
+"""``MqttService``: the MQTT 3.1.1 broker as one service of ``oxiedge serve``.
+
+It owns the ``Broker`` (state, router), recovers it before the listener opens, accepts
+connections (one ``Connection`` each), answers the admin operations ``sessions`` and
+``retained``, exposes counters, shows its raw records as the ``_mqtt`` collection, and
+offers the bridge hook: ``publish_from_bridge`` to inject messages and ``on_publish``
+callbacks that see every accepted PUBLISH.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import trio
+
+from oxiedge.app import App
+from oxiedge.mqtt import persist
+from oxiedge.mqtt.broker import Broker, PublishHook
+from oxiedge.mqtt.connection import Connection
+from oxiedge.mqtt.session import Limits
+from oxiedge.mqtt.topics import valid_topic_name
+
+VIEW_COLLECTION = "_mqtt"
+
+
+class MqttService:
+    """The MQTT broker service (see ``oxiedge.service.Service``)."""
+
+    name = "mqtt"
+
+    def __init__(self, app: App) -> None:
+        self.app = app
+        config = app.config
+        self.persist = bool(config.mqtt_persist)
+        self.limits = Limits(queue_limit=config.mqtt_queue_limit)
+        self.broker = Broker(app.store if self.persist else None, self.limits)
+        self._lines: list[str] = []
+        self._ingest_hooked = False
+        store = app.store
+        app.store.register_view(VIEW_COLLECTION, lambda: persist.view_documents(store))
+
+    # ----------------------------------------------------------------- bridges
+    @property
+    def on_publish(self) -> list[PublishHook]:
+        """Callbacks ``(topic, payload, qos, retain) -> staged?`` run for every accepted
+        PUBLISH before it is acknowledged. Return True if durable work was staged."""
+        return self.broker.on_publish
+
+    def publish_from_bridge(self, topic: str, payload: bytes, qos: int, retain: bool) -> bool:
+        """Inject a message as if a client had published it. Returns True if durable work
+        was staged: the caller must ``await app.store.commit()`` before acknowledging
+        its source. Raises ValueError for an invalid topic name."""
+        if not valid_topic_name(topic) or qos not in (0, 1, 2):
+            raise ValueError(f"invalid MQTT topic {topic!r} or QoS {qos}")
+        return self.broker.route(topic, payload, qos, retain)
+
+    async def publish(self, topic: str, payload: bytes, qos: int = 0, retain: bool = False
+                      ) -> None:  # fmt: skip
+        """``publish_from_bridge`` plus the commit (returns when it is durable)."""
+        if self.publish_from_bridge(topic, payload, qos, retain):
+            await self.app.store.commit()
+
+    def _hook_ingest(self) -> None:
+        ingest = self.app.extensions.get("ingest")
+        if ingest is None or self._ingest_hooked:
+            return
+        stage = ingest.stage_publish
+
+        def ingest_hook(topic: str, payload: bytes, qos: int, retain: bool) -> bool:
+            return bool(stage(topic, payload))
+
+        self.broker.on_publish.append(ingest_hook)
+        self._ingest_hooked = True
+
+    # --------------------------------------------------------------- lifecycle
+    async def recover(self) -> None:
+        """Load sessions, queued messages, QoS 2 state and retained messages."""
+        self._hook_ingest()
+        if not self.persist:
+            self._lines = ["MQTT persistence off - sessions live in memory only"]
+            return
+        sessions, pending = self.broker.recover()
+        if self.app.store.committer.pending:
+            await self.app.store.commit()  # queue surplus removed on disk (bound)
+        self._lines = [
+            f"MQTT persistence on - recovered {sessions} sessions, {pending} pending messages"
+        ]
+
+    def listening_suffix(self) -> str:
+        return ""
+
+    def extra_lines(self) -> list[str]:
+        return list(self._lines)
+
+    async def run(
+        self,
+        listeners: list[trio.SocketListener],
+        task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+    ) -> None:
+        """Accept connections until cancelled."""
+        self._hook_ingest()
+        async with trio.open_nursery() as nursery:
+            await nursery.start(trio.serve_listeners, self._handle, listeners)
+            task_status.started()
+
+    async def _handle(self, stream: trio.SocketStream) -> None:
+        conn = Connection(self, stream)
+        try:
+            await conn.serve()
+        except Exception as exc:  # a bug in one connection must not end the server
+            self.app.log.exception("MQTT: connection %s failed: %s", conn.client_id, exc)
+
+    async def authenticate(self, username: str | None, password: bytes | None) -> bool:
+        """Check credentials; password hashing runs off the event loop."""
+        users = self.app.users
+        if username is None:
+            return bool(users.authenticate(None, password))
+        return bool(await trio.to_thread.run_sync(users.authenticate, username, password))
+
+    # ------------------------------------------------------------------- admin
+    def admin_handlers(self) -> dict[str, Callable[[dict[str, Any]], Any]]:
+        return {
+            "sessions": lambda _args: self.broker.session_rows(),
+            "retained": lambda _args: self.broker.retained_rows(),
+        }
+
+    def status(self) -> dict[str, Any]:
+        b = self.broker
+        out: dict[str, Any] = dict(b.stats.as_dict())
+        out.update(
+            persist=self.persist,
+            sessions=len(b.sessions),
+            subscriptions=len(b.subscriptions),
+            retained=len(b.retained),
+            queued=sum(len(s.queue) for s in b.sessions.values()),
+            inflight=sum(len(s.inflight) + len(s.rel) for s in b.sessions.values()),
+            queue_limit=self.limits.queue_limit,
+            max_inflight=self.limits.max_inflight,
+            max_packet_size=self.app.config.mqtt_max_packet_size,
+        )
+        return out

@@ -1,0 +1,326 @@
+"""Session state: what the broker owes one client id (MQTT 3.1.1, 4.1 and 4.3).
+
+A ``Session`` outlives its connections when ``clean_session`` is 0. Outbound messages of
+QoS 1/2 take this path::
+
+    deliver() -> queue (bounded; the oldest is dropped and counted) -> pump() ->
+    inflight (sent, PUBACK/PUBREC awaited; window ``max_inflight``) -> rel (PUBREL sent,
+    PUBCOMP awaited)
+
+Every queued/in-flight message of a durable session has a record ``(owner, seq)`` on
+disk from the moment it is routed (staged in the publisher's commit round) until the
+subscriber's PUBACK/PUBREC deletes it. QoS 0 deliveries go straight to the connection and
+are never queued: for an offline session they are skipped (MQTT-3.1.2-5 allows either),
+and a connection whose output buffer is over its bound drops them (counted).
+
+Nothing here awaits: the connection task owns the I/O and the commits.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import TYPE_CHECKING, Protocol
+
+from oxiedge.mqtt import persist
+from oxiedge.mqtt.codec import encode_publish
+from oxiedge.mqtt.persist import CF, packet_id_of
+
+if TYPE_CHECKING:
+    from oxiedge.mqtt.packets import Will
+
+
+class Outlet(Protocol):
+    """The live connection of a session, as the session sees it."""
+
+    out_bytes: int
+
+    def write(self, data: bytes) -> None: ...
+
+
+class Stats:
+    """Broker-wide counters (``oxiedge status``)."""
+
+    __slots__ = (
+        "auth_failures",
+        "commit_errors",
+        "connections",
+        "connections_total",
+        "dropped",
+        "dropped_qos0",
+        "messages_in",
+        "messages_out",
+        "protocol_errors",
+        "takeovers",
+        "wills",
+    )
+
+    def __init__(self) -> None:
+        self.auth_failures = 0  # CONNACK 4/5 sent
+        self.commit_errors = 0  # commits that failed (nothing of theirs was acked)
+        self.connections = 0  # open now
+        self.connections_total = 0
+        self.dropped = 0  # queued messages dropped at the queue bound (oldest first)
+        self.dropped_qos0 = 0  # QoS 0 deliveries skipped on a full output buffer
+        self.messages_in = 0  # PUBLISH accepted (clients, wills, bridges)
+        self.messages_out = 0  # PUBLISH sent (re-sends included)
+        self.protocol_errors = 0
+        self.takeovers = 0  # MQTT-3.1.4-2
+        self.wills = 0  # will messages published
+
+    def as_dict(self) -> dict[str, int]:
+        return {name: getattr(self, name) for name in self.__slots__}
+
+
+class Message:
+    """One published message, shared by every session it is delivered to."""
+
+    __slots__ = ("payload", "qos0", "topic", "topic_b")
+
+    def __init__(self, topic: str, payload: bytes, topic_b: bytes | None = None) -> None:
+        self.topic = topic
+        self.topic_b = topic.encode("utf-8") if topic_b is None else topic_b
+        self.payload = payload
+        self.qos0: bytes | None = None  # the QoS 0 PUBLISH bytes, encoded once for fan-out
+
+    def qos0_bytes(self) -> bytes:
+        raw = self.qos0
+        if raw is None:
+            raw = self.qos0 = encode_publish(self.topic_b, self.payload)
+        return raw
+
+
+class Pending:
+    """A message owed to one session at QoS 1 or 2."""
+
+    __slots__ = ("dup", "msg", "qos", "retain", "seq")
+
+    def __init__(self, seq: int, msg: Message, qos: int, retain: bool, dup: bool) -> None:
+        self.seq = seq
+        self.msg = msg
+        self.qos = qos
+        self.retain = retain
+        self.dup = dup
+
+
+class Limits:
+    """Bounds shared by all sessions."""
+
+    __slots__ = ("max_inflight", "out_limit", "queue_limit")
+
+    def __init__(self, queue_limit: int, max_inflight: int = 64, out_limit: int = 1 << 20):
+        self.queue_limit = queue_limit  # queued (not yet sent) messages per session
+        self.max_inflight = max_inflight  # sent, unacknowledged (incl. PUBREL pending)
+        self.out_limit = out_limit  # connection output buffer bytes before we hold back
+
+
+class Session:
+    """State of one client id. ``store`` is set for durable sessions only."""
+
+    __slots__ = (
+        "clean",
+        "client_id",
+        "conn",
+        "dropped",
+        "inflight",
+        "limits",
+        "next_seq",
+        "owner",
+        "owner_b",
+        "queue",
+        "rel",
+        "rx2",
+        "stats",
+        "store",
+        "subs",
+        "will",
+    )
+
+    def __init__(
+        self,
+        client_id: str,
+        clean: bool,
+        owner: int,
+        limits: Limits,
+        stats: Stats,
+        store: persist.RawStore | None,
+    ) -> None:
+        self.client_id = client_id
+        self.clean = clean
+        self.owner = owner
+        self.owner_b = persist.owner_bytes(owner)
+        self.limits = limits
+        self.stats = stats
+        self.store = store  # None: nothing of this session goes to disk
+        self.subs: dict[str, int] = {}
+        self.queue: deque[Pending] = deque()
+        self.inflight: dict[int, Pending] = {}  # packet id -> message, in send order
+        self.rel: dict[int, int] = {}  # packet id -> seq: PUBREL sent, PUBCOMP awaited
+        self.rx2: set[int] = set()  # inbound QoS 2 packet ids before PUBREL (4.3.3)
+        self.next_seq = 0
+        self.dropped = 0
+        self.conn: Outlet | None = None
+        self.will: Will | None = None
+
+    # ------------------------------------------------------------------ outbound
+    def deliver(self, msg: Message, qos: int, retain: bool) -> bool:
+        """Hand ``msg`` to this session at effective ``qos``; True if a durable record
+        was staged (the publisher must then commit before acknowledging)."""
+        if qos == 0:
+            conn = self.conn
+            if conn is not None:
+                if conn.out_bytes < self.limits.out_limit:
+                    conn.write(
+                        msg.qos0_bytes()
+                        if not retain
+                        else encode_publish(msg.topic_b, msg.payload, 0, True)
+                    )
+                    self.stats.messages_out += 1
+                else:
+                    self.stats.dropped_qos0 += 1
+            return False
+        seq = self.next_seq
+        self.next_seq = seq + 1
+        queue = self.queue
+        if len(queue) >= self.limits.queue_limit:
+            self._drop_oldest()
+        queue.append(Pending(seq, msg, qos, retain, False))
+        store = self.store
+        if store is not None:
+            store.stage_put(
+                CF,
+                persist.msg_key(self.owner_b, seq),
+                persist.encode_msg(qos, retain, msg.topic_b, msg.payload),
+            )
+        if self.conn is not None:
+            self.pump()
+        return store is not None
+
+    def _drop_oldest(self) -> None:
+        old = self.queue.popleft()
+        self.dropped += 1
+        self.stats.dropped += 1
+        if self.store is not None:
+            self.store.stage_delete_key(CF, persist.msg_key(self.owner_b, old.seq))
+
+    def pump(self) -> None:
+        """Send queued messages while the in-flight window and the output buffer allow."""
+        conn = self.conn
+        queue = self.queue
+        if conn is None or not queue:
+            return
+        inflight, rel, limits = self.inflight, self.rel, self.limits
+        while queue and len(inflight) + len(rel) < limits.max_inflight:
+            if conn.out_bytes >= limits.out_limit:
+                return  # the writer calls pump() again once the buffer drained
+            p = queue[0]
+            pid = packet_id_of(p.seq)
+            if pid in inflight or pid in rel:
+                return  # a 65535-old message is still unacknowledged: wait for it
+            queue.popleft()
+            inflight[pid] = p
+            msg = p.msg
+            conn.write(encode_publish(msg.topic_b, msg.payload, p.qos, p.retain, p.dup, pid))
+            p.dup = True  # any later send is a re-delivery (MQTT-3.3.1-1)
+            self.stats.messages_out += 1
+
+    def resend(self) -> None:
+        """After a reconnect: re-send unacknowledged PUBLISH (DUP) and PUBREL packets in
+        their original order (MQTT-4.4.0-1), then pump the queue."""
+        conn = self.conn
+        if conn is None:
+            return
+        items: list[tuple[int, int, Pending | None]] = [
+            (p.seq, pid, p) for pid, p in self.inflight.items()
+        ]
+        items += [(seq, pid, None) for pid, seq in self.rel.items()]
+        items.sort(key=lambda t: t[0])
+        for _seq, pid, p in items:
+            if p is None:
+                conn.write(b"\x62\x02" + pid.to_bytes(2, "big"))
+            else:
+                m = p.msg
+                conn.write(encode_publish(m.topic_b, m.payload, p.qos, p.retain, True, pid))
+                self.stats.messages_out += 1
+        self.pump()
+
+    def on_puback(self, pid: int) -> bool:
+        """PUBACK from the client; True if a deletion was staged."""
+        p = self.inflight.get(pid)
+        if p is None or p.qos != 1:
+            return False  # unknown id: ignore (a late ack after take-over/re-send)
+        del self.inflight[pid]
+        if self.store is not None:
+            self.store.stage_delete_key(CF, persist.msg_key(self.owner_b, p.seq))
+        self.pump()
+        return self.store is not None
+
+    def on_pubrec(self, pid: int) -> bool:
+        """PUBREC: the message becomes a PUBREL obligation (4.3.3). Caller sends PUBREL."""
+        p = self.inflight.get(pid)
+        if p is None or p.qos != 2:
+            # A duplicate PUBREC for a PUBREL already pending: answer PUBREL again.
+            return False
+        del self.inflight[pid]
+        self.rel[pid] = p.seq
+        if self.store is not None:
+            self.store.stage_delete_key(CF, persist.msg_key(self.owner_b, p.seq))
+            self.store.stage_put(CF, persist.rel_key(self.owner_b, p.seq), b"")
+        return self.store is not None
+
+    def on_pubcomp(self, pid: int) -> bool:
+        seq = self.rel.pop(pid, None)
+        if seq is None:
+            return False
+        if self.store is not None:
+            self.store.stage_delete_key(CF, persist.rel_key(self.owner_b, seq))
+        self.pump()
+        return self.store is not None
+
+    # ------------------------------------------------------------------- inbound
+    def received_qos2(self, pid: int) -> bool:
+        """Record an inbound QoS 2 packet id (until PUBREL). False if it was already
+        recorded: a duplicate that must not be routed again (MQTT-4.3.3-2)."""
+        if pid in self.rx2:
+            return False
+        self.rx2.add(pid)
+        if self.store is not None:
+            self.store.stage_put(CF, persist.rx2_key(self.owner_b, pid), b"")
+        return True
+
+    def released_qos2(self, pid: int) -> bool:
+        """PUBREL: forget the packet id; True if a deletion was staged. PUBCOMP must wait
+        for its commit, or a crash could leave a stale id that swallows a new message."""
+        if pid not in self.rx2:
+            return False
+        self.rx2.discard(pid)
+        if self.store is not None:
+            self.store.stage_delete_key(CF, persist.rx2_key(self.owner_b, pid))
+            return True
+        return False
+
+    # ------------------------------------------------------------------- records
+    def stage_record(self) -> None:
+        """Stage the session record (owner + subscriptions) of a durable session."""
+        if self.store is not None:
+            self.store.stage_put(
+                CF,
+                persist.session_key(self.client_id),
+                persist.encode_session(self.owner, self.subs),
+            )
+
+    def stage_delete(self) -> None:
+        """Stage the removal of everything this session has on disk."""
+        if self.store is not None:
+            persist.stage_delete_session(self.store, self.client_id, self.owner)
+
+    def row(self) -> dict[str, object]:
+        """The admin listing row (``oxiedge sessions``)."""
+        return {
+            "client": self.client_id,
+            "connected": self.conn is not None,
+            "clean": self.clean,
+            "subscriptions": len(self.subs),
+            "queued": len(self.queue),
+            "inflight": len(self.inflight) + len(self.rel),
+            "dropped": self.dropped,
+        }

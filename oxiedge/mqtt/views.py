@@ -1,0 +1,44 @@
+"""MQTT listings read from the data dir when no server runs (``oxiedge sessions`` /
+``oxiedge retained``). Same row shapes as the live admin handlers; what only exists at
+run time (connections, drop counters since start) shows as not connected / 0."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from oxiedge.mqtt import persist
+from oxiedge.mqtt.persist import RawStore
+
+
+def register_views(store: Any) -> None:
+    """Show the raw MQTT records as the ``_mqtt`` collection of ``store`` (offline CLI)."""
+    store.register_view("_mqtt", lambda: persist.view_documents(store))
+
+
+def offline_views(store: RawStore) -> dict[str, Callable[[], list[dict[str, Any]]]]:
+    """``{"sessions": fn, "retained": fn}`` reading the store (never writing)."""
+
+    def sessions() -> list[dict[str, Any]]:
+        rows = []
+        for rs in persist.load_sessions(persist._ReadOnly(store), None):
+            rows.append(
+                {
+                    "client": rs.client_id,
+                    "connected": False,
+                    "clean": False,
+                    "subscriptions": len(rs.subs),
+                    "queued": len(rs.messages),
+                    "inflight": len(rs.rel),
+                    "dropped": 0,
+                }
+            )
+        return sorted(rows, key=lambda r: r["client"])
+
+    def retained() -> list[dict[str, Any]]:
+        return [
+            {"topic": topic, "qos": qos, "bytes": len(payload)}
+            for topic, qos, payload in sorted(persist.load_retained(store))
+        ]
+
+    return {"sessions": sessions, "retained": retained}

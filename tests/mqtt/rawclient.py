@@ -1,0 +1,83 @@
+"""A blocking raw-socket MQTT client for black-box tests (exact bytes in, exact bytes out)."""
+
+from __future__ import annotations
+
+import socket
+import time
+
+from oxiedge.mqtt.codec import encode
+from oxiedge.mqtt.packets import Connect, Will
+
+TIMEOUT = 10.0
+
+
+class RawClient:
+    def __init__(self, port: int) -> None:
+        self.sock = socket.create_connection(("127.0.0.1", port), timeout=TIMEOUT)
+        self.buf = b""
+
+    def send(self, data: bytes) -> None:
+        self.sock.sendall(data)
+
+    def connect(
+        self,
+        client_id: str,
+        clean: bool = True,
+        keepalive: int = 60,
+        will: tuple[str, bytes, int] | None = None,
+        expect: bytes | None = b"\x20\x02\x00\x00",
+        username: str | None = None,
+        password: bytes | None = None,
+    ) -> bytes:
+        w = Will(will[0], will[1], will[2], False) if will else None
+        self.send(encode(Connect(client_id, clean, keepalive, username, password, w)))
+        connack = self.recv_packet()
+        if expect is not None:
+            assert connack[:1] == b"\x20" and connack[3:] == expect[3:], connack
+        return connack
+
+    def _fill(self, n: int, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while len(self.buf) < n:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError(f"waited for {n} bytes, have {len(self.buf)}")
+            self.sock.settimeout(left)
+            chunk = self.sock.recv(65536)
+            if not chunk:
+                raise ConnectionError("closed by the server")
+            self.buf += chunk
+
+    def recv_packet(self, timeout: float = TIMEOUT) -> bytes:
+        """One complete packet (fixed header included)."""
+        self._fill(2, timeout)
+        i, length, shift = 1, 0, 0
+        while True:
+            self._fill(i + 1, timeout)
+            b = self.buf[i]
+            length |= (b & 0x7F) << shift
+            i += 1
+            if not b & 0x80:
+                break
+            shift += 7
+        self._fill(i + length, timeout)
+        packet, self.buf = self.buf[: i + length], self.buf[i + length :]
+        return packet
+
+    def closed(self, timeout: float = TIMEOUT) -> bool:
+        """True once the server closed the connection (unread packets are skipped)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            self.sock.settimeout(max(0.01, deadline - time.monotonic()))
+            try:
+                chunk = self.sock.recv(65536)
+            except (ConnectionResetError, BrokenPipeError):
+                return True
+            except TimeoutError:
+                return False
+            if not chunk:
+                return True
+        return False
+
+    def close(self) -> None:
+        self.sock.close()

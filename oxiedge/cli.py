@@ -23,8 +23,11 @@ from .admin.client import ServerNotRunning, call
 from .admin.protocol import AdminError
 from .config import Config, ConfigError
 
-app = typer.Typer(no_args_is_help=True, add_completion=False,
-                  help="oxiedge: MQTT + AMQP broker appliance with acknowledgements that mean on disk.")
+app = typer.Typer(
+    no_args_is_help=True,
+    add_completion=False,
+    help="oxiedge: MQTT + AMQP broker appliance with acknowledgements that mean on disk.",
+)
 ingest_app = typer.Typer(no_args_is_help=True, help="MQTT topics stored as documents.")
 user_app = typer.Typer(no_args_is_help=True, help="Users of MQTT and AMQP (password file).")
 app.add_typer(ingest_app, name="ingest")
@@ -53,9 +56,8 @@ def _config(data: Path | None) -> Config:
 def _open_store(cfg: Config, write: bool):  # type: ignore[no-untyped-def]
     from .store import Store, StoreLockedError
 
-    if not cfg.db_path.exists():
-        if not write:
-            _fail(f"no oxiedge data in {cfg.data} (start `oxiedge serve` or pass --data)")
+    if not cfg.db_path.exists() and not write:
+        _fail(f"no oxiedge data in {cfg.data} (start `oxiedge serve` or pass --data)")
     try:
         return Store.open(cfg.db_path, read_only=not write)
     except StoreLockedError:
@@ -218,7 +220,8 @@ def _view_command(name: str, doc: str) -> None:
     app.command(name=name)(command)
 
 
-_view_command("sessions", "MQTT sessions: client, connected, subscriptions, queued, in-flight, dropped.")
+_view_command("sessions",
+              "MQTT sessions: client, connected, subscriptions, queued, in-flight, dropped.")
 _view_command("retained", "Retained MQTT messages.")
 _view_command("queues", "AMQP queues: ready, unacked, consumers, durable, dropped.")
 _view_command("exchanges", "AMQP exchanges.")

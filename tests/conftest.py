@@ -113,7 +113,7 @@ class ServerProcess:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait(5)
-                raise AssertionError("server did not stop within %ss on SIGTERM" % timeout)
+                raise AssertionError(f"server did not stop within {timeout}s on SIGTERM") from None
         return int(self.proc.returncode)
 
     def restart(self, timeout: float = 30.0) -> ServerProcess:

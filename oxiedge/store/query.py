@@ -114,20 +114,22 @@ def compile_filter(spec: dict[str, Any] | None) -> Predicate:
         if key in ("$and", "$or"):
             if not isinstance(cond, list) or not cond:
                 raise QueryError(f"{key} needs a non-empty list of filters")
-            subs = [compile_filter(c) for c in cond]
-            if key == "$and":
-                preds.append(lambda d, subs=subs: all(p(d) for p in subs))
-            else:
-                preds.append(lambda d, subs=subs: any(p(d) for p in subs))
+            preds.append(_combine(key, [compile_filter(c) for c in cond]))
         elif key.startswith("$"):
             raise QueryError(f"unknown top-level operator {key!r}")
         elif isinstance(cond, dict) and cond and all(k.startswith("$") for k in cond):
             preds.extend(_op_predicate(key, op, arg) for op, arg in cond.items())
         else:
-            preds.append(lambda d, key=key, cond=cond: _eq_match(get_path(d, key), cond))
+            preds.append(_op_predicate(key, "$eq", cond))
     if len(preds) == 1:
         return preds[0]
     return lambda d: all(p(d) for p in preds)
+
+
+def _combine(op: str, subs: list[Predicate]) -> Predicate:
+    if op == "$and":
+        return lambda d: all(p(d) for p in subs)
+    return lambda d: any(p(d) for p in subs)
 
 
 SortSpec = list[tuple[str, int]]
@@ -161,5 +163,9 @@ def _sort_value(value: Any) -> tuple[int, Any]:
 def sort_docs(docs: list[dict[str, Any]], sort: SortSpec) -> list[dict[str, Any]]:
     """Stable multi-key sort; missing values sort first, like MongoDB's null."""
     for path, direction in reversed(sort):
-        docs.sort(key=lambda d, path=path: _sort_value(get_path(d, path)), reverse=direction < 0)
+        docs.sort(key=_sort_key(path), reverse=direction < 0)
     return docs
+
+
+def _sort_key(path: str) -> Callable[[dict[str, Any]], tuple[int, Any]]:
+    return lambda d: _sort_value(get_path(d, path))

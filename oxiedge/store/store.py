@@ -11,7 +11,7 @@ import re
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import trio
 from rocksdict import ReadOptions, WriteBatch
@@ -68,7 +68,8 @@ class Store:
 
     # ----------------------------------------------------------------- lifecycle
     @classmethod
-    def open(cls, path: Path | str, profile: MemoryProfile = SMALL, read_only: bool = False) -> Store:
+    def open(cls, path: Path | str, profile: MemoryProfile = SMALL,
+             read_only: bool = False) -> Store:
         """Open the store in directory ``path`` (created if missing unless read-only)."""
         p = Path(path)
         if not read_only:
@@ -100,8 +101,8 @@ class Store:
         ro = ReadOptions()
         ro.set_iterate_upper_bound(b"d")
         for key, value in meta.items(from_key=b"c", read_opt=ro):
-            name = key[1:].decode()
-            cid = int(enc.decode_doc(0, value)["id"])
+            name = cast(bytes, key)[1:].decode()
+            cid = int(enc.decode_doc(0, cast(bytes, value))["id"])
             raw = meta.get(enc.counters_key(cid))
             next_id, count = enc.decode_counters(raw) if raw is not None else (1, 0)
             # Never reuse an id: also look at the last stored key of the collection.
@@ -116,8 +117,9 @@ class Store:
         for key in self._cf_read["docs"].keys(
             backwards=True, from_key=enc.collection_prefix(cid) + b"\xff" * 8, read_opt=ro
         ):
-            if key[:4] == enc.collection_prefix(cid):
-                return enc.doc_id_of(key)
+            raw_key = cast(bytes, key)
+            if raw_key[:4] == enc.collection_prefix(cid):
+                return enc.doc_id_of(raw_key)
             return None
         return None
 
@@ -145,7 +147,9 @@ class Store:
 
     def list_collections(self) -> list[dict[str, Any]]:
         """Every collection with its document count, including broker views."""
-        out = {name: {"name": name, "count": c.count} for name, c in self._collections.items()}
+        out: dict[str, dict[str, Any]] = {
+            name: {"name": name, "count": c.count} for name, c in self._collections.items()
+        }
         for name, fns in self._views.items():
             extra = sum(1 for fn in fns for _ in fn())
             row = out.setdefault(name, {"name": name, "count": 0})
@@ -174,7 +178,7 @@ class Store:
         for key, value in self._cf_read["docs"].items(
             from_key=enc.doc_key(c.cid, start_id), read_opt=ro
         ):
-            yield enc.decode_doc(enc.doc_id_of(key), value)
+            yield enc.decode_doc(enc.doc_id_of(cast(bytes, key)), cast(bytes, value))
 
     def _all_docs(self, coll: str) -> Iterator[dict[str, Any]]:
         yield from self.iter_docs(coll)
@@ -312,7 +316,7 @@ class Store:
             ro.set_iterate_upper_bound(upper)
         first = start if start is not None and start > prefix else prefix
         for key, value in self._cf_read[cf].items(from_key=first, read_opt=ro):
-            yield key, value
+            yield cast(bytes, key), cast(bytes, value)
 
     def compact(self, cf: str, start: bytes | None = None, end: bytes | None = None) -> None:
         """Compact a key range (drops tombstones after a queue drained)."""

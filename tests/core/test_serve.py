@@ -76,7 +76,7 @@ def test_bad_configuration_exits_before_listening(tmp_path: Path, args: list[str
                                                   env: dict[str, str], needle: str) -> None:
     ports = [flag for key, flag in (("OXIEDGE_MQTT_PORT", ["--mqtt-port", "0"]),
                                     ("OXIEDGE_AMQP_PORT", ["--amqp-port", "0"])) if key not in env]
-    res = _run_serve("--data", str(tmp_path / "d"), *sum(ports, []), *args, env=env)
+    res = _run_serve("--data", str(tmp_path / "d"), *[a for p in ports for a in p], *args, env=env)
     assert res.returncode == 2, res.stderr
     assert needle in res.stderr
     assert "listening" not in res.stderr and "oxiedge ready" not in res.stderr

@@ -127,7 +127,7 @@ class Channel:
         for queue, msg, _consumer in settled:
             if msg.stored:
                 broker.forget(queue, msg)
-                self.conn.dirty = True
+                self.conn.dirty = self.conn.unsynced = True
         broker.counters["acked"] += len(settled)
         self._redispatch()
 

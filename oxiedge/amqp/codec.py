@@ -203,6 +203,10 @@ class FrameParser:
             self._pos = 0
         self._buf += data
 
+    def unconsumed(self) -> bytes:
+        """The bytes received but not parsed (after an error: from the bad frame on)."""
+        return bytes(self._buf[self._pos :])
+
     @property
     def awaiting_header(self) -> bool:
         """True until the protocol header has been received."""

@@ -63,6 +63,7 @@ HANDSHAKE_TIMEOUT = 10.0
 CLOSE_TIMEOUT = 2.0
 RECEIVE_SIZE = 1 << 16
 
+_CLOSE_OK_FRAME = encode_method(0, spec.ConnectionCloseOk())
 _PUBLISH = spec.BasicPublish
 _ACK = spec.BasicAck
 
@@ -91,6 +92,9 @@ class AmqpConnection:
         self.channels: dict[int, Channel] = {}
         self.exclusive_queues: dict[str, Queue] = {}
         self.dirty = False  # durable deletes staged (acks); kick the committer
+        # Acks staged but not awaited: made durable before the reply to the next synchronous
+        # method, so "ack, then any round trip" means the ack survives a crash.
+        self.unsynced = False
         self.stalled = False  # a queue skipped us because the send buffer was full
         self.closed = False
         self._out: list[bytes] = []
@@ -227,6 +231,9 @@ class AmqpConnection:
                 try:
                     ev = parser.next_event()
                 except AmqpError:
+                    # The framing is lost: look for the close-ok frame's bytes instead, so
+                    # the socket is not reset while the client's close-ok is in flight.
+                    await self._await_close_ok_bytes(parser)
                     return
                 if ev is None:
                     parser.feed(await self._receive())
@@ -235,6 +242,11 @@ class AmqpConnection:
                     if isinstance(ev.method, spec.ConnectionClose):
                         self.send(encode_method(0, spec.ConnectionCloseOk()))
                     return
+
+    async def _await_close_ok_bytes(self, parser: FrameParser) -> None:
+        tail = parser.unconsumed()
+        while _CLOSE_OK_FRAME not in tail:
+            tail = tail[-len(_CLOSE_OK_FRAME):] + await self._receive()
 
     # -- handshake (spec 4.2.3 / connection class) ---------------------------------------
 
@@ -396,6 +408,8 @@ class AmqpConnection:
         if isinstance(m, spec.ChannelCloseOk):
             return
         try:
+            if self.unsynced and m.SYNCHRONOUS:
+                await self.commit()
             await ch.handle(m)
         except AmqpError as exc:
             await self._channel_error(ch, exc, m, parser)
@@ -513,7 +527,7 @@ class AmqpConnection:
 
     async def commit(self) -> None:
         """Wait for the durable writes staged so far (declares, deletes, purges)."""
-        self.dirty = False
+        self.dirty = self.unsynced = False
         try:
             await self.store.commit()
         except Exception as exc:

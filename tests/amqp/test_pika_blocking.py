@@ -107,7 +107,7 @@ def test_qos_global_limits_channel(conn: Any) -> None:
     got: list[bytes] = []
     ch.basic_consume("g1", lambda c, m, p, b: got.append(b))
     ch.basic_consume("g2", lambda c, m, p, b: got.append(b))
-    for i in range(5):
+    for _i in range(5):
         ch.basic_publish("", "g1", b"a")
         ch.basic_publish("", "g2", b"b")
     conn.process_data_events(time_limit=0.5)
@@ -165,7 +165,7 @@ def test_unacked_requeued_when_connection_dies(server: Any) -> None:
 def test_recover_requeues(ch: Any) -> None:
     ch.queue_declare("rec")
     ch.basic_publish("", "rec", b"r")
-    m, _p, _b = ch.basic_get("rec")
+    _m, _p, _b = ch.basic_get("rec")
     ch.basic_recover(requeue=True)
     m2, _p, b = ch.basic_get("rec")
     assert b == b"r" and m2.redelivered

@@ -1,0 +1,183 @@
+"""Raw sockets against a real server: bad protocol headers and bad frames close the
+connection with the right reply code, and nothing else is affected."""
+
+from __future__ import annotations
+
+import struct
+import time
+from typing import Any
+
+import pika
+import pytest
+
+from oxiedge.amqp import codec, spec
+from tests.amqp.conftest import params
+from tests.amqp.rawclient import RawClient
+
+
+@pytest.mark.parametrize("header", [b"AMQP\x00\x00\x08\x00", b"AMQP\x01\x01\x00\x09",
+                                    b"GET / HTTP/1.1\r\n\r\n"])
+def test_bad_protocol_header_gets_ours_and_close(server: Any, header: bytes) -> None:
+    raw = RawClient(server.amqp_port)
+    raw.send(header)
+    assert raw.read_to_eof() == codec.PROTOCOL_HEADER
+    raw.close()
+
+
+def _frame_end(good: bytes) -> bytes:
+    return good[:-1] + b"\x00"
+
+
+BAD_FRAMES = [
+    ("bad frame end", lambda: _frame_end(codec.encode_method(1, spec.BasicQos())), 501),
+    ("unknown frame type", lambda: b"\x09" + codec.encode_method(1, spec.BasicQos())[1:], 501),
+    ("heartbeat on channel 1", lambda: b"\x08\x00\x01\x00\x00\x00\x00\xce", 501),
+    ("frame over frame_max", lambda: codec.encode_frame(3, 1, b"x" * 200_000), 501),
+    ("truncated arguments", lambda: codec.encode_frame(1, 1, b"\x00\x3c\x00\x28\x00"), 502),
+    ("bad field table", lambda: codec.encode_frame(
+        1, 1, b"\x00\x32\x00\x0a\x00\x00\x01q\x00\x00\x00\x00\x03\x01aZ"), 502),
+    ("unknown method", lambda: codec.encode_frame(1, 1, b"\x00\x3c\x27\x0f"), 503),
+    ("connection method on channel 1",
+     lambda: codec.encode_method(1, spec.ConnectionTuneOk()), 503),
+    ("body without content header", lambda: codec.encode_frame(3, 1, b"abc"), 505),
+    ("method inside content", lambda: codec.encode_method(1, spec.BasicPublish(routing_key="q"))
+     + codec.encode_method(1, spec.BasicQos()), 505),
+    ("channel not open", lambda: codec.encode_method(7, spec.BasicQos()), 504),
+]
+
+
+@pytest.mark.parametrize("name,make,code", BAD_FRAMES, ids=[b[0] for b in BAD_FRAMES])
+def test_bad_frame_closes_with_reply_code(server: Any, name: str, make: Any, code: int) -> None:
+    bystander = pika.BlockingConnection(params(server.amqp_port))
+    bch = bystander.channel()
+    bch.queue_declare("bystander")
+    raw = RawClient(server.amqp_port)
+    raw.handshake()
+    raw.open_channel(1)
+    raw.send(make())
+    raw.expect_close(code)
+    assert raw.read_to_eof() == b""
+    raw.close()
+    # another connection is unaffected
+    bch.basic_publish("", "bystander", b"still here")
+    assert bch.basic_get("bystander", auto_ack=True)[2] == b"still here"
+    bystander.close()
+
+
+def test_channel_error_keeps_connection(server: Any) -> None:
+    raw = RawClient(server.amqp_port)
+    raw.handshake()
+    raw.open_channel(1)
+    raw.open_channel(2)
+    raw.method(1, spec.QueueDeclare(queue="nope", passive=True))
+    close = raw.expect(spec.ChannelClose, 1)
+    assert isinstance(close, spec.ChannelClose) and close.reply_code == 404
+    assert (close.class_id, close.method_id) == (50, 10)
+    raw.method(1, spec.QueueDeclare(queue="ignored-until-close-ok"))  # ignored (spec 2.3.4)
+    raw.method(1, spec.ChannelCloseOk())
+    raw.method(2, spec.QueueDeclare(queue="fine"))
+    ok = raw.expect(spec.QueueDeclareOk, 2)
+    assert isinstance(ok, spec.QueueDeclareOk) and ok.queue == "fine"
+    raw.open_channel(1)  # the number is free again
+    raw.method(0, spec.ConnectionClose(200, "bye", 0, 0))
+    raw.expect(spec.ConnectionCloseOk)
+    raw.close()
+
+
+def test_channel_max_and_frame_max_negotiation(server: Any) -> None:
+    raw = RawClient(server.amqp_port)
+    tune = raw.handshake(frame_max=4096)
+    assert tune.frame_max == 131072 and tune.channel_max == 2047
+    raw.open_channel(1)
+    raw.send(codec.encode_frame(3, 1, b"x" * 5000))  # over the negotiated 4096
+    raw.expect_close(501)
+    raw.close()
+    raw = RawClient(server.amqp_port)
+    raw.handshake()
+    raw.method(2048, spec.ChannelOpen())
+    raw.expect_close(504)
+    raw.close()
+
+
+def test_deliveries_respect_negotiated_frame_max(server: Any) -> None:
+    raw = RawClient(server.amqp_port)
+    raw.handshake(frame_max=4096)
+    raw.open_channel(1)
+    raw.method(1, spec.QueueDeclare(queue="fm"))
+    raw.expect(spec.QueueDeclareOk, 1)
+    body = b"y" * 10000
+    raw.send(codec.encode_content(1, spec.BasicPublish(routing_key="fm"), b"\x00\x00", body,
+                                  4096))
+    raw.method(1, spec.BasicGet(queue="fm", no_ack=True))
+    # parse with a strict client-side limit: any frame over 4096 raises 501 here
+    raw.parser.frame_max = 4096
+    cmd = raw.recv_command()
+    assert cmd is not None and isinstance(cmd.method, spec.BasicGetOk) and cmd.body == body
+    raw.close()
+
+
+def test_bad_credentials_closed_with_403(server: Any) -> None:
+    raw = RawClient(server.amqp_port)
+    raw.send(codec.PROTOCOL_HEADER)
+    start = raw.expect(spec.ConnectionStart)
+    assert isinstance(start, spec.ConnectionStart)
+    assert start.mechanisms.split() == [b"PLAIN", b"AMQPLAIN"]
+    raw.method(0, spec.ConnectionStartOk({}, "PLAIN", b"only-one-part"))
+    raw.expect_close(403)
+    raw.close()
+
+
+def test_amqplain_login(server: Any) -> None:
+    from oxiedge.amqp.fields import encode_table
+
+    raw = RawClient(server.amqp_port)
+    raw.send(codec.PROTOCOL_HEADER)
+    raw.expect(spec.ConnectionStart)
+    response = encode_table({"LOGIN": "guest", "PASSWORD": "guest"})[4:]
+    raw.method(0, spec.ConnectionStartOk({}, "AMQPLAIN", response))
+    raw.expect(spec.ConnectionTune)
+    raw.close()
+
+
+def test_dead_peer_detected_and_heartbeats_sent(start_server: Any) -> None:
+    srv = start_server("--amqp-heartbeat", "1")
+    raw = RawClient(srv.amqp_port)
+    tune = raw.handshake(heartbeat=1)
+    assert tune.heartbeat == 1
+    started = time.monotonic()
+    # We stay silent: the server heartbeats every 0.5 s, then gives up after 2 s of silence.
+    assert raw.recv_command(timeout=6) is None
+    elapsed = time.monotonic() - started
+    assert raw.heartbeats >= 2 and 1.5 <= elapsed < 5
+    assert "missed heartbeats" in srv.wait_for_line("AMQP 127.0.0.1:", timeout=5)
+    raw.close()
+
+
+def test_client_heartbeats_keep_connection_alive(start_server: Any) -> None:
+    srv = start_server("--amqp-heartbeat", "1")
+    raw = RawClient(srv.amqp_port)
+    raw.handshake(heartbeat=1)
+    raw.open_channel(1)
+    for _ in range(6):
+        raw.send(codec.HEARTBEAT_FRAME)
+        time.sleep(0.5)  # the test IS about wall-clock silence between heartbeats
+    raw.method(1, spec.QueueDeclare(queue="alive"))
+    raw.expect(spec.QueueDeclareOk, 1)
+    raw.close()
+
+
+def test_content_header_frame_vector_on_the_wire(server: Any) -> None:
+    """A publish sent as hand-made bytes is delivered with the properties byte-exact."""
+    raw = RawClient(server.amqp_port)
+    raw.handshake()
+    raw.open_channel(1)
+    raw.method(1, spec.QueueDeclare(queue="bytes"))
+    raw.expect(spec.QueueDeclareOk, 1)
+    props = b"\x90\x00\x0atext/plain\x02"  # content-type + delivery-mode
+    header = struct.pack(">HHQ", 60, 0, 3) + props
+    raw.send(codec.encode_method(1, spec.BasicPublish(routing_key="bytes"))
+             + codec.encode_frame(2, 1, header) + codec.encode_frame(3, 1, b"abc"))
+    raw.method(1, spec.BasicGet(queue="bytes", no_ack=True))
+    cmd = raw.recv_command()
+    assert cmd is not None and cmd.properties == props and cmd.body == b"abc"
+    raw.close()

@@ -1,19 +1,12 @@
-"""Fixtures for the MQTT tests: a real ``oxiedge serve`` subprocess and paho clients.
+"""Fixtures for the MQTT tests: a real ``oxiedge serve`` (MQTT only) and paho clients.
 
-``mqtt_server`` starts the server on a free loopback port (``--mqtt-port 0``, the port is
-parsed from the ``MQTT listening on`` line) with AMQP off. Uses the project-wide
-``start_server`` fixture from ``tests/conftest.py`` when it exists.
+Built on the project-wide ``start_server`` fixture (``tests/conftest.py``).
 """
 
 from __future__ import annotations
 
-import os
 import queue
-import re
-import signal
 import socket
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -23,100 +16,25 @@ from typing import Any
 import paho.mqtt.client as mqtt
 import pytest
 
+from tests.conftest import ServerProcess
+
 ROOT = Path(__file__).resolve().parents[2]
-_LISTEN = re.compile(r"^MQTT listening on 127\.0\.0\.1:(\d+)")
-START_TIMEOUT = 30.0
-
-
-class Server:
-    """A running ``oxiedge serve`` process (MQTT only)."""
-
-    def __init__(self, data: Path, args: list[str], env: dict[str, str] | None = None) -> None:
-        self.data = data
-        self.args = args
-        self.env = env
-        self.proc: subprocess.Popen[str] | None = None
-        self.log_lines: list[str] = []
-        self.mqtt_port = 0
-        self._ready = threading.Event()
-        self._lock = threading.Lock()
-
-    def start(self) -> Server:
-        env = dict(os.environ)
-        env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
-        env.update(self.env or {})
-        cmd = [sys.executable, "-m", "oxiedge", "serve", "--data", str(self.data),
-               "--mqtt-port", str(self.mqtt_port), "--amqp-port", "off", *self.args]  # fmt: skip
-        self._ready = threading.Event()
-        self.proc = subprocess.Popen(
-            cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=ROOT
-        )
-        threading.Thread(target=self._pump, args=(self.proc,), daemon=True).start()
-        if not self._ready.wait(START_TIMEOUT) or self.proc.poll() is not None:
-            self.proc.kill()
-            raise RuntimeError("server did not become ready:\n" + "\n".join(self.log_lines))
-        return self
-
-    def _pump(self, proc: subprocess.Popen[str]) -> None:
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            line = line.rstrip("\n")
-            with self._lock:
-                self.log_lines.append(line)
-            m = _LISTEN.match(line)
-            if m:
-                self.mqtt_port = int(m.group(1))
-            if line.startswith("oxiedge ready"):
-                self._ready.set()
-        self._ready.set()
-
-    def lines(self) -> list[str]:
-        with self._lock:
-            return list(self.log_lines)
-
-    def kill(self) -> None:
-        """SIGKILL (what a power cut looks like to the process)."""
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGKILL)
-            self.proc.wait(10)
-
-    def stop(self) -> int:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                return self.proc.wait(15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(5)
-                raise
-        return self.proc.returncode if self.proc is not None else 0
-
-    def restart(self, keep_port: bool = True) -> Server:
-        self.kill()
-        self.log_lines.clear()
-        if not keep_port:
-            self.mqtt_port = 0
-        return self.start()
 
 
 @pytest.fixture
-def start_mqtt(tmp_path: Path) -> Iterator[Callable[..., Server]]:
-    """``start_mqtt(*args, env=None, data=None)`` -> a ready ``Server``; all are killed
-    at the end of the test."""
-    started: list[Server] = []
+def start_mqtt(start_server: Callable[..., ServerProcess]) -> Callable[..., ServerProcess]:
+    """``start_mqtt(*args, env=None, data=None)`` -> a ready server with MQTT on a free
+    port and AMQP off (the project-wide ``start_server`` fixture kills it afterwards)."""
 
-    def start(*args: str, env: dict[str, str] | None = None, data: Path | None = None) -> Server:
-        srv = Server(data or tmp_path / f"data{len(started)}", list(args), env).start()
-        started.append(srv)
-        return srv
+    def start(*args: str, env: dict[str, str] | None = None, data: Path | None = None
+              ) -> ServerProcess:  # fmt: skip
+        return start_server("--amqp-port", "off", *args, env=env, data=data)
 
-    yield start
-    for srv in started:
-        srv.kill()
+    return start
 
 
 @pytest.fixture
-def mqtt_server(start_mqtt: Callable[..., Server]) -> Server:
+def mqtt_server(start_mqtt: Callable[..., ServerProcess]) -> ServerProcess:
     return start_mqtt()
 
 

@@ -5,8 +5,20 @@ from __future__ import annotations
 import socket
 import time
 
-from oxiedge.mqtt.codec import encode
-from oxiedge.mqtt.packets import Connect, Will
+from oxiedge.mqtt.codec import decode_all, encode
+from oxiedge.mqtt.packets import (
+    Connect,
+    Packet,
+    Pingresp,
+    Puback,
+    Pubcomp,
+    Publish,
+    Pubrec,
+    Pubrel,
+    Suback,
+    Subscribe,
+    Will,
+)
 
 TIMEOUT = 10.0
 
@@ -81,3 +93,65 @@ class RawClient:
 
     def close(self) -> None:
         self.sock.close()
+
+
+def decode(packet: bytes) -> Packet:
+    """Decode one complete packet with the codec (its own tests pin it to byte vectors)."""
+    [p] = decode_all(packet)
+    return p
+
+
+class RawSession(RawClient):
+    """RawClient with the QoS handshakes spelled out (each step explicit in the test)."""
+
+    def next(self, timeout: float = TIMEOUT) -> Packet:
+        return decode(self.recv_packet(timeout))
+
+    def subscribe(self, pid: int, *filters: tuple[str, int]) -> tuple[int, ...]:
+        self.send(encode(Subscribe(pid, tuple(filters))))
+        ack = self.next()
+        assert isinstance(ack, Suback) and ack.packet_id == pid, ack
+        return ack.return_codes
+
+    def publish(self, topic: str, payload: bytes, qos: int, pid: int | None = None,
+                retain: bool = False, dup: bool = False) -> None:  # fmt: skip
+        """Publish and complete the QoS flow (PUBACK, or PUBREC/PUBREL/PUBCOMP)."""
+        self.send(encode(Publish(topic, payload, qos, retain, dup, pid if qos else None)))
+        if qos == 1:
+            assert self.next() == Puback(pid or 0)
+        elif qos == 2:
+            assert self.next() == Pubrec(pid or 0)
+            self.send(encode(Pubrel(pid or 0)))
+            assert self.next() == Pubcomp(pid or 0)
+
+    def receive(self, ack: bool = True) -> Publish:
+        """The next PUBLISH. With ``ack`` its QoS flow is answered: PUBACK, or PUBREC now
+        and PUBCOMP when its PUBREL arrives (the server pipelines, so PUBRELs come
+        interleaved with later PUBLISHes)."""
+        while True:
+            p = self.next()
+            if isinstance(p, Pubrel):
+                self.send(encode(Pubcomp(p.packet_id)))
+                continue
+            assert isinstance(p, Publish), p
+            if ack and p.qos == 1:
+                self.send(encode(Puback(p.packet_id or 0)))
+            elif ack and p.qos == 2:
+                self.send(encode(Pubrec(p.packet_id or 0)))
+            return p
+
+    def ping(self) -> None:
+        """PINGREQ, answering PUBRELs, until PINGRESP; fails if a PUBLISH comes first
+        (proves nothing else was pending)."""
+        self.send(b"\xc0\x00")
+        while True:
+            p = self.next()
+            if isinstance(p, Pubrel):
+                self.send(encode(Pubcomp(p.packet_id)))
+                continue
+            assert p == Pingresp(), f"unexpected {p}"
+            return
+
+    def disconnect(self) -> None:
+        self.send(b"\xe0\x00")
+        assert self.closed()

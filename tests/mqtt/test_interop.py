@@ -2,17 +2,20 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from oxiedge.mqtt.codec import encode
 from oxiedge.mqtt.packets import Subscribe
+from tests.conftest import ServerProcess as Server
 
-from .conftest import ROOT, Client, Server
+from .conftest import ROOT, Client
 from .rawclient import RawClient
 
 Make = Callable[..., Client]
@@ -245,15 +248,9 @@ def test_queue_bound_drops_oldest(start_mqtt: Callable[..., Server], clients: Ma
     again.assert_nothing(0.3)
 
 
-def admin(srv: Server, what: str) -> list[dict[str, object]]:
-    import json
-
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
-    out = subprocess.run(
-        [sys.executable, "-m", "oxiedge", what, "--data", str(srv.data), "--json"],
-        capture_output=True, text=True, timeout=60, env=env, cwd=ROOT,
-    )  # fmt: skip
-    assert out.returncode == 0, out.stderr
+def admin(srv: Server, what: str) -> list[dict[str, Any]]:
+    """``oxiedge sessions|retained --json`` against the running server."""
+    out = srv.cli(what, "--json")
     return [json.loads(line) for line in out.stdout.splitlines() if line.strip()]
 
 
@@ -293,7 +290,7 @@ def test_connack_codes_raw(mqtt_server: Server) -> None:
 
 def test_no_mqtt_persist(start_mqtt: Callable[..., Server], clients: Make) -> None:
     srv = start_mqtt("--no-mqtt-persist")
-    assert "MQTT persistence off - sessions live in memory only" in srv.lines()
+    assert "MQTT persistence off - sessions live in memory only" in srv.log_lines
     sub = clients(srv.mqtt_port, "mem", clean=False)
     sub.connect()
     sub.subscribe(("m/#", 1))
@@ -304,7 +301,8 @@ def test_no_mqtt_persist(start_mqtt: Callable[..., Server], clients: Make) -> No
     again = clients(srv.mqtt_port, "mem", clean=False)
     assert again.connect() is True  # in memory while the server runs
     assert again.get().payload == b"x"
-    srv.restart()
-    assert "MQTT persistence off - sessions live in memory only" in srv.lines()
+    srv.kill()
+    srv.start()
+    assert "MQTT persistence off - sessions live in memory only" in srv.log_lines
     after = clients(srv.mqtt_port, "mem", clean=False)
     assert after.connect() is False

@@ -1,0 +1,183 @@
+"""SIGKILL the real server: whatever was acknowledged survives, exactly once, in order."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from typing import Any
+
+from tests.conftest import ServerProcess
+
+from .rawclient import RawSession
+
+Start = Callable[..., ServerProcess]
+
+
+def find(srv: ServerProcess, flt: dict[str, Any]) -> list[dict[str, Any]]:
+    """``oxiedge find _mqtt FILTER --json`` (live through the admin socket, or offline)."""
+    out = srv.cli("find", "_mqtt", json.dumps(flt), "--json")
+    return [json.loads(line) for line in out.stdout.splitlines() if line.strip()]
+
+
+def wait_for(pred: Callable[[], bool], timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not pred():
+        assert time.monotonic() < deadline, "condition not reached in time"
+        time.sleep(0.05)
+
+
+def port(srv: ServerProcess) -> int:
+    assert srv.mqtt_port is not None
+    return srv.mqtt_port
+
+
+def test_sigkill_offline_subscriber_gets_every_acked_message_once_in_order(
+    start_mqtt: Start,
+) -> None:
+    srv = start_mqtt()
+    sub = RawSession(port(srv))
+    sub.connect("dur-sub", clean=False)
+    assert sub.subscribe(1, ("d/#", 2)) == (2,)
+    sub.disconnect()
+    pub = RawSession(port(srv))
+    pub.connect("dur-pub")
+    sent = []
+    for i in range(60):
+        qos = 1 + i % 2
+        payload = f"msg-{i}".encode()
+        pub.publish("d/x", payload, qos, pid=i + 1)  # returns once PUBACK/PUBCOMP arrived
+        sent.append((payload, qos))
+    pub.publish("d/same", b"twin", 1, pid=100)  # identical payloads stay two messages
+    pub.publish("d/same", b"twin", 1, pid=101)
+    sent += [(b"twin", 1), (b"twin", 1)]
+    pub.publish("d/ret", b"retained-v", 1, pid=200, retain=True)
+    sent.append((b"retained-v", 1))
+    srv.kill()
+
+    srv.start()
+    assert srv.line(f"MQTT persistence on - recovered 1 sessions, {len(sent)} pending messages"), (
+        srv.log_lines
+    )
+    sub = RawSession(port(srv))
+    assert sub.connect("dur-sub", clean=False, expect=None) == b"\x20\x02\x01\x00"  # present
+    got = [sub.receive() for _ in range(len(sent))]
+    assert [(p.payload, p.qos) for p in got] == sent
+    # Re-delivered after a crash: they may have been sent before, so DUP is set.
+    assert all(p.dup for p in got)
+    assert all(not p.retain for p in got)
+    sub.ping()  # nothing else was queued
+    sub.disconnect()
+    # The retained value survived too.
+    late = RawSession(port(srv))
+    late.connect("late")
+    late.subscribe(1, ("d/ret", 1))
+    r = late.receive()
+    assert (r.topic, r.payload, r.retain) == ("d/ret", b"retained-v", True)
+    late.disconnect()
+    # The acks deleted every message record (by (client, seq)): nothing left on disk.
+    assert [d["client"] for d in find(srv, {"_kind": "session"})] == ["dur-sub"]
+    wait_for(lambda: find(srv, {"_kind": "msg"}) == [])
+    assert [d["topic"] for d in find(srv, {"_kind": "retain"})] == ["d/ret"]
+    assert srv.stop() == 0
+    # Offline listings read the same records from the data dir.
+    rows = [json.loads(x) for x in srv.cli("sessions", "--json").stdout.splitlines() if x]
+    assert [(r["client"], r["queued"], r["inflight"]) for r in rows] == [("dur-sub", 0, 0)]
+    rows = [json.loads(x) for x in srv.cli("retained", "--json").stdout.splitlines() if x]
+    assert rows == [{"topic": "d/ret", "qos": 1, "bytes": 10}]
+
+
+def test_sigkill_inflight_messages_are_resent_with_dup(start_mqtt: Start) -> None:
+    srv = start_mqtt()
+    sub = RawSession(port(srv))
+    sub.connect("inflight", clean=False)
+    sub.subscribe(1, ("f/#", 1))
+    pub = RawSession(port(srv))
+    pub.connect("pub")
+    for i in range(5):
+        pub.publish("f/x", str(i).encode(), 1, pid=i + 1)
+    first = [sub.receive(ack=False) for _ in range(5)]
+    assert [p.dup for p in first] == [False] * 5
+    srv.kill()
+    srv.start()
+    sub = RawSession(port(srv))
+    sub.connect("inflight", clean=False, expect=None)
+    again = [sub.receive() for _ in range(5)]
+    assert [p.payload for p in again] == [str(i).encode() for i in range(5)]
+    assert [p.packet_id for p in again] == [p.packet_id for p in first]  # MQTT-4.4.0-1
+    assert all(p.dup for p in again)
+
+
+def test_sigkill_inbound_qos2_is_not_duplicated(start_mqtt: Start) -> None:
+    """PUBREC means the message and its packet id are on disk: after a crash the
+    client's re-sent PUBLISH (DUP) is recognised and not routed twice (MQTT-4.3.3-2)."""
+    srv = start_mqtt()
+    sub = RawSession(port(srv))
+    sub.connect("q2-sub", clean=False)
+    sub.subscribe(1, ("q2/#", 1))
+    sub.disconnect()
+    pub = RawSession(port(srv))
+    pub.connect("q2-pub", clean=False)
+    pub.send(b"\x34\x0b\x00\x04q2/a\x00\x2aone")  # QoS 2 PUBLISH, packet id 42
+    assert pub.recv_packet() == b"\x50\x02\x00\x2a"  # PUBREC: durable now
+    srv.kill()
+    srv.start()
+    assert find(srv, {"_kind": "rx2"}) == [
+        {"_kind": "rx2", "client": "q2-pub", "packet_id": 42}
+    ]  # fmt: skip
+    pub = RawSession(port(srv))
+    pub.connect("q2-pub", clean=False, expect=None)
+    pub.send(b"\x3c\x0b\x00\x04q2/a\x00\x2aone")  # the client re-sends with DUP
+    assert pub.recv_packet() == b"\x50\x02\x00\x2a"
+    pub.send(b"\x62\x02\x00\x2a")
+    assert pub.recv_packet() == b"\x70\x02\x00\x2a"  # PUBCOMP
+    sub = RawSession(port(srv))
+    sub.connect("q2-sub", clean=False, expect=None)
+    assert sub.receive().payload == b"one"
+    sub.ping()  # exactly once
+    wait_for(lambda: find(srv, {"_kind": "rx2"}) == [])
+
+
+def test_sigkill_outbound_pubrel_obligation_survives(start_mqtt: Start) -> None:
+    srv = start_mqtt()
+    sub = RawSession(port(srv))
+    sub.connect("rel-sub", clean=False)
+    sub.subscribe(1, ("r/#", 2))
+    pub = RawSession(port(srv))
+    pub.connect("pub")
+    pub.publish("r/x", b"two", 2, pid=9)
+    p = sub.receive(ack=False)
+    sub.send(b"\x50\x02" + (p.packet_id or 0).to_bytes(2, "big"))  # PUBREC
+    assert sub.recv_packet() == b"\x62\x02" + (p.packet_id or 0).to_bytes(2, "big")
+    wait_for(lambda: len(find(srv, {"_kind": "rel"})) == 1)  # the obligation hit the disk
+    srv.kill()
+    srv.start()
+    sub = RawSession(port(srv))
+    sub.connect("rel-sub", clean=False, expect=None)
+    # MQTT-4.4.0-1: the PUBREL is re-sent, not the PUBLISH.
+    assert sub.recv_packet() == b"\x62\x02" + (p.packet_id or 0).to_bytes(2, "big")
+    sub.send(b"\x70\x02" + (p.packet_id or 0).to_bytes(2, "big"))
+    sub.send(b"\xc0\x00")
+    assert sub.recv_packet() == b"\xd0\x00"
+    wait_for(lambda: find(srv, {"_kind": "rel"}) == [])
+
+
+def test_recovery_loads_at_most_the_bound(start_mqtt: Start, tmp_path: Any) -> None:
+    srv = start_mqtt()
+    sub = RawSession(port(srv))
+    sub.connect("bound", clean=False)
+    sub.subscribe(1, ("b/#", 1))
+    sub.disconnect()
+    pub = RawSession(port(srv))
+    pub.connect("pub")
+    for i in range(20):
+        pub.publish("b/x", str(i).encode(), 1, pid=i + 1)
+    srv.kill()
+    # Restart with a smaller bound: only the newest 8 are loaded, the rest deleted on disk.
+    srv.args = (*srv.args, "--mqtt-queue-limit", "8")
+    srv.start()
+    assert srv.line("MQTT persistence on - recovered 1 sessions, 8 pending messages")
+    assert [d["seq"] for d in find(srv, {"_kind": "msg"})] == list(range(12, 20))
+    sub = RawSession(port(srv))
+    sub.connect("bound", clean=False, expect=None)
+    assert [sub.receive().payload for _ in range(8)] == [str(i).encode() for i in range(12, 20)]

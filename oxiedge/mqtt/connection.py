@@ -14,7 +14,9 @@ record) only kicks the committer.
 The *writer* owns the socket's send side. Everything - replies, deliveries from other
 connections' publishes, re-sends - is appended to ``_out`` and coalesced into one
 ``send_all`` per wake-up. ``out_bytes`` (buffered + in transit) is what sessions check to
-hold back QoS 1/2 messages and to drop QoS 0 ones on a slow consumer.
+hold back QoS 1/2 messages and to drop QoS 0 ones on a slow consumer; the reader itself
+stops reading while the output is far over that bound (a client that publishes but never
+reads cannot make us buffer its acknowledgements without limit).
 
 Rules: the first packet must be CONNECT (MQTT-3.1.0-1), a second one is a violation
 (MQTT-3.1.0-2); keep-alive is 1.5x the client's value (MQTT-3.1.2-24); the will is
@@ -84,6 +86,10 @@ class Connection:
         self.session: Session | None = None
         self.will: Will | None = None
         self.out_bytes = 0
+        # A client that publishes but does not read would grow our output (its PUBACKs)
+        # without bound: above this many buffered bytes the reader stops reading.
+        self._read_pause_at = 4 * service.limits.out_limit
+        self._drain: trio.Event | None = None
         self._out: list[bytes] = []
         self._wake = trio.Event()
         self._replies: list[bytes] = []
@@ -116,6 +122,9 @@ class Connection:
                     data = chunks[0] if len(chunks) == 1 else b"".join(chunks)
                     await stream.send_all(data)
                     self.out_bytes -= len(data)
+                    drain = self._drain
+                    if drain is not None and self.out_bytes <= self._read_pause_at:
+                        drain.set()
                     s = self.session
                     if s is not None and s.conn is self and s.queue:
                         s.pump()
@@ -220,6 +229,10 @@ class Connection:
                 if self._disconnected:
                     raise _Close("client sent DISCONNECT", abnormal=False)
                 ka.deadline = trio.current_time() + window
+                if self.out_bytes > self._read_pause_at:
+                    self._drain = trio.Event()
+                    await self._drain.wait()  # the writer sets it (keep-alive still applies)
+                    self._drain = None
                 data = await stream.receive_some(RECV_SIZE)
                 if not data:
                     raise _Close("connection closed without DISCONNECT")

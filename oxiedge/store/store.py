@@ -18,6 +18,7 @@ from rocksdict import ReadOptions, WriteBatch
 
 from . import encoding as enc
 from .committer import GroupCommitter
+from .index import IndexCatalog
 from .query import compile_filter, parse_sort, sort_docs
 from .rocks import SMALL, MemoryProfile, open_db
 
@@ -65,6 +66,8 @@ class Store:
         self._views: dict[str, list[ViewFn]] = {}
         self.committer = GroupCommitter(self.db, before_write=self._write_counters)
         self._load_catalog()
+        self.docs_read = 0  # documents decoded by reads (shows what an index saved)
+        self.indexes = IndexCatalog(self)
 
     # ----------------------------------------------------------------- lifecycle
     @classmethod
@@ -166,7 +169,10 @@ class Store:
         if c is None:
             return None
         raw = self._cf_read["docs"].get(enc.doc_key(c.cid, int(doc_id)))
-        return None if raw is None else enc.decode_doc(int(doc_id), raw)
+        if raw is None:
+            return None
+        self.docs_read += 1
+        return enc.decode_doc(int(doc_id), raw)
 
     def iter_docs(self, coll: str, start_id: int = 0) -> Iterator[dict[str, Any]]:
         """Stored documents of ``coll`` in ``_id`` order (no views)."""
@@ -178,10 +184,18 @@ class Store:
         for key, value in self._cf_read["docs"].items(
             from_key=enc.doc_key(c.cid, start_id), read_opt=ro
         ):
+            self.docs_read += 1
             yield enc.decode_doc(enc.doc_id_of(cast(bytes, key)), cast(bytes, value))
 
-    def _all_docs(self, coll: str) -> Iterator[dict[str, Any]]:
-        yield from self.iter_docs(coll)
+    def _all_docs(self, coll: str, filter: Any = None) -> Iterator[dict[str, Any]]:
+        ids = self.indexes.candidate_ids(coll, filter) if self.indexes.active else None
+        if ids is None:
+            yield from self.iter_docs(coll)
+        else:  # an index narrowed the candidates; the caller still applies the filter
+            for doc_id in ids:
+                doc = self.get(coll, doc_id)
+                if doc is not None:
+                    yield doc
         for fn in self._views.get(coll, ()):
             yield from fn()
 
@@ -202,7 +216,7 @@ class Store:
             raise StoreError("skip must be >= 0")
         if not order:
             out: list[dict[str, Any]] = []
-            for doc in self._all_docs(coll):
+            for doc in self._all_docs(coll, filter):
                 if pred(doc):
                     if skip:
                         skip -= 1
@@ -211,7 +225,7 @@ class Store:
                         break
                     out.append(doc)
             return out
-        matched = sort_docs([d for d in self._all_docs(coll) if pred(d)], order)
+        matched = sort_docs([d for d in self._all_docs(coll, filter) if pred(d)], order)
         end = None if limit is None else skip + limit
         return matched[skip:end]
 
@@ -221,7 +235,7 @@ class Store:
             base = c.count if c is not None else 0
             return base + sum(1 for fn in self._views.get(coll, ()) for _ in fn())
         pred = compile_filter(filter)
-        return sum(1 for d in self._all_docs(coll) if pred(d))
+        return sum(1 for d in self._all_docs(coll, filter) if pred(d))
 
     # ------------------------------------------------------------ staged writes
     def stage_insert(self, coll: str, doc: dict[str, Any]) -> dict[str, Any]:
@@ -235,6 +249,8 @@ class Store:
         body["_version"] = 1
         value = enc.encode_doc(body)
         self.committer.batch.put(enc.doc_key(c.cid, doc_id), value, self._cf["docs"])
+        if self.indexes.active:
+            self.indexes.on_insert(coll, doc_id, body)
         c.next_id += 1
         c.count += 1
         self._dirty.add(coll)
@@ -252,6 +268,8 @@ class Store:
         base["_version"] = int(current.get("_version", 0)) + 1
         self.committer.batch.put(enc.doc_key(c.cid, int(doc_id)), enc.encode_doc(base),
                                  self._cf["docs"])
+        if self.indexes.active:
+            self.indexes.on_update(coll, int(doc_id), current, base)
         return {"_id": int(doc_id), **base}
 
     def stage_delete(self, coll: str, doc_id: int) -> bool:
@@ -259,8 +277,11 @@ class Store:
         if c is None:
             return False
         key = enc.doc_key(c.cid, int(doc_id))
-        if self._cf_read["docs"].get(key) is None:
+        raw = self._cf_read["docs"].get(key)
+        if raw is None:
             return False
+        if self.indexes.has(coll):
+            self.indexes.on_delete(coll, int(doc_id), enc.decode_doc(int(doc_id), raw))
         self.committer.batch.delete(key, self._cf["docs"])
         c.count -= 1
         self._dirty.add(coll)
@@ -273,7 +294,12 @@ class Store:
             return 0
         n = 0
         docs_cf = self._cf["docs"]
+        indexed = self.indexes.has(coll)
         for doc_id in ids:
+            if indexed:
+                old = self.get(coll, int(doc_id))
+                if old is not None:
+                    self.indexes.on_delete(coll, int(doc_id), old)
             self.committer.batch.delete(enc.doc_key(c.cid, int(doc_id)), docs_cf)
             n += 1
         c.count -= n
@@ -286,6 +312,8 @@ class Store:
         if c is None:
             return False
         batch = self.committer.batch
+        if self.indexes.active:
+            self.indexes.on_drop(coll)
         batch.delete_range(enc.collection_prefix(c.cid), enc.collection_prefix(c.cid + 1),
                            self._cf["docs"])
         batch.delete(enc.catalog_key(coll), self._cf["meta"])

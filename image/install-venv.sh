@@ -1,0 +1,67 @@
+#!/bin/bash
+# Install oxiedge into a virtual environment at ROOT/opt/oxiedge, entirely from the host:
+# wheels for the TARGET architecture (pip --platform, binary wheels only), byte-code
+# compiled on the host with the same Python minor version as the target's /usr/bin/python3.
+# Running pip inside an emulated chroot leaks host settings and fails TLS (IMAGE-NOTES.md).
+#
+#   image/install-venv.sh ROOT ARCH WHEEL [REQUIREMENT...]
+#     ARCH: arm64 | amd64 (Debian names); WHEEL: the project's wheel (pip wheel --no-deps).
+set -euo pipefail
+
+[ $# -ge 3 ] || { echo "usage: $0 ROOT arm64|amd64 WHEEL [REQUIREMENT...]" >&2; exit 2; }
+ROOT=$(realpath "$1"); ARCH=$2; WHEEL=$3; shift 3
+case "$ARCH" in
+    arm64) PLATFORM=manylinux2014_aarch64 ;;
+    amd64) PLATFORM=manylinux2014_x86_64 ;;
+    *) echo "unsupported arch $ARCH (rocksdict has no 32-bit wheels)" >&2; exit 2 ;;
+esac
+PY=${PY_VERSION:-3.11}          # bookworm's python3
+PYTHON=${PYTHON:-python3}       # the host interpreter that runs pip
+VENV=/opt/oxiedge
+SITE=$VENV/lib/python$PY/site-packages
+
+rm -rf "$ROOT$VENV"
+install -d "$ROOT$SITE" "$ROOT$VENV/bin"
+# Only PyPI and the given wheel: no host pip.conf (extra indexes, constraints, find-links)
+# leaks into the image. OXIEDGE_PIP_CONSTRAINTS may pin versions for a repeatable build.
+constraints=()
+if [ -n "${OXIEDGE_PIP_CONSTRAINTS:-}" ]; then constraints=(--constraint "$OXIEDGE_PIP_CONSTRAINTS"); fi
+env -u PIP_FIND_LINKS -u PIP_EXTRA_INDEX_URL -u PIP_INDEX_URL -u PIP_CONSTRAINT \
+    PIP_CONFIG_FILE=/dev/null \
+    "$PYTHON" -m pip install --quiet --disable-pip-version-check "${constraints[@]}" --no-compile --no-warn-script-location \
+    --only-binary=:all: --platform "$PLATFORM" --python-version "$PY" \
+    --implementation cp --abi "cp${PY/./}" --target "$ROOT$SITE" "$WHEEL" "$@"
+# pip --target writes console scripts with the host's interpreter path: drop them, the
+# venv gets its own launcher below.
+rm -rf "$ROOT$SITE/bin"
+
+# The venv skeleton, as `python3 -m venv` would lay it out on the target.
+cat > "$ROOT$VENV/pyvenv.cfg" <<CFG
+home = /usr/bin
+include-system-site-packages = false
+version = $PY
+executable = /usr/bin/python$PY
+command = /usr/bin/python$PY -m venv $VENV
+CFG
+ln -sfn "/usr/bin/python$PY" "$ROOT$VENV/bin/python3"
+ln -sfn python3 "$ROOT$VENV/bin/python"
+ln -sfn python3 "$ROOT$VENV/bin/python$PY"
+ln -sfn lib "$ROOT$VENV/lib64"
+cat > "$ROOT$VENV/bin/oxiedge" <<LAUNCHER
+#!$VENV/bin/python3
+import sys
+
+from oxiedge.cli import main
+
+if __name__ == "__main__":
+    sys.exit(main())
+LAUNCHER
+chmod 0755 "$ROOT$VENV/bin/oxiedge"
+
+# Byte-code compiled on the host: the target's root is read-only for the service
+# (ProtectSystem=strict), and hash-based .pyc files keep the image reproducible.
+HOST_PY=/usr/bin/python$PY
+[ -x "$HOST_PY" ] || HOST_PY=$(command -v "python$PY")
+"$HOST_PY" -m compileall -q -j 0 --invalidation-mode checked-hash \
+    -s "$ROOT" -p / "$ROOT$SITE" >/dev/null
+echo "installed oxiedge venv into $ROOT$VENV ($(du -sh "$ROOT$VENV" | cut -f1))"

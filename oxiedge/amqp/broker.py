@@ -88,25 +88,25 @@ class Broker:
             by_qid[q.qid] = q
             self.next_qid = max(self.next_qid, q.qid + 1)
         for doc in bind_docs:
-            q = self.queues.get(doc["queue"])
-            x = self.exchanges.get(doc["exchange"])
-            if q is None or x is None:
+            bq = self.queues.get(doc["queue"])
+            bx = self.exchanges.get(doc["exchange"])
+            if bq is None or bx is None:
                 store.stage_delete(persist.COLL, doc["_id"])
                 continue
-            b = Binding(x.name, q, doc.get("routing_key", ""), doc.get("arguments") or {})
+            b = Binding(bx.name, bq, doc.get("routing_key", ""), doc.get("arguments") or {})
             b.doc_id = doc["_id"]
-            x.add(b)
+            bx.add(b)
         messages = 0
         orphans: set[int] = set()
         for key, value in store.iter_raw(persist.CF, persist.MSG_PREFIX):
             qid, seq = persist.parse_key(key)
-            q = by_qid.get(qid)
-            if q is None:
+            mq = by_qid.get(qid)
+            if mq is None:
                 orphans.add(qid)
                 continue
             exchange, routing_key, props, body = persist.decode_record(value)
-            q.enqueue(QueuedMessage(seq, exchange, routing_key, props, body, True, True))
-            q.next_seq = seq + 1
+            mq.enqueue(QueuedMessage(seq, exchange, routing_key, props, body, True, True))
+            mq.next_seq = seq + 1
             messages += 1
         for qid in orphans:
             store.stage_delete_range(persist.CF, *persist.queue_range(qid))
@@ -241,11 +241,16 @@ class Broker:
                             f"exchange argument '{next(iter(arguments))}' is not implemented")
         x = self.exchanges.get(name)
         if x is not None:
-            for what, have, want in (("type", x.type, type), ("durable", x.durable, durable),
+            if x.type != type:
+                raise AmqpError(
+                    PRECONDITION_FAILED,
+                    f"inequivalent arg 'type' for {_vhost('exchange', name)}: received "
+                    f"'{type}' but current is '{x.type}'")
+            for what, have, want in (("durable", x.durable, durable),
                                      ("auto_delete", x.auto_delete, auto_delete),
                                      ("internal", x.internal, internal)):
                 if have != want:
-                    shown = (want, have) if what == "type" else (_flag(want), _flag(have))
+                    shown = (_flag(want), _flag(have))
                     raise AmqpError(
                         PRECONDITION_FAILED,
                         f"inequivalent arg '{what}' for {_vhost('exchange', name)}: received "

@@ -59,7 +59,11 @@ class Channel:
         if not self.conn.writable:
             self.conn.stalled = True  # the writer re-dispatches once the buffer drains
             return False
-        return no_ack or not self.global_prefetch or self.global_unacked < self.global_prefetch
+        if no_ack:
+            return True
+        if len(self.unacked) >= self.conn.unacked_limit:
+            return False  # bound memory even for consumers without prefetch that never ack
+        return not self.global_prefetch or self.global_unacked < self.global_prefetch
 
     def deliver(self, consumer: Consumer, msg: QueuedMessage) -> None:
         """Send ``basic.deliver`` + content; track it unless the consumer is no-ack."""
@@ -169,10 +173,10 @@ class Channel:
         if self.unacked:
             settled = list(self.unacked.values())
             self.unacked.clear()
-            for queue, _msg, consumer in settled:
+            for queue, _msg, owner in settled:
                 queue.unacked -= 1
-                if consumer is not None:
-                    consumer.unacked -= 1
+                if owner is not None:
+                    owner.unacked -= 1
             self.global_unacked = 0
             self._settle_rejected(settled, requeue=True)
 

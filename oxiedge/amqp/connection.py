@@ -86,6 +86,8 @@ class AmqpConnection:
         self.frame_max: int = cfg.amqp_frame_max
         self.channel_max: int = cfg.amqp_channel_max
         self.heartbeat: int = cfg.amqp_heartbeat
+        #: Unacked deliveries per channel never exceed this, prefetch or not.
+        self.unacked_limit: int = cfg.amqp_queue_limit
         self.user = ""
         self.client_properties: dict[str, Any] = {}
         self.cancel_notify = False
@@ -162,7 +164,7 @@ class AmqpConnection:
             data = await self.stream.receive_some(RECEIVE_SIZE)
             if not data:
                 raise PeerGone("connection closed by peer")
-            return data
+            return bytes(data)
         self.log.info("AMQP %s: missed heartbeats from client, closing", self.peer)
         raise PeerGone("missed heartbeats")
 
@@ -309,6 +311,7 @@ class AmqpConnection:
 
     def _authenticate(self, mechanism: str, response: bytes) -> bool:
         users = self.service.app.users
+        password: bytes | None
         if mechanism == "PLAIN":
             # RFC 4616: [authzid] NUL authcid NUL passwd
             parts = response.split(b"\x00")
@@ -322,10 +325,13 @@ class AmqpConnection:
             except AmqpError:
                 return False
             login, pw = table.get("LOGIN"), table.get("PASSWORD")
-            username = login.decode("utf-8", "replace") if isinstance(login, bytes) else login
-            password = pw.encode() if isinstance(pw, str) else pw
-            if not isinstance(username, str):
+            if isinstance(login, bytes):
+                login = login.decode("utf-8", "replace")
+            if isinstance(pw, str):
+                pw = pw.encode()
+            if not isinstance(login, str) or not isinstance(pw, (bytes, type(None))):
                 return False
+            username, password = login, pw
         else:
             return False
         self.user = username

@@ -90,7 +90,10 @@ class AmqpService:
         task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
     ) -> None:
         """Accept connections on ``listeners`` until cancelled."""
-        await trio.serve_listeners(self._handle, listeners, task_status=task_status)
+        async with trio.open_nursery() as nursery:
+            for listener in listeners:
+                nursery.start_soon(trio.serve_listeners, self._handle, [listener])
+            task_status.started()
 
     async def _handle(self, stream: trio.SocketStream) -> None:
         self.counters["connections_total"] += 1

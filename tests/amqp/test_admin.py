@@ -41,3 +41,20 @@ def test_live_listings(server: Any) -> None:
     table = server.cli("queues").stdout
     assert "orders" in table
     c.close()
+
+
+def test_unacked_bounded_without_prefetch(start_server: Any) -> None:
+    srv = start_server("--amqp-queue-limit", "5")
+    c = pika.BlockingConnection(params(srv.amqp_port))
+    ch = c.channel()
+    ch.queue_declare("nolimit")
+    got: list[bytes] = []
+    ch.basic_consume("nolimit", lambda c_, m, p, b: got.append(b))  # no qos, never acks
+    for i in range(8):
+        ch.basic_publish("", "nolimit", b"%d" % i)
+    ch.queue_declare("nolimit", passive=True)  # round trip
+    c.process_data_events(time_limit=0.3)
+    assert len(got) == 5
+    q = next(r for r in rows(srv, "queues") if r["name"] == "nolimit")
+    assert (q["ready"], q["unacked"], q["dropped"]) == (3, 5, 0)
+    c.close()

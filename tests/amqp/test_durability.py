@@ -86,11 +86,27 @@ def test_acked_messages_are_not_redelivered(start_server: Any) -> None:
 
 
 def test_concurrent_declares_leave_one_record(start_server: Any) -> None:
+    import threading
+
     srv = start_server()
-    conns = [connect(srv) for _ in range(4)]
+    conns = [connect(srv) for _ in range(6)]
     chans = [c.channel() for c in conns]
-    for c in chans:
-        c.queue_declare("shared", durable=True)
+    barrier = threading.Barrier(len(chans))
+    errors: list[BaseException] = []
+
+    def declare(ch: Any) -> None:
+        try:
+            barrier.wait(5)
+            ch.queue_declare("shared", durable=True)
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=declare, args=(ch,)) for ch in chans]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(10)
+    assert not errors
     for c in conns:
         c.close()
     srv.kill()

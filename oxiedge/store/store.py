@@ -245,7 +245,8 @@ class Store:
         c = self._collection(coll, create=True)
         assert c is not None
         doc_id = c.next_id
-        body = {k: v for k, v in doc.items() if k not in ("_id", "_version")}
+        body = dict(doc)
+        body.pop("_id", None)
         body["_version"] = 1
         value = enc.encode_doc(body)
         self.committer.batch.put(enc.doc_key(c.cid, doc_id), value, self._cf["docs"])

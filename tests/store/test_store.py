@@ -72,7 +72,9 @@ def test_invalid_names_and_documents(store: Store) -> None:
     with pytest.raises(StoreError):
         store.stage_insert("ok", [1, 2])  # type: ignore[arg-type]
     with pytest.raises(ValueError):
-        store.stage_insert("ok", {"x": float("nan")})
+        store.stage_insert("ok", {"x": {1, 2}})  # a set is not JSON
+    with pytest.raises(ValueError):
+        store.stage_insert("ok", {"x": 1 << 70})  # beyond 64-bit integers
 
 
 def test_second_open_of_a_held_store_is_refused(store: Store) -> None:

@@ -249,8 +249,10 @@ def start_oxiedge(extra_args: list[str] | None = None, data: Path | None = None,
     if not ready.wait(timeout) or proc.poll() is not None:
         st.stop()
         raise RuntimeError("oxiedge did not become ready:\n" + "\n".join(lines[-20:]))
-    t.notes.append("oxiedge ready in {:.2f}s: {}".format(time.monotonic() - t0,
-                                                  "; ".join(x for x in lines if x)))
+    st.ready_s = time.monotonic() - t0
+    st.log_lines = lines
+    t.notes.append("oxiedge ready in {:.2f}s: {}".format(st.ready_s,
+                                                        "; ".join(x for x in lines if x)))
     return st
 
 

@@ -28,6 +28,7 @@ from bench.brokers import Started, Target
 from bench.machine import describe, one_line
 from bench.mqttwire import RawMqtt, publish_packet
 from bench.result import Meter, Options
+from bench.run import broker_prefix
 from bench.scen_mqtt import _pipelined_qos1
 
 PER_SESSION = 4000  # below oxiedge's and our Mosquitto config's 4096 per-session bound
@@ -139,10 +140,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--via", default="auto", choices=["auto", "amqp", "mqtt"],
                    help="how to queue the durable messages (auto: AMQP when available)")
     p.add_argument("--oxiedge-arg", action="append", default=[])
-    p.add_argument("--cpus", default="")
+    p.add_argument("--cpus", default="", help="taskset -c CPUS for the brokers")
+    p.add_argument("--wrap", default="", help="command prefix for the brokers (memory scope)")
     p.add_argument("--json", type=Path)
     a = p.parse_args(argv)
-    a.prefix = ["taskset", "-c", a.cpus] if a.cpus else None
+    a.prefix = broker_prefix(a.wrap, a.cpus)
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     want = min(hard, max(soft, a.clients * 2 + 256))
     resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))

@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import platform
+import shlex
 import sys
 import time
 import traceback
@@ -99,6 +100,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="KEY=VALUE for the oxiedge process (e.g. a small RocksDB profile)")
     p.add_argument("--cpus", default="",
                    help="pin every started broker with taskset -c CPUS (e.g. 0-3)")
+    p.add_argument("--wrap", default="",
+                   help="command prefix for started brokers, e.g. "
+                        "'systemd-run --scope -p MemoryMax=512M --quiet'")
     p.add_argument("--json", type=Path, help="write every run and the medians here")
     p.add_argument("--label", default="", help="free text stored with the results")
     return p.parse_args(argv)
@@ -119,7 +123,7 @@ def run(argv: list[str] | None = None) -> int:
                 amqp_window=a.amqp_window, fanout=a.fanout, connections=a.connections,
                 drain_count=a.drain_count, latency_count=a.latency_count, rate=a.rate)
     want = list(dict.fromkeys(a.broker + (["mosquitto", "rabbitmq"] if a.with_peers else [])))
-    prefix = ["taskset", "-c", a.cpus] if a.cpus else None
+    prefix = broker_prefix(a.wrap, a.cpus)
     started: list[Started] = []
     targets: list[Target] = [brokers.external_target(s) for s in a.target]
     try:
@@ -183,6 +187,12 @@ def _run_all(a: argparse.Namespace, o: Options, scen: list[str],
         print(f"results written to {a.json}")
     errors = [r for v in runs.values() for r in v if r.note.startswith("error")]
     return 1 if errors else 0
+
+
+def broker_prefix(wrap: str, cpus: str) -> list[str] | None:
+    """The command prefix every started broker runs under (memory scope, CPU pinning)."""
+    out = shlex.split(wrap) + (["taskset", "-c", cpus] if cpus else [])
+    return out or None
 
 
 def run_one(fn: Scenario, scenario: str, t: Target, o: Options) -> Result:

@@ -1,0 +1,130 @@
+#!/usr/bin/env bash
+# Run oxiedge's benchmark suite on this device (Raspberry Pi 3/4/5, Zero 2 W, other arm64
+# boards; also works on x86-64 for a labelled comparison) and write a results folder.
+#
+#   sudo bench/arm/run-on-device.sh [--quick] [--no-peers] [--cpus 0-3] [--mem 1G] [--out DIR]
+#
+# What it does (the method is written down in bench/arm/README.md):
+#   1. records the device: model, SoC/CPU, cores, memory, kernel, OS, the storage under the
+#      data dir, CPU governor, throttling state;
+#   2. makes a venv (.venv-bench) with oxiedge from this checkout (pip install -e .[test]);
+#   3. with peers (default) apt-get installs Mosquitto and RabbitMQ (needs root);
+#   4. runs, with every broker pinned by taskset to at most 4 cores (a Pi 4 has 4) and under
+#      a memory cap when systemd-run can make a scope:
+#        - bench.store_bench  (synced commits/s, documents/s vs one sync per document)
+#        - bench              (throughput/latency scenarios, interleaved, medians, ratios)
+#        - bench.memory       (RSS idle / queued / 1,000 clients, time to ready)
+#   5. writes DIR/device.json, DIR/*.json, DIR/*.txt and DIR/RESULTS.md.
+# Nothing is uploaded; send the folder (or RESULTS.md) yourself.
+set -euo pipefail
+
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+repo="$(cd "$here/../.." && pwd)"
+quick=0
+peers=1
+cpus=""
+mem="1G"
+out=""
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --quick) quick=1 ;;
+        --no-peers) peers=0 ;;
+        --cpus) cpus="$2"; shift ;;
+        --mem) mem="$2"; shift ;;
+        --out) out="$2"; shift ;;
+        -h|--help) sed -n '2,22p' "$0"; exit 0 ;;
+        *) echo "unknown option $1" >&2; exit 2 ;;
+    esac
+    shift
+done
+
+ncpu="$(nproc)"
+if [ -z "$cpus" ]; then
+    # A Pi 4/5 has 4 cores: never give the broker more, whatever the board has.
+    if [ "$ncpu" -ge 4 ]; then cpus="0-3"; else cpus="0-$((ncpu - 1))"; fi
+fi
+host="$(hostname -s 2>/dev/null || hostname)"
+stamp="$(date -u +%Y%m%dT%H%MZ)"
+out="${out:-$here/results/${host}-${stamp}}"
+mkdir -p "$out"
+echo "results -> $out"
+
+# ---- 1. the device ---------------------------------------------------------------------
+model="$( { tr -d '\0' < /proc/device-tree/model; } 2>/dev/null || true)"
+[ -n "$model" ] || model="$(grep -m1 -E '^(model name|Model|Hardware)' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //')"
+governor="$(cat /sys/devices/system/cpu/cpu0/cpufreq/scaling_governor 2>/dev/null || echo unknown)"
+throttled="$(command -v vcgencmd >/dev/null && vcgencmd get_throttled 2>/dev/null || echo n/a)"
+temp="$(command -v vcgencmd >/dev/null && vcgencmd measure_temp 2>/dev/null || echo n/a)"
+disk="$(findmnt -n -o SOURCE,FSTYPE,OPTIONS --target "${TMPDIR:-/tmp}" 2>/dev/null || echo unknown)"
+os="$(. /etc/os-release 2>/dev/null && echo "$PRETTY_NAME" || uname -s)"
+python3 - "$out/device.json" <<EOF
+import json, os, platform, sys
+json.dump({
+    "host": "$host", "model": """$model""", "arch": platform.machine(), "nproc": $ncpu,
+    "broker_cpus": "$cpus", "mem_cap": "$mem", "kernel": platform.release(), "os": """$os""",
+    "memory": open("/proc/meminfo").readline().split(":")[1].strip(),
+    "disk_under_tmp": """$disk""", "governor": "$governor", "throttled": "$throttled",
+    "temperature": "$temp", "when": "$stamp", "quick": bool($quick),
+}, open(sys.argv[1], "w"), indent=1)
+EOF
+cat "$out/device.json"; echo
+case "$(uname -m)" in
+    aarch64|arm64) ;;
+    armv7l|armv6l) echo "32-bit ARM: rocksdict has no wheel for it; use a 64-bit OS" >&2; exit 1 ;;
+    *) echo "note: not an ARM device ($(uname -m)); results are labelled with this machine" ;;
+esac
+
+# ---- 2. venv ------------------------------------------------------------------------------
+venv="$repo/.venv-bench"
+if [ -x "$repo/.venv/bin/python" ] && "$repo/.venv/bin/python" -c "import oxiedge, pika, paho" 2>/dev/null; then
+    py="$repo/.venv/bin/python"
+else
+    [ -x "$venv/bin/python" ] || python3 -m venv "$venv"
+    "$venv/bin/pip" install -q -e "$repo[test]"
+    py="$venv/bin/python"
+fi
+
+# ---- 3. peers -------------------------------------------------------------------------------
+peer_args=()
+if [ "$peers" = 1 ]; then
+    if [ "$(id -u)" != 0 ]; then
+        echo "peers need root for apt-get; rerun with sudo or pass --no-peers" >&2; exit 1
+    fi
+    peer_args=(--with-peers)
+fi
+
+# ---- 4. limits ------------------------------------------------------------------------------
+wrap=""
+if command -v systemd-run >/dev/null && systemctl is-system-running >/dev/null 2>&1; then
+    wrap="systemd-run --scope --quiet -p MemoryMax=$mem"
+elif command -v systemd-run >/dev/null && systemctl is-system-running 2>/dev/null | grep -q degraded; then
+    wrap="systemd-run --scope --quiet -p MemoryMax=$mem"
+else
+    echo "note: no systemd scope available, brokers run without a memory cap" | tee "$out/NO-MEMORY-CAP"
+fi
+
+if [ "$quick" = 1 ]; then
+    sizes=(--count 20000 --duration 5 --repeats 3 --drain-count 10000 --latency-count 1000)
+    store=(--seconds 2 --repeats 2)
+    memargs=(--clients 200 --queued 20000)
+else
+    sizes=(--count 100000 --duration 10 --repeats 5 --drain-count 50000 --latency-count 3000)
+    store=(--seconds 3 --repeats 3)
+    memargs=(--clients 1000 --queued 100000)
+fi
+
+cd "$repo"
+echo "== store bench (pinned to $cpus)"
+# Exit status 1 means "ratio below the target": a result, not a failure of the script.
+taskset -c "$cpus" "$py" -m bench.store_bench "${store[@]}" --json "$out/store.json" \
+    | tee "$out/store.txt" || true
+echo "== throughput / latency suite"
+"$py" -m bench --broker oxiedge "${peer_args[@]}" --cpus "$cpus" ${wrap:+--wrap "$wrap"} \
+    "${sizes[@]}" --label "$model" --json "$out/suite.json" | tee "$out/suite.txt" || true
+echo "== memory / start-up"
+"$py" -m bench.memory --broker oxiedge "${peer_args[@]}" --cpus "$cpus" ${wrap:+--wrap "$wrap"} \
+    "${memargs[@]}" --json "$out/memory.json" | tee "$out/memory.txt"
+
+# ---- 5. RESULTS.md --------------------------------------------------------------------------
+"$py" -m bench.arm.results "$out" > "$out/RESULTS.md"
+echo "wrote $out/RESULTS.md"

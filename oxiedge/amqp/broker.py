@@ -33,7 +33,8 @@ SUPPORTED_QUEUE_ARGS: dict[str, Callable[[Any], bool]] = {
 }
 BUILTIN_EXCHANGES = (("amq.direct", "direct"), ("amq.fanout", "fanout"), ("amq.topic", "topic"))
 
-TopicHook = Callable[[str, bytes, bytes], None]
+#: ``hook(routing_key, raw_properties, body, persistent)`` for client publishes to amq.topic.
+TopicHook = Callable[[str, bytes, bytes, bool], None]
 
 
 def _flag(value: bool) -> str:

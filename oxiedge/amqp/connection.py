@@ -465,7 +465,7 @@ class AmqpConnection:
             self._confirms.append((ch, ch.publish_seq))
         if broker.topic_hooks and m.exchange == "amq.topic":
             for hook in broker.topic_hooks:
-                hook(rk, props, body)
+                hook(rk, props, body, cmd.delivery_mode == 2)
         if not queues:
             x.unroutable += 1
             counters["unroutable"] += 1

@@ -8,8 +8,9 @@ Bridge hook (MQTT ⇄ AMQP, a later issue): :meth:`AmqpService.publish_from_brid
 message and stages its durable writes; the bridge awaits ``store.commit()`` (one commit
 for its whole batch) and then calls :meth:`StagedPublish.release` to make the messages
 deliverable, so the on-disk write always precedes a delivery.  ``broker.topic_hooks`` is a
-list of ``hook(routing_key, raw_properties, body)`` called synchronously for every publish
-to ``amq.topic`` (AMQP → MQTT).
+list of ``hook(routing_key, raw_properties, body, persistent)`` called synchronously for
+every client publish to ``amq.topic`` (AMQP → MQTT; bridge publishes do not call it, so
+nothing loops back).
 """
 
 from __future__ import annotations

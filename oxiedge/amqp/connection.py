@@ -379,6 +379,9 @@ class AmqpConnection:
                 self.send(encode_method(0, spec.ConnectionCloseOk()))
                 self.closed = True
                 return
+            if isinstance(m, spec.ConnectionUpdateSecret):
+                raise AmqpError(NOT_IMPLEMENTED, "connection.update-secret is not implemented",
+                                m.CLASS_ID, m.METHOD_ID)
             raise AmqpError(COMMAND_INVALID, f"{m.NAME} is not allowed on channel 0",
                             m.CLASS_ID, m.METHOD_ID)
         if m.CLASS_ID == 10:
@@ -463,10 +466,16 @@ class AmqpConnection:
         if ch.confirm:
             ch.publish_seq += 1
             self._confirms.append((ch, ch.publish_seq))
+        bridged = False
         if broker.topic_hooks and m.exchange == "amq.topic":
             for hook in broker.topic_hooks:
-                hook(rk, props, body, cmd.delivery_mode == 2)
+                # True: the bridge staged durable copies (e.g. MQTT persistent sessions):
+                # commit before the confirm, and the message was routed (mandatory).
+                if hook(rk, props, body, cmd.delivery_mode == 2):
+                    bridged = self._needs_commit = True
         if not queues:
+            if bridged:
+                return
             x.unroutable += 1
             counters["unroutable"] += 1
             if m.mandatory:

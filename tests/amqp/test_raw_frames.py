@@ -181,3 +181,71 @@ def test_content_header_frame_vector_on_the_wire(server: Any) -> None:
     cmd = raw.recv_command()
     assert cmd is not None and cmd.properties == props and cmd.body == b"abc"
     raw.close()
+
+
+def test_return_precedes_confirm_and_confirms_in_order(server: Any) -> None:
+    raw = RawClient(server.amqp_port)
+    raw.handshake()
+    raw.open_channel(1)
+    raw.method(1, spec.ConfirmSelect())
+    raw.expect(spec.ConfirmSelectOk, 1)
+    raw.method(1, spec.QueueDeclare(queue="ordered", durable=True))
+    raw.expect(spec.QueueDeclareOk, 1)
+    persistent = spec.BasicProperties(delivery_mode=2).encode()
+    burst = [codec.encode_content(1, spec.BasicPublish(exchange="amq.direct",
+                                                       routing_key="void", mandatory=True),
+                                  b"\x00\x00", b"lost", 0)]
+    burst += [codec.encode_content(1, spec.BasicPublish(routing_key="ordered"), persistent,
+                                   b"%d" % i, 0) for i in range(100)]
+    raw.send(b"".join(burst))  # one write: read by the server as one or a few bursts
+    ret = raw.recv_command()
+    assert ret is not None and isinstance(ret.method, spec.BasicReturn)
+    assert ret.method.reply_code == 312 and ret.body == b"lost"
+    confirmed = 0
+    while confirmed < 101:
+        cmd = raw.recv_command()
+        assert cmd is not None and isinstance(cmd.method, spec.BasicAck)
+        tag = cmd.method.delivery_tag
+        assert tag > confirmed  # monotonic, publish order
+        assert cmd.method.multiple or tag == confirmed + 1
+        confirmed = tag
+    raw.method(1, spec.QueueDeclare(queue="ordered", durable=True, passive=True))
+    ok = raw.expect(spec.QueueDeclareOk, 1)
+    assert isinstance(ok, spec.QueueDeclareOk) and ok.message_count == 100
+    raw.close()
+
+
+def test_consumer_rules(server: Any) -> None:
+    raw = RawClient(server.amqp_port)
+    raw.handshake()
+    raw.open_channel(1)
+    raw.method(1, spec.QueueDeclare(queue="cr"))
+    raw.expect(spec.QueueDeclareOk, 1)
+    raw.method(1, spec.BasicConsume(queue="cr", consumer_tag="one", exclusive=True))
+    raw.expect(spec.BasicConsumeOk, 1)
+    raw.open_channel(2)
+    raw.method(2, spec.BasicConsume(queue="cr", consumer_tag="two"))
+    close = raw.expect(spec.ChannelClose, 2)
+    assert isinstance(close, spec.ChannelClose) and close.reply_code == 403
+    raw.method(2, spec.ChannelCloseOk())
+    # no-ack delivery: nothing to ack, nothing unacked
+    raw.method(1, spec.BasicCancel("one"))
+    raw.expect(spec.BasicCancelOk, 1)
+    raw.method(1, spec.BasicConsume(queue="cr", consumer_tag="na", no_ack=True))
+    raw.expect(spec.BasicConsumeOk, 1)
+    raw.send(codec.encode_content(1, spec.BasicPublish(routing_key="cr"), b"\x00\x00", b"n", 0))
+    cmd = raw.recv_command()
+    assert cmd is not None and isinstance(cmd.method, spec.BasicDeliver)
+    assert cmd.method.consumer_tag == "na" and cmd.body == b"n"
+    raw.method(1, spec.BasicConsume(queue="cr", consumer_tag="na"))
+    raw.expect_close(530)  # reused consumer tag
+    raw.close()
+
+
+def test_update_secret_and_unknown_connection_methods(server: Any) -> None:
+    raw = RawClient(server.amqp_port)
+    raw.handshake()
+    raw.method(0, spec.ConnectionUpdateSecret(b"s", "rotate"))
+    close = raw.expect_close(540)
+    assert "update-secret" in close.reply_text
+    raw.close()

@@ -8,6 +8,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from .alarms import ResourceAlarms
 from .auth import UserStore
 from .config import Config
 from .service import Service
@@ -39,6 +40,11 @@ class App:
     started_at: float = field(default_factory=time.time)
     endpoints: dict[str, str] = field(default_factory=dict)
     extensions: dict[str, Any] = field(default_factory=dict)
+    alarms: ResourceAlarms = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.alarms = ResourceAlarms(self.config.data, self.config.memory_high_watermark,
+                                     self.config.disk_free_limit, self.log)
 
     def count(self, name: str, n: int = 1) -> None:
         self.counters[name] = self.counters.get(name, 0) + n

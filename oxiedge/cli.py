@@ -31,6 +31,8 @@ app = typer.Typer(
 ingest_app = typer.Typer(no_args_is_help=True, help="MQTT topics stored as documents.")
 user_app = typer.Typer(no_args_is_help=True, help="Users of MQTT and AMQP (password file).")
 app.add_typer(ingest_app, name="ingest")
+index_app = typer.Typer(no_args_is_help=True, help="Secondary indexes on collections.")
+app.add_typer(index_app, name="index")
 app.add_typer(user_app, name="user")
 
 out = Console(soft_wrap=True)
@@ -135,6 +137,9 @@ def serve(
     amqp_heartbeat: Annotated[int | None, typer.Option(help=_flag_help("amqp_heartbeat"))] = None,
     amqp_frame_max: Annotated[int | None, typer.Option(help=_flag_help("amqp_frame_max"))] = None,
     amqp_channel_max: Annotated[int | None, typer.Option(help=_flag_help("amqp_channel_max"))] = None,  # noqa: E501
+    memory_high_watermark: Annotated[
+        str | None, typer.Option(help=_flag_help("memory_high_watermark"))] = None,
+    disk_free_limit: Annotated[str | None, typer.Option(help=_flag_help("disk_free_limit"))] = None,
     password_file: Annotated[Path | None, typer.Option(help=_flag_help("password_file"))] = None,
     allow_anonymous: Annotated[bool | None, typer.Option("--allow-anonymous/--no-allow-anonymous", help=_flag_help("allow_anonymous"))] = None,  # noqa: E501
 ) -> None:
@@ -264,19 +269,30 @@ RouteArg = Annotated[str, typer.Argument(help="TOPIC_FILTER:COLLECTION (split at
 
 
 @ingest_app.command("add")
-def ingest_add(route: RouteArg, data: DataOpt = None) -> None:
+def ingest_add(
+    route: RouteArg,
+    max_docs: Annotated[int | None, typer.Option("--max-docs", min=1, help="keep at most N documents in the collection (oldest deleted first)")] = None,  # noqa: E501
+    max_age: Annotated[str | None, typer.Option("--max-age", help="delete documents older than this: 30d, 12h, 90m, 45s, 2w")] = None,  # noqa: E501
+    data: DataOpt = None,
+) -> None:
     """Store MQTT messages matching a topic filter in a collection (live, persistent)."""
     from .bridge import ingest as ingest_mod
+    from .bridge.retention import validate_policy
     from .bridge.routes import RouteError, parse_route
 
     try:
         parse_route(route)
-    except RouteError as exc:
+        validate_policy(max_docs, max_age)
+    except (RouteError, ValueError) as exc:
         _fail(str(exc), 2)
-    result = _request(data, "ingest.add", {"route": route},
-                      lambda s: ingest_mod.add_route_offline(s, route), write=True)
-    verb = "added" if result.get("added") else "already present"
-    out.print(f"ingest route {result['route']} {verb}", highlight=False, markup=False)
+    args = {"route": route, "max_docs": max_docs, "max_age": max_age}
+    result = _request(data, "ingest.add", args,
+                      lambda s: ingest_mod.add_route_offline(s, route, max_docs, max_age),
+                      write=True)
+    verb = {"added": "added", "updated": "updated"}.get(result.get("state", ""), "already present")
+    limits = ", ".join(f"{k}={result[k]}" for k in ("max_docs", "max_age") if k in result)
+    out.print(f"ingest route {result['route']} {verb}" + (f" ({limits})" if limits else ""),
+              highlight=False, markup=False)
 
 
 @ingest_app.command("remove")
@@ -296,6 +312,46 @@ def ingest_list(data: DataOpt = None, as_json: JsonOpt = False) -> None:
 
     rows = _request(data, "ingest.list", {}, ingest_mod.list_routes_offline)
     _print_rows(rows, as_json, "ingest routes")
+
+
+# ---------------------------------------------------------------------- index
+CollArg = Annotated[str, typer.Argument(help="collection name")]
+FieldArg = Annotated[str, typer.Argument(help="field path, e.g. value or room.name")]
+
+
+@index_app.command("add")
+def index_add(collection: CollArg, field: FieldArg, data: DataOpt = None) -> None:
+    """Index a field (built now for existing documents, then maintained on every write)."""
+    from .bridge import indexes
+
+    result = _request(data, "index.add", {"collection": collection, "field": field},
+                      lambda s: indexes.add_offline(s, collection, field), write=True)
+    verb = "added" if result.get("created") else "already present"
+    out.print(f"index {collection}.{field} {verb}", highlight=False, markup=False)
+
+
+@index_app.command("remove")
+def index_remove(collection: CollArg, field: FieldArg, data: DataOpt = None) -> None:
+    """Remove an index."""
+    from .bridge import indexes
+
+    _request(data, "index.remove", {"collection": collection, "field": field},
+             lambda s: indexes.remove_offline(s, collection, field), write=True)
+    out.print(f"index {collection}.{field} removed", highlight=False, markup=False)
+
+
+@index_app.command("list")
+def index_list(
+    collection: Annotated[str | None, typer.Argument(help="only this collection")] = None,
+    data: DataOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """List indexes."""
+    from .bridge import indexes
+
+    rows = _request(data, "index.list", {"collection": collection},
+                    lambda s: indexes.list_offline(s, collection))
+    _print_rows(rows, as_json, "indexes")
 
 
 # ----------------------------------------------------------------------- users

@@ -52,6 +52,10 @@ OPTIONS: tuple[Option, ...] = (
            "largest AMQP frame the server proposes, bytes"),
     Option("amqp_channel_max", "--amqp-channel-max", "OXIEDGE_AMQP_CHANNEL_MAX", "2047",
            "most AMQP channels per connection"),
+    Option("memory_high_watermark", "--memory-high-watermark", "OXIEDGE_MEMORY_HIGH_WATERMARK",
+           "0.4", "block publishers above this RSS: a fraction of RAM (0.4) or a size (512MB)"),
+    Option("disk_free_limit", "--disk-free-limit", "OXIEDGE_DISK_FREE_LIMIT", "200MB",
+           "block publishers when the data dir's filesystem has less free space"),
     Option("password_file", "--password-file", "OXIEDGE_PASSWORD_FILE", "",
            "password file (default DATA/passwd; `oxiedge user add` writes it)"),
     Option("allow_anonymous", "--allow-anonymous/--no-allow-anonymous",
@@ -77,6 +81,8 @@ class Config:
     amqp_heartbeat: int = 60
     amqp_frame_max: int = 131072
     amqp_channel_max: int = 2047
+    memory_high_watermark: int = 0
+    disk_free_limit: int = 200 << 20
     password_file: Path | None = None
     allow_anonymous: bool | None = None
 
@@ -182,6 +188,28 @@ def parse_routes(name: str, value: Any) -> list[str]:
     return out
 
 
+def _memory(name: str, value: Any) -> int:
+    from .alarms import parse_memory_watermark
+
+    if isinstance(value, int):
+        return value
+    try:
+        return parse_memory_watermark(str(value))
+    except ValueError as exc:
+        raise ConfigError(f"{_label(name)}: {exc}") from None
+
+
+def _size(name: str, value: Any) -> int:
+    from .alarms import parse_size
+
+    if isinstance(value, int):
+        return value
+    try:
+        return parse_size(str(value))
+    except ValueError as exc:
+        raise ConfigError(f"{_label(name)}: {exc}") from None
+
+
 def _path(name: str, value: Any) -> Path:
     text = str(value).strip()
     if not text:
@@ -206,6 +234,8 @@ _PARSERS: dict[str, Any] = {
     "amqp_heartbeat": lambda n, v: parse_positive_int(n, v, 0),
     "amqp_frame_max": lambda n, v: parse_positive_int(n, v, 4096),
     "amqp_channel_max": parse_positive_int,
+    "memory_high_watermark": _memory,
+    "disk_free_limit": _size,
     "password_file": _optional_path,
     "allow_anonymous": parse_optional_bool,
 }

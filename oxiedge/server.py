@@ -147,10 +147,13 @@ async def _start(app: App, nursery: trio.Nursery, handlers: dict[str, Any], rout
                  ports: dict[str, int | None]) -> None:
     config, log = app.config, app.log
     await nursery.start(app.store.committer.run)
+    await nursery.start(app.alarms.run)
     ingest = importlib.import_module("oxiedge.bridge.ingest").IngestBridge(app, routes)
     app.extensions["ingest"] = ingest
     await ingest.start()
     handlers.update(ingest.admin_handlers())
+    await nursery.start(ingest.run)  # retention, resumed index builds
+    await importlib.import_module("oxiedge.bridge.amqp_mqtt").start_topic_bridge(app, nursery)
     # Recovery of everything before any port opens (DESIGN.md: "Recovery runs before any
     # listener accepts a connection").
     for service in app.services.values():

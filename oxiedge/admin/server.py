@@ -73,6 +73,7 @@ def server_status(app: App) -> dict[str, Any]:
             "durable_writes": "STOPPED: " + str(committer.failed) if committer.failed else "ok",
         },
         "counters": dict(app.counters),
+        "alarms": app.alarms.status(),
     }
     for name, service in app.services.items():
         out[name] = service.status()

@@ -1,0 +1,176 @@
+"""Resource alarms: memory high-watermark and free-disk limit, as RabbitMQ has them.
+
+Theory of operation
+-------------------
+A monitor task samples the process RSS (``/proc/self/statm``) and the free space of the
+data dir's filesystem (``statvfs``) once a second. When either crosses its limit the alarm
+fires: ``blocked`` turns true, a loud log line is written, and every subscriber is told
+(AMQP connections send ``connection.blocked`` to clients that announced the capability).
+Publishing connections then await ``wait_unblocked()`` before reading more input, so a
+publisher is throttled by TCP back-pressure instead of the broker running out of memory or
+disk; consumers keep draining, which is what clears a memory alarm. When every alarm has
+cleared, waiters resume and subscribers hear ``unblocked``.
+
+Limits: the memory watermark is a fraction of the device's RAM (default 0.4, RabbitMQ's
+default) or an absolute size (``512MB``); the disk limit is an absolute size (default
+200 MB, a margin that lets RocksDB compact and the WAL roll on a small SD card).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import trio
+
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]i?b?|b)?\s*$", re.IGNORECASE)
+_UNITS = {"": 1, "b": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+
+Listener = Callable[[bool, str], None]
+
+
+def parse_size(text: str) -> int:
+    """``"200MB"``, ``"1.5G"``, ``"4096"`` → bytes; raises ``ValueError``."""
+    m = _SIZE.match(str(text))
+    if not m:
+        raise ValueError(f"invalid size {text!r} (e.g. 200MB, 1GB, 4096)")
+    unit = (m.group(2) or "").lower()[:1]
+    return int(float(m.group(1)) * _UNITS[unit])
+
+
+def total_memory() -> int:
+    """Physical RAM in bytes (cgroup limits are MemoryMax's business, not ours)."""
+    try:
+        return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+    except (ValueError, OSError):
+        return 1 << 30
+
+
+def parse_memory_watermark(text: str) -> int:
+    """A fraction of RAM (``0.4``) or an absolute size (``512MB``) → bytes."""
+    value = str(text).strip()
+    try:
+        fraction = float(value)
+    except ValueError:
+        return parse_size(value)
+    if 0 < fraction < 1:
+        return int(total_memory() * fraction)
+    if fraction >= 1:
+        return int(fraction)
+    raise ValueError(f"invalid memory watermark {text!r} (a fraction like 0.4, or 512MB)")
+
+
+def current_rss() -> int:
+    try:
+        with open("/proc/self/statm", "rb") as fh:
+            return int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+def free_disk(path: Path) -> int:
+    st = os.statvfs(path)
+    return int(st.f_bavail * st.f_frsize)
+
+
+class ResourceAlarms:
+    """Memory and disk alarms shared by both brokers."""
+
+    def __init__(self, data_dir: Path, memory_limit: int, disk_free_limit: int,
+                 log: Any = None, interval: float = 1.0) -> None:
+        self.data_dir = data_dir
+        self.memory_limit = memory_limit
+        self.disk_free_limit = disk_free_limit
+        self.interval = interval
+        self.log = log
+        self.memory_alarm = False
+        self.disk_alarm = False
+        self.rss = 0
+        self.disk_free = 0
+        self.fired = 0  # how many times an alarm went off
+        self._listeners: list[Listener] = []
+        self._clear = trio.Event()
+        self._clear.set()
+
+    @property
+    def blocked(self) -> bool:
+        return self.memory_alarm or self.disk_alarm
+
+    @property
+    def reason(self) -> str:
+        parts = []
+        if self.memory_alarm:
+            parts.append("memory")
+        if self.disk_alarm:
+            parts.append("disk")
+        return "low on " + " and ".join(parts) if parts else ""
+
+    def subscribe(self, listener: Listener) -> Callable[[], None]:
+        """Call ``listener(blocked, reason)`` on every change; returns an unsubscribe."""
+        self._listeners.append(listener)
+        return lambda: self._listeners.remove(listener) if listener in self._listeners else None
+
+    async def wait_unblocked(self) -> None:
+        """Return at once when no alarm is active, else when all have cleared."""
+        if self.blocked:
+            await self._clear.wait()
+
+    def check(self) -> None:
+        """Sample once and update the alarms (the monitor calls this every interval)."""
+        self.rss = current_rss()
+        try:
+            self.disk_free = free_disk(self.data_dir)
+        except OSError:
+            self.disk_free = 0
+        was = self.blocked
+        memory = self.rss > self.memory_limit
+        # Hysteresis: clear a disk alarm only with 10% room above the limit, so a
+        # compaction's transient files do not flap it.
+        disk_margin = self.disk_free_limit // 10 if self.disk_alarm else 0
+        disk = self.disk_free < self.disk_free_limit + disk_margin
+        if memory != self.memory_alarm:
+            self._log(memory, "memory", f"RSS {self.rss >> 20} MB, watermark "
+                      f"{self.memory_limit >> 20} MB")
+        if disk != self.disk_alarm:
+            self._log(disk, "disk", f"{self.disk_free >> 20} MB free in {self.data_dir}, limit "
+                      f"{self.disk_free_limit >> 20} MB")
+        self.memory_alarm, self.disk_alarm = memory, disk
+        if self.blocked != was:
+            if self.blocked:
+                self.fired += 1
+                self._clear = trio.Event()
+            else:
+                self._clear.set()
+            for listener in list(self._listeners):
+                listener(self.blocked, self.reason)
+
+    def _log(self, on: bool, kind: str, detail: str) -> None:
+        if self.log is None:
+            return
+        if on:
+            self.log.warning("ALARM %s: %s - publishers are blocked until it clears", kind,
+                             detail)
+        else:
+            self.log.warning("alarm %s cleared: %s", kind, detail)
+
+    async def run(self, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        self.check()
+        task_status.started()
+        while True:
+            await trio.sleep(self.interval)
+            self.check()
+
+    def status(self) -> dict[str, Any]:
+        return {
+            "blocked": self.blocked,
+            "memory_alarm": self.memory_alarm,
+            "disk_alarm": self.disk_alarm,
+            "rss_mb": round(self.rss / (1 << 20), 1),
+            "memory_watermark_mb": round(self.memory_limit / (1 << 20), 1),
+            "disk_free_mb": round(self.disk_free / (1 << 20), 1),
+            "disk_free_limit_mb": round(self.disk_free_limit / (1 << 20), 1),
+            "alarms_fired": self.fired,
+        }

@@ -1,10 +1,14 @@
 """The ingest bridge: MQTT publishes whose topic matches a route become documents.
 
 Routes come from ``--ingest`` / ``OXIEDGE_MQTT_INGEST`` (configuration, not stored) and from
-``oxiedge ingest add`` (documents ``{"_kind": "route"}`` in ``_config``, live and persistent).
-A publish is ingested by staging one document per matching route into the group-commit batch;
-the MQTT broker awaits the same commit before its PUBACK, so "acknowledged" covers the
-document too. With no routes the cost per publish is one truth test.
+``oxiedge ingest add`` (documents ``{"_kind": "route"}`` in ``_config``, live and persistent,
+optionally with a retention policy ``max_docs`` / ``max_age`` in seconds).
+
+A publish is ingested by staging one document per matching collection into the group-commit
+batch. The MQTT connection then awaits that commit before its PUBACK/PUBREC when QoS >= 1
+(the hook returns True), and only kicks the committer for QoS 0, so "acknowledged" covers
+the document and a QoS 0 publisher never waits. With no routes the cost per publish is one
+truth test.
 
 Document shape (DESIGN.md): a JSON-object payload is the document; any other payload becomes
 ``{"payload": value}`` — the JSON value, else the UTF-8 text, else base64 with
@@ -18,11 +22,19 @@ import json
 import time
 from typing import Any
 
+import trio
+
 from ..app import App
-from ..store import Store
+from ..store import Store, StoreError
+from . import indexes
+from .retention import Policy, Retention, validate_policy
 from .routes import Route, RouteError, parse_route, topic_matches
 
 CONFIG = "_config"
+
+
+def _no_constants(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")  # NaN/Infinity cannot be stored: keep the text
 
 
 def payload_document(topic: str, payload: bytes, received_ms: int) -> dict[str, Any]:
@@ -34,41 +46,78 @@ def payload_document(topic: str, payload: bytes, received_ms: int) -> dict[str, 
         doc = {"payload": base64.b64encode(payload).decode(), "_payload_encoding": "base64"}
     else:
         try:
-            value = json.loads(text) if text.strip() else text
-        except ValueError:
+            value = json.loads(text, parse_constant=_no_constants) if text.strip() else text
+        except (ValueError, RecursionError):
             value = text
-        if isinstance(value, float) and value != value:  # NaN is not storable JSON
-            value = text
-        doc = dict(value) if isinstance(value, dict) else {"payload": value}
         if isinstance(value, dict):
+            doc = value
             doc.pop("_id", None)
             doc.pop("_version", None)
+        else:
+            doc = {"payload": value}
     doc["_topic"] = topic
     doc["_received_at"] = received_ms
     return doc
 
 
-def stored_routes(store: Store) -> list[tuple[int, Route]]:
+# ------------------------------------------------------------ stored routes
+def _route_of(doc: dict[str, Any]) -> tuple[Route, Policy]:
+    policy = Policy(doc.get("max_docs"), doc.get("max_age"))
+    return Route(doc["filter"], doc["collection"]), policy
+
+
+def stored_routes(store: Store) -> list[tuple[int, Route, Policy]]:
     out = []
     for doc in store.find(CONFIG, {"_kind": "route"}):
-        out.append((int(doc["_id"]), Route(doc["filter"], doc["collection"])))
+        route, policy = _route_of(doc)
+        out.append((int(doc["_id"]), route, policy))
     return out
 
 
-def add_route_offline(store: Store, text: str) -> dict[str, Any]:
-    route = parse_route(text)
-    for _id, existing in stored_routes(store):
+def _route_doc(route: Route, policy: Policy) -> dict[str, Any]:
+    doc: dict[str, Any] = {"_kind": "route", "filter": route.filter,
+                           "collection": route.collection}
+    if policy.max_docs is not None:
+        doc["max_docs"] = policy.max_docs
+    if policy.max_age is not None:
+        doc["max_age"] = policy.max_age
+    return doc
+
+
+def _stage_add(store: Store, stored: list[tuple[int, Route, Policy]], route: Route,
+               policy: Policy) -> tuple[str, int | None]:
+    """Stage the route's document; ``("added"|"updated"|"present", doc id)``."""
+    for doc_id, existing, old in stored:
         if existing == route:
-            return {"route": str(route), "added": False}
-    store.stage_insert(CONFIG, {"_kind": "route", "filter": route.filter,
-                                "collection": route.collection})
+            if old == policy:
+                return "present", doc_id
+            store.stage_update(CONFIG, doc_id, _route_doc(route, policy), replace=True)
+            return "updated", doc_id
+    doc = store.stage_insert(CONFIG, _route_doc(route, policy))
+    return "added", int(doc["_id"])
+
+
+def _row(route: Route, policy: Policy, source: str) -> dict[str, Any]:
+    return {"route": str(route), "filter": route.filter, "collection": route.collection,
+            "source": source, **policy.row()}
+
+
+def _result(route: Route, policy: Policy, state: str) -> dict[str, Any]:
+    return {"route": str(route), "added": state == "added", "state": state, **policy.row()}
+
+
+def add_route_offline(store: Store, text: str, max_docs: int | None = None,
+                      max_age: Any = None) -> dict[str, Any]:
+    route = parse_route(text)
+    policy = validate_policy(max_docs, max_age)
+    state, _doc_id = _stage_add(store, stored_routes(store), route, policy)
     store.commit_blocking()
-    return {"route": str(route), "added": True}
+    return _result(route, policy, state)
 
 
 def remove_route_offline(store: Store, text: str) -> dict[str, Any]:
     route = parse_route(text)
-    for doc_id, existing in stored_routes(store):
+    for doc_id, existing, _policy in stored_routes(store):
         if existing == route:
             store.stage_delete(CONFIG, doc_id)
             store.commit_blocking()
@@ -77,18 +126,19 @@ def remove_route_offline(store: Store, text: str) -> dict[str, Any]:
 
 
 def list_routes_offline(store: Store) -> list[dict[str, Any]]:
-    return [{"route": str(r), "filter": r.filter, "collection": r.collection, "source": "store"}
-            for _id, r in stored_routes(store)]
+    return [_row(r, p, "store") for _id, r, p in stored_routes(store)]
 
 
 class IngestBridge:
-    """Live routes of a running server, and the per-publish ingest step."""
+    """Live routes of a running server, the per-publish ingest step, and retention."""
 
     def __init__(self, app: App, config_routes: list[Route]) -> None:
         self.app = app
         self.config_routes = list(config_routes)
-        self.stored: list[tuple[int, Route]] = []
+        self.stored: list[tuple[int, Route, Policy]] = []
         self.routes: list[Route] = []
+        self.retention = Retention(app.store)
+        self._policies: dict[str, Policy] = {}
         self.ingested = 0
         self.failed = 0
 
@@ -96,12 +146,25 @@ class IngestBridge:
         self.stored = stored_routes(self.app.store)
         self._rebuild()
 
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+                  ) -> None:
+        """Retention, and the resumption of index builds a crash interrupted."""
+        async with trio.open_nursery() as nursery:
+            await nursery.start(self.retention.run)
+            nursery.start_soon(indexes.resume_builds, self.app.store, self.app.log)
+            task_status.started()
+
     def _rebuild(self) -> None:
         routes = list(self.config_routes)
-        for _id, route in self.stored:
+        policies: dict[str, Policy] = {}
+        for _id, route, policy in self.stored:
             if route not in routes:
                 routes.append(route)
+            if policy:
+                policies[route.collection] = policies.get(route.collection, Policy()).merge(policy)
         self.routes = routes
+        self._policies = policies
+        self.retention.set_policies(policies)
 
     def startup_line(self) -> str:
         if not self.routes:
@@ -122,40 +185,45 @@ class IngestBridge:
             if route.collection in done:
                 continue  # two routes into one collection: one document
             done.add(route.collection)
-            store.stage_insert(route.collection, doc)
+            try:
+                store.stage_insert(route.collection, doc)
+            except (StoreError, ValueError):  # e.g. a number JSON cannot hold
+                self.failed += 1
+                continue
             self.ingested += 1
-        return True
+            if self._policies:
+                self.retention.after_insert(route.collection)
+        return len(done) > 0
 
     # --------------------------------------------------------------- admin API
     def admin_handlers(self) -> dict[str, Any]:
-        return {"ingest.list": self._list, "ingest.add": self._add, "ingest.remove": self._remove}
+        return {"ingest.list": self._list, "ingest.add": self._add, "ingest.remove": self._remove,
+                **indexes.admin_handlers(self.app.store)}
 
     def _list(self, _args: dict[str, Any]) -> list[dict[str, Any]]:
-        rows = [{"route": str(r), "filter": r.filter, "collection": r.collection,
-                 "source": "config"} for r in self.config_routes]
-        rows += [{"route": str(r), "filter": r.filter, "collection": r.collection,
-                  "source": "store"} for _id, r in self.stored if r not in self.config_routes]
+        rows = [_row(r, Policy(), "config") for r in self.config_routes]
+        rows += [_row(r, p, "store") for _id, r, p in self.stored if r not in self.config_routes]
         return rows
 
     async def _add(self, args: dict[str, Any]) -> dict[str, Any]:
         route = parse_route(str(args.get("route", "")))
-        if any(r == route for _i, r in self.stored):
-            return {"route": str(route), "added": False}
-        doc = self.app.store.stage_insert(CONFIG, {"_kind": "route", "filter": route.filter,
-                                                   "collection": route.collection})
-        await self.app.store.commit()
-        self.stored.append((int(doc["_id"]), route))
-        self._rebuild()
-        self.app.log.info("ingest route added: %s", route)
-        return {"route": str(route), "added": True}
+        policy = validate_policy(args.get("max_docs"), args.get("max_age"))
+        store = self.app.store
+        state, _doc_id = _stage_add(store, self.stored, route, policy)
+        if state != "present":
+            await store.commit()
+            self.stored = stored_routes(store)
+            self._rebuild()
+            self.app.log.info("ingest route %s: %s %s", state, route, policy.row() or "")
+        return _result(route, policy, state)
 
     async def _remove(self, args: dict[str, Any]) -> dict[str, Any]:
         route = parse_route(str(args.get("route", "")))
-        for doc_id, existing in list(self.stored):
+        for doc_id, existing, _policy in list(self.stored):
             if existing == route:
                 self.app.store.stage_delete(CONFIG, doc_id)
                 await self.app.store.commit()
-                self.stored = [(i, r) for i, r in self.stored if i != doc_id]
+                self.stored = [s for s in self.stored if s[0] != doc_id]
                 self._rebuild()
                 self.app.log.info("ingest route removed: %s", route)
                 return {"route": str(route), "removed": True}
@@ -165,4 +233,9 @@ class IngestBridge:
         raise RouteError(f"no ingest route {str(route)!r}")
 
     def status(self) -> dict[str, Any]:
-        return {"routes": len(self.routes), "ingested": self.ingested, "failed": self.failed}
+        store = self.app.store
+        return {"routes": len(self.routes), "ingested": self.ingested, "failed": self.failed,
+                "retention_deleted": self.retention.total_deleted,
+                "retention": self.retention.status(),
+                "indexes": len(store.indexes.defs),
+                "finds_by_index": store.indexes.scans_avoided}

@@ -1,0 +1,170 @@
+"""The MQTT ⇄ AMQP bridge through ``amq.topic`` (``/`` ⇄ ``.``).
+
+Theory of operation
+-------------------
+Both brokers live in this process, so the bridge is two synchronous hooks, not a client:
+
+MQTT → AMQP
+    ``MqttService.on_publish`` sees every accepted PUBLISH. The hook routes it into
+    ``amq.topic`` with ``AmqpService.publish_from_bridge`` (QoS >= 1 → ``delivery_mode=2``),
+    which *stages* the records of the durable queues it reaches. The hook returns True when
+    it staged something, so the MQTT connection awaits the group commit before its PUBACK:
+    the message is on disk in every durable queue before the sensor hears "acknowledged".
+    The AMQP side may deliver it only after that commit too (an AMQP ack must never remove
+    a message that is not yet durable), so staged publishes wait in one FIFO; one bridge
+    task awaits ``store.commit()`` for everything in it and then ``release()``s the batch in
+    order (one commit wait per round, not a task per message). A publish that needs no
+    commit is released at once, unless older ones are still waiting (queue order is kept).
+
+AMQP → MQTT
+    ``AmqpService.topic_hooks`` sees every publish to ``amq.topic``. The hook injects it with
+    ``MqttService.publish_from_bridge``: persistent → QoS 1 (the broker caps it at each
+    subscription's granted QoS), transient → QoS 0. It returns True when durable MQTT
+    copies (offline persistent sessions) were staged; the AMQP connection then commits
+    before its publisher confirm, and the message counts as routed for ``mandatory``.
+
+No loops: the MQTT injection runs ``Broker.route``, which calls every ``on_publish`` hook
+again, including ours. A flag set around the (synchronous) injection makes our MQTT hook
+ignore the messages we are injecting, so a message never goes back to the side it came
+from. (``publish_from_bridge`` on the AMQP side does not call ``topic_hooks`` at all.)
+
+Untranslatable names are counted and skipped, never mangled:
+MQTT topics with ``.``, an empty level (``a//b``, ``/a``, ``a/``), a leading ``$`` or longer
+than 255 bytes (an AMQP short string); AMQP routing keys that are empty, contain ``/``,
+``+``, ``#`` or NUL, have an empty word (``a..b``) or start with ``$``.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import Any
+
+import trio
+
+from ..app import App
+from ..store import CommitError
+
+EXCHANGE = "amq.topic"
+
+
+def mqtt_to_routing_key(topic: str) -> str | None:
+    """``sensors/t1/temp`` → ``sensors.t1.temp``; ``None`` if it cannot be translated."""
+    if not topic or topic.startswith("$") or "." in topic or len(topic.encode()) > 255:
+        return None
+    levels = topic.split("/")
+    if "" in levels:
+        return None
+    return ".".join(levels)
+
+
+def routing_key_to_mqtt(key: str) -> str | None:
+    """``devices.valve7.cmd`` → ``devices/valve7/cmd``; ``None`` if it cannot be translated."""
+    if not key or key.startswith("$") or any(c in key for c in "/+#\x00"):
+        return None
+    words = key.split(".")
+    if "" in words:
+        return None
+    return "/".join(words)
+
+
+class TopicBridge:
+    """Hooks and the release task of the MQTT ⇄ AMQP bridge of one server."""
+
+    def __init__(self, app: App, mqtt: Any, amqp: Any) -> None:
+        self.app = app
+        self.mqtt = mqtt
+        self.amqp = amqp
+        self._injecting = False  # an AMQP message is being injected into MQTT right now
+        self._pending: deque[Any] = deque()  # StagedPublish, in publish order
+        self._wake = trio.Event()
+        self.counters = {"mqtt_to_amqp": 0, "amqp_to_mqtt": 0, "skipped_mqtt_topics": 0,
+                         "skipped_amqp_keys": 0, "awaiting_commit": 0}
+
+    def attach(self) -> None:
+        self.mqtt.on_publish.append(self.on_mqtt_publish)
+        self.amqp.topic_hooks.append(self.on_amqp_publish)
+
+    # ------------------------------------------------------------ MQTT → AMQP
+    def on_mqtt_publish(self, topic: str, payload: bytes, qos: int, retain: bool) -> bool:
+        """``on_publish`` hook; True if durable AMQP records were staged."""
+        if self._injecting:
+            return False  # came from AMQP: never back
+        if retain and not payload:
+            return False  # clearing a retained message is not a message (MQTT-3.3.1-10)
+        key = mqtt_to_routing_key(topic)
+        if key is None:
+            self.counters["skipped_mqtt_topics"] += 1
+            return False
+        staged = self.amqp.publish_from_bridge(EXCHANGE, key, payload, qos >= 1)
+        self.counters["mqtt_to_amqp"] += 1
+        if not staged.routed:
+            return False
+        if not hasattr(staged, "release"):
+            # The AMQP broker enqueues at once (records staged first); the MQTT connection
+            # commits before its PUBACK because we return True.
+            return bool(staged.needs_commit)
+        if staged.needs_commit or self._pending:
+            self._pending.append(staged)
+            self._wake.set()
+            return bool(staged.needs_commit)
+        staged.release()
+        return False
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+                  ) -> None:
+        """Release staged AMQP messages after the commit that made them durable."""
+        store = self.app.store
+        task_status.started()
+        while True:
+            await self._wake.wait()
+            self._wake = trio.Event()
+            n = len(self._pending)
+            if not n:
+                continue
+            try:
+                await store.commit()
+            except CommitError as exc:
+                # Not durable: never delivered (and never acknowledged to the publisher).
+                self.app.log.error("MQTT-AMQP bridge: commit failed, %d message(s) dropped: %s",
+                                   n, exc)
+                for _ in range(n):
+                    self._pending.popleft()
+                continue
+            for _ in range(n):
+                self._pending.popleft().release()
+
+    # ------------------------------------------------------------ AMQP → MQTT
+    def on_amqp_publish(self, routing_key: str, raw_properties: bytes, body: bytes,
+                        persistent: bool) -> bool:
+        """``topic_hooks`` hook; True if durable MQTT copies were staged."""
+        topic = routing_key_to_mqtt(routing_key)
+        if topic is None:
+            self.counters["skipped_amqp_keys"] += 1
+            return False
+        qos = 1 if persistent else 0
+        self._injecting = True
+        try:
+            staged = bool(self.mqtt.publish_from_bridge(topic, body, qos, False))
+        except ValueError:
+            self.counters["skipped_amqp_keys"] += 1
+            return False
+        finally:
+            self._injecting = False
+        self.counters["amqp_to_mqtt"] += 1
+        return staged
+
+    def status(self) -> dict[str, Any]:
+        return {**self.counters, "awaiting_commit": len(self._pending)}
+
+
+async def start_topic_bridge(app: App, nursery: trio.Nursery) -> TopicBridge | None:
+    """Wire the bridge when both brokers run (called by ``oxiedge serve`` before listening)."""
+    mqtt, amqp = app.services.get("mqtt"), app.services.get("amqp")
+    if mqtt is None or amqp is None:
+        return None
+    bridge = TopicBridge(app, mqtt, amqp)
+    bridge.attach()
+    await nursery.start(bridge.run)
+    app.extensions["mqtt_amqp"] = bridge
+    app.log.info("MQTT-AMQP bridge on - amq.topic")
+    return bridge

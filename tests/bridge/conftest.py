@@ -1,0 +1,112 @@
+"""Helpers for the bridge tests: paho and pika clients against a real ``oxiedge serve``."""
+
+from __future__ import annotations
+
+import json
+import queue
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import paho.mqtt.client as mqtt
+import pika
+
+from tests.conftest import ServerProcess
+
+TIMEOUT = 10.0
+
+
+class Mqtt:
+    """A paho client (v2 callback API): received messages in a queue, PUBACKs tracked."""
+
+    def __init__(self, port: int, client_id: str = "", clean: bool = True) -> None:
+        self.messages: queue.Queue[mqtt.MQTTMessage] = queue.Queue()
+        self.acked: set[int] = set()  # mids whose PUBACK arrived
+        self._connected = threading.Event()
+        self._acks = threading.Condition()
+        self._subacks: queue.Queue[list[int]] = queue.Queue()
+        self.c = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id=client_id,
+                             clean_session=clean)
+        self.c.max_inflight_messages_set(50)
+        self.c.max_queued_messages_set(0)
+        self.c.on_message = lambda _c, _u, m: self.messages.put(m)
+        self.c.on_connect = lambda *_a: self._connected.set()
+        self.c.on_publish = self._on_publish
+        self.c.on_subscribe = lambda _c, _u, _mid, codes, _p: self._subacks.put(
+            [int(c.value) for c in codes])
+        self.c.connect("127.0.0.1", port, keepalive=30)
+        self.c.loop_start()
+        assert self._connected.wait(TIMEOUT), "no CONNACK"
+
+    def _on_publish(self, _c: Any, _u: Any, mid: int, _rc: Any, _p: Any) -> None:
+        with self._acks:
+            self.acked.add(mid)
+            self._acks.notify_all()
+
+    def subscribe(self, topic: str, qos: int) -> list[int]:
+        self.c.subscribe(topic, qos)
+        return self._subacks.get(timeout=TIMEOUT)
+
+    def publish(self, topic: str, payload: bytes | str, qos: int = 1, retain: bool = False
+                ) -> int:
+        info = self.c.publish(topic, payload, qos, retain)
+        assert info.rc == mqtt.MQTT_ERR_SUCCESS, info.rc
+        return int(info.mid)
+
+    def wait_acked(self, mids: list[int], timeout: float = TIMEOUT) -> None:
+        deadline = time.monotonic() + timeout
+        with self._acks:
+            while not set(mids) <= self.acked:
+                left = deadline - time.monotonic()
+                assert left > 0, f"{len(set(mids) - self.acked)} publishes not acknowledged"
+                self._acks.wait(left)
+
+    def get(self, timeout: float = TIMEOUT) -> mqtt.MQTTMessage:
+        return self.messages.get(timeout=timeout)
+
+    def close(self) -> None:
+        self.c.disconnect()
+        self.c.loop_stop()
+
+
+def amqp(port: int) -> pika.BlockingConnection:
+    return pika.BlockingConnection(pika.ConnectionParameters(
+        "127.0.0.1", port, socket_timeout=5, blocked_connection_timeout=10,
+        connection_attempts=1))
+
+
+def consume(ch: Any, queue_name: str, n: int, timeout: float = TIMEOUT) -> list[Any]:
+    """``n`` deliveries ``(method, properties, body)`` from ``queue_name`` (acked)."""
+    got: list[Any] = []
+    deadline = time.monotonic() + timeout
+    for method, props, body in ch.consume(queue_name, inactivity_timeout=1.0):
+        if method is not None:
+            got.append((method, props, body))
+            ch.basic_ack(method.delivery_tag)
+            if len(got) == n:
+                break
+        if time.monotonic() > deadline:
+            break
+    ch.cancel()
+    return got
+
+
+def find(server: ServerProcess, collection: str, *args: str) -> list[dict[str, Any]]:
+    res = server.cli("find", collection, *args, "--json")
+    return [json.loads(line) for line in res.stdout.splitlines()]
+
+
+def status(server: ServerProcess) -> dict[str, Any]:
+    return dict(json.loads(server.cli("status", "--json").stdout))
+
+
+def eventually(check: Callable[[], Any], timeout: float = 15.0, what: str = "condition") -> Any:
+    """Poll a CLI-visible condition (the CLI is the only event a test can see there)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if value:
+            return value
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.3)

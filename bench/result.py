@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import statistics
 import time
 from dataclasses import asdict, dataclass, field
@@ -80,14 +81,17 @@ class Meter:
         self.t1 = 0.0
         self.before: procstat.Sample | None = None
         self.after: procstat.Sample | None = None
+        self.gen0 = self.gen1 = 0.0
 
     def start(self) -> float:
         self.before = procstat.sample(self.pid)
+        self.gen0 = _own_cpu()
         self.t0 = time.perf_counter()
         return self.t0
 
     def stop(self) -> float:
         self.t1 = time.perf_counter()
+        self.gen1 = _own_cpu()
         self.after = procstat.sample(self.pid)
         return self.t1
 
@@ -95,7 +99,16 @@ class Meter:
         if self.before is not None and self.after is not None:
             r.cpu_s = self.after.cpu - self.before.cpu
             r.rss_mb = self.after.rss / 1e6
+        if self.t1 > self.t0:
+            # The load generator's own CPU (all its threads): near 100% means the
+            # generator, not the broker, may be the limit.
+            r.extra["gen_cpu_pct"] = round(100 * (self.gen1 - self.gen0) / (self.t1 - self.t0))
         return r
+
+
+def _own_cpu() -> float:
+    t = os.times()
+    return t.user + t.system
 
 
 def percentile(values: list[float], q: float) -> float:

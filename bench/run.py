@@ -212,11 +212,12 @@ def describe(r: Result) -> str:
         return f"SKIP ({r.skipped})"
     cpu = r.cpu_us_per_msg
     lat = (f" p50 {r.p50_ms:.3f} ms p99 {r.p99_ms:.3f} ms") if r.p50_ms is not None else ""
-    return "%10.0f %s  n=%d lost=%d %.2fs%s cpu=%s rss=%s" % (
-        r.value if r.higher_better else r.count, r.unit if r.higher_better else "msgs",
-        r.count, r.lost, r.elapsed, lat,
-        "-" if cpu is None else f"{cpu:.1f}µs/msg ({r.cpu_pct or 0:.0f}%)",
-        "-" if r.rss_mb is None else f"{r.rss_mb:.1f}MB")
+    head = f"{r.value:10.0f} {r.unit}" if r.higher_better else f"{r.count:10d} msgs"
+    cpu_s = "-" if cpu is None else f"{cpu:.1f}µs/msg ({r.cpu_pct or 0:.0f}%)"
+    rss = "-" if r.rss_mb is None else f"{r.rss_mb:.1f}MB"
+    gen = f" gen={r.extra['gen_cpu_pct']}%" if "gen_cpu_pct" in r.extra else ""
+    return (f"{head}  n={r.count} lost={r.lost} {r.elapsed:.2f}s{lat} broker-cpu={cpu_s} "
+            f"rss={rss}{gen}")
 
 
 def main() -> None:

@@ -76,17 +76,19 @@ def amqp(port: int) -> pika.BlockingConnection:
         connection_attempts=1))
 
 
-def consume(ch: Any, queue_name: str, n: int, timeout: float = TIMEOUT) -> list[Any]:
-    """``n`` deliveries ``(method, properties, body)`` from ``queue_name`` (acked)."""
+def consume(ch: Any, queue_name: str, n: int, timeout: float = TIMEOUT,
+            idle: float | None = None) -> list[Any]:
+    """Up to ``n`` deliveries ``(method, properties, body)`` from ``queue_name`` (acked);
+    stops early after ``idle`` seconds without a delivery when given."""
     got: list[Any] = []
     deadline = time.monotonic() + timeout
-    for method, props, body in ch.consume(queue_name, inactivity_timeout=1.0):
+    for method, props, body in ch.consume(queue_name, inactivity_timeout=idle or 1.0):
         if method is not None:
             got.append((method, props, body))
             ch.basic_ack(method.delivery_tag)
             if len(got) == n:
                 break
-        if time.monotonic() > deadline:
+        elif idle is not None or time.monotonic() > deadline:
             break
     ch.cancel()
     return got
@@ -110,3 +112,37 @@ def eventually(check: Callable[[], Any], timeout: float = 15.0, what: str = "con
             return value
         assert time.monotonic() < deadline, f"timed out waiting for {what}"
         time.sleep(0.3)
+
+
+def publish_until_killed(server: ServerProcess, topic: str, n: int) -> dict[int, int]:
+    """Publish ``n`` QoS 1 readings as fast as PUBACKs allow; SIGKILL the server halfway
+    through; return ``{mid: seq}`` of the readings that were acknowledged."""
+    client = Mqtt(server.mqtt_port)
+    sent: dict[int, int] = {}
+    killer = threading.Thread(target=lambda: (wait_acks(client, n // 2), server.kill()))
+    killer.start()
+    try:
+        for seq in range(n):
+            try:
+                sent[client.publish(topic, json.dumps({"seq": seq}), 1)] = seq
+            except AssertionError:
+                break  # the connection is gone
+            if server.proc is not None and server.proc.poll() is not None:
+                break
+    finally:
+        killer.join(30)
+        client.close()
+    acked = {mid: seq for mid, seq in sent.items() if mid in client.acked}
+    assert len(acked) >= n // 2
+    return acked
+
+
+def wait_acks(client: Mqtt, count: int, timeout: float = 20.0) -> None:
+    """Block until ``count`` PUBACKs arrived (or the timeout passed)."""
+    deadline = time.monotonic() + timeout
+    with client._acks:
+        while len(client.acked) < count:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return
+            client._acks.wait(left)

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import base64
 import json
-import threading
 import time
 from collections.abc import Callable
 
-from tests.bridge.conftest import Mqtt, eventually, find, status
+from tests.bridge.conftest import Mqtt, eventually, find, publish_until_killed, status
 from tests.conftest import ServerProcess
 
 Start = Callable[..., ServerProcess]
@@ -46,7 +45,7 @@ def test_document_shapes_from_a_route_added_live(start_server: Start) -> None:
         client.close()
     assert [d["_topic"] for d in docs] == [t for t, _p, _q in payloads[:-1]]
     assert all(before - 60_000 < d["_received_at"] <= before + 60_000 for d in docs)
-    obj, num, qos0, text, raw, lst, hot = docs
+    obj, num, qos0, text, raw, lst, _hot = docs
     assert {k: obj[k] for k in ("value", "unit")} == {"value": 21.5, "unit": "C"}
     assert obj["_id"] != 7 and obj["_version"] == 1  # a payload cannot choose _id
     assert num["payload"] == 42 and qos0["payload"] == 26.5
@@ -65,38 +64,9 @@ def test_document_shapes_from_a_route_added_live(start_server: Start) -> None:
     assert server.line("MQTT ingest bridge on - 1 route(s)") is not None
 
 
-def _publish_until_killed(server: ServerProcess, topic: str, n: int) -> dict[int, int]:
-    """Publish ``n`` QoS 1 readings as fast as PUBACKs allow; SIGKILL the server halfway
-    through; return ``{mid: seq}`` of the readings that were acknowledged."""
-    client = Mqtt(server.mqtt_port)
-    sent: dict[int, int] = {}
-    killer = threading.Thread(target=lambda: (_wait_acks(client, n // 2), server.kill()))
-    killer.start()
-    try:
-        for seq in range(n):
-            try:
-                sent[client.publish(topic, json.dumps({"seq": seq}), 1)] = seq
-            except AssertionError:
-                break  # the connection is gone
-            if server.proc is not None and server.proc.poll() is not None:
-                break
-    finally:
-        killer.join(30)
-        client.close()
-    acked = {mid: seq for mid, seq in sent.items() if mid in client.acked}
-    assert len(acked) >= n // 2
-    return acked
-
-
-def _wait_acks(client: Mqtt, count: int) -> None:
-    deadline = time.monotonic() + 20
-    while len(client.acked) < count and time.monotonic() < deadline:
-        time.sleep(0.005)
-
-
 def test_every_acknowledged_reading_is_a_document_after_sigkill(start_server: Start) -> None:
     server = start_server("--amqp-port", "off", "--ingest", "plant/+/temp:readings")
-    acked = _publish_until_killed(server, "plant/p1/temp", 4000)
+    acked = publish_until_killed(server, "plant/p1/temp", 4000)
     server.start()
     seqs = {d["seq"] for d in find(server, "readings")}
     missing = sorted(set(acked.values()) - seqs)

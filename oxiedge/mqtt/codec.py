@@ -312,6 +312,11 @@ class Decoder:
         self._buf += data
 
     @property
+    def first_byte(self) -> int | None:
+        """The first byte of the next (possibly incomplete) packet, if any arrived."""
+        return self._buf[self._pos] if len(self._buf) > self._pos else None
+
+    @property
     def buffered(self) -> int:
         """Bytes received but not yet returned as packets."""
         return len(self._buf) - self._pos

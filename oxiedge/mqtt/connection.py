@@ -208,6 +208,9 @@ class Connection:
                 if not data:
                     raise _Close("closed before CONNECT", abnormal=False)
                 decoder.feed(data)
+                if decoder.first_byte != 0x10:
+                    # MQTT-3.1.0-1: no need to wait for the body of a non-CONNECT.
+                    raise ProtocolError("first packet is not CONNECT (MQTT-3.1.0-1)")
                 first = decoder.next_packet()
         if first is None:
             raise _Close("no CONNECT in time", abnormal=False)

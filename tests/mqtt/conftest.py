@@ -38,6 +38,16 @@ def mqtt_server(start_mqtt: Callable[..., ServerProcess]) -> ServerProcess:
     return start_mqtt()
 
 
+@pytest.fixture(scope="module")
+def shared_mqtt(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    """One server for a whole module, for tests that use their own client ids and topics
+    and leave no retained messages behind."""
+    srv = ServerProcess(tmp_path_factory.mktemp("shared"), ("--amqp-port", "off"), None)
+    srv.start()
+    yield srv
+    srv.kill()
+
+
 # ----------------------------------------------------------------- paho helpers
 
 TIMEOUT = 10.0
@@ -136,7 +146,7 @@ def clients() -> Iterator[Callable[..., Client]]:
     yield make
     for c in made:
         try:
-            c.c.loop_stop()
             c.c.disconnect()
+            c.c.loop_stop()
         except Exception:
             pass

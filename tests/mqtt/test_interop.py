@@ -21,16 +21,16 @@ from .rawclient import RawClient
 Make = Callable[..., Client]
 
 
-def test_pub_sub_qos0_and_ping(mqtt_server: Server, clients: Make) -> None:
-    sub = clients(mqtt_server.mqtt_port, "sub")
+def test_pub_sub_qos0_and_ping(shared_mqtt: Server, clients: Make) -> None:
+    sub = clients(shared_mqtt.mqtt_port, "sub")
     assert sub.connect(keepalive=5) is False
     assert sub.subscribe(("a/b", 0)) == [0]
-    pub = clients(mqtt_server.mqtt_port, "pub")
+    pub = clients(shared_mqtt.mqtt_port, "pub")
     pub.connect()
     pub.publish("a/b", b"hello")
     m = sub.get()
     assert (m.topic, m.payload, m.qos, m.retain) == ("a/b", b"hello", 0, False)
-    raw = RawClient(mqtt_server.mqtt_port)
+    raw = RawClient(shared_mqtt.mqtt_port)
     raw.connect("pinger")
     raw.send(b"\xc0\x00")
     assert raw.recv_packet() == b"\xd0\x00"
@@ -59,16 +59,16 @@ def test_wildcards_and_dollar_topics(mqtt_server: Server, clients: Make) -> None
         c.assert_nothing(0.2)
 
 
-def test_invalid_filter_gets_failure_code(mqtt_server: Server) -> None:
+def test_invalid_filter_gets_failure_code(shared_mqtt: Server) -> None:
     # paho refuses to send bad filters, so this one speaks raw bytes.
-    raw = RawClient(mqtt_server.mqtt_port)
+    raw = RawClient(shared_mqtt.mqtt_port)
     raw.connect("badfilter")
     raw.send(encode(Subscribe(9, (("a/#/b", 0), ("ok/+", 2), ("a+", 1)))))
     assert raw.recv_packet() == b"\x90\x05\x00\x09\x80\x02\x80"
 
 
-def test_qos_matrix_effective_qos_is_min(mqtt_server: Server, clients: Make) -> None:
-    port = mqtt_server.mqtt_port
+def test_qos_matrix_effective_qos_is_min(shared_mqtt: Server, clients: Make) -> None:
+    port = shared_mqtt.mqtt_port
     subs = {}
     for granted in (0, 1, 2):
         c = clients(port, f"sub{granted}")
@@ -85,11 +85,11 @@ def test_qos_matrix_effective_qos_is_min(mqtt_server: Server, clients: Make) -> 
         assert got == [(f"q/{granted}/{q}", min(q, granted)) for q in (0, 1, 2)]
 
 
-def test_overlapping_subscriptions_one_copy_max_qos(mqtt_server: Server, clients: Make) -> None:
-    c = clients(mqtt_server.mqtt_port, "overlap")
+def test_overlapping_subscriptions_one_copy_max_qos(shared_mqtt: Server, clients: Make) -> None:
+    c = clients(shared_mqtt.mqtt_port, "overlap")
     c.connect()
     c.subscribe(("o/#", 0), ("o/+", 2))
-    pub = clients(mqtt_server.mqtt_port, "pub")
+    pub = clients(shared_mqtt.mqtt_port, "pub")
     pub.connect()
     pub.publish("o/x", b"1", qos=2)
     m = c.get()
@@ -145,25 +145,25 @@ def test_will_on_abnormal_disconnect_only(mqtt_server: Server, clients: Make) ->
     assert (m.topic, m.payload, m.retain) == ("will/rude", b"lost", True)
 
 
-def test_will_on_protocol_error(mqtt_server: Server, clients: Make) -> None:
-    watcher = clients(mqtt_server.mqtt_port, "watcher")
+def test_will_on_protocol_error(shared_mqtt: Server, clients: Make) -> None:
+    watcher = clients(shared_mqtt.mqtt_port, "watcher")
     watcher.connect()
-    watcher.subscribe(("will/#", 0))
-    raw = RawClient(mqtt_server.mqtt_port)
-    raw.connect("bad", will=("will/bad", b"bye", 0))
+    watcher.subscribe(("will2/#", 0))
+    raw = RawClient(shared_mqtt.mqtt_port)
+    raw.connect("bad", will=("will2/bad", b"bye", 0))
     raw.send(b"\x30\x03\x00\x01#")  # wildcard in a PUBLISH topic: close (MQTT-3.3.2-2)
     assert raw.closed()
     assert watcher.get().payload == b"bye"
 
 
-def test_session_takeover(mqtt_server: Server, clients: Make) -> None:
-    port = mqtt_server.mqtt_port
+def test_session_takeover(shared_mqtt: Server, clients: Make) -> None:
+    port = shared_mqtt.mqtt_port
     first = clients(port, "dup-id", clean=False)
-    first.connect(will=("will/dup", b"old", 0, False))
+    first.connect(will=("tkw/dup", b"old", 0, False))
     first.subscribe(("t/#", 1))
     watcher = clients(port, "watcher")
     watcher.connect()
-    watcher.subscribe(("will/#", 0))
+    watcher.subscribe(("tkw/#", 0))
     second = clients(port, "dup-id", clean=False)
     assert second.connect() is True  # the persistent session carries over
     assert first.disconnected.wait(10), "old connection not closed (MQTT-3.1.4-2)"
@@ -178,11 +178,11 @@ def test_session_takeover(mqtt_server: Server, clients: Make) -> None:
     assert watcher.get().payload == b"old"
 
 
-def test_keepalive_timeout_closes_and_sends_will(mqtt_server: Server, clients: Make) -> None:
-    watcher = clients(mqtt_server.mqtt_port, "watcher")
+def test_keepalive_timeout_closes_and_sends_will(shared_mqtt: Server, clients: Make) -> None:
+    watcher = clients(shared_mqtt.mqtt_port, "watcher")
     watcher.connect()
     watcher.subscribe(("ka/#", 0))
-    raw = RawClient(mqtt_server.mqtt_port)
+    raw = RawClient(shared_mqtt.mqtt_port)
     start = time.monotonic()
     raw.connect("sleepy", keepalive=1, will=("ka/sleepy", b"timeout", 0))
     assert raw.closed(timeout=5)
@@ -191,8 +191,8 @@ def test_keepalive_timeout_closes_and_sends_will(mqtt_server: Server, clients: M
     assert watcher.get().payload == b"timeout"
 
 
-def test_keepalive_respected_by_pings(mqtt_server: Server) -> None:
-    raw = RawClient(mqtt_server.mqtt_port)
+def test_keepalive_respected_by_pings(shared_mqtt: Server) -> None:
+    raw = RawClient(shared_mqtt.mqtt_port)
     raw.connect("pinging", keepalive=1)
     for _ in range(4):
         time.sleep(0.5)
@@ -200,8 +200,8 @@ def test_keepalive_respected_by_pings(mqtt_server: Server) -> None:
         assert raw.recv_packet() == b"\xd0\x00"
 
 
-def test_persistent_session_offline_queue(mqtt_server: Server, clients: Make) -> None:
-    port = mqtt_server.mqtt_port
+def test_persistent_session_offline_queue(shared_mqtt: Server, clients: Make) -> None:
+    port = shared_mqtt.mqtt_port
     sub = clients(port, "durable", clean=False)
     assert sub.connect() is False
     sub.subscribe(("d/#", 2))
@@ -272,8 +272,8 @@ def test_auth_with_password_file(start_mqtt: Callable[..., Server], tmp_path: Pa
     clients(port, "anon").connect(expect_rc=5)  # users exist: anonymous refused
 
 
-def test_connack_codes_raw(mqtt_server: Server) -> None:
-    port = mqtt_server.mqtt_port
+def test_connack_codes_raw(shared_mqtt: Server) -> None:
+    port = shared_mqtt.mqtt_port
     # MQTT 5 CONNECT -> return code 1 (MQTT-3.1.2-2), then close.
     raw = RawClient(port)
     raw.send(b"\x10\x0e\x00\x04MQTT\x05\x02\x00\x3c\x00\x00\x00\x00")

@@ -59,8 +59,8 @@ class Sub:
             self.proc.wait(5)
 
 
-def test_mosquitto_qos_levels_and_wildcards(mqtt_server: ServerProcess) -> None:
-    port = mqtt_server.mqtt_port
+def test_mosquitto_qos_levels_and_wildcards(shared_mqtt: ServerProcess) -> None:
+    port = shared_mqtt.mqtt_port
     assert port is not None
     sub = Sub(port, "-t", "m/+/v", "-t", "m/#", "-q", "2", "-C", "3")
     try:
@@ -71,8 +71,8 @@ def test_mosquitto_qos_levels_and_wildcards(mqtt_server: ServerProcess) -> None:
         sub.kill()
 
 
-def test_mosquitto_retained(mqtt_server: ServerProcess) -> None:
-    port = mqtt_server.mqtt_port
+def test_mosquitto_retained(shared_mqtt: ServerProcess) -> None:
+    port = shared_mqtt.mqtt_port
     assert port is not None
     pub(port, "-t", "mr/a", "-m", "old", "-r", "-q", "1")
     pub(port, "-t", "mr/a", "-m", "new", "-r", "-q", "1")
@@ -86,8 +86,8 @@ def test_mosquitto_retained(mqtt_server: ServerProcess) -> None:
     assert res.stdout.splitlines() == ["mr/a new"]
 
 
-def test_mosquitto_persistent_session(mqtt_server: ServerProcess) -> None:
-    port = mqtt_server.mqtt_port
+def test_mosquitto_persistent_session(shared_mqtt: ServerProcess) -> None:
+    port = shared_mqtt.mqtt_port
     assert port is not None
     first = Sub(port, "-i", "mosq-durable", "-c", "-q", "1", "-t", "mp/#", "-C", "1")
     pub(port, "-t", "mp/x", "-m", "online", "-q", "1")

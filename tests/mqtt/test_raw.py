@@ -28,9 +28,9 @@ BAD_AFTER_CONNECT = {
 
 
 @pytest.mark.parametrize("raw", BAD_AFTER_CONNECT.values(), ids=BAD_AFTER_CONNECT.keys())
-def test_malformed_packet_closes_only_that_connection(mqtt_server: ServerProcess,
+def test_malformed_packet_closes_only_that_connection(shared_mqtt: ServerProcess,
                                                       raw: bytes) -> None:  # fmt: skip
-    port = mqtt_server.mqtt_port
+    port = shared_mqtt.mqtt_port
     assert port is not None
     bystander = RawClient(port)
     bystander.connect("bystander")
@@ -49,28 +49,28 @@ def test_malformed_packet_closes_only_that_connection(mqtt_server: ServerProcess
     assert got[0] & 0xF0 == 0x30 and got.endswith(b"still here")
 
 
-def test_first_packet_must_be_connect(mqtt_server: ServerProcess) -> None:
-    assert mqtt_server.mqtt_port is not None
-    raw = RawClient(mqtt_server.mqtt_port)
+def test_first_packet_must_be_connect(shared_mqtt: ServerProcess) -> None:
+    assert shared_mqtt.mqtt_port is not None
+    raw = RawClient(shared_mqtt.mqtt_port)
     raw.send(b"\xc0\x00")  # PINGREQ before CONNECT (MQTT-3.1.0-1)
     assert raw.closed()
 
 
-def test_garbage_before_connect(mqtt_server: ServerProcess) -> None:
-    assert mqtt_server.mqtt_port is not None
-    raw = RawClient(mqtt_server.mqtt_port)
+def test_garbage_before_connect(shared_mqtt: ServerProcess) -> None:
+    assert shared_mqtt.mqtt_port is not None
+    raw = RawClient(shared_mqtt.mqtt_port)
     raw.send(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
     assert raw.closed()
 
 
-def test_connect_split_in_single_bytes_and_pipelined(mqtt_server: ServerProcess) -> None:
+def test_connect_split_in_single_bytes_and_pipelined(shared_mqtt: ServerProcess) -> None:
     """CONNECT byte by byte, then CONNECT+SUBSCRIBE+PUBLISH in one segment."""
-    assert mqtt_server.mqtt_port is not None
-    slow = RawClient(mqtt_server.mqtt_port)
+    assert shared_mqtt.mqtt_port is not None
+    slow = RawClient(shared_mqtt.mqtt_port)
     for b in CONNECT_C2:
         slow.send(bytes((b,)))
     assert slow.recv_packet() == b"\x20\x02\x00\x00"
-    fast = RawClient(mqtt_server.mqtt_port)
+    fast = RawClient(shared_mqtt.mqtt_port)
     fast.send(
         b"\x10\x0e\x00\x04MQTT\x04\x02\x00\x3c\x00\x02c3"
         + encode(Subscribe(2, (("p/q", 1),)))

@@ -3,14 +3,16 @@
 Theory of operation
 -------------------
 The *reader* (the connection's main task) receives whatever the socket has (one "burst"),
-feeds the sans-IO :class:`FrameParser` and handles every complete command.  Publishes are
-routed at once; persistent messages for durable queues are *staged* in the store.  At the
-end of the burst (or before any method whose effect could observe those publishes) the
-connection flushes: ONE ``await store.commit()`` for everything staged, then the messages
-are enqueued (so the on-disk write always precedes a delivery that could be acked), then
-the publisher confirms go out in publish order, coalesced to one ``basic.ack
+feeds the sans-IO :class:`FrameParser` and handles every complete command.  A publish is
+routed at once; a persistent message for a durable queue has its record *staged* in the
+store and is then enqueued (so an ack's delete is always staged after the insert and can
+never race ahead of it).  At the end of the burst (or before any method other than
+publish/ack) the connection flushes: ONE ``await store.commit()`` for everything staged,
+then the publisher confirms go out in publish order, coalesced to one ``basic.ack
 multiple=true`` per channel.  Across connections the store's group committer shares one
-sync.  Transient bursts never wait: they are enqueued and confirmed without a commit.
+sync.  Transient bursts never wait: they are confirmed without a commit.  Consumers may see
+a message before its sync (as with RabbitMQ); what waits for the sync is the publisher's
+confirm, the only promise made about it.
 
 The *writer* task owns the socket's send side.  Everything else appends bytes with
 :meth:`AmqpConnection.send` (no await; order is preserved).  When the unsent bytes pass
@@ -105,7 +107,6 @@ class AmqpConnection:
         self._drained = trio.Event()
         self._last_write = 0.0
         # publishing burst
-        self._pending: list[tuple[Queue, QueuedMessage]] = []
         self._needs_commit = False
         self._confirms: list[tuple[Channel, int]] = []
 
@@ -192,7 +193,6 @@ class AmqpConnection:
     def _release(self) -> None:
         """Channels die (unacked back to their queues), exclusive queues are deleted."""
         self.closed = True
-        self._pending.clear()
         for ch in list(self.channels.values()):
             ch.release()
         self.channels.clear()
@@ -486,40 +486,33 @@ class AmqpConnection:
             return
         persistent = cmd.delivery_mode == 2
         record = None
-        pending = self._pending
         for q in queues:
             msg = QueuedMessage(q.take_seq(), m.exchange, rk, props, body)
             if persistent and q.doc_id is not None:
                 if record is None:
                     record = persist.encode_record(m.exchange, rk, props, body)
+                # Staged BEFORE the message becomes deliverable: an ack's delete is always
+                # staged after this put, so it can never race ahead of the insert.
                 broker.store_message(q, msg, record)
                 self._needs_commit = True
-            if self._needs_commit:
-                pending.append((q, msg))
-            else:
-                q.enqueue(msg)
+            q.enqueue(msg)
 
     async def _flush(self) -> None:
-        """End of a burst: one commit, then enqueue, then confirms in publish order."""
+        """End of a burst: one commit for all its durable records, then the confirms in
+        publish order (coalesced per channel)."""
         ok = True
-        if self._needs_commit:
+        if self._needs_commit and not self._confirms:
+            # Nobody waits for a confirm: get the records written soon, but do not hold
+            # this connection's reader for the sync.
+            self._needs_commit = False
+            self.store.kick()
+        elif self._needs_commit:
             self._needs_commit = False
             try:
                 await self.store.commit()
             except Exception as exc:  # CommitError: nothing of the round may be confirmed
                 ok = False
                 self.log.error("AMQP %s: commit failed, publishes nacked: %s", self.peer, exc)
-        if self._pending:
-            pending, self._pending = self._pending, []
-            broker = self.broker
-            for q, msg in pending:
-                if not ok and msg.stored:
-                    msg.stored = False
-                    continue
-                if q.deleted:
-                    broker.forget(q, msg)
-                    continue
-                q.enqueue(msg)
         if self._confirms:
             confirms, self._confirms = self._confirms, []
             last: dict[Channel, tuple[int, int]] = {}

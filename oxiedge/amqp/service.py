@@ -5,9 +5,9 @@ connections, recovers durable state before any listener opens, and exposes the a
 operations (``queues``, ``exchanges``, ``bindings``) and counters.
 
 Bridge hook (MQTT ⇄ AMQP, a later issue): :meth:`AmqpService.publish_from_bridge` routes one
-message and stages its durable writes; the bridge awaits ``store.commit()`` (one commit
-for its whole batch) and then calls :meth:`StagedPublish.release` to make the messages
-deliverable, so the on-disk write always precedes a delivery.  ``broker.topic_hooks`` is a
+message, stages its durable records (before the message becomes deliverable) and enqueues
+it; when ``needs_commit`` the bridge awaits ``store.commit()`` (one commit for its whole
+batch) before it acknowledges upstream.  ``broker.topic_hooks`` is a
 list of ``hook(routing_key, raw_properties, body, persistent)`` called synchronously for
 every client publish to ``amq.topic`` (AMQP → MQTT; bridge publishes do not call it, so
 nothing loops back).
@@ -24,7 +24,7 @@ import trio
 from oxiedge.amqp import persist, spec
 from oxiedge.amqp.broker import Broker, TopicHook
 from oxiedge.amqp.connection import AmqpConnection
-from oxiedge.amqp.queues import Queue, QueuedMessage
+from oxiedge.amqp.queues import QueuedMessage
 
 if TYPE_CHECKING:
     from oxiedge.app import App
@@ -33,24 +33,14 @@ PRODUCT = "oxiedge"
 
 
 class StagedPublish:
-    """A bridge publish whose durable records are staged but not yet committed."""
+    """The outcome of a bridge publish: how many queues it reached and whether durable
+    records were staged (then ``await store.commit()`` before acknowledging upstream)."""
 
-    __slots__ = ("_done", "_items", "needs_commit", "routed")
+    __slots__ = ("needs_commit", "routed")
 
-    def __init__(self, items: list[tuple[Queue, QueuedMessage]], needs_commit: bool) -> None:
-        self._items = items
-        self._done = False
+    def __init__(self, routed: int, needs_commit: bool) -> None:
+        self.routed = routed
         self.needs_commit = needs_commit
-        self.routed = len(items)
-
-    def release(self) -> None:
-        """Enqueue the messages (call after ``await store.commit()`` returned)."""
-        if self._done:
-            return
-        self._done = True
-        for q, msg in self._items:
-            if not q.deleted:
-                q.enqueue(msg)
 
 
 class AmqpService:
@@ -179,8 +169,7 @@ class AmqpService:
         """Route one message from a bridge; stage its durable records.
 
         Returns a :class:`StagedPublish`: if ``needs_commit``, ``await store.commit()``
-        before acknowledging upstream, then call ``release()`` (also when no commit was
-        needed).  An unknown exchange routes nowhere (``routed == 0``).
+        before acknowledging upstream.  An unknown exchange routes nowhere (``routed == 0``).
         """
         broker = self.broker
         if properties is None:
@@ -188,7 +177,7 @@ class AmqpService:
         props = properties.encode()
         x = broker.exchanges.get(exchange)
         if x is None:
-            return StagedPublish([], False)
+            return StagedPublish(0, False)
         if exchange:
             queues = x.route(routing_key)
         else:
@@ -199,7 +188,6 @@ class AmqpService:
         if not queues:
             x.unroutable += 1
             broker.counters["unroutable"] += 1
-        items = []
         record = None
         staged = False
         for q in queues:
@@ -209,5 +197,5 @@ class AmqpService:
                     record = persist.encode_record(exchange, routing_key, props, body)
                 broker.store_message(q, msg, record)
                 staged = True
-            items.append((q, msg))
-        return StagedPublish(items, staged)
+            q.enqueue(msg)
+        return StagedPublish(len(queues), staged)

@@ -32,15 +32,12 @@ async def test_publish_from_bridge_stages_then_releases(tmp_path: Path) -> None:
 
             st = svc.publish_from_bridge("amq.topic", "sensors.t1", b"21.5", True)
             assert st.needs_commit and st.routed == 1
-            assert not q.ready  # not deliverable before the commit
-            await store.commit()
-            st.release()
             assert [m.body for m in q.ready] == [b"21.5"] and q.ready[0].stored
+            await store.commit()
             assert [persist.parse_key(k) for k, _v in store.iter_raw(persist.CF, b"m")] == \
                 [(q.qid, 1)]
             transient = svc.publish_from_bridge("amq.topic", "sensors.t2", b"x", False)
             assert not transient.needs_commit
-            transient.release()
             assert len(q.ready) == 2
             assert svc.publish_from_bridge("amq.topic", "other", b"y", True).routed == 0
             assert calls == []  # bridge publishes never reach the amq.topic hooks

@@ -60,6 +60,14 @@ def test_document_shapes_from_a_route_added_live(start_server: Start) -> None:
     table = server.cli("find", "sensor_readings", '{"value": {"$gte": 25}}').stdout
     assert "sensors/t3/temp" in table
     assert status(server)["ingest"]["ingested"] == 7
+    # A lone QoS 0 publish: nothing waits for it, yet the committer was kicked.
+    client = Mqtt(server.mqtt_port)
+    try:
+        client.publish("sensors/t4/temp", b'{"value": -3}', 0)
+        eventually(lambda: find(server, "sensor_readings", '{"_topic": "sensors/t4/temp"}'),
+                   what="the QoS 0 document")
+    finally:
+        client.close()
     server.restart()
     assert server.line("MQTT ingest bridge on - 1 route(s)") is not None
 

@@ -160,9 +160,12 @@ class Broker:
         return False
 
     # ------------------------------------------------------------------- publish
-    def route(self, topic: str, payload: bytes, qos: int, retain: bool) -> bool:
+    def route(
+        self, topic: str, payload: bytes, qos: int, retain: bool, skip: PublishHook | None = None
+    ) -> bool:
         """Route one accepted PUBLISH; True if durable work was staged (commit before
-        acknowledging)."""
+        acknowledging). ``skip``: an ``on_publish`` hook not to call (a bridge injecting
+        a message must not be handed its own message back)."""
         self.stats.messages_in += 1
         msg = Message(topic, payload)
         staged = False
@@ -179,7 +182,7 @@ class Broker:
                 staged = True
         if self.on_publish:
             for hook in self.on_publish:
-                if hook(topic, payload, qos, retain):
+                if hook is not skip and hook(topic, payload, qos, retain):
                     staged = True
         return staged
 

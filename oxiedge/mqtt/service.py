@@ -47,18 +47,32 @@ class MqttService:
         PUBLISH before it is acknowledged. Return True if durable work was staged."""
         return self.broker.on_publish
 
-    def publish_from_bridge(self, topic: str, payload: bytes, qos: int, retain: bool) -> bool:
+    def publish_from_bridge(
+        self,
+        topic: str,
+        payload: bytes,
+        qos: int,
+        retain: bool,
+        skip: PublishHook | None = None,
+    ) -> bool:
         """Inject a message as if a client had published it. Returns True if durable work
         was staged: the caller must ``await app.store.commit()`` before acknowledging
-        its source. Raises ValueError for an invalid topic name."""
+        its source. ``skip`` is the caller's own ``on_publish`` hook (no echo back).
+        Raises ValueError for an invalid topic name or QoS."""
         if not valid_topic_name(topic) or qos not in (0, 1, 2):
             raise ValueError(f"invalid MQTT topic {topic!r} or QoS {qos}")
-        return self.broker.route(topic, payload, qos, retain)
+        return self.broker.route(topic, payload, qos, retain, skip)
 
-    async def publish(self, topic: str, payload: bytes, qos: int = 0, retain: bool = False
-                      ) -> None:  # fmt: skip
-        """``publish_from_bridge`` plus the commit (returns when it is durable)."""
-        if self.publish_from_bridge(topic, payload, qos, retain):
+    async def publish(
+        self,
+        topic: str,
+        payload: bytes,
+        qos: int = 0,
+        retain: bool = False,
+        skip: PublishHook | None = None,
+    ) -> None:
+        """``publish_from_bridge`` plus the commit (returns once it is durable)."""
+        if self.publish_from_bridge(topic, payload, qos, retain, skip):
             await self.app.store.commit()
 
     def _hook_ingest(self) -> None:

@@ -140,6 +140,9 @@ class Connection:
         """Another CONNECT with our client id won (MQTT-3.1.4-2): end this connection."""
         self._abnormal = True
         self.close_reason = "session taken over"
+        # Unsent deliveries stay with the session (in-flight ones are re-sent on the new
+        # connection); none of them may still leave through this one.
+        self._out.clear()
         self._scope.cancel()
 
     # ---------------------------------------------------------------------- life

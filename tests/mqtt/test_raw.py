@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import json
+import socket
+from collections.abc import Callable
+
 import pytest
 
 from oxiedge.mqtt.codec import encode
@@ -81,3 +85,27 @@ def test_connect_split_in_single_bytes_and_pipelined(shared_mqtt: ServerProcess)
     assert b"\x90\x03\x00\x02\x01" in rest
     assert b"\x40\x02\x00\x03" in rest
     assert any(p[0] & 0xF0 == 0x30 and p.endswith(b"self") for p in rest)
+
+
+def test_slow_consumer_drops_qos0_and_stays_bounded(
+    start_mqtt: Callable[..., ServerProcess],
+) -> None:
+    srv = start_mqtt()
+    port = srv.mqtt_port
+    assert port is not None
+    slow = RawClient(port)
+    slow.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    slow.connect("slow")
+    slow.send(encode(Subscribe(1, (("flood/#", 0),))))
+    assert slow.recv_packet() == b"\x90\x03\x00\x01\x00"
+    pub = RawClient(port)
+    pub.connect("flooder")
+    packet = encode(Publish("flood/x", b"p" * 1000))
+    for _ in range(20):
+        pub.send(packet * 500)  # 10 MB in total; the slow client reads nothing
+    pub.send(b"\xc0\x00")
+    assert pub.recv_packet() == b"\xd0\x00"  # the publisher is served throughout
+    status = json.loads(srv.cli("status", "--json").stdout)["mqtt"]
+    assert status["messages_in"] == 10_000
+    assert status["dropped_qos0"] > 5_000  # at most ~1 MiB was buffered for "slow"
+    assert status["messages_out"] + status["dropped_qos0"] == 10_000

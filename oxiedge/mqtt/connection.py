@@ -231,6 +231,8 @@ class Connection:
                         raise ProtocolError(f"unexpected {type(packet).__name__} from a client")
                     if handler(packet):
                         break  # DISCONNECT: nothing after it is processed
+                # A slow disk is not the client's silence: no keep-alive during the commit.
+                ka.deadline = math.inf
                 await self._end_burst()
                 if self._disconnected:
                     raise _Close("client sent DISCONNECT", abnormal=False)

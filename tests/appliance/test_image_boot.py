@@ -1,0 +1,334 @@
+"""Slow: build the amd64 generic image, boot it in QEMU (TCG), use it, cut the power, boot again.
+
+Opt-in (``-m slow`` / ``bash .ci/run --slow``); < 15 min on a 2-core machine (build ~1 min,
+each boot ~1 min under software emulation). Needs root, the tools of image/deps.sh (run
+automatically when missing) and the package index for the build. Set
+``OXIEDGE_IMAGE_OUT=DIR`` to reuse an image already built there by
+``image/build.sh --arch amd64 --board generic --ssh-key DIR/operator.pub --out DIR``.
+
+What is checked, in order:
+1. first boot: hostname oxiedge-XXXX, the data partition grown, a fresh broker credential,
+   the unit active after READY=1 (Type=notify) with watchdog pings arriving, SSH by key
+   only, `sudo oxiedge status` through the admin socket;
+2. acknowledged data survives a hard power cut (QEMU killed with SIGKILL): MQTT QoS 1
+   messages queued for a persistent session and a retained message (paho), persistent
+   messages confirmed into a durable AMQP queue (pika), all there after the next boot.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import socket
+import subprocess
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+IMAGE_DIR = REPO / "image"
+NAME = "oxiedge-generic-amd64"
+BOOT_TIMEOUT = 300  # seconds from QEMU start to "oxiedge ready" (measured: ~50 s first boot)
+MESSAGES = 20
+
+pytestmark = pytest.mark.slow
+
+TOOLS = ("mmdebstrap", "mke2fs", "mkfs.vfat", "mcopy", "sfdisk", "qemu-system-x86_64",
+         "qemu-img", "ssh", "ssh-keygen")
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@dataclass
+class Guest:
+    """One QEMU run of the image; the serial console (with the journal) goes to a file."""
+
+    proc: subprocess.Popen[bytes]
+    console: Path
+    ports: dict[str, int]
+    started: float = field(default_factory=time.monotonic)
+
+    def text(self) -> str:
+        return self.console.read_text(errors="replace")
+
+    def wait_for(self, pattern: str, timeout: float) -> re.Match[str]:
+        """Poll the console (an external process's output) until ``pattern`` appears."""
+        deadline = time.monotonic() + timeout
+        regex = re.compile(pattern)
+        while time.monotonic() < deadline:
+            match = regex.search(self.text())
+            if match:
+                return match
+            if self.proc.poll() is not None:
+                break
+            time.sleep(0.25)
+        tail = "\n".join(self.text().splitlines()[-40:])
+        raise AssertionError(f"no {pattern!r} on the console within {timeout}s:\n{tail}")
+
+    def power_cut(self) -> None:
+        self.proc.kill()  # SIGKILL: no shutdown, no flush of the guest's page cache
+        self.proc.wait(timeout=30)
+
+
+def boot(out: Path, disk: Path, console: Path) -> Guest:
+    ports = {"mqtt": free_port(), "amqp": free_port(), "ssh": free_port()}
+    forwards = ",".join(
+        f"hostfwd=tcp:127.0.0.1:{ports[name]}-:{guest}"
+        for name, guest in (("mqtt", 1883), ("amqp", 5672), ("ssh", 22))
+    )
+    cmd = [
+        "qemu-system-x86_64", "-machine", "q35", "-m", "1024", "-smp", "2",
+        "-display", "none", "-monitor", "none", "-serial", f"file:{console}", "-no-reboot",
+        "-kernel", str(out / f"{NAME}.vmlinuz"), "-initrd", str(out / f"{NAME}.initrd.img"),
+        "-append", "root=LABEL=RASPIROOT ro console=ttyS0 panic=-1 "
+                   "systemd.journald.forward_to_console=1 systemd.show_status=0",
+        "-drive", f"file={disk},format=qcow2,if=virtio",
+        # restrict=on: the guest reaches nothing but the forwarded ports.
+        "-netdev", f"user,id=n0,restrict=on,{forwards}", "-device", "virtio-net-pci,netdev=n0",
+    ]
+    console.write_text("")
+    proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE)
+    return Guest(proc, console, ports)
+
+
+@pytest.fixture(scope="module")
+def image(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The built image directory (built here unless OXIEDGE_IMAGE_OUT names one)."""
+    if os.geteuid() != 0:
+        pytest.skip("building the image needs root")
+    reuse = os.environ.get("OXIEDGE_IMAGE_OUT")
+    if reuse and (Path(reuse) / f"{NAME}.img").exists():
+        out = Path(reuse)
+        assert (out / "operator.pub").exists(), "reused image: build it with --ssh-key"
+        return out
+    if any(shutil.which(tool) is None for tool in TOOLS) and shutil.which("apt-get"):
+        subprocess.run([str(IMAGE_DIR / "deps.sh")], capture_output=True, timeout=900,
+                       check=False)
+    missing = [tool for tool in TOOLS if shutil.which(tool) is None]
+    if missing:
+        pytest.skip(f"missing image tools: {missing} (image/deps.sh)")
+    out = Path(reuse) if reuse else tmp_path_factory.mktemp("image")
+    out.mkdir(parents=True, exist_ok=True)
+    key = out / "operator"
+    if not key.exists():
+        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)],
+                       check=True, timeout=30)
+    build = subprocess.run(
+        [str(IMAGE_DIR / "build.sh"), "--arch", "amd64", "--board", "generic",
+         "--ssh-key", str(out / "operator.pub"), "--out", str(out)],
+        capture_output=True, text=True, timeout=900, check=False,
+    )
+    (out / "build.log").write_text(build.stdout + build.stderr)
+    assert build.returncode == 0, build.stderr[-4000:]
+    return out
+
+
+@pytest.fixture(scope="module")
+def disk(image: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A 4 GiB copy-on-write disk over the (untouched) image: the "SD card"."""
+    path = tmp_path_factory.mktemp("card") / "card.qcow2"
+    subprocess.run(["qemu-img", "create", "-q", "-f", "qcow2", "-b", str(image / f"{NAME}.img"),
+                    "-F", "raw", str(path), "4G"], check=True, timeout=60)
+    return path
+
+
+@pytest.fixture(scope="module")
+def first_boot(image: Path, disk: Path) -> Iterator[Guest]:
+    # Console logs next to the image: kept for inspection after the run.
+    guest = boot(image, disk, image / "console-1.log")
+    try:
+        guest.wait_for(r"oxiedge\[\d+\]: oxiedge ready", BOOT_TIMEOUT)
+        yield guest
+    finally:
+        if guest.proc.poll() is None:
+            guest.power_cut()
+
+
+def ssh(image: Path, guest: Guest, command: str, *options: str,
+        check: bool = True) -> subprocess.CompletedProcess[str]:
+    proc = subprocess.run(
+        ["ssh", "-i", str(image / "operator"), "-p", str(guest.ports["ssh"]),
+         "-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null",
+         "-o", "BatchMode=yes", "-o", "ConnectTimeout=30", "-o", "LogLevel=ERROR",
+         *options, "admin@127.0.0.1", command],
+        capture_output=True, text=True, timeout=120, check=False,
+    )
+    if check:
+        assert proc.returncode == 0, f"{command}: {proc.stdout}{proc.stderr}"
+    return proc
+
+
+def credential(guest: Guest) -> tuple[str, str] | None:
+    """The broker credential first boot generated, if the broker registered it."""
+    text = guest.text()
+    match = re.search(r"broker credential: username=(\S+) password=(\S+)", text)
+    if match and "broker user admin registered" in text:
+        return match.group(1), match.group(2)
+    return None
+
+
+def test_first_boot_and_operator_access(image: Path, first_boot: Guest) -> None:
+    guest = first_boot
+    text = guest.text()
+    assert re.search(r"oxiedge-firstboot: hostname oxiedge-[0-9a-f]{4}", text)
+    assert "oxiedge-firstboot: done" in text
+    assert credential(guest) is not None, "first boot registered no broker credential"
+    assert re.search(r"MQTT listening on 0\.0\.0\.0:1883", text)
+    assert re.search(r"AMQP listening on 0\.0\.0\.0:5672", text)
+
+    hostname = ssh(image, guest, "hostname").stdout.strip()
+    assert re.fullmatch(r"oxiedge-[0-9a-f]{4}", hostname)
+    # Type=notify: "active (running)" only after READY=1; watchdog pings are recorded.
+    show = ssh(image, guest, "systemctl show -p ActiveState -p SubState -p NRestarts "
+                             "-p WatchdogUSec -p User oxiedge.service").stdout
+    assert "ActiveState=active" in show and "SubState=running" in show, show
+    assert "NRestarts=0" in show and "User=oxiedge" in show, show
+    assert "WatchdogUSec=30s" in show, show
+    # The data partition was grown from 64 MiB to the rest of the 4 GiB card.
+    size = int(ssh(image, guest, "findmnt -bno SIZE /var/lib/oxiedge").stdout)
+    assert size > 2 * 1024**3, size
+    # The operator CLI on the device, live through the admin socket.
+    status = ssh(image, guest, "sudo oxiedge status --json")
+    assert status.stdout.strip(), status.stderr
+    # Key only: a password login is not even offered.
+    refused = ssh(image, guest, "true", "-o", "PubkeyAuthentication=no",
+                  "-o", "PreferredAuthentications=password,keyboard-interactive", check=False)
+    assert refused.returncode != 0
+    assert "Permission denied (publickey)" in refused.stderr, refused.stderr
+
+
+def mqtt_client(guest: Guest, client_id: str, clean: bool,
+                auth: tuple[str, str] | None):  # type: ignore[no-untyped-def]
+    import paho.mqtt.client as mqtt
+
+    client = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id=client_id,
+                         clean_session=clean)
+    if auth:
+        client.username_pw_set(*auth)
+    return client
+
+
+def test_acknowledged_data_survives_power_cut(image: Path, disk: Path, first_boot: Guest) -> None:
+    import pika
+
+    guest = first_boot
+    auth = credential(guest)
+    assert auth is not None
+    host = "127.0.0.1"
+
+    # MQTT: a persistent session subscribed at QoS 1, then offline; QoS 1 publishes to it.
+    subscribed = threading.Event()
+    sub = mqtt_client(guest, "appliance-sub", clean=False, auth=auth)
+    sub.on_subscribe = lambda *args: subscribed.set()
+    sub.connect(host, guest.ports["mqtt"], keepalive=60)
+    sub.loop_start()
+    sub.subscribe("appliance/#", qos=1)
+    assert subscribed.wait(60), "no SUBACK"
+    sub.disconnect()
+    sub.loop_stop()
+
+    pub = mqtt_client(guest, "appliance-pub", clean=True, auth=auth)
+    pub.connect(host, guest.ports["mqtt"], keepalive=60)
+    pub.loop_start()
+    infos = [pub.publish("appliance/m", f"m{i}".encode(), qos=1) for i in range(MESSAGES)]
+    infos.append(pub.publish("retained/state", b"on", qos=1, retain=True))
+    for info in infos:
+        info.wait_for_publish(timeout=60)
+        assert info.is_published(), "no PUBACK"
+    pub.disconnect()
+    pub.loop_stop()
+
+    # AMQP: persistent messages into a durable queue, each acknowledged by a confirm.
+    creds = pika.PlainCredentials(*auth)
+    params = pika.ConnectionParameters(host, guest.ports["amqp"], credentials=creds,
+                                       blocked_connection_timeout=60, socket_timeout=60)
+    conn = pika.BlockingConnection(params)
+    ch = conn.channel()
+    ch.queue_declare("appliance-q", durable=True)
+    ch.confirm_delivery()
+    for i in range(MESSAGES):
+        # With confirms on, basic_publish returns only after the broker's basic.ack.
+        ch.basic_publish("", "appliance-q", f"a{i}".encode(),
+                         pika.BasicProperties(delivery_mode=2), mandatory=True)
+    conn.close()
+
+    # Power cut right after the last acknowledgement.
+    guest.power_cut()
+
+    second = boot(image, disk, image / "console-2.log")
+    try:
+        second.wait_for(r"oxiedge\[\d+\]: oxiedge ready", BOOT_TIMEOUT)
+        text = second.text()
+        assert "oxiedge-firstboot: hostname" not in text, "first boot ran again"
+        assert re.search(r"AMQP listening on 0\.0\.0\.0:5672 - recovered \d+ durable queues?, "
+                         rf"{MESSAGES} messages", text), text[-3000:]
+
+        got: list[str] = []
+        done = threading.Event()
+        session_present: list[bool] = []
+
+        def on_connect(client, userdata, flags, reason, props):  # type: ignore[no-untyped-def]
+            session_present.append(bool(flags.session_present))
+
+        def on_message(client, userdata, msg):  # type: ignore[no-untyped-def]
+            got.append(msg.payload.decode())
+            if len([m for m in got if m.startswith("m")]) >= MESSAGES:
+                done.set()
+
+        sub = mqtt_client(second, "appliance-sub", clean=False, auth=auth)
+        sub.on_connect = on_connect
+        sub.on_message = on_message
+        sub.connect(host, second.ports["mqtt"], keepalive=60)
+        sub.loop_start()
+        try:
+            assert done.wait(120), f"only {got} arrived"
+        finally:
+            sub.disconnect()
+            sub.loop_stop()
+        assert session_present == [True]
+        assert [m for m in got if m.startswith("m")] == [f"m{i}" for i in range(MESSAGES)]
+
+        retained: list[bytes] = []
+        have_retained = threading.Event()
+        fresh = mqtt_client(second, "appliance-fresh", clean=True, auth=auth)
+
+        def on_retained(client, userdata, msg):  # type: ignore[no-untyped-def]
+            retained.append(msg.payload)
+            have_retained.set()
+
+        fresh.on_message = on_retained
+        fresh.connect(host, second.ports["mqtt"], keepalive=60)
+        fresh.loop_start()
+        fresh.subscribe("retained/state", qos=1)
+        try:
+            assert have_retained.wait(60), "retained message lost"
+        finally:
+            fresh.disconnect()
+            fresh.loop_stop()
+        assert retained == [b"on"]
+
+        conn = pika.BlockingConnection(
+            pika.ConnectionParameters(host, second.ports["amqp"], credentials=creds,
+                                      socket_timeout=60))
+        ch = conn.channel()
+        bodies = []
+        for _ in range(MESSAGES):
+            method, _props, body = ch.basic_get("appliance-q", auto_ack=False)
+            assert method is not None, f"queue ran dry after {bodies}"
+            bodies.append(body.decode())
+            ch.basic_ack(method.delivery_tag)
+        assert bodies == [f"a{i}" for i in range(MESSAGES)]
+        conn.close()
+    finally:
+        if second.proc.poll() is None:
+            second.power_cut()

@@ -7,14 +7,12 @@ Both brokers live in this process, so the bridge is two synchronous hooks, not a
 MQTT → AMQP
     ``MqttService.on_publish`` sees every accepted PUBLISH. The hook routes it into
     ``amq.topic`` with ``AmqpService.publish_from_bridge`` (QoS >= 1 → ``delivery_mode=2``),
-    which *stages* the records of the durable queues it reaches. The hook returns True when
-    it staged something, so the MQTT connection awaits the group commit before its PUBACK:
-    the message is on disk in every durable queue before the sensor hears "acknowledged".
-    The AMQP side may deliver it only after that commit too (an AMQP ack must never remove
-    a message that is not yet durable), so staged publishes wait in one FIFO; one bridge
-    task awaits ``store.commit()`` for everything in it and then ``release()``s the batch in
-    order (one commit wait per round, not a task per message). A publish that needs no
-    commit is released at once, unless older ones are still waiting (queue order is kept).
+    which stages the records of the durable queues it reaches and then enqueues the message
+    (record first, so a consumer's ack can never be staged before the insert it deletes).
+    The hook returns True when it staged something, so the MQTT connection awaits the group
+    commit before its PUBACK: the message is on disk in every durable queue before the
+    sensor hears "acknowledged". No task and no per-message wait of our own: the MQTT
+    connection already commits once per read burst, for all of the burst's publishes.
 
 AMQP → MQTT
     ``AmqpService.topic_hooks`` sees every publish to ``amq.topic``. The hook injects it with
@@ -36,13 +34,11 @@ than 255 bytes (an AMQP short string); AMQP routing keys that are empty, contain
 
 from __future__ import annotations
 
-from collections import deque
 from typing import Any
 
 import trio
 
 from ..app import App
-from ..store import CommitError
 
 EXCHANGE = "amq.topic"
 
@@ -68,17 +64,15 @@ def routing_key_to_mqtt(key: str) -> str | None:
 
 
 class TopicBridge:
-    """Hooks and the release task of the MQTT ⇄ AMQP bridge of one server."""
+    """The two hooks of the MQTT ⇄ AMQP bridge of one server, and its counters."""
 
     def __init__(self, app: App, mqtt: Any, amqp: Any) -> None:
         self.app = app
         self.mqtt = mqtt
         self.amqp = amqp
         self._injecting = False  # an AMQP message is being injected into MQTT right now
-        self._pending: deque[Any] = deque()  # StagedPublish, in publish order
-        self._wake = trio.Event()
         self.counters = {"mqtt_to_amqp": 0, "amqp_to_mqtt": 0, "skipped_mqtt_topics": 0,
-                         "skipped_amqp_keys": 0, "awaiting_commit": 0}
+                         "skipped_amqp_keys": 0}
 
     def attach(self) -> None:
         self.mqtt.on_publish.append(self.on_mqtt_publish)
@@ -97,41 +91,7 @@ class TopicBridge:
             return False
         staged = self.amqp.publish_from_bridge(EXCHANGE, key, payload, qos >= 1)
         self.counters["mqtt_to_amqp"] += 1
-        if not staged.routed:
-            return False
-        if not hasattr(staged, "release"):
-            # The AMQP broker enqueues at once (records staged first); the MQTT connection
-            # commits before its PUBACK because we return True.
-            return bool(staged.needs_commit)
-        if staged.needs_commit or self._pending:
-            self._pending.append(staged)
-            self._wake.set()
-            return bool(staged.needs_commit)
-        staged.release()
-        return False
-
-    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
-                  ) -> None:
-        """Release staged AMQP messages after the commit that made them durable."""
-        store = self.app.store
-        task_status.started()
-        while True:
-            await self._wake.wait()
-            self._wake = trio.Event()
-            n = len(self._pending)
-            if not n:
-                continue
-            try:
-                await store.commit()
-            except CommitError as exc:
-                # Not durable: never delivered (and never acknowledged to the publisher).
-                self.app.log.error("MQTT-AMQP bridge: commit failed, %d message(s) dropped: %s",
-                                   n, exc)
-                for _ in range(n):
-                    self._pending.popleft()
-                continue
-            for _ in range(n):
-                self._pending.popleft().release()
+        return bool(staged.needs_commit)
 
     # ------------------------------------------------------------ AMQP → MQTT
     def on_amqp_publish(self, routing_key: str, raw_properties: bytes, body: bytes,
@@ -154,17 +114,18 @@ class TopicBridge:
         return staged
 
     def status(self) -> dict[str, Any]:
-        return {**self.counters, "awaiting_commit": len(self._pending)}
+        return dict(self.counters)
 
 
 async def start_topic_bridge(app: App, nursery: trio.Nursery) -> TopicBridge | None:
-    """Wire the bridge when both brokers run (called by ``oxiedge serve`` before listening)."""
+    """Wire the bridge when both brokers run (called by ``oxiedge serve`` before listening).
+
+    ``nursery`` is where a bridge task would run; the hooks need none today."""
     mqtt, amqp = app.services.get("mqtt"), app.services.get("amqp")
     if mqtt is None or amqp is None:
         return None
     bridge = TopicBridge(app, mqtt, amqp)
     bridge.attach()
-    await nursery.start(bridge.run)
     app.extensions["mqtt_amqp"] = bridge
     app.log.info("MQTT-AMQP bridge on - amq.topic")
     return bridge

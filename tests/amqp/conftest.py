@@ -1,4 +1,10 @@
-"""AMQP test helpers on top of the project-wide ``server`` / ``start_server`` fixtures."""
+"""AMQP test helpers on top of the project-wide ``start_server`` fixture.
+
+``server`` is overridden here with a MODULE-scoped server: the interop tests use distinct
+queue/exchange names, so sharing one process per module saves a server start per test
+(the suite's budget is ~2 minutes on 2 busy cores).  Tests that restart, kill or
+reconfigure a server use ``start_server`` and get their own.
+"""
 
 from __future__ import annotations
 
@@ -8,6 +14,8 @@ from typing import Any
 import pika
 import pytest
 
+from tests.conftest import ServerProcess
+
 
 def params(port: int, **kw: Any) -> pika.ConnectionParameters:
     """pika parameters for a local oxiedge (short timeouts so a hang fails fast)."""
@@ -15,6 +23,17 @@ def params(port: int, **kw: Any) -> pika.ConnectionParameters:
     kw.setdefault("socket_timeout", 5)
     kw.setdefault("connection_attempts", 1)
     return pika.ConnectionParameters("127.0.0.1", port, **kw)
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    """One ready server (MQTT and AMQP on free ports) shared by a test module."""
+    srv = ServerProcess(tmp_path_factory.mktemp("amqp") / "data", (), None)
+    srv.start()
+    yield srv
+    if srv.proc is not None and srv.proc.poll() is None:
+        srv.proc.kill()
+        srv.proc.wait(10)
 
 
 @pytest.fixture

@@ -236,6 +236,8 @@ class IndexCatalog:
         write to ``collection`` maintains it; ``build_chunk`` covers older documents."""
         if not field or field.startswith("$") or any(not p for p in field.split(".")):
             raise IndexSpecError(f"invalid field path {field!r}")
+        if field == "_id":
+            raise IndexSpecError("_id needs no index: documents are stored in _id order")
         from .store import validate_collection_name
 
         validate_collection_name(collection)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import random
 from pathlib import Path
 
@@ -9,6 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from oxiedge.bridge.indexes import resume_builds
 from oxiedge.store import Store
 from oxiedge.store.index import (
     create_index,
@@ -108,6 +110,13 @@ async def test_index_answers_like_a_scan_and_follows_writes(store: Store) -> Non
         assert list(store.iter_raw("idx")) == []
 
 
+def test_bad_index_requests(store: Store) -> None:
+    for coll, field in [("c", "_id"), ("c", ""), ("c", "a..b"), ("c", "$where"), ("bad name", "v")]:
+        with pytest.raises(ValueError):
+            create_index_blocking(store, coll, field)
+    assert store.indexes.rows() == []
+
+
 async def test_index_survives_reopen_and_offline_build(tmp_path: Path) -> None:
     s = Store.open(tmp_path / "db")
     for i in range(50):
@@ -158,3 +167,25 @@ def test_range_query_over_200k_documents_reads_only_matches(tmp_path: Path) -> N
 @pytest.mark.slow
 def test_range_query_over_a_million_documents_reads_only_matches(tmp_path: Path) -> None:
     _range_query_reads_only_matches(tmp_path, 1_000_000)
+
+
+async def test_an_interrupted_build_serves_no_query_until_resumed(tmp_path: Path) -> None:
+    s = Store.open(tmp_path / "db")
+    for i in range(5000):
+        s.stage_insert("c", {"v": i})
+    s.commit_blocking()
+    idef, _created = s.indexes.stage_define("c", "v")
+    assert s.indexes.build_chunk(idef, 0, limit=1000) is not None  # then the power cut
+    s.commit_blocking()
+    s.close()
+    s = Store.open(tmp_path / "db")
+    try:
+        assert s.indexes.rows()[0]["state"] == "building"
+        assert s.indexes.candidate_ids("c", {"v": 4999}) is None  # half-built: not used
+        assert [d["v"] for d in s.find("c", {"v": 4999})] == [4999]
+        async with s.running():
+            await resume_builds(s, logging.getLogger("test"))
+        assert s.indexes.rows()[0]["state"] == "ready"
+        assert s.indexes.candidate_ids("c", {"v": {"$gte": 4998}}) == [4999, 5000]
+    finally:
+        s.close()

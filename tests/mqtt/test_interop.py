@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import queue
 import subprocess
 import sys
 import time
@@ -306,3 +307,28 @@ def test_no_mqtt_persist(start_mqtt: Callable[..., Server], clients: Make) -> No
     assert "MQTT persistence off - sessions live in memory only" in srv.log_lines
     after = clients(srv.mqtt_port, "mem", clean=False)
     assert after.connect() is False
+
+
+def test_paho_protocol_versions(shared_mqtt: Server) -> None:
+    import paho.mqtt.client as mqtt
+
+    port = shared_mqtt.mqtt_port
+    v31 = Client(port, "v31", protocol=mqtt.MQTTv31)  # "MQIsdp" level 3: accepted
+    try:
+        v31.connect()
+        v31.subscribe(("v31/t", 1))
+        v31.publish("v31/t", b"old protocol", qos=1)
+        assert v31.get().payload == b"old protocol"
+    finally:
+        v31.disconnect()
+    v5 = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id="v5", protocol=mqtt.MQTTv5)
+    codes: queue.Queue[Any] = queue.Queue()
+    v5.on_connect = lambda _c, _u, _f, rc, _p: codes.put(rc)
+    v5.connect("127.0.0.1", port)
+    v5.loop_start()
+    try:
+        rc = codes.get(timeout=10)
+        # MQTT-3.1.2-2: CONNACK 1, which paho reports as "Unsupported protocol version".
+        assert rc.is_failure and "protocol" in str(rc).lower()
+    finally:
+        v5.loop_stop()

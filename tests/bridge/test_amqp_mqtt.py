@@ -49,8 +49,15 @@ def test_readings_reach_an_offline_worker_in_order_after_sigkill(start_server: S
     acked = publish_until_killed(server, "sensors/t2/temp", 3000)
     server.start()
     assert "recovered 1 durable queues" in str(server.line("AMQP listening"))
+    # The durable binding survived too: a reading published after the restart arrives last.
+    sensor = Mqtt(server.mqtt_port, "sensor-1")
+    try:
+        sensor.wait_acked([sensor.publish("sensors/t1/temp", b'{"after": "restart"}', 1)])
+    finally:
+        sensor.close()
     with amqp(server.amqp_port) as conn:
-        got = consume(conn.channel(), "worker", 3101, idle=1.0)
+        got = consume(conn.channel(), "worker", 3102, idle=1.0)
+    assert got.pop()[2] == b'{"after": "restart"}'
     first, rest = got[:101], got[101:]
     # The transient copy did not survive the power cut; every QoS 1 reading did, in order.
     assert [json.loads(b)["seq"] for _m, _p, b in first] == list(range(101))

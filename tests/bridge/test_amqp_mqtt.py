@@ -10,7 +10,7 @@ import pika
 import pytest
 
 from oxiedge.bridge.amqp_mqtt import mqtt_to_routing_key, routing_key_to_mqtt
-from tests.bridge.conftest import Mqtt, amqp, consume, publish_until_killed, status
+from tests.bridge.conftest import Mqtt, amqp, consume, find, publish_until_killed, status
 from tests.conftest import ServerProcess
 
 Start = Callable[..., ServerProcess]
@@ -112,7 +112,7 @@ def test_command_from_pika_reaches_mqtt_subscribers(start_server: Start) -> None
 
 
 def test_command_to_an_offline_persistent_session_survives_sigkill(start_server: Start) -> None:
-    server = start_server()
+    server = start_server("--ingest", "devices/+/cmd:commands")
     valve = Mqtt(server.mqtt_port, "valve7", clean=False)
     assert valve.subscribe("devices/+/cmd", 1) == [1]
     valve.close()
@@ -133,6 +133,9 @@ def test_command_to_an_offline_persistent_session_survives_sigkill(start_server:
         valve.close()
     assert [json.loads(m.payload)["n"] for m in got] == list(range(5))
     assert {m.topic for m in got} == {"devices/valve7/cmd"} and {m.qos for m in got} == {1}
+    # Bridged into MQTT, the commands were ingested too, durably before the confirms.
+    docs = find(server, "commands", "--sort", "_id")
+    assert [(d["n"], d["_topic"]) for d in docs] == [(n, "devices/valve7/cmd") for n in range(5)]
 
 
 def test_no_loop_back_and_untranslatable_names_are_counted(start_server: Start) -> None:

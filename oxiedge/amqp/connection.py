@@ -100,6 +100,9 @@ class AmqpConnection:
         # method, so "ack, then any round trip" means the ack survives a crash.
         self.unsynced = False
         self.stalled = False  # a queue skipped us because the send buffer was full
+        self.publisher = False  # has published: throttled while a resource alarm is on
+        self.blocked_notify = False  # client announced the connection.blocked capability
+        self._unsubscribe_alarms: Any = None
         self.closed = False
         self._out: list[bytes] = []
         self._unsent = 0
@@ -193,6 +196,9 @@ class AmqpConnection:
     def _release(self) -> None:
         """Channels die (unacked back to their queues), exclusive queues are deleted."""
         self.closed = True
+        if self._unsubscribe_alarms is not None:
+            self._unsubscribe_alarms()
+            self._unsubscribe_alarms = None
         for ch in list(self.channels.values()):
             ch.release()
         self.channels.clear()
@@ -284,6 +290,7 @@ class AmqpConnection:
         self.client_properties = start_ok.client_properties
         caps = self.client_properties.get("capabilities")
         self.cancel_notify = isinstance(caps, dict) and bool(caps.get("consumer_cancel_notify"))
+        self.blocked_notify = isinstance(caps, dict) and bool(caps.get("connection.blocked"))
         if not self._authenticate(start_ok.mechanism, start_ok.response):
             self.service.counters["auth_failures"] += 1
             raise AmqpError(ACCESS_REFUSED,
@@ -308,6 +315,20 @@ class AmqpConnection:
         if open_.virtual_host != "/":
             raise AmqpError(NOT_ALLOWED, f"vhost '{open_.virtual_host}' not found", 10, 40)
         self.send(encode_method(0, spec.ConnectionOpenOk()))
+        alarms = getattr(self.service.app, "alarms", None)
+        if alarms is not None:
+            self._unsubscribe_alarms = alarms.subscribe(self._on_alarm)
+            if alarms.blocked:
+                self._on_alarm(True, alarms.reason)
+
+    def _on_alarm(self, blocked: bool, reason: str) -> None:
+        """Resource alarm changed: tell clients that asked (RabbitMQ's connection.blocked)."""
+        if not self.blocked_notify or self.closed:
+            return
+        if blocked:
+            self.send(encode_method(0, spec.ConnectionBlocked(reason[:255])))
+        else:
+            self.send(encode_method(0, spec.ConnectionUnblocked()))
 
     def _authenticate(self, mechanism: str, response: bytes) -> bool:
         users = self.service.app.users
@@ -341,6 +362,7 @@ class AmqpConnection:
 
     async def _loop(self, parser: FrameParser) -> None:
         channels = self.channels
+        alarms = getattr(self.service.app, "alarms", None)
         while not self.closed:
             parser.feed(await self._receive())
             while (ev := parser.next_event()) is not None:
@@ -370,6 +392,10 @@ class AmqpConnection:
             await self._flush()
             if not self.writable:
                 await self._wait_drained()
+            if self.publisher and alarms is not None and alarms.blocked:
+                # Like RabbitMQ: a publishing connection is not read while a memory or disk
+                # alarm is on, so TCP back-pressure throttles the publisher.
+                await alarms.wait_unblocked()
 
     async def _method(self, cmd: Command, parser: FrameParser) -> None:
         m = cmd.method
@@ -443,6 +469,7 @@ class AmqpConnection:
     def _publish(self, ch: Channel, cmd: Command) -> None:
         m: spec.BasicPublish = cmd.method  # type: ignore[assignment]
         broker = self.broker
+        self.publisher = True
         x = broker.exchanges.get(m.exchange)
         if x is None:
             raise AmqpError(NOT_FOUND, f"no exchange '{m.exchange}' in vhost '/'", 60, 40)

@@ -151,6 +151,7 @@ class AmqpService:
                 "publisher_confirms": True,
                 "basic.nack": True,
                 "consumer_cancel_notify": True,
+                "connection.blocked": True,
                 "per_consumer_qos": True,
                 "authentication_failure_close": True,
             },

@@ -249,3 +249,41 @@ def test_update_secret_and_unknown_connection_methods(server: Any) -> None:
     close = raw.expect_close(540)
     assert "update-secret" in close.reply_text
     raw.close()
+
+
+def test_memory_alarm_blocks_publishers_only(start_server: Any) -> None:
+    srv = start_server("--memory-high-watermark", "1MB")  # always over: the alarm is on
+    raw = RawClient(srv.amqp_port)
+    raw.send(codec.PROTOCOL_HEADER)
+    start = raw.expect(spec.ConnectionStart)
+    assert isinstance(start, spec.ConnectionStart)
+    assert start.server_properties["capabilities"]["connection.blocked"] is True
+    raw.method(0, spec.ConnectionStartOk({"capabilities": {"connection.blocked": True}},
+                                         "PLAIN", b"\x00guest\x00guest"))
+    raw.expect(spec.ConnectionTune)
+    raw.method(0, spec.ConnectionTuneOk(0, 131072, 0))
+    raw.method(0, spec.ConnectionOpen("/"))
+    raw.expect(spec.ConnectionOpenOk)
+    blocked = raw.expect(spec.ConnectionBlocked)
+    assert isinstance(blocked, spec.ConnectionBlocked) and "memory" in blocked.reason
+    raw.open_channel(1)
+    raw.method(1, spec.ConfirmSelect())
+    raw.expect(spec.ConfirmSelectOk, 1)
+    raw.method(1, spec.QueueDeclare(queue="alarmed"))
+    raw.expect(spec.QueueDeclareOk, 1)
+    raw.send(codec.encode_content(1, spec.BasicPublish(routing_key="alarmed"), b"\x00\x00",
+                                  b"p", 0))
+    raw.expect(spec.BasicAck, 1)  # the end of its publish burst...
+    # ...after which the publishing connection is no longer read: no answer to this.
+    raw.method(1, spec.QueueDeclare(queue="alarmed", passive=True))
+    with pytest.raises(TimeoutError):
+        raw.recv_command(timeout=1.0)
+    # A connection that only consumes keeps working (it is what clears a memory alarm).
+    other = RawClient(srv.amqp_port)
+    other.handshake()
+    other.open_channel(1)
+    other.method(1, spec.BasicGet(queue="alarmed", no_ack=True))
+    got = other.recv_command()
+    assert got is not None and isinstance(got.method, spec.BasicGetOk) and got.body == b"p"
+    other.close()
+    raw.close()

@@ -13,6 +13,7 @@ durable session matches and nothing is retained/ingested, no store call happens 
 from __future__ import annotations
 
 import itertools
+import secrets
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -47,7 +48,6 @@ class Broker:
         self.retained: RetainedTrie[Retained] = RetainedTrie()
         self.on_publish: list[PublishHook] = []
         self._owners = itertools.count(1)
-        self._assigned = itertools.count(1)
 
     # ------------------------------------------------------------------ recovery
     def recover(self) -> tuple[int, int]:
@@ -84,7 +84,7 @@ class Broker:
     def assign_client_id(self) -> str:
         """A fresh id for a clean client that sent an empty one (MQTT-3.1.3-6)."""
         while True:
-            cid = f"oxiedge-auto-{next(self._assigned)}"
+            cid = f"oxiedge-{secrets.token_hex(8)}"
             if cid not in self.sessions:
                 return cid
 

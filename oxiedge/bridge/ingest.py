@@ -238,4 +238,5 @@ class IngestBridge:
                 "retention_deleted": self.retention.total_deleted,
                 "retention": self.retention.status(),
                 "indexes": len(store.indexes.defs),
-                "finds_by_index": store.indexes.scans_avoided}
+                "finds_by_index": store.indexes.scans_avoided,
+                "documents_read": store.docs_read}

@@ -121,6 +121,11 @@ def test_index_add_live_and_offline(start_server: Start) -> None:
         assert "added" in server.cli("index", "add", "sensor_readings", "value").stdout
         assert find(server, "sensor_readings", *query) == scanned
         assert len(scanned) == 10 and {d["value"] for d in scanned} == {25, 26}
+        # Through the index, the server decodes only the documents in range.
+        read_before = status(server)["ingest"]["documents_read"]
+        in_range = find(server, "sensor_readings", '{"value": {"$gte": 25, "$lte": 26}}')
+        assert len(in_range) == 20  # 400 readings of i % 40
+        assert status(server)["ingest"]["documents_read"] - read_before == 20
         # Maintained on insert: new documents are found through the index.
         client.wait_acked([client.publish("sensors/t9/temp", b'{"value": 1000}')])
         assert [d["_topic"] for d in find(server, "sensor_readings", '{"value": 1000}')] == \

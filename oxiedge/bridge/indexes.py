@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from ..store import Store
+from ..store import CommitError, Store
 from ..store.index import (
     IndexSpecError,
     create_index,
@@ -61,4 +61,8 @@ async def resume_builds(store: Store, log: logging.Logger) -> None:
     """Finish the builds a crash interrupted (such an index serves no query until then)."""
     for idef in [d for d in store.indexes.defs.values() if not d.ready]:
         log.info("index %s.%s: resuming its build", idef.collection, idef.field)
-        await finish_build(store, idef)
+        try:
+            await finish_build(store, idef)
+        except CommitError as exc:  # durable writes stopped; status already says so
+            log.error("index %s.%s: build stopped: %s", idef.collection, idef.field, exc)
+            return

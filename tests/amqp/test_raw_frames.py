@@ -287,3 +287,32 @@ def test_memory_alarm_blocks_publishers_only(start_server: Any) -> None:
     assert got is not None and isinstance(got.method, spec.BasicGetOk) and got.body == b"p"
     other.close()
     raw.close()
+
+
+def test_garbage_after_handshake_never_hurts_the_server(server: Any) -> None:
+    import random
+
+    rng = random.Random(4)
+    valid = codec.encode_method(1, spec.QueueDeclare(queue="g", arguments={"x": [1, {"y": 2}]}))
+    for i in range(40):
+        raw = RawClient(server.amqp_port)
+        raw.handshake()
+        raw.open_channel(1)
+        if i % 2:
+            data = bytes(rng.randrange(256) for _ in range(rng.randrange(1, 64)))
+        else:  # a valid frame with a few bytes flipped: reaches the argument decoders
+            mutated = bytearray(valid)
+            for _ in range(3):
+                mutated[rng.randrange(len(mutated))] = rng.randrange(256)
+            data = bytes(mutated)
+        raw.send(data + codec.HEARTBEAT_FRAME * 8)  # enough bytes to finish any header
+        try:
+            cmd = raw.recv_command(timeout=0.5)
+        except TimeoutError:
+            cmd = None  # still waiting for a (garbage-announced) huge frame: fine
+        if cmd is not None and isinstance(cmd.method, spec.ConnectionClose):
+            assert cmd.method.reply_code in (501, 502, 503, 504, 505, 530, 540)
+        raw.close()
+    c = pika.BlockingConnection(params(server.amqp_port))
+    c.channel().queue_declare("survivor")
+    c.close()

@@ -316,3 +316,5 @@ def test_garbage_after_handshake_never_hurts_the_server(server: Any) -> None:
     c = pika.BlockingConnection(params(server.amqp_port))
     c.channel().queue_declare("survivor")
     c.close()
+    assert not [line for line in server.log_lines if "connection failed" in line
+                or "Traceback" in line]

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import keyword
 import sys
 from pathlib import Path
 from typing import Any
@@ -48,7 +49,7 @@ def camel(name: str) -> str:
 def ident(name: str) -> str:
     """A spec name as a Python identifier (``global`` is a keyword)."""
     out = name.replace("-", "_")
-    return out + "_" if out in {"global", "type"} and out == "global" else out
+    return out + "_" if keyword.iskeyword(out) else out
 
 
 def resolve(arg: dict[str, Any], domains: dict[str, str]) -> str:
@@ -198,6 +199,9 @@ def generate(spec: dict[str, Any]) -> str:
         '    NAME: ClassVar[str] = ""',
         "    SYNCHRONOUS: ClassVar[bool] = False",
         "    HAS_CONTENT: ClassVar[bool] = False",
+        "    #: ``(field name, wire type)`` in spec order (bit, octet, short, long, longlong,",
+        "    #: timestamp, shortstr, longstr, table).",
+        "    ARGUMENTS: ClassVar[tuple[tuple[str, str], ...]] = ()",
         "",
         "    def encode_args(self) -> bytes:",
         '        """The method\'s argument bytes (after the class and method ids)."""',
@@ -227,6 +231,12 @@ def generate(spec: dict[str, Any]) -> str:
                 f"    SYNCHRONOUS: ClassVar[bool] = {bool(method.get('synchronous', False))}",
                 f"    HAS_CONTENT: ClassVar[bool] = {bool(method.get('content', False))}",
             ]
+            if args:
+                out.append("    ARGUMENTS: ClassVar[tuple[tuple[str, str], ...]] = (")
+                out += [f'        ("{n}", "{w}"),' for n, w in args]
+                out.append("    )")
+            else:
+                out.append("    ARGUMENTS: ClassVar[tuple[tuple[str, str], ...]] = ()")
             if args:
                 out.append("")
             for arg, (name, wire) in zip(method["arguments"], args, strict=True):

@@ -66,6 +66,9 @@ class Method:
     NAME: ClassVar[str] = ""
     SYNCHRONOUS: ClassVar[bool] = False
     HAS_CONTENT: ClassVar[bool] = False
+    #: ``(field name, wire type)`` in spec order (bit, octet, short, long, longlong,
+    #: timestamp, shortstr, longstr, table).
+    ARGUMENTS: ClassVar[tuple[tuple[str, str], ...]] = ()
 
     def encode_args(self) -> bytes:
         """The method's argument bytes (after the class and method ids)."""
@@ -86,6 +89,13 @@ class ConnectionStart(Method):
     NAME: ClassVar[str] = "connection.start"
     SYNCHRONOUS: ClassVar[bool] = True
     HAS_CONTENT: ClassVar[bool] = False
+    ARGUMENTS: ClassVar[tuple[tuple[str, str], ...]] = (
+        ("version_major", "octet"),
+        ("version_minor", "octet"),
+        ("server_properties", "table"),
+        ("mechanisms", "longstr"),
+        ("locales", "longstr"),
+    )
 
     version_major: int = 0
     version_minor: int = 9
@@ -123,6 +133,12 @@ class ConnectionStartOk(Method):
     NAME: ClassVar[str] = "connection.start-ok"
     SYNCHRONOUS: ClassVar[bool] = False
     HAS_CONTENT: ClassVar[bool] = False
+    ARGUMENTS: ClassVar[tuple[tuple[str, str], ...]] = (
+        ("client_properties", "table"),
+        ("mechanism", "shortstr"),
+        ("response", "longstr"),
+        ("locale", "shortstr"),
+    )
 
     client_properties: dict[str, Any] = field(default_factory=dict)
     mechanism: str = "PLAIN"
@@ -155,6 +171,9 @@ class ConnectionSecure(Method):
     NAME: ClassVar[str] = "connection.secure"
     SYNCHRONOUS: ClassVar[bool] = True
     HAS_CONTENT: ClassVar[bool] = False
+    ARGUMENTS: ClassVar[tuple[tuple[str, str], ...]] = (
+        ("challenge", "longstr"),
+    )
 
     challenge: bytes = b""
 
@@ -178,6 +197,9 @@ class ConnectionSecureOk(Method):
     NAME: ClassVar[str] = "connection.secure-ok"
     SYNCHRONOUS: ClassVar[bool] = False
     HAS_CONTENT: ClassVar[bool] = False
+    ARGUMENTS: ClassVar[tuple[tuple[str, str], ...]] = (
+        ("response", "longstr"),
+    )
 
     response: bytes = b""
 
@@ -201,6 +223,11 @@ class ConnectionTune(Method):
     NAME: ClassVar[str] = "connection.tune"
     SYNCHRONOUS: ClassVar[bool] = True
     HAS_CONTENT: ClassVar[bool] = False
+    ARGUMENTS: ClassVar[tuple[tuple[str, str], ...]] = (
+        ("channel_max", "short"),
+        ("frame_max", "long"),
+        ("heartbeat", "short"),
+    )
 
     channel_max: int = 0
     frame_max: int = 0
@@ -233,6 +260,11 @@ class ConnectionTuneOk(Method):
     NAME: ClassVar[str] = "connection.tune-ok"
     SYNCHRONOUS: ClassVar[bool] = False
     HAS_CONTENT: ClassVar[bool] = False
+    ARGUMENTS: ClassVar[tuple[tuple[str, str], ...]] = (
+        ("channel_max", "short"),
+        ("frame_max", "long"),
+        ("heartbeat", "short"),
+    )
 
     channel_max: int = 0
     frame_max: int = 0
@@ -265,6 +297,11 @@ class ConnectionOpen(Method):
     NAME: ClassVar[str] = "connection.open"
     SYNCHRONOUS: ClassVar[bool] = True
     HAS_CONTENT: ClassVar[bool] = False
+    ARGUMENTS: ClassVar[tuple[tuple[str, str], ...]] = (
+        ("virtual_host", "shortstr"),
+        ("capabilities", "shortstr"),
+        ("insist", "bit"),
+    )
 
     virtual_host: str = "/"
     capabilities: str = ""
@@ -296,6 +333,9 @@ class ConnectionOpenOk(Method):
     NAME: ClassVar[str] = "connection.open-ok"
     SYNCHRONOUS: ClassVar[bool] = False
     HAS_CONTENT: ClassVar[bool] = False
+    ARGUMENTS: ClassVar[tuple[tuple[str, str], ...]] = (
+        ("known_hosts", "shortstr"),
+    )
 
     known_hosts: str = ""
 
@@ -319,6 +359,12 @@ class ConnectionClose(Method):
     NAME: ClassVar[str] = "connection.close"
     SYNCHRONOUS: ClassVar[bool] = True
     HAS_CONTENT: ClassVar[bool] = False
+    ARGUMENTS: ClassVar[tuple[tuple[str, str], ...]] = (
+        ("reply_code", "short"),
+        ("reply_text", "shortstr"),
+        ("class_id", "short"),
+        ("method_id", "short"),
+    )
 
     reply_code: int = 0
     reply_text: str = ""
@@ -354,6 +400,7 @@ class ConnectionCloseOk(Method):
     NAME: ClassVar[str] = "connection.close-ok"
     SYNCHRONOUS: ClassVar[bool] = False
     HAS_CONTENT: ClassVar[bool] = False
+    ARGUMENTS: ClassVar[tuple[tuple[str, str], ...]] = ()
 
     def encode_args(self) -> bytes:
         return b""
@@ -372,6 +419,9 @@ class ConnectionBlocked(Method):
     NAME: ClassVar[str] = "connection.blocked"
     SYNCHRONOUS: ClassVar[bool] = False
     HAS_CONTENT: ClassVar[bool] = False
+    ARGUMENTS: ClassVar[tuple[tuple[str, str], ...]] = (
+        ("reason", "shortstr"),
+    )
 
     reason: str = ""
 
@@ -395,6 +445,7 @@ class ConnectionUnblocked(Method):
     NAME: ClassVar[str] = "connection.unblocked"
     SYNCHRONOUS: ClassVar[bool] = False
     HAS_CONTENT: ClassVar[bool] = False
+    ARGUMENTS: ClassVar[tuple[tuple[str, str], ...]] = ()
 
     def encode_args(self) -> bytes:
         return b""
@@ -413,6 +464,10 @@ class ConnectionUpdateSecret(Method):
     NAME: ClassVar[str] = "connection.update-secret"
     SYNCHRONOUS: ClassVar[bool] = True
     HAS_CONTENT: ClassVar[bool] = False
+    ARGUMENTS: ClassVar[tuple[tuple[str, str], ...]] = (
+        ("new_secret", "longstr"),
+        ("reason", "shortstr"),
+    )
 
     new_secret: bytes = b""
     reason: str = ""
@@ -439,6 +494,7 @@ class ConnectionUpdateSecretOk(Method):
     NAME: ClassVar[str] = "connection.update-secret-ok"
     SYNCHRONOUS: ClassVar[bool] = False
     HAS_CONTENT: ClassVar[bool] = False
+    ARGUMENTS: ClassVar[tuple[tuple[str, str], ...]] = ()
 
     def encode_args(self) -> bytes:
         return b""
@@ -457,6 +513,9 @@ class ChannelOpen(Method):
     NAME: ClassVar[str] = "channel.open"
     SYNCHRONOUS: ClassVar[bool] = True
     HAS_CONTENT: ClassVar[bool] = False
+    ARGUMENTS: ClassVar[tuple[tuple[str, str], ...]] = (
+        ("out_of_band", "shortstr"),
+    )
 
     out_of_band: str = ""
 
@@ -480,6 +539,9 @@ class ChannelOpenOk(Method):
     NAME: ClassVar[str] = "channel.open-ok"
     SYNCHRONOUS: ClassVar[bool] = False
     HAS_CONTENT: ClassVar[bool] = False
+    ARGUMENTS: ClassVar[tuple[tuple[str, str], ...]] = (
+        ("channel_id", "longstr"),
+    )
 
     channel_id: bytes = b''
 
@@ -503,6 +565,9 @@ class ChannelFlow(Method):
     NAME: ClassVar[str] = "channel.flow"
     SYNCHRONOUS: ClassVar[bool] = True
     HAS_CONTENT: ClassVar[bool] = False
+    ARGUMENTS: ClassVar[tuple[tuple[str, str], ...]] = (
+        ("active", "bit"),
+    )
 
     active: bool = False
 
@@ -528,6 +593,9 @@ class ChannelFlowOk(Method):
     NAME: ClassVar[str] = "channel.flow-ok"
     SYNCHRONOUS: ClassVar[bool] = False
     HAS_CONTENT: ClassVar[bool] = False
+    ARGUMENTS: ClassVar[tuple[tuple[str, str], ...]] = (
+        ("active", "bit"),
+    )
 
     active: bool = False
 
@@ -553,6 +621,12 @@ class ChannelClose(Method):
     NAME: ClassVar[str] = "channel.close"
     SYNCHRONOUS: ClassVar[bool] = True
     HAS_CONTENT: ClassVar[bool] = False
+    ARGUMENTS: ClassVar[tuple[tuple[str, str], ...]] = (
+        ("reply_code", "short"),
+        ("reply_text", "shortstr"),
+        ("class_id", "short"),
+        ("method_id", "short"),
+    )
 
     reply_code: int = 0
     reply_text: str = ""
@@ -588,6 +662,7 @@ class ChannelCloseOk(Method):
     NAME: ClassVar[str] = "channel.close-ok"
     SYNCHRONOUS: ClassVar[bool] = False
     HAS_CONTENT: ClassVar[bool] = False
+    ARGUMENTS: ClassVar[tuple[tuple[str, str], ...]] = ()
 
     def encode_args(self) -> bytes:
         return b""
@@ -606,6 +681,14 @@ class AccessRequest(Method):
     NAME: ClassVar[str] = "access.request"
     SYNCHRONOUS: ClassVar[bool] = True
     HAS_CONTENT: ClassVar[bool] = False
+    ARGUMENTS: ClassVar[tuple[tuple[str, str], ...]] = (
+        ("realm", "shortstr"),
+        ("exclusive", "bit"),
+        ("passive", "bit"),
+        ("active", "bit"),
+        ("write", "bit"),
+        ("read", "bit"),
+    )
 
     realm: str = "/data"
     exclusive: bool = False
@@ -648,6 +731,9 @@ class AccessRequestOk(Method):
     NAME: ClassVar[str] = "access.request-ok"
     SYNCHRONOUS: ClassVar[bool] = False
     HAS_CONTENT: ClassVar[bool] = False
+    ARGUMENTS: ClassVar[tuple[tuple[str, str], ...]] = (
+        ("ticket", "short"),
+    )
 
     ticket: int = 1
 
@@ -672,6 +758,17 @@ class ExchangeDeclare(Method):
     NAME: ClassVar[str] = "exchange.declare"
     SYNCHRONOUS: ClassVar[bool] = True
     HAS_CONTENT: ClassVar[bool] = False
+    ARGUMENTS: ClassVar[tuple[tuple[str, str], ...]] = (
+        ("ticket", "short"),
+        ("exchange", "shortstr"),
+        ("type", "shortstr"),
+        ("passive", "bit"),
+        ("durable", "bit"),
+        ("auto_delete", "bit"),
+        ("internal", "bit"),
+        ("nowait", "bit"),
+        ("arguments", "table"),
+    )
 
     ticket: int = 0
     exchange: str = ""
@@ -734,6 +831,7 @@ class ExchangeDeclareOk(Method):
     NAME: ClassVar[str] = "exchange.declare-ok"
     SYNCHRONOUS: ClassVar[bool] = False
     HAS_CONTENT: ClassVar[bool] = False
+    ARGUMENTS: ClassVar[tuple[tuple[str, str], ...]] = ()
 
     def encode_args(self) -> bytes:
         return b""
@@ -752,6 +850,12 @@ class ExchangeDelete(Method):
     NAME: ClassVar[str] = "exchange.delete"
     SYNCHRONOUS: ClassVar[bool] = True
     HAS_CONTENT: ClassVar[bool] = False
+    ARGUMENTS: ClassVar[tuple[tuple[str, str], ...]] = (
+        ("ticket", "short"),
+        ("exchange", "shortstr"),
+        ("if_unused", "bit"),
+        ("nowait", "bit"),
+    )
 
     ticket: int = 0
     exchange: str = ""
@@ -789,6 +893,7 @@ class ExchangeDeleteOk(Method):
     NAME: ClassVar[str] = "exchange.delete-ok"
     SYNCHRONOUS: ClassVar[bool] = False
     HAS_CONTENT: ClassVar[bool] = False
+    ARGUMENTS: ClassVar[tuple[tuple[str, str], ...]] = ()
 
     def encode_args(self) -> bytes:
         return b""
@@ -807,6 +912,14 @@ class ExchangeBind(Method):
     NAME: ClassVar[str] = "exchange.bind"
     SYNCHRONOUS: ClassVar[bool] = True
     HAS_CONTENT: ClassVar[bool] = False
+    ARGUMENTS: ClassVar[tuple[tuple[str, str], ...]] = (
+        ("ticket", "short"),
+        ("destination", "shortstr"),
+        ("source", "shortstr"),
+        ("routing_key", "shortstr"),
+        ("nowait", "bit"),
+        ("arguments", "table"),
+    )
 
     ticket: int = 0
     destination: str = ""
@@ -848,6 +961,7 @@ class ExchangeBindOk(Method):
     NAME: ClassVar[str] = "exchange.bind-ok"
     SYNCHRONOUS: ClassVar[bool] = False
     HAS_CONTENT: ClassVar[bool] = False
+    ARGUMENTS: ClassVar[tuple[tuple[str, str], ...]] = ()
 
     def encode_args(self) -> bytes:
         return b""
@@ -866,6 +980,14 @@ class ExchangeUnbind(Method):
     NAME: ClassVar[str] = "exchange.unbind"
     SYNCHRONOUS: ClassVar[bool] = True
     HAS_CONTENT: ClassVar[bool] = False
+    ARGUMENTS: ClassVar[tuple[tuple[str, str], ...]] = (
+        ("ticket", "short"),
+        ("destination", "shortstr"),
+        ("source", "shortstr"),
+        ("routing_key", "shortstr"),
+        ("nowait", "bit"),
+        ("arguments", "table"),
+    )
 
     ticket: int = 0
     destination: str = ""
@@ -907,6 +1029,7 @@ class ExchangeUnbindOk(Method):
     NAME: ClassVar[str] = "exchange.unbind-ok"
     SYNCHRONOUS: ClassVar[bool] = False
     HAS_CONTENT: ClassVar[bool] = False
+    ARGUMENTS: ClassVar[tuple[tuple[str, str], ...]] = ()
 
     def encode_args(self) -> bytes:
         return b""
@@ -925,6 +1048,16 @@ class QueueDeclare(Method):
     NAME: ClassVar[str] = "queue.declare"
     SYNCHRONOUS: ClassVar[bool] = True
     HAS_CONTENT: ClassVar[bool] = False
+    ARGUMENTS: ClassVar[tuple[tuple[str, str], ...]] = (
+        ("ticket", "short"),
+        ("queue", "shortstr"),
+        ("passive", "bit"),
+        ("durable", "bit"),
+        ("exclusive", "bit"),
+        ("auto_delete", "bit"),
+        ("nowait", "bit"),
+        ("arguments", "table"),
+    )
 
     ticket: int = 0
     queue: str = ""
@@ -974,6 +1107,11 @@ class QueueDeclareOk(Method):
     NAME: ClassVar[str] = "queue.declare-ok"
     SYNCHRONOUS: ClassVar[bool] = False
     HAS_CONTENT: ClassVar[bool] = False
+    ARGUMENTS: ClassVar[tuple[tuple[str, str], ...]] = (
+        ("queue", "shortstr"),
+        ("message_count", "long"),
+        ("consumer_count", "long"),
+    )
 
     queue: str = ""
     message_count: int = 0
@@ -1005,6 +1143,14 @@ class QueueBind(Method):
     NAME: ClassVar[str] = "queue.bind"
     SYNCHRONOUS: ClassVar[bool] = True
     HAS_CONTENT: ClassVar[bool] = False
+    ARGUMENTS: ClassVar[tuple[tuple[str, str], ...]] = (
+        ("ticket", "short"),
+        ("queue", "shortstr"),
+        ("exchange", "shortstr"),
+        ("routing_key", "shortstr"),
+        ("nowait", "bit"),
+        ("arguments", "table"),
+    )
 
     ticket: int = 0
     queue: str = ""
@@ -1046,6 +1192,7 @@ class QueueBindOk(Method):
     NAME: ClassVar[str] = "queue.bind-ok"
     SYNCHRONOUS: ClassVar[bool] = False
     HAS_CONTENT: ClassVar[bool] = False
+    ARGUMENTS: ClassVar[tuple[tuple[str, str], ...]] = ()
 
     def encode_args(self) -> bytes:
         return b""
@@ -1064,6 +1211,11 @@ class QueuePurge(Method):
     NAME: ClassVar[str] = "queue.purge"
     SYNCHRONOUS: ClassVar[bool] = True
     HAS_CONTENT: ClassVar[bool] = False
+    ARGUMENTS: ClassVar[tuple[tuple[str, str], ...]] = (
+        ("ticket", "short"),
+        ("queue", "shortstr"),
+        ("nowait", "bit"),
+    )
 
     ticket: int = 0
     queue: str = ""
@@ -1096,6 +1248,9 @@ class QueuePurgeOk(Method):
     NAME: ClassVar[str] = "queue.purge-ok"
     SYNCHRONOUS: ClassVar[bool] = False
     HAS_CONTENT: ClassVar[bool] = False
+    ARGUMENTS: ClassVar[tuple[tuple[str, str], ...]] = (
+        ("message_count", "long"),
+    )
 
     message_count: int = 0
 
@@ -1120,6 +1275,13 @@ class QueueDelete(Method):
     NAME: ClassVar[str] = "queue.delete"
     SYNCHRONOUS: ClassVar[bool] = True
     HAS_CONTENT: ClassVar[bool] = False
+    ARGUMENTS: ClassVar[tuple[tuple[str, str], ...]] = (
+        ("ticket", "short"),
+        ("queue", "shortstr"),
+        ("if_unused", "bit"),
+        ("if_empty", "bit"),
+        ("nowait", "bit"),
+    )
 
     ticket: int = 0
     queue: str = ""
@@ -1160,6 +1322,9 @@ class QueueDeleteOk(Method):
     NAME: ClassVar[str] = "queue.delete-ok"
     SYNCHRONOUS: ClassVar[bool] = False
     HAS_CONTENT: ClassVar[bool] = False
+    ARGUMENTS: ClassVar[tuple[tuple[str, str], ...]] = (
+        ("message_count", "long"),
+    )
 
     message_count: int = 0
 
@@ -1184,6 +1349,13 @@ class QueueUnbind(Method):
     NAME: ClassVar[str] = "queue.unbind"
     SYNCHRONOUS: ClassVar[bool] = True
     HAS_CONTENT: ClassVar[bool] = False
+    ARGUMENTS: ClassVar[tuple[tuple[str, str], ...]] = (
+        ("ticket", "short"),
+        ("queue", "shortstr"),
+        ("exchange", "shortstr"),
+        ("routing_key", "shortstr"),
+        ("arguments", "table"),
+    )
 
     ticket: int = 0
     queue: str = ""
@@ -1220,6 +1392,7 @@ class QueueUnbindOk(Method):
     NAME: ClassVar[str] = "queue.unbind-ok"
     SYNCHRONOUS: ClassVar[bool] = False
     HAS_CONTENT: ClassVar[bool] = False
+    ARGUMENTS: ClassVar[tuple[tuple[str, str], ...]] = ()
 
     def encode_args(self) -> bytes:
         return b""
@@ -1238,6 +1411,11 @@ class BasicQos(Method):
     NAME: ClassVar[str] = "basic.qos"
     SYNCHRONOUS: ClassVar[bool] = True
     HAS_CONTENT: ClassVar[bool] = False
+    ARGUMENTS: ClassVar[tuple[tuple[str, str], ...]] = (
+        ("prefetch_size", "long"),
+        ("prefetch_count", "short"),
+        ("global_", "bit"),
+    )
 
     prefetch_size: int = 0
     prefetch_count: int = 0
@@ -1271,6 +1449,7 @@ class BasicQosOk(Method):
     NAME: ClassVar[str] = "basic.qos-ok"
     SYNCHRONOUS: ClassVar[bool] = False
     HAS_CONTENT: ClassVar[bool] = False
+    ARGUMENTS: ClassVar[tuple[tuple[str, str], ...]] = ()
 
     def encode_args(self) -> bytes:
         return b""
@@ -1289,6 +1468,16 @@ class BasicConsume(Method):
     NAME: ClassVar[str] = "basic.consume"
     SYNCHRONOUS: ClassVar[bool] = True
     HAS_CONTENT: ClassVar[bool] = False
+    ARGUMENTS: ClassVar[tuple[tuple[str, str], ...]] = (
+        ("ticket", "short"),
+        ("queue", "shortstr"),
+        ("consumer_tag", "shortstr"),
+        ("no_local", "bit"),
+        ("no_ack", "bit"),
+        ("exclusive", "bit"),
+        ("nowait", "bit"),
+        ("arguments", "table"),
+    )
 
     ticket: int = 0
     queue: str = ""
@@ -1338,6 +1527,9 @@ class BasicConsumeOk(Method):
     NAME: ClassVar[str] = "basic.consume-ok"
     SYNCHRONOUS: ClassVar[bool] = False
     HAS_CONTENT: ClassVar[bool] = False
+    ARGUMENTS: ClassVar[tuple[tuple[str, str], ...]] = (
+        ("consumer_tag", "shortstr"),
+    )
 
     consumer_tag: str = ""
 
@@ -1361,6 +1553,10 @@ class BasicCancel(Method):
     NAME: ClassVar[str] = "basic.cancel"
     SYNCHRONOUS: ClassVar[bool] = True
     HAS_CONTENT: ClassVar[bool] = False
+    ARGUMENTS: ClassVar[tuple[tuple[str, str], ...]] = (
+        ("consumer_tag", "shortstr"),
+        ("nowait", "bit"),
+    )
 
     consumer_tag: str = ""
     nowait: bool = False
@@ -1389,6 +1585,9 @@ class BasicCancelOk(Method):
     NAME: ClassVar[str] = "basic.cancel-ok"
     SYNCHRONOUS: ClassVar[bool] = False
     HAS_CONTENT: ClassVar[bool] = False
+    ARGUMENTS: ClassVar[tuple[tuple[str, str], ...]] = (
+        ("consumer_tag", "shortstr"),
+    )
 
     consumer_tag: str = ""
 
@@ -1412,6 +1611,13 @@ class BasicPublish(Method):
     NAME: ClassVar[str] = "basic.publish"
     SYNCHRONOUS: ClassVar[bool] = False
     HAS_CONTENT: ClassVar[bool] = True
+    ARGUMENTS: ClassVar[tuple[tuple[str, str], ...]] = (
+        ("ticket", "short"),
+        ("exchange", "shortstr"),
+        ("routing_key", "shortstr"),
+        ("mandatory", "bit"),
+        ("immediate", "bit"),
+    )
 
     ticket: int = 0
     exchange: str = ""
@@ -1452,6 +1658,12 @@ class BasicReturn(Method):
     NAME: ClassVar[str] = "basic.return"
     SYNCHRONOUS: ClassVar[bool] = False
     HAS_CONTENT: ClassVar[bool] = True
+    ARGUMENTS: ClassVar[tuple[tuple[str, str], ...]] = (
+        ("reply_code", "short"),
+        ("reply_text", "shortstr"),
+        ("exchange", "shortstr"),
+        ("routing_key", "shortstr"),
+    )
 
     reply_code: int = 0
     reply_text: str = ""
@@ -1485,6 +1697,13 @@ class BasicDeliver(Method):
     NAME: ClassVar[str] = "basic.deliver"
     SYNCHRONOUS: ClassVar[bool] = False
     HAS_CONTENT: ClassVar[bool] = True
+    ARGUMENTS: ClassVar[tuple[tuple[str, str], ...]] = (
+        ("consumer_tag", "shortstr"),
+        ("delivery_tag", "longlong"),
+        ("redelivered", "bit"),
+        ("exchange", "shortstr"),
+        ("routing_key", "shortstr"),
+    )
 
     consumer_tag: str = ""
     delivery_tag: int = 0
@@ -1523,6 +1742,11 @@ class BasicGet(Method):
     NAME: ClassVar[str] = "basic.get"
     SYNCHRONOUS: ClassVar[bool] = True
     HAS_CONTENT: ClassVar[bool] = False
+    ARGUMENTS: ClassVar[tuple[tuple[str, str], ...]] = (
+        ("ticket", "short"),
+        ("queue", "shortstr"),
+        ("no_ack", "bit"),
+    )
 
     ticket: int = 0
     queue: str = ""
@@ -1555,6 +1779,13 @@ class BasicGetOk(Method):
     NAME: ClassVar[str] = "basic.get-ok"
     SYNCHRONOUS: ClassVar[bool] = False
     HAS_CONTENT: ClassVar[bool] = True
+    ARGUMENTS: ClassVar[tuple[tuple[str, str], ...]] = (
+        ("delivery_tag", "longlong"),
+        ("redelivered", "bit"),
+        ("exchange", "shortstr"),
+        ("routing_key", "shortstr"),
+        ("message_count", "long"),
+    )
 
     delivery_tag: int = 0
     redelivered: bool = False
@@ -1594,6 +1825,9 @@ class BasicGetEmpty(Method):
     NAME: ClassVar[str] = "basic.get-empty"
     SYNCHRONOUS: ClassVar[bool] = False
     HAS_CONTENT: ClassVar[bool] = False
+    ARGUMENTS: ClassVar[tuple[tuple[str, str], ...]] = (
+        ("cluster_id", "shortstr"),
+    )
 
     cluster_id: str = ""
 
@@ -1617,6 +1851,10 @@ class BasicAck(Method):
     NAME: ClassVar[str] = "basic.ack"
     SYNCHRONOUS: ClassVar[bool] = False
     HAS_CONTENT: ClassVar[bool] = False
+    ARGUMENTS: ClassVar[tuple[tuple[str, str], ...]] = (
+        ("delivery_tag", "longlong"),
+        ("multiple", "bit"),
+    )
 
     delivery_tag: int = 0
     multiple: bool = False
@@ -1646,6 +1884,10 @@ class BasicReject(Method):
     NAME: ClassVar[str] = "basic.reject"
     SYNCHRONOUS: ClassVar[bool] = False
     HAS_CONTENT: ClassVar[bool] = False
+    ARGUMENTS: ClassVar[tuple[tuple[str, str], ...]] = (
+        ("delivery_tag", "longlong"),
+        ("requeue", "bit"),
+    )
 
     delivery_tag: int = 0
     requeue: bool = True
@@ -1675,6 +1917,9 @@ class BasicRecoverAsync(Method):
     NAME: ClassVar[str] = "basic.recover-async"
     SYNCHRONOUS: ClassVar[bool] = False
     HAS_CONTENT: ClassVar[bool] = False
+    ARGUMENTS: ClassVar[tuple[tuple[str, str], ...]] = (
+        ("requeue", "bit"),
+    )
 
     requeue: bool = False
 
@@ -1700,6 +1945,9 @@ class BasicRecover(Method):
     NAME: ClassVar[str] = "basic.recover"
     SYNCHRONOUS: ClassVar[bool] = True
     HAS_CONTENT: ClassVar[bool] = False
+    ARGUMENTS: ClassVar[tuple[tuple[str, str], ...]] = (
+        ("requeue", "bit"),
+    )
 
     requeue: bool = False
 
@@ -1725,6 +1973,7 @@ class BasicRecoverOk(Method):
     NAME: ClassVar[str] = "basic.recover-ok"
     SYNCHRONOUS: ClassVar[bool] = False
     HAS_CONTENT: ClassVar[bool] = False
+    ARGUMENTS: ClassVar[tuple[tuple[str, str], ...]] = ()
 
     def encode_args(self) -> bytes:
         return b""
@@ -1743,6 +1992,11 @@ class BasicNack(Method):
     NAME: ClassVar[str] = "basic.nack"
     SYNCHRONOUS: ClassVar[bool] = False
     HAS_CONTENT: ClassVar[bool] = False
+    ARGUMENTS: ClassVar[tuple[tuple[str, str], ...]] = (
+        ("delivery_tag", "longlong"),
+        ("multiple", "bit"),
+        ("requeue", "bit"),
+    )
 
     delivery_tag: int = 0
     multiple: bool = False
@@ -1777,6 +2031,7 @@ class TxSelect(Method):
     NAME: ClassVar[str] = "tx.select"
     SYNCHRONOUS: ClassVar[bool] = True
     HAS_CONTENT: ClassVar[bool] = False
+    ARGUMENTS: ClassVar[tuple[tuple[str, str], ...]] = ()
 
     def encode_args(self) -> bytes:
         return b""
@@ -1795,6 +2050,7 @@ class TxSelectOk(Method):
     NAME: ClassVar[str] = "tx.select-ok"
     SYNCHRONOUS: ClassVar[bool] = False
     HAS_CONTENT: ClassVar[bool] = False
+    ARGUMENTS: ClassVar[tuple[tuple[str, str], ...]] = ()
 
     def encode_args(self) -> bytes:
         return b""
@@ -1813,6 +2069,7 @@ class TxCommit(Method):
     NAME: ClassVar[str] = "tx.commit"
     SYNCHRONOUS: ClassVar[bool] = True
     HAS_CONTENT: ClassVar[bool] = False
+    ARGUMENTS: ClassVar[tuple[tuple[str, str], ...]] = ()
 
     def encode_args(self) -> bytes:
         return b""
@@ -1831,6 +2088,7 @@ class TxCommitOk(Method):
     NAME: ClassVar[str] = "tx.commit-ok"
     SYNCHRONOUS: ClassVar[bool] = False
     HAS_CONTENT: ClassVar[bool] = False
+    ARGUMENTS: ClassVar[tuple[tuple[str, str], ...]] = ()
 
     def encode_args(self) -> bytes:
         return b""
@@ -1849,6 +2107,7 @@ class TxRollback(Method):
     NAME: ClassVar[str] = "tx.rollback"
     SYNCHRONOUS: ClassVar[bool] = True
     HAS_CONTENT: ClassVar[bool] = False
+    ARGUMENTS: ClassVar[tuple[tuple[str, str], ...]] = ()
 
     def encode_args(self) -> bytes:
         return b""
@@ -1867,6 +2126,7 @@ class TxRollbackOk(Method):
     NAME: ClassVar[str] = "tx.rollback-ok"
     SYNCHRONOUS: ClassVar[bool] = False
     HAS_CONTENT: ClassVar[bool] = False
+    ARGUMENTS: ClassVar[tuple[tuple[str, str], ...]] = ()
 
     def encode_args(self) -> bytes:
         return b""
@@ -1885,6 +2145,9 @@ class ConfirmSelect(Method):
     NAME: ClassVar[str] = "confirm.select"
     SYNCHRONOUS: ClassVar[bool] = True
     HAS_CONTENT: ClassVar[bool] = False
+    ARGUMENTS: ClassVar[tuple[tuple[str, str], ...]] = (
+        ("nowait", "bit"),
+    )
 
     nowait: bool = False
 
@@ -1910,6 +2173,7 @@ class ConfirmSelectOk(Method):
     NAME: ClassVar[str] = "confirm.select-ok"
     SYNCHRONOUS: ClassVar[bool] = False
     HAS_CONTENT: ClassVar[bool] = False
+    ARGUMENTS: ClassVar[tuple[tuple[str, str], ...]] = ()
 
     def encode_args(self) -> bytes:
         return b""

@@ -54,3 +54,20 @@ def test_basic_properties_flags() -> None:
     decoded, off = spec.BasicProperties.decode(props.encode())
     assert decoded == props and off == 14
     assert spec.BasicProperties().encode() == b"\x00\x00"
+
+
+def test_arguments_follow_spec_order_and_types() -> None:
+    import dataclasses
+
+    gen = _generator()
+    raw = json.loads(Path(gen.DEFAULT_SPEC).read_text())
+    domains = dict(raw["domains"])
+    for klass in raw["classes"]:
+        for method in klass["methods"]:
+            cls = spec.METHODS[(klass["id"] << 16) | method["id"]]
+            expected = tuple(
+                (a["name"].replace("-", "_") + ("_" if a["name"] == "global" else ""),
+                 a.get("type") or domains[a["domain"]])
+                for a in method["arguments"])
+            assert cls.ARGUMENTS == expected, cls.NAME
+            assert tuple(f.name for f in dataclasses.fields(cls)) == tuple(n for n, _ in expected)

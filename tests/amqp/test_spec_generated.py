@@ -69,5 +69,5 @@ def test_arguments_follow_spec_order_and_types() -> None:
                 (a["name"].replace("-", "_") + ("_" if a["name"] == "global" else ""),
                  a.get("type") or domains[a["domain"]])
                 for a in method["arguments"])
-            assert cls.ARGUMENTS == expected, cls.NAME
+            assert expected == cls.ARGUMENTS, cls.NAME
             assert tuple(f.name for f in dataclasses.fields(cls)) == tuple(n for n, _ in expected)

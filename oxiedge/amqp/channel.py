@@ -70,6 +70,7 @@ class Channel:
         self.next_tag += 1
         tag = self.next_tag
         queue = consumer.queue
+        self.broker.counters["delivered"] += 1
         if consumer.no_ack:
             self.broker.forget(queue, msg)
             self.conn.dirty = True
@@ -322,6 +323,7 @@ class Channel:
             return
         msg = q.ready.popleft()
         q.delivered += 1
+        self.broker.counters["delivered"] += 1
         self.next_tag += 1
         tag = self.next_tag
         if m.no_ack:

@@ -58,3 +58,26 @@ def test_unacked_bounded_without_prefetch(start_server: Any) -> None:
     q = next(r for r in rows(srv, "queues") if r["name"] == "nolimit")
     assert (q["ready"], q["unacked"], q["dropped"]) == (3, 5, 0)
     c.close()
+
+
+def test_status_counters_move(server: Any) -> None:
+    def amqp_status() -> dict[str, Any]:
+        doc = json.loads(server.cli("status", "--json").stdout)
+        return doc["amqp"] if "amqp" in doc else {k[5:]: v for k, v in doc.items()
+                                                  if k.startswith("amqp.")}
+
+    before = amqp_status()
+    c = pika.BlockingConnection(params(server.amqp_port))
+    ch = c.channel()
+    ch.queue_declare("counted")
+    ch.basic_publish("", "counted", b"1")
+    ch.basic_publish("amq.direct", "nowhere", b"2")
+    m, _p, _b = ch.basic_get("counted")
+    ch.basic_ack(m.delivery_tag)
+    ch.queue_declare("counted", passive=True)
+    after = amqp_status()
+    c.close()
+    assert after["published"] - before["published"] == 2
+    assert after["unroutable"] - before["unroutable"] == 1
+    assert after["delivered"] - before["delivered"] == 1
+    assert after["acked"] - before["acked"] == 1

@@ -159,7 +159,7 @@ def test_no_loop_back_and_untranslatable_names_are_counted(start_server: Start) 
             ch.basic_publish("amq.topic", "loop.amqp", b"from-amqp",
                              pika.BasicProperties(delivery_mode=2))
             ch.basic_publish("amq.topic", "a/b", b"slashed", pika.BasicProperties())
-            ch.basic_publish("amq.topic", "end", b"end", pika.BasicProperties(delivery_mode=2))  # same QoS 1 stream
+            ch.basic_publish("amq.topic", "end", b"end", pika.BasicProperties(delivery_mode=2))
             amqp_side = [(m.routing_key, b) for m, _p, b in consume(ch, q, 4)]
         mqtt_side = []
         while True:

@@ -58,7 +58,9 @@ _V3_CODES = {0: 0, 132: 1, 133: 2, 136: 3, 134: 4, 135: 5}
 class Client:
     """A paho client (v2 callback API) with its received messages in a queue."""
 
-    def __init__(self, port: int, client_id: str = "", clean: bool = True, **kw: Any) -> None:
+    def __init__(self, port: int | None, client_id: str = "", clean: bool = True, **kw: Any
+                 ) -> None:  # fmt: skip
+        assert port is not None, "server has no MQTT port"
         self.port = port
         self.messages: queue.Queue[mqtt.MQTTMessage] = queue.Queue()
         self.connack: queue.Queue[tuple[int, bool]] = queue.Queue()
@@ -129,7 +131,7 @@ class Client:
         """Close the socket without DISCONNECT (abnormal end)."""
         self.c.loop_stop()
         sock = self.c.socket()
-        if sock is not None:
+        if isinstance(sock, socket.socket):
             sock.shutdown(socket.SHUT_RDWR)
             sock.close()
 
@@ -138,7 +140,7 @@ class Client:
 def clients() -> Iterator[Callable[..., Client]]:
     made: list[Client] = []
 
-    def make(port: int, client_id: str = "", clean: bool = True, **kw: Any) -> Client:
+    def make(port: int | None, client_id: str = "", clean: bool = True, **kw: Any) -> Client:
         c = Client(port, client_id, clean, **kw)
         made.append(c)
         return c

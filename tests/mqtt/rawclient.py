@@ -24,7 +24,8 @@ TIMEOUT = 10.0
 
 
 class RawClient:
-    def __init__(self, port: int) -> None:
+    def __init__(self, port: int | None) -> None:
+        assert port is not None, "server has no MQTT port"
         self.sock = socket.create_connection(("127.0.0.1", port), timeout=TIMEOUT)
         self.buf = b""
 

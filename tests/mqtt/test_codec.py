@@ -225,7 +225,7 @@ def test_no_trio_import() -> None:
 # ----------------------------------------------------------------- hypothesis strategies
 
 _level = st.text(
-    alphabet=st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00/+#"),
+    alphabet=st.characters(blacklist_categories=["Cs"], blacklist_characters="\x00/+#"),
     max_size=6,
 )
 topic_names = st.lists(_level, min_size=1, max_size=5).map("/".join).filter(bool)
@@ -236,7 +236,7 @@ topic_filters = st.builds(
     st.booleans(),
 ).filter(bool)
 text = st.text(
-    alphabet=st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"),
+    alphabet=st.characters(blacklist_categories=["Cs"], blacklist_characters="\x00"),
     max_size=20,
 )
 pids = st.integers(1, 0xFFFF)

@@ -324,6 +324,7 @@ def test_paho_protocol_versions(shared_mqtt: Server) -> None:
     v5 = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id="v5", protocol=mqtt.MQTTv5)
     codes: queue.Queue[Any] = queue.Queue()
     v5.on_connect = lambda _c, _u, _f, rc, _p: codes.put(rc)
+    assert port is not None
     v5.connect("127.0.0.1", port)
     v5.loop_start()
     try:

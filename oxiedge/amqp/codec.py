@@ -191,21 +191,29 @@ class FrameParser:
 
     def __init__(self, frame_max: int = 131072, *, expect_header: bool = True) -> None:
         self.frame_max = frame_max
-        self._buf = bytearray()
+        self._buf = b""
         self._pos = 0
         self._need_header = expect_header
         self._pending: dict[int, _Pending] = {}
 
     def feed(self, data: bytes) -> None:
-        """Append bytes received from the peer."""
-        if self._pos and self._pos >= len(self._buf) // 2:
-            del self._buf[: self._pos]
+        """Append bytes received from the peer.
+
+        The buffer is immutable ``bytes``: slicing a frame's payload out of it is one copy.
+        What is kept between feeds is less than one frame (at most ``frame_max``), so the
+        concatenation stays cheap even for large multi-frame bodies.
+        """
+        if self._pos:
+            self._buf = self._buf[self._pos :] + data
             self._pos = 0
-        self._buf += data
+        elif self._buf:
+            self._buf += data
+        else:
+            self._buf = bytes(data)
 
     def unconsumed(self) -> bytes:
         """The bytes received but not parsed (after an error: from the bad frame on)."""
-        return bytes(self._buf[self._pos :])
+        return self._buf[self._pos :]
 
     @property
     def awaiting_header(self) -> bool:
@@ -217,40 +225,46 @@ class FrameParser:
         """Bytes received but not yet consumed."""
         return len(self._buf) - self._pos
 
+    def _header(self) -> bool:
+        """Consume the protocol header; False while it is incomplete."""
+        buf, pos = self._buf, self._pos
+        got = buf[pos : pos + 8]
+        if len(got) < 8:
+            if got and not PROTOCOL_HEADER.startswith(got):
+                raise ProtocolHeaderMismatch(got)
+            return False
+        if got != PROTOCOL_HEADER:
+            raise ProtocolHeaderMismatch(got)
+        self._pos = pos + 8
+        self._need_header = False
+        return True
+
     def next_event(self) -> Command | Heartbeat | None:
         """The next complete command or heartbeat, or ``None`` when more bytes are needed."""
+        if self._need_header and not self._header():
+            return None
         buf = self._buf
-        while True:
-            pos = self._pos
-            avail = len(buf) - pos
-            if self._need_header:
-                if avail < 8:
-                    if avail and not PROTOCOL_HEADER.startswith(bytes(buf[pos:])):
-                        raise ProtocolHeaderMismatch(bytes(buf[pos:]))
-                    return None
-                got = bytes(buf[pos : pos + 8])
-                if got != PROTOCOL_HEADER:
-                    raise ProtocolHeaderMismatch(got)
-                self._pos += 8
-                self._need_header = False
-                continue
-            if avail < 7:
-                return None
-            ftype, channel, size = _FRAME_HDR.unpack_from(buf, pos)
-            if self.frame_max and size + FRAME_OVERHEAD > self.frame_max:
+        n = len(buf)
+        pos = self._pos
+        limit = self.frame_max - FRAME_OVERHEAD if self.frame_max else 1 << 32
+        unpack = _FRAME_HDR.unpack_from
+        while n - pos >= 7:
+            ftype, channel, size = unpack(buf, pos)
+            if size > limit:
                 raise AmqpError(
                     FRAME_ERROR, f"frame size {size + 8} exceeds frame_max {self.frame_max}"
                 )
             end = pos + 7 + size
-            if len(buf) <= end:
+            if end >= n:
                 return None
             if buf[end] != FRAME_END:
                 raise AmqpError(FRAME_ERROR, f"frame end octet is {buf[end]:#x}, not 0xce")
-            payload = bytes(buf[pos + 7 : end])
-            self._pos = end + 1
+            payload = buf[pos + 7 : end]
+            pos = self._pos = end + 1
             event = self._frame(ftype, channel, payload)
             if event is not None:
                 return event
+        return None
 
     def _frame(self, ftype: int, channel: int, payload: bytes) -> Command | Heartbeat | None:
         if ftype == FRAME_METHOD:

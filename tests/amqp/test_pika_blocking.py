@@ -337,3 +337,24 @@ def test_bad_credentials_refused(start_server: Any) -> None:
     with pytest.raises(pika.exceptions.ProbableAuthenticationError):
         pika.BlockingConnection(params(srv.amqp_port,
                                        credentials=pika.PlainCredentials("alice", "wrong")))
+
+
+def test_nack_multiple_requeues_in_order(ch: Any) -> None:
+    ch.queue_declare("nackm")
+    for i in range(4):
+        ch.basic_publish("", "nackm", b"%d" % i)
+    msgs = [ch.basic_get("nackm") for _ in range(4)]
+    ch.basic_nack(msgs[2][0].delivery_tag, multiple=True, requeue=True)  # 0, 1, 2 back
+    ch.basic_nack(msgs[3][0].delivery_tag, multiple=False, requeue=False)  # 3 dropped
+    again = [ch.basic_get("nackm", auto_ack=True) for _ in range(3)]
+    assert [b for _m, _p, b in again] == [b"0", b"1", b"2"]
+    assert all(m.redelivered for m, _p, _b in again)
+    assert ch.basic_get("nackm") == (None, None, None)
+
+
+def test_unknown_delivery_tag_is_406(conn: Any) -> None:
+    ch = conn.channel()
+    with pytest.raises(ChannelClosedByBroker) as info:
+        ch.basic_ack(999)
+        ch.queue_declare("after-bad-ack")  # the error arrives with the next round trip
+    assert info.value.reply_code == 406

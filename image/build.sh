@@ -11,8 +11,8 @@
 #            next to the image (direct kernel boot).
 #
 # Output in DIR (default image/out): NAME.img, NAME.packages.txt (Debian + Python
-# packages), NAME.build.txt (step times and sizes), for generic also NAME.vmlinuz and
-# NAME.initrd.img. NAME = oxiedge-BOARD-ARCH. Needs root and the tools from image/deps.sh.
+# packages), NAME.build.txt (step times and sizes), NAME.vmlinuz and NAME.initrd.img
+# (for QEMU). NAME = oxiedge-BOARD-ARCH. Needs root and the tools from image/deps.sh.
 # Reproducible inputs: SOURCE_DATE_EPOCH (default: the last commit), fixed UUIDs/labels,
 # OXIEDGE_MIRROR (e.g. a snapshot archive; default: mmdebstrap's Debian default with
 # security and updates), OXIEDGE_PIP_CONSTRAINTS.
@@ -133,7 +133,8 @@ CUSTOMIZE="'$HERE/customize-rootfs.sh' \"\$1\" --board $BOARD${SSH_KEY:+ --ssh-k
 RASPI_HOOK=true
 if [ "$BOARD" = rpi ]; then
     # Rewrite cmdline.txt/config.txt with the settings customize-rootfs.sh made.
-    RASPI_HOOK='for k in "$1"/lib/modules/*; do chroot "$1" /etc/kernel/postinst.d/z50-raspi-firmware "${k##*/}"; done'
+    # (the hook only acts when called the way a kernel package's postinst calls it)
+    RASPI_HOOK='for k in "$1"/lib/modules/*; do chroot "$1" env DEB_MAINT_PARAMS=configure /etc/kernel/postinst.d/z50-raspi-firmware "${k##*/}"; done'
 fi
 step rootfs
 mmdebstrap --mode=root --variant=apt --arch="$ARCH" \
@@ -174,10 +175,10 @@ step finalize
 rm -rf "$ROOT"/var/lib/apt/lists/* "$ROOT"/var/cache/apt/*.bin "$ROOT"/var/cache/debconf/*-old \
     "$ROOT"/var/lib/dpkg/*-old "$ROOT"/var/cache/ldconfig/aux-cache "$ROOT"/tmp/*
 find "$ROOT/var/log" -type f -exec truncate -s 0 {} +
-if [ "$BOARD" = generic ]; then
-    cp "$ROOT/boot/vmlinuz" "$OUT/$NAME.vmlinuz" 2>/dev/null || cp "$ROOT"/boot/vmlinuz-* "$OUT/$NAME.vmlinuz"
-    cp "$ROOT/boot/initrd.img" "$OUT/$NAME.initrd.img" 2>/dev/null || cp "$ROOT"/boot/initrd.img-* "$OUT/$NAME.initrd.img"
-fi
+# Kernel and initrd next to the image for QEMU's direct kernel boot (the rpi image boots
+# on the arm64 "virt" machine this way too: its initrd carries the virtio modules).
+cp -L "$(ls "$ROOT"/boot/vmlinuz-* | sort -V | tail -1)" "$OUT/$NAME.vmlinuz"
+cp -L "$(ls "$ROOT"/boot/initrd.img-* | sort -V | tail -1)" "$OUT/$NAME.initrd.img"
 # Clamp every time stamp to SOURCE_DATE_EPOCH (mke2fs and mcopy copy them as they are).
 find "$ROOT" "$FIRMWARE" -newermt "@$SOURCE_DATE_EPOCH" -print0 \
     | xargs -0r touch --no-dereference --date="@$SOURCE_DATE_EPOCH"

@@ -98,7 +98,9 @@ fi
 # 7. Board specifics.
 if [ "$BOARD" = rpi ] && [ -f "$ROOT/etc/default/raspi-firmware" ]; then
     # Serial console on the GPIO header (and HDMI), root by label as in the image.
-    sed -i -e 's/^#\?ROOTPART=.*/ROOTPART=LABEL=RASPIROOT/' \
-        -e 's/^#\?CONSOLES=.*/CONSOLES="ttyS1,115200 tty0"/' "$ROOT/etc/default/raspi-firmware"
+    # (the kernel hook then writes them into /boot/firmware/cmdline.txt, see build.sh)
+    defaults=$ROOT/etc/default/raspi-firmware
+    sed -i -e '/^#\?ROOTPART=/d' -e '/^#\?CONSOLES=/d' "$defaults"
+    printf '\n# oxiedge appliance\nROOTPART=LABEL=RASPIROOT\nCONSOLES="ttyS1,115200 tty0"\n' >> "$defaults"
 fi
 echo "customized $ROOT for board $BOARD (oxiedge uid $OX_UID, admin uid $ADMIN_UID)"

@@ -28,7 +28,7 @@ constraints=()
 if [ -n "${OXIEDGE_PIP_CONSTRAINTS:-}" ]; then constraints=(--constraint "$OXIEDGE_PIP_CONSTRAINTS"); fi
 env -u PIP_FIND_LINKS -u PIP_EXTRA_INDEX_URL -u PIP_INDEX_URL -u PIP_CONSTRAINT \
     PIP_CONFIG_FILE=/dev/null \
-    "$PYTHON" -m pip install --quiet --disable-pip-version-check "${constraints[@]}" --no-compile --no-warn-script-location \
+    "$PYTHON" -m pip install --quiet --disable-pip-version-check --root-user-action=ignore "${constraints[@]}" --no-compile --no-warn-script-location \
     --only-binary=:all: --platform "$PLATFORM" --python-version "$PY" \
     --implementation cp --abi "cp${PY/./}" --target "$ROOT$SITE" "$WHEEL" "$@"
 # pip --target writes console scripts with the host's interpreter path: drop them, the

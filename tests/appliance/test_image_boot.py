@@ -200,6 +200,12 @@ def test_first_boot_and_operator_access(image: Path, first_boot: Guest) -> None:
     # The operator CLI on the device, live through the admin socket.
     status = ssh(image, guest, "sudo oxiedge status --json")
     assert status.stdout.strip(), status.stderr
+    # Without sudo, as a member of the oxiedge group: works once the server creates the
+    # socket 0660 for a group-accessible data dir (docs/appliance.md).
+    mode = ssh(image, guest, "sudo stat -c %a /var/lib/oxiedge/admin.sock").stdout.strip()
+    assert mode in ("600", "660"), mode
+    if mode == "660":
+        assert ssh(image, guest, "oxiedge status --json").stdout.strip()
     # Key only: a password login is not even offered.
     refused = ssh(image, guest, "true", "-o", "PubkeyAuthentication=no",
                   "-o", "PreferredAuthentications=password,keyboard-interactive", check=False)

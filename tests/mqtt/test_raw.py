@@ -109,3 +109,4 @@ def test_slow_consumer_drops_qos0_and_stays_bounded(
     assert status["messages_in"] == 10_000
     assert status["dropped_qos0"] > 5_000  # at most ~1 MiB was buffered for "slow"
     assert status["messages_out"] + status["dropped_qos0"] == 10_000
+    assert srv.stop() == 0  # SIGTERM ends cleanly with a stuck consumer connected

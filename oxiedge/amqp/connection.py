@@ -443,7 +443,8 @@ class AmqpConnection:
         if isinstance(m, spec.ChannelCloseOk):
             return
         try:
-            if self.unsynced and m.SYNCHRONOUS:
+            if self.unsynced and m.SYNCHRONOUS and type(m) is not spec.BasicGet:
+                # (Not for basic.get: a get/ack worker loop must not pay a sync per message.)
                 await self.commit()
             await ch.handle(m)
         except AmqpError as exc:

@@ -144,8 +144,7 @@ class RawAmqp:
                     raise AmqpError(describe_close(payload[4:]))
             left = deadline - time.monotonic()
             if left <= 0:
-                raise TimeoutError("no AMQP method %d.%d within %.1fs" % (class_id, method_id,
-                                                                           timeout))
+                raise TimeoutError(f"no AMQP method {class_id}.{method_id} within {timeout:.1f}s")
             self.fill(left)
 
     # -- channel setup ----------------------------------------------------------------
@@ -179,7 +178,7 @@ class RawAmqp:
 def describe_close(args: bytes) -> str:
     code = struct.unpack_from(">H", args)[0]
     text = args[3 : 3 + args[2]].decode(errors="replace")
-    return "%d %s" % (code, text)
+    return f"{code} {text}"
 
 
 class ConfirmTracker:

@@ -61,7 +61,8 @@ def wait_port(host: str, port: int, timeout: float) -> None:
             return
         except OSError:
             if time.monotonic() > deadline:
-                raise TimeoutError("nothing listens on %s:%d after %.0fs" % (host, port, timeout))
+                raise TimeoutError(f"nothing listens on {host}:{port} after {timeout:.0f}s"
+                                   ) from None
             time.sleep(0.1)
 
 
@@ -102,9 +103,9 @@ class Started:
 
 def ensure_peers_installed() -> None:
     """apt-get install Mosquitto and RabbitMQ when they are missing."""
-    if shutil.which("mosquitto") or os.path.exists("/usr/sbin/mosquitto"):
-        if os.path.exists("/usr/lib/rabbitmq/bin/rabbitmq-server"):
-            return
+    have_mosquitto = shutil.which("mosquitto") or os.path.exists("/usr/sbin/mosquitto")
+    if have_mosquitto and os.path.exists("/usr/lib/rabbitmq/bin/rabbitmq-server"):
+        return
     env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
     subprocess.run(["apt-get", "update", "-qq"], check=True, env=env)
     subprocess.run(["apt-get", "install", "-y", "-qq", "mosquitto", "rabbitmq-server"],
@@ -118,8 +119,8 @@ def start_mosquitto(cpu_prefix: list[str] | None = None) -> Started:
     conf = tmp / "mosquitto.conf"
     # max_queued_messages matches oxiedge's per-session offline queue (4096).
     conf.write_text(
-        "listener %d 127.0.0.1\nallow_anonymous true\npersistence false\n"
-        "max_queued_messages 4096\nlog_dest file %s/mosquitto.log\n" % (port, tmp)
+        f"listener {port} 127.0.0.1\nallow_anonymous true\npersistence false\n"
+        f"max_queued_messages 4096\nlog_dest file {tmp}/mosquitto.log\n"
     )
     exe = shutil.which("mosquitto") or "/usr/sbin/mosquitto"
     proc = subprocess.Popen([*(cpu_prefix or []), exe, "-c", str(conf)],
@@ -136,11 +137,11 @@ def start_rabbitmq(queue_type: str = "quorum", with_mqtt: bool = True,
     """RabbitMQ on free loopback ports with its own node name, config and data dir."""
     tmp = Path(tempfile.mkdtemp(prefix="bench-rmq-"))
     amqp_port, dist_port, mqtt_port = free_port(), free_port(), free_port()
-    conf = ["listeners.tcp.1 = 127.0.0.1:%d" % amqp_port, "loopback_users = none"]
+    conf = [f"listeners.tcp.1 = 127.0.0.1:{amqp_port}", "loopback_users = none"]
     plugins = []
     if with_mqtt:
         plugins.append("rabbitmq_mqtt")
-        conf += ["mqtt.listeners.tcp.1 = 127.0.0.1:%d" % mqtt_port,
+        conf += [f"mqtt.listeners.tcp.1 = 127.0.0.1:{mqtt_port}",
                  "mqtt.allow_anonymous = true", "mqtt.default_user = guest",
                  "mqtt.default_pass = guest"]
     (tmp / "rabbitmq.conf").write_text("\n".join(conf) + "\n")
@@ -152,9 +153,10 @@ def start_rabbitmq(queue_type: str = "quorum", with_mqtt: bool = True,
                RABBITMQ_MNESIA_BASE=str(tmp / "mnesia"), RABBITMQ_LOG_BASE=str(tmp / "log"),
                RABBITMQ_ENABLED_PLUGINS_FILE=str(tmp / "enabled_plugins"),
                RABBITMQ_DIST_PORT=str(dist_port), RABBITMQ_PID_FILE=str(tmp / "pid"))
-    proc = subprocess.Popen([*(cpu_prefix or []), "/usr/lib/rabbitmq/bin/rabbitmq-server"],
-                            env=env, stdout=open(tmp / "stdout.log", "wb"),
-                            stderr=subprocess.STDOUT, start_new_session=True)
+    with open(tmp / "stdout.log", "wb") as log:
+        proc = subprocess.Popen([*(cpu_prefix or []), "/usr/lib/rabbitmq/bin/rabbitmq-server"],
+                                env=env, stdout=log, stderr=subprocess.STDOUT,
+                                start_new_session=True)
     wait_port("127.0.0.1", amqp_port, 90)
     if with_mqtt:
         wait_port("127.0.0.1", mqtt_port, 60)
@@ -211,7 +213,7 @@ def oxiedge_command() -> list[str]:
 def start_oxiedge(extra_args: list[str] | None = None, data: Path | None = None,
                   cpu_prefix: list[str] | None = None, env: dict[str, str] | None = None,
                   timeout: float = 60.0, name: str = "oxiedge") -> Started:
-    """``oxiedge serve`` on free ports (port 0) with a temp data dir; waits for ``oxiedge ready``."""
+    """``oxiedge serve`` on free ports (port 0), temp data dir; waits for ``oxiedge ready``."""
     tmp = Path(tempfile.mkdtemp(prefix="bench-oxi-"))
     data = data or tmp / "data"
     cmd = [*(cpu_prefix or []), *oxiedge_command(), "serve", "--data", str(data),

@@ -46,7 +46,8 @@ def disk_of(path: str | Path) -> str:
         extra.append("virtio")
     if dev.startswith("mmcblk"):
         extra.append("SD/eMMC")
-    return "%s %s%s" % (src, fstype, (" (" + ", ".join(extra) + ")") if extra else "")
+    more = (" (" + ", ".join(extra) + ")") if extra else ""
+    return f"{src} {fstype}{more}"
 
 
 def describe(path: str | Path = ".") -> dict[str, Any]:
@@ -62,6 +63,6 @@ def describe(path: str | Path = ".") -> dict[str, Any]:
 
 
 def one_line(info: dict[str, Any]) -> str:
-    return "nproc=%s (affinity %s), CPU %s, %s, kernel %s, %s, disk %s, Python %s" % (
-        info["nproc"], info["affinity"], info["cpu"], info["arch"], info["kernel"],
-        info["memory"], info["disk"], info["python"])
+    return (f"nproc={info['nproc']} (affinity {info['affinity']}), CPU {info['cpu']}, "
+            f"{info['arch']}, kernel {info['kernel']}, {info['memory']}, disk {info['disk']}, "
+            f"Python {info['python']}")

@@ -26,7 +26,7 @@ from typing import Any
 from bench import brokers, procstat
 from bench.brokers import Started, Target
 from bench.machine import describe, one_line
-from bench.mqttwire import RawMqtt, publish_packet
+from bench.mqttwire import RawMqtt
 from bench.result import Meter, Options
 from bench.run import broker_prefix
 from bench.scen_mqtt import _pipelined_qos1
@@ -92,7 +92,7 @@ def measure(st: Started, a: argparse.Namespace) -> dict[str, Any]:
     out: dict[str, Any] = {"broker": t.name, "notes": t.notes}
     out["rss_idle_mb"] = settle(t)
     via = a.via if a.via != "auto" else ("amqp" if t.amqp else "mqtt")
-    if via == "amqp" and t.amqp is None or via == "mqtt" and t.mqtt is None:
+    if (via == "amqp" and t.amqp is None) or (via == "mqtt" and t.mqtt is None):
         out["queued_skipped"] = f"{t.name} has no {via.upper()} listener"
     elif a.queued:
         t0 = time.perf_counter()

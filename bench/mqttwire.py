@@ -153,7 +153,7 @@ class RawMqtt:
         if first & 0xF0 != CONNACK or len(body) != 2:
             raise ConnectionError(f"expected CONNACK, got 0x{first:02x}")
         if body[1] != 0:
-            raise ConnectionError("CONNACK refused, return code %d" % body[1])
+            raise ConnectionError(f"CONNACK refused, return code {body[1]}")
         return bool(body[0] & 1)
 
     def subscribe(self, topic: str, qos: int, packet_id: int = 1) -> None:

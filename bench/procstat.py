@@ -45,7 +45,7 @@ def cpu_seconds(pids: list[int]) -> float:
     total = 0
     for p in pids:
         try:
-            with open("/proc/%d/stat" % p) as f:
+            with open(f"/proc/{p}/stat") as f:
                 fields = f.read().rsplit(")", 1)[1].split()
         except OSError:
             continue
@@ -58,7 +58,7 @@ def rss_bytes(pids: list[int]) -> int:
     total = 0
     for p in pids:
         try:
-            with open("/proc/%d/status" % p) as f:
+            with open(f"/proc/{p}/status") as f:
                 for line in f:
                     if line.startswith("VmRSS:"):
                         total += int(line.split()[1]) * 1024

@@ -73,9 +73,9 @@ def ratio_table(scenarios: list[str], subject: str, peers: list[str],
                 cpus.append("-")
                 continue
             ratio = a.value / b.value
-            vals.append("{:.2f}×{}".format(ratio, "" if a.higher_better else " (lower is better)"))
+            vals.append("{:.2f}x{}".format(ratio, "" if a.higher_better else " (lower is better)"))
             ca, cb = a.extra.get("cpu_us_per_msg"), b.extra.get("cpu_us_per_msg")
-            cpus.append("%.2f×" % (ca / cb) if ca and cb else "-")
+            cpus.append(f"{ca / cb:.2f}x" if ca and cb else "-")
         if any(v != "-" for v in vals):
             rows.append([s, *vals, *cpus])
     if len(rows) == 1:

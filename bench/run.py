@@ -14,17 +14,17 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
 import shlex
 import sys
 import time
 import traceback
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 from bench import brokers, report, scen_amqp, scen_mqtt
 from bench.brokers import Started, Target
+from bench.machine import describe as describe_machine
+from bench.machine import one_line
 from bench.result import Options, Result, Skip, median_of
 
 Scenario = Callable[[Target, Options], Result]
@@ -46,24 +46,6 @@ SCENARIOS: dict[str, tuple[Scenario, str]] = {
     "bridge-mqtt-amqp": (scen_mqtt.bridge_mqtt_amqp,
                          "MQTT QoS 1 → amq.topic → durable queue (bridge)"),
 }
-
-
-def machine() -> dict[str, Any]:
-    """What the figures were measured on."""
-    import os
-
-    cpu = "?"
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith(("model name", "Model", "Hardware")):
-                    cpu = line.split(":", 1)[1].strip()
-                    break
-    except OSError:
-        pass
-    return {"nproc": os.cpu_count(), "cpu": cpu, "kernel": platform.release(),
-            "machine": platform.machine(), "python": platform.python_version(),
-            "affinity": sorted(os.sched_getaffinity(0))}
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -112,7 +94,7 @@ def run(argv: list[str] | None = None) -> int:
     a = parse_args(argv)
     if a.list:
         for name, (_fn, desc) in SCENARIOS.items():
-            print("%-22s %s" % (name, desc))
+            print(f"{name:22s} {desc}")
         return 0
     scen = a.scenario or list(SCENARIOS)
     unknown = [s for s in scen if s not in SCENARIOS]
@@ -162,15 +144,16 @@ def _run_all(a: argparse.Namespace, o: Options, scen: list[str],
             for t in targets[k:] + targets[:k]:  # rotate the order each repeat
                 r = run_one(fn, s, t, o)
                 runs.setdefault((s, t.name), []).append(r)
-                print("[%d/%d] %-20s %-10s %s" % (rep + 1, a.repeats, s, t.name, describe(r)),
+                print(f"[{rep + 1}/{a.repeats}] {s:20s} {t.name:10s} {describe(r)}",
                       flush=True)
     med = {k: median_of(v) for k, v in runs.items()}
     names = [t.name for t in targets]
-    print("\nMedians of %d interleaved run(s); machine: %s" % (a.repeats, machine()))
+    where = one_line(describe_machine("."))
+    print(f"\nMedians of {a.repeats} interleaved run(s); machine: {where}")
     print(report.medians_table(scen, names, med))
-    skips = {(s, t): r.skipped for (s, t), r in med.items() if r.skipped}
-    for (s, t), why in skips.items():
-        print(f"  skipped {s} on {t}: {why}")
+    for (sname, tname), r in med.items():
+        if r.skipped:
+            print(f"  skipped {sname} on {tname}: {r.skipped}")
     subject = names[0]
     if len(names) > 1:
         print(f"\nRatios ({subject} ÷ peer, same run):")
@@ -179,7 +162,7 @@ def _run_all(a: argparse.Namespace, o: Options, scen: list[str],
         a.json.parent.mkdir(parents=True, exist_ok=True)
         a.json.write_text(json.dumps({
             "label": a.label, "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-            "machine": machine(), "options": vars(o), "argv": sys.argv[1:],
+            "machine": describe_machine("."), "options": vars(o), "argv": sys.argv[1:],
             "targets": {t.name: {"notes": t.notes} for t in targets},
             "runs": [r.as_dict() for v in runs.values() for r in v],
             "medians": [r.as_dict() for r in med.values()],

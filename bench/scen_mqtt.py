@@ -16,12 +16,14 @@ import struct
 import threading
 import time
 import uuid
+from dataclasses import replace
 
 from bench.brokers import Target
 from bench.mqttwire import PUBACK_LEN, RawMqtt, publish_packet, qos1_ring
 from bench.result import Meter, Options, Result, Skip, latency_result
 
 LOWAT = 64 * 1024
+BRIDGE_MAX = 90_000
 
 
 def _uid() -> str:
@@ -51,7 +53,7 @@ def qos0(t: Target, o: Options, subscribers: int = 1, scenario: str = "mqtt-qos0
     topic = f"bench/{_uid()}/q0"
     subs = []
     for i in range(subscribers):
-        c = _connect(addr, "bsub-%s-%d" % (_uid(), i))
+        c = _connect(addr, f"bsub-{_uid()}-{i}")
         c.subscribe(topic, 0)
         subs.append(c)
     pub = _connect(addr, "bpub-" + _uid())
@@ -191,7 +193,7 @@ def _pipelined_qos1(c: RawMqtt, topic: str, o: Options, meter: Meter) -> tuple[i
         except TimeoutError:
             break
         if not got:
-            raise ConnectionError("broker closed the connection after %d PUBACKs" % acked)
+            raise ConnectionError(f"broker closed the connection after {acked} PUBACKs")
         rem += got
         k = rem // PUBACK_LEN
         rem -= k * PUBACK_LEN
@@ -356,7 +358,10 @@ def bridge_mqtt_amqp(t: Target, o: Options) -> Result:
         ch.queue_purge(queue)
         c = _connect(addr, "bpub-" + uid)
         meter = Meter(t.pid)
-        acked, elapsed, sent = _pipelined_qos1(c, topic, o, meter)
+        # Stay below oxiedge's default per-queue bound (amqp_queue_limit 100,000, drop
+        # oldest) so that every PUBACKed message must be found in the queue afterwards.
+        ob = replace(o, count=min(o.count, BRIDGE_MAX))
+        acked, elapsed, sent = _pipelined_qos1(c, topic, ob, meter)
         c.disconnect()
         in_queue = wait_depth(acked, 15.0)
         r = Result("bridge-mqtt-amqp", t.name, unit="PUBACKs/s", count=acked,

@@ -16,7 +16,7 @@ Measured in one process, interleaved (every repeat runs every variant once), med
   family + ``await store.commit()``, the brokers' hot path.
 
 Documents are ~100 bytes of JSON.  The issue's acceptance figure is
-``64-writer docs/s ÷ Rdict.put sync docs/s`` (≥ 20×).
+``64-writer docs/s / Rdict.put sync docs/s`` (at least 20x).
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ DOC = {"sensor": "greenhouse-7", "value": 21.5, "unit": "C", "ok": True, "pad": 
 
 def _pct(values: list[float], q: float) -> float:
     s = sorted(values)
-    return s[max(0, min(len(s) - 1, int(round(q / 100.0 * len(s) + 0.5)) - 1))]
+    return s[max(0, min(len(s) - 1, round(q / 100.0 * len(s) + 0.5) - 1))]
 
 
 def raw_fsync(d: Path, seconds: float) -> dict[str, float]:
@@ -106,7 +106,7 @@ def put_sync(d: Path, seconds: float) -> dict[str, float]:
 
 def store_writers(d: Path, seconds: float, writers: int, raw: bool = False) -> dict[str, float]:
     """``writers`` trio tasks committing one document (or raw record) per await."""
-    store = Store.open(d / ("store-%d-%s" % (writers, "raw" if raw else "doc")))
+    store = Store.open(d / f"store-{writers}-{'raw' if raw else 'doc'}")
     lat: list[float] = []
     value = os.urandom(100)
 
@@ -172,38 +172,37 @@ def main(argv: list[str] | None = None) -> int:
     try:
         for rep in range(a.repeats):
             for name, fn in VARIANTS:
-                d = base / ("r%d" % rep)
+                d = base / f"r{rep}"
                 d.mkdir(exist_ok=True)
                 r = fn(d, a.seconds)
                 runs[name].append(r)
-                print("[%d/%d] %-34s %9.0f docs/s %9.0f commits/s  p50 %.2f ms  p99 %.2f ms"
-                      "  %.1f µs CPU/doc" % (rep + 1, a.repeats, name, r["docs_s"],
-                                             r["commits_s"], r["p50_ms"], r["p99_ms"],
-                                             r["cpu_us"]), flush=True)
-            shutil.rmtree(base / ("r%d" % rep), ignore_errors=True)
+                print(f"[{rep + 1}/{a.repeats}] {name:34s} {r['docs_s']:9.0f} docs/s "
+                      f"{r['commits_s']:9.0f} commits/s  p50 {r['p50_ms']:.2f} ms  "
+                      f"p99 {r['p99_ms']:.2f} ms  {r['cpu_us']:.1f} µs CPU/doc", flush=True)
+            shutil.rmtree(base / f"r{rep}", ignore_errors=True)
     finally:
         shutil.rmtree(base, ignore_errors=True)
     med: dict[str, dict[str, Any]] = {}
     for name, rs in runs.items():
         med[name] = {k: statistics.median(r[k] for r in rs) for k in rs[0]}
         med[name]["range"] = (min(r["docs_s"] for r in rs), max(r["docs_s"] for r in rs))
-    print("\nMedians of %d interleaved repeats x %.0fs (100-byte records / ~100-byte JSON "
-          "documents):" % (a.repeats, a.seconds))
-    print("| variant | docs/s (min–max) | synced commits/s | docs/commit | p50 ms | p99 ms |"
+    print(f"\nMedians of {a.repeats} interleaved repeats x {a.seconds:.0f}s (100-byte records"
+          " / ~100-byte JSON documents):")
+    print("| variant | docs/s (min-max) | synced commits/s | docs/commit | p50 ms | p99 ms |"
           " CPU µs/doc |")
     print("|---|---|---|---|---|---|---|")
     for name, m in med.items():
-        print("| %s | %s (%s–%s) | %s | %s | %.2f | %.2f | %.1f |" % (
-            name, "{:,.0f}".format(m["docs_s"]), "{:,.0f}".format(m["range"][0]),
-            "{:,.0f}".format(m["range"][1]), "{:,.0f}".format(m["commits_s"]),
-            "%.1f" % m.get("docs_per_commit", 1.0), m["p50_ms"], m["p99_ms"], m["cpu_us"]))
+        print(f"| {name} | {m['docs_s']:,.0f} ({m['range'][0]:,.0f}-{m['range'][1]:,.0f}) | "
+              f"{m['commits_s']:,.0f} | {m.get('docs_per_commit', 1.0):.1f} | "
+              f"{m['p50_ms']:.2f} | {m['p99_ms']:.2f} | {m['cpu_us']:.1f} |")
     w64 = med["store.insert, 64 writers"]["docs_s"]
     put = med["Rdict.put sync=True (1 doc/sync)"]["docs_s"]
     one = med["store.insert, 1 writer"]["docs_s"]
     ratio = w64 / put
-    print("\n64-writer docs/s ÷ Rdict.put(sync=True) docs/s = %.1f× (issue requires ≥ 20×): %s"
-          % (ratio, "PASS" if ratio >= 20 else "FAIL"))
-    print("64-writer docs/s ÷ 1-writer store.insert docs/s = %.1f×" % (w64 / one))
+    verdict = "PASS" if ratio >= 20 else "FAIL"
+    print(f"\n64-writer docs/s / Rdict.put(sync=True) docs/s = {ratio:.1f}x "
+          f"(issue requires >= 20x): {verdict}")
+    print(f"64-writer docs/s / 1-writer store.insert docs/s = {w64 / one:.1f}x")
     if a.json:
         a.json.write_text(json.dumps({"machine": info, "seconds": a.seconds,
                                       "repeats": a.repeats, "runs": runs, "medians": med,

@@ -51,8 +51,8 @@ def render(folder: Path) -> str:
         for name, m in store["medians"].items():
             out.append(f"| {name} | {m['docs_s']:,.0f} | {m['commits_s']:,.0f} | "
                        f"{m['p50_ms']:.2f} | {m['p99_ms']:.2f} | {m['cpu_us']:.1f} |")
-        out += ["", f"64 writers ÷ one synced put per document: "
-                    f"**{store['ratio_64_vs_put_sync']:.1f}×** (target ≥ 20×)", ""]
+        out += ["", f"64 writers / one synced put per document: "
+                    f"**{store['ratio_64_vs_put_sync']:.1f}x** (target >= 20x)", ""]
     suite = _load(folder / "suite.json")
     if suite:
         med = {(m["scenario"], m["target"]): _result(m) for m in suite["medians"]}

@@ -257,8 +257,9 @@ class Channel:
         self.reply(spec.QueueUnbindOk())
 
     async def on_queue_purge(self, m: spec.QueuePurge) -> None:
-        count = self.broker.purge(self._queue(m.queue))
-        await self.conn.commit()
+        q = self._queue(m.queue)
+        count = self.broker.purge(q)
+        await self._commit_if(q.doc_id is not None)
         if not m.nowait:
             self.reply(spec.QueuePurgeOk(count))
 

@@ -153,19 +153,6 @@ def test_dead_peer_detected_and_heartbeats_sent(start_server: Any) -> None:
     raw.close()
 
 
-def test_client_heartbeats_keep_connection_alive(start_server: Any) -> None:
-    srv = start_server("--amqp-heartbeat", "1")
-    raw = RawClient(srv.amqp_port)
-    raw.handshake(heartbeat=1)
-    raw.open_channel(1)
-    for _ in range(6):
-        raw.send(codec.HEARTBEAT_FRAME)
-        time.sleep(0.5)  # the test IS about wall-clock silence between heartbeats
-    raw.method(1, spec.QueueDeclare(queue="alive"))
-    raw.expect(spec.QueueDeclareOk, 1)
-    raw.close()
-
-
 def test_content_header_frame_vector_on_the_wire(server: Any) -> None:
     """A publish sent as hand-made bytes is delivered with the properties byte-exact."""
     raw = RawClient(server.amqp_port)

@@ -1,0 +1,118 @@
+"""Connection timers in-process on trio memory streams with the autojump clock: heartbeats
+and dead-peer detection are tested over minutes of virtual time without sleeping."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import trio
+import trio.testing
+
+from oxiedge.amqp import codec, spec
+from oxiedge.amqp.codec import Command, FrameParser
+from oxiedge.amqp.connection import AmqpConnection
+from oxiedge.amqp.service import AmqpService
+from oxiedge.app import App
+from oxiedge.auth import UserStore
+from oxiedge.config import Config
+from oxiedge.store import Store
+
+
+class MemClient:
+    def __init__(self, stream: trio.abc.Stream) -> None:
+        self.stream = stream
+        self.parser = FrameParser(0, expect_header=False)
+        self.heartbeats: list[float] = []
+
+    async def send(self, method: spec.Method, channel: int = 0) -> None:
+        await self.stream.send_all(codec.encode_method(channel, method))
+
+    async def recv(self) -> Command | None:
+        while True:
+            ev = self.parser.next_event()
+            if isinstance(ev, Command):
+                return ev
+            if ev is not None:
+                self.heartbeats.append(trio.current_time())
+                continue
+            data = await self.stream.receive_some(65536)
+            if not data:
+                return None
+            self.parser.feed(data)
+
+    async def handshake(self, heartbeat: int) -> None:
+        await self.stream.send_all(codec.PROTOCOL_HEADER)
+        assert isinstance((await self.recv()).method, spec.ConnectionStart)  # type: ignore[union-attr]
+        await self.send(spec.ConnectionStartOk({}, "PLAIN", b"\x00guest\x00guest"))
+        assert isinstance((await self.recv()).method, spec.ConnectionTune)  # type: ignore[union-attr]
+        await self.send(spec.ConnectionTuneOk(0, 131072, heartbeat))
+        await self.send(spec.ConnectionOpen("/"))
+        assert isinstance((await self.recv()).method, spec.ConnectionOpenOk)  # type: ignore[union-attr]
+
+
+@asynccontextmanager
+async def serving(tmp_path: Path, **cfg: Any) -> AsyncIterator[tuple[MemClient, trio.Nursery]]:
+    store = Store.open(tmp_path / "db")
+    try:
+        async with store.running():
+            app = App(config=Config(data=tmp_path, **cfg), store=store,
+                      users=UserStore.load(None, True))
+            svc = AmqpService(app)
+            await svc.recover()
+            client_stream, server_stream = trio.testing.memory_stream_pair()
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(AmqpConnection(svc, server_stream, "mem").run)
+                yield MemClient(client_stream), nursery
+                nursery.cancel_scope.cancel()
+    finally:
+        store.close()
+
+
+async def test_silent_client_declared_dead_after_two_intervals(
+        tmp_path: Path, autojump_clock: trio.testing.MockClock) -> None:
+    async with serving(tmp_path, amqp_heartbeat=60) as (client, _n):
+        await client.handshake(heartbeat=60)
+        start = trio.current_time()
+        assert await client.recv() is None  # EOF: the server gave up on us
+        waited = trio.current_time() - start
+        assert 120 <= waited < 121
+        # meanwhile it sent a heartbeat every half interval
+        assert len(client.heartbeats) >= 3
+        gaps = [b - a for a, b in zip(client.heartbeats, client.heartbeats[1:], strict=False)]
+        assert all(29 <= g <= 31 for g in gaps)
+
+
+async def test_heartbeating_client_stays_connected(
+        tmp_path: Path, autojump_clock: trio.testing.MockClock) -> None:
+    async with serving(tmp_path, amqp_heartbeat=10) as (client, _n):
+        await client.handshake(heartbeat=10)
+        for _ in range(30):  # 5 virtual minutes
+            await trio.sleep(10)
+            await client.stream.send_all(codec.HEARTBEAT_FRAME)
+        await client.send(spec.ChannelOpen(), 1)
+        cmd = await client.recv()
+        assert cmd is not None and isinstance(cmd.method, spec.ChannelOpenOk)
+
+
+async def test_heartbeat_zero_means_no_timeout(
+        tmp_path: Path, autojump_clock: trio.testing.MockClock) -> None:
+    async with serving(tmp_path, amqp_heartbeat=60) as (client, _n):
+        await client.handshake(heartbeat=0)
+        await trio.sleep(3600)
+        await client.send(spec.ChannelOpen(), 1)
+        cmd = await client.recv()
+        assert cmd is not None and isinstance(cmd.method, spec.ChannelOpenOk)
+        assert client.heartbeats == []
+
+
+async def test_handshake_timeout(tmp_path: Path, autojump_clock: trio.testing.MockClock) -> None:
+    async with serving(tmp_path) as (client, _n):
+        await client.stream.send_all(codec.PROTOCOL_HEADER)
+        start = trio.current_time()
+        cmd = await client.recv()
+        assert cmd is not None and isinstance(cmd.method, spec.ConnectionStart)
+        assert await client.recv() is None  # never sent start-ok: dropped
+        assert 9.9 <= trio.current_time() - start <= 10.1

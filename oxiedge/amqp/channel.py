@@ -49,6 +49,7 @@ class Channel:
         self.closing = False  # we sent channel.close and wait for close-ok
         self.last_queue = ""  # the queue last declared on this channel (spec 1.7.2.3)
         self._touched: set[Queue] = set()
+        self._was_capped = False
 
     # -- delivery ------------------------------------------------------------------------
 
@@ -106,6 +107,8 @@ class Channel:
             if tag not in unacked:
                 raise AmqpError(PRECONDITION_FAILED, f"unknown delivery tag {tag}")
             tags = [tag]
+        # At the channel's unacked bound every consumer of the channel was held back.
+        self._was_capped = len(unacked) >= self.conn.unacked_limit
         out = [unacked.pop(t) for t in tags]
         touched: set[Queue] = set()
         for queue, _msg, consumer in out:
@@ -118,7 +121,7 @@ class Channel:
         return out
 
     def _redispatch(self) -> None:
-        if self.global_prefetch:
+        if self.global_prefetch or self._was_capped:
             for c in list(self.consumers.values()):
                 c.queue.dispatch()
         else:

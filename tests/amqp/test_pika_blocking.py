@@ -358,3 +358,65 @@ def test_unknown_delivery_tag_is_406(conn: Any) -> None:
         ch.basic_ack(999)
         ch.queue_declare("after-bad-ack")  # the error arrives with the next round trip
     assert info.value.reply_code == 406
+
+
+def test_competing_consumers_no_loss_no_duplicates(server: Any) -> None:
+    import threading
+
+    n_per_publisher, publishers, consumers = 500, 2, 4
+    total = n_per_publisher * publishers
+    setup = pika.BlockingConnection(params(server.amqp_port))
+    setup.channel().queue_declare("compete", durable=True)
+    setup.close()
+    received: dict[int, list[bytes]] = {i: [] for i in range(consumers)}
+    lock = threading.Lock()
+    done = threading.Event()
+    errors: list[BaseException] = []
+
+    def consume(idx: int) -> None:
+        try:
+            c = pika.BlockingConnection(params(server.amqp_port))
+            ch = c.channel()
+            ch.basic_qos(prefetch_count=10)
+
+            def on_msg(chx: Any, m: Any, _p: Any, body: bytes) -> None:
+                with lock:
+                    received[idx].append(body)
+                    if sum(map(len, received.values())) >= total:
+                        done.set()
+                chx.basic_ack(m.delivery_tag)
+
+            ch.basic_consume("compete", on_msg)
+            while not done.is_set():
+                c.process_data_events(time_limit=0.1)
+            c.close()
+        except BaseException as exc:  # noqa: BLE001 - reported by the test thread
+            errors.append(exc)
+            done.set()
+
+    def publish(idx: int) -> None:
+        try:
+            c = pika.BlockingConnection(params(server.amqp_port))
+            ch = c.channel()
+            ch.confirm_delivery()
+            for i in range(n_per_publisher):
+                ch.basic_publish("", "compete", b"%d-%d" % (idx, i),
+                                 pika.BasicProperties(delivery_mode=2))
+            c.close()
+        except BaseException as exc:  # noqa: BLE001
+            errors.append(exc)
+
+    threads = [threading.Thread(target=consume, args=(i,)) for i in range(consumers)]
+    threads += [threading.Thread(target=publish, args=(i,)) for i in range(publishers)]
+    for t in threads:
+        t.start()
+    assert done.wait(60), "not every message arrived"
+    for t in threads:
+        t.join(20)
+    assert not errors, errors
+    everything = [b for bodies in received.values() for b in bodies]
+    assert len(everything) == total and len(set(everything)) == total
+    assert all(len(bodies) > 0 for bodies in received.values())  # everybody got work
+    for idx in range(publishers):  # every message of every publisher arrived exactly once
+        mine = {b for b in everything if b.startswith(b"%d-" % idx)}
+        assert mine == {b"%d-%d" % (idx, i) for i in range(n_per_publisher)}

@@ -390,7 +390,7 @@ def test_competing_consumers_no_loss_no_duplicates(server: Any) -> None:
             while not done.is_set():
                 c.process_data_events(time_limit=0.1)
             c.close()
-        except BaseException as exc:  # noqa: BLE001 - reported by the test thread
+        except BaseException as exc:
             errors.append(exc)
             done.set()
 
@@ -403,7 +403,7 @@ def test_competing_consumers_no_loss_no_duplicates(server: Any) -> None:
                 ch.basic_publish("", "compete", b"%d-%d" % (idx, i),
                                  pika.BasicProperties(delivery_mode=2))
             c.close()
-        except BaseException as exc:  # noqa: BLE001
+        except BaseException as exc:
             errors.append(exc)
 
     threads = [threading.Thread(target=consume, args=(i,)) for i in range(consumers)]

@@ -1,0 +1,166 @@
+"""The client libraries whose own test suites run against oxiedge, and how each is pointed at it.
+
+Each :class:`Suite` pins a PyPI sdist, names the test files that talk to a broker, the extra
+packages its tests import, the environment that carries the broker address, overlays that
+replace Docker-based fixtures, and the exclusions. An exclusion is allowed only for a feature
+outside oxiedge's AMQP scope (``shared/DESIGN.md``: one vhost ``/``, no TLS listener, no
+management HTTP API, no headers exchange / tx / queue arguments yet) or for a harness limit
+(Docker); every one carries its reason into ``docs/conformance.md``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+HOST = "127.0.0.1"
+#: The one user the runner configures on the server (what the suites use by default).
+USER = "guest"
+PASSWORD = "guest"
+
+# Reasons, shared so the report groups them.
+TLS = "TLS (amqps://, port 5671, EXTERNAL auth): oxiedge has no TLS listener (out of scope)"
+DOCKER = "restarts/stops the broker's Docker container: harness limit, not a broker feature"
+MGMT = "RabbitMQ management HTTP API (out of scope)"
+TX = "transactions (tx.select): not implemented, answers 540 (out of scope until implemented)"
+HEADERS = "headers exchange: not implemented, answers 540 (out of scope until implemented)"
+QARGS = ("queue arguments (x-message-ttl / x-max-length / x-max-priority / x-expires / DLX): "
+         "not implemented, answer 540 (out of scope)")
+E2E = "exchange-to-exchange bindings (RabbitMQ extension): not implemented, answer 540"
+CONSUMER_ARGS = "consumer arguments (x-priority, x-stream-offset): not implemented, answer 540"
+VHOST = "virtual hosts other than '/' (out of scope)"
+MSG_TTL = ("per-message TTL (the 'expiration' property, RabbitMQ extension): not implemented "
+           "(out of scope)")
+UPDATE_SECRET = ("connection.update-secret (RabbitMQ OAuth2 token refresh extension): "
+                 "not implemented, answers 540")
+RECOVER_ASYNC = "basic.recover-async (deprecated in 0-9-1): not implemented, answers 540"
+MOCKED = "not a broker test: the 'integration' module drives a mocked socket"
+
+
+@dataclass(frozen=True)
+class Exclusion:
+    """Deselect the tests whose pytest node id matches ``pattern`` (a regex), for ``reason``."""
+
+    pattern: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class Suite:
+    """One library's test suite, pinned, and how to aim it at an oxiedge server."""
+
+    name: str
+    dist: str
+    version: str
+    test_paths: tuple[str, ...]
+    requirements: tuple[str, ...]
+    env: Callable[[int], dict[str, str]]
+    exclusions: tuple[Exclusion, ...] = ()
+    #: relative path in the unpacked sdist -> overlay module (in ``overlays/``) appended to it
+    overlays: dict[str, str] = field(default_factory=dict)
+    pytest_args: tuple[str, ...] = ()
+    note: str = ""
+
+
+def _docker_env(port: int) -> dict[str, str]:
+    return {"OXIEDGE_AMQP_HOST": HOST, "OXIEDGE_AMQP_PORT": str(port)}
+
+
+def _rabbitmq_env(port: int) -> dict[str, str]:
+    # py-amqp and kombu read RABBITMQ_HOST and the docker-link style RABBITMQ_5672_TCP.
+    return {"RABBITMQ_HOST": HOST, "RABBITMQ_5672_TCP": str(port),
+            "RABBITMQ_5671_TCP": str(port), "OXIEDGE_AMQP_PORT": str(port)}
+
+
+def _amqpstorm_env(port: int) -> dict[str, str]:
+    # Every address amqpstorm.tests reads is overridden: its defaults name a public host.
+    # The HTTP URL points at a closed loopback port so a stray management call fails fast.
+    uri = f"amqp://guest:guest@{HOST}:{port}/%2F"
+    return {"AMQP_HOST": HOST, "AMQP_USERNAME": "guest", "AMQP_PASSWORD": "guest",
+            "AMQP_URI": uri, "AMQP_HTTP_URL": f"http://{HOST}:9",
+            "AMQP_SSL_URI": f"amqps://guest:guest@{HOST}:{port}/%2F", "AMQP_SSL_HOST": HOST,
+            "OXIEDGE_AMQP_PORT": str(port)}
+
+
+SUITES: tuple[Suite, ...] = (
+    Suite(
+        name="aiormq", dist="aiormq", version="7.2.4",
+        test_paths=("tests",),
+        requirements=("pytest>=8.4,<10", "aiomisc-pytest>=2,<3", "pytest-timeout"),
+        env=_docker_env,
+        overlays={"tests/conftest.py": "docker_fixtures.py"},
+        exclusions=(
+            Exclusion(r"\[[^\]]*amqps", TLS),
+            Exclusion(r"test_connection\.py::test_(auth_external|ssl_context|ssl_)", TLS),
+            Exclusion(r"test_nowait\.py::test_nowait_returns_without_reply", E2E),
+            Exclusion(r"test_delivery_error\.py::test_broker_nack_details", QARGS),
+            Exclusion(r"test_connection\.py::test_update_secret", UPDATE_SECRET),
+            Exclusion(r"test_nowait\.py::test_basic_recover_nowait", RECOVER_ASYNC),
+        ),
+        note="The sdist's conftest uses amqp_direct_url/rabbitmq_container without defining "
+             "them; the overlay supplies both.",
+    ),
+    Suite(
+        name="aio-pika", dist="aio-pika", version="10.2.1",
+        test_paths=("tests",),
+        requirements=("pytest>=8.4,<10", "aiomisc", "aiomisc-pytest>=2,<3", "shortuuid",
+                      "timeout-decorator", "pytest-timeout"),
+        env=_docker_env,
+        overlays={"tests/conftest.py": "docker_fixtures.py"},
+        exclusions=(
+            Exclusion(r"test_amqps\.py", TLS),
+            Exclusion(r"test_robust_recovery\.py::test_(restore_topology_and_consumers|"
+                      r"missing_external_queue_retries_until_recreated|"
+                      r"pool_consumer_survives_broker_restart)", DOCKER),
+        ),
+    ),
+    Suite(
+        name="py-amqp", dist="amqp", version="5.4.2",
+        test_paths=("t/integration/test_rmq.py",),
+        requirements=("pytest>=6.2.5,<=8.0.0", "pytest-timeout"),
+        env=_rabbitmq_env,
+        exclusions=(
+            Exclusion(r"\[tls-", TLS),
+            # test_tls_default_certs / _no_default_certs_fails dial a public host (badssl.com).
+            Exclusion(r"test_rmq\.py::test_tls_", TLS + "; two of them dial a public host"),
+        ),
+        note="t/integration/test_integration.py is not run: " + MOCKED + ".",
+    ),
+    Suite(
+        name="kombu", dist="kombu", version="5.7.0",
+        test_paths=("t/integration/test_py_amqp.py",),
+        requirements=("amqp==5.4.2", "pytest>=8,<10", "pytest-timeout"),
+        env=_rabbitmq_env,
+        exclusions=(
+            Exclusion(r"test_PyAMQPPriority::", QARGS),
+            Exclusion(r"test_PyAMQPTimeToLive::", MSG_TTL),
+        ),
+        note="Only the py-amqp transport module; the redis/mongodb/sqs/kafka/pgmq modules test "
+             "other brokers.",
+    ),
+    Suite(
+        name="amqpstorm", dist="amqpstorm", version="3.1.4",
+        test_paths=("amqpstorm/tests/functional",),
+        requirements=("pytest>=8,<10", "pytest-timeout", "requests"),
+        env=_amqpstorm_env,
+        overlays={"amqpstorm/tests/functional/conftest.py": "amqpstorm_conftest.py"},
+        note="The functional tests clean up through the management HTTP API; the overlay "
+             "deletes their queues/exchanges over AMQP instead and adds the port.",
+        exclusions=(
+            Exclusion(r"functional/management/", MGMT),
+            Exclusion(r"functional/test_web_based\.py", MGMT),
+            Exclusion(r"functional/ssl/", TLS),
+            Exclusion(r"functional/test_tx\.py", TX),
+            Exclusion(r"test_exchange\.py::ExchangeFunctionalTests::test_functional_exchange_"
+                      r"(bind|unbind)$", E2E),
+        ),
+    ),
+)
+
+
+def by_name(name: str) -> Suite:
+    """The suite called ``name`` (KeyError naming the known ones otherwise)."""
+    for suite in SUITES:
+        if suite.name == name:
+            return suite
+    raise KeyError(f"unknown suite {name!r}; known: {', '.join(s.name for s in SUITES)}")

@@ -25,6 +25,16 @@ def params(port: int, **kw: Any) -> pika.ConnectionParameters:
     return pika.ConnectionParameters("127.0.0.1", port, **kw)
 
 
+def wait_until(conn: Any, cond: Any, timeout: float = 10) -> None:
+    """Process pika events until ``cond()`` holds (bounded: a hang fails)."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while not cond():
+        assert time.monotonic() < deadline, "condition not reached"
+        conn.process_data_events(time_limit=0.05)
+
+
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     """One ready server (MQTT and AMQP on free ports) shared by a test module."""

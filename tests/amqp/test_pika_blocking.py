@@ -8,7 +8,7 @@ import pika
 import pytest
 from pika.exceptions import ChannelClosedByBroker, ConnectionClosedByBroker, UnroutableError
 
-from tests.amqp.conftest import params
+from tests.amqp.conftest import params, wait_until
 
 
 def drain(ch: Any, queue: str, n: int, timeout: float = 5) -> list[tuple[Any, Any, bytes]]:
@@ -88,13 +88,13 @@ def test_round_robin_and_prefetch(conn: Any) -> None:
     ch.basic_consume("rr", make("b"), consumer_tag="b")
     for i in range(6):
         ch.basic_publish("", "rr", b"%d" % i)
-    conn.process_data_events(time_limit=0.5)
-    # prefetch 1 each: exactly one in flight per consumer until acked
-    assert len(seen["a"]) == 1 and len(seen["b"]) == 1
-    while sum(map(len, seen.values())) < 6:
+    wait_until(conn, lambda: len(seen["a"]) == 1 and len(seen["b"]) == 1)
+    # prefetch 1 each: exactly one in flight per consumer, the server holds the other 4
+    assert ch.queue_declare("rr", passive=True).method.message_count == 4
+    for total in range(3, 7):
         c, m = held.pop(0)
         c.basic_ack(m.delivery_tag)
-        conn.process_data_events(time_limit=0.5)
+        wait_until(conn, lambda total=total: sum(map(len, seen.values())) == total)
     assert sorted(seen["a"] + seen["b"]) == [b"%d" % i for i in range(6)]
     assert len(seen["a"]) == 3 and len(seen["b"]) == 3  # round-robin
 
@@ -110,8 +110,9 @@ def test_qos_global_limits_channel(conn: Any) -> None:
     for _i in range(5):
         ch.basic_publish("", "g1", b"a")
         ch.basic_publish("", "g2", b"b")
-    conn.process_data_events(time_limit=0.5)
-    assert len(got) == 3  # shared by both consumers of the channel
+    wait_until(conn, lambda: len(got) == 3)  # shared by both consumers of the channel
+    held = sum(ch.queue_declare(q, passive=True).method.message_count for q in ("g1", "g2"))
+    assert held == 7 and len(got) == 3
 
 
 def test_ack_multiple_nack_requeue_reject(ch: Any) -> None:
@@ -239,8 +240,8 @@ def test_server_cancel_notify_on_queue_delete(conn: Any) -> None:
     ch.add_on_cancel_callback(lambda frame: cancelled.append(frame))
     other = conn.channel()
     other.queue_delete("gone")
-    conn.process_data_events(time_limit=0.5)
-    assert cancelled and cancelled[0].method.consumer_tag == "ctag"
+    wait_until(conn, lambda: bool(cancelled))
+    assert cancelled[0].method.consumer_tag == "ctag"
 
 
 def test_auto_delete_queue_and_exchange(conn: Any) -> None:

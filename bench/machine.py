@@ -50,6 +50,19 @@ def disk_of(path: str | Path) -> str:
     return f"{src} {fstype}{more}"
 
 
+def code_revision() -> str:
+    """The oxiedge commit measured, with ``+dirty`` when the work tree had changes."""
+    repo = Path(__file__).resolve().parent.parent
+    try:
+        rev = subprocess.run(["git", "-C", str(repo), "rev-parse", "--short", "HEAD"],
+                             capture_output=True, text=True, timeout=5).stdout.strip()
+        dirty = subprocess.run(["git", "-C", str(repo), "status", "--porcelain", "oxiedge"],
+                               capture_output=True, text=True, timeout=5).stdout.strip()
+    except (OSError, subprocess.TimeoutExpired):
+        return "?"
+    return (rev or "?") + ("+dirty" if dirty else "")
+
+
 def describe(path: str | Path = ".") -> dict[str, Any]:
     mem_total = "?"
     try:
@@ -59,10 +72,11 @@ def describe(path: str | Path = ".") -> dict[str, Any]:
         pass
     return {"nproc": os.cpu_count(), "affinity": len(os.sched_getaffinity(0)),
             "cpu": cpu_model(), "kernel": platform.release(), "arch": platform.machine(),
-            "memory": mem_total, "disk": disk_of(path), "python": platform.python_version()}
+            "memory": mem_total, "disk": disk_of(path), "python": platform.python_version(),
+            "oxiedge_rev": code_revision()}
 
 
 def one_line(info: dict[str, Any]) -> str:
     return (f"nproc={info['nproc']} (affinity {info['affinity']}), CPU {info['cpu']}, "
             f"{info['arch']}, kernel {info['kernel']}, {info['memory']}, disk {info['disk']}, "
-            f"Python {info['python']}")
+            f"Python {info['python']}, oxiedge {info.get('oxiedge_rev', '?')}")

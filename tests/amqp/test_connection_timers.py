@@ -22,8 +22,9 @@ from oxiedge.store import Store
 
 
 class MemClient:
-    def __init__(self, stream: trio.abc.Stream) -> None:
+    def __init__(self, stream: trio.abc.Stream, store: Store) -> None:
         self.stream = stream
+        self.store = store
         self.parser = FrameParser(0, expect_header=False)
         self.heartbeats: list[float] = []
 
@@ -65,7 +66,7 @@ async def serving(tmp_path: Path, **cfg: Any) -> AsyncIterator[tuple[MemClient, 
             client_stream, server_stream = trio.testing.memory_stream_pair()
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(AmqpConnection(svc, server_stream, "mem").run)
-                yield MemClient(client_stream), nursery
+                yield MemClient(client_stream, store), nursery
                 nursery.cancel_scope.cancel()
     finally:
         store.close()
@@ -116,3 +117,25 @@ async def test_handshake_timeout(tmp_path: Path, autojump_clock: trio.testing.Mo
         assert cmd is not None and isinstance(cmd.method, spec.ConnectionStart)
         assert await client.recv() is None  # never sent start-ok: dropped
         assert 9.9 <= trio.current_time() - start <= 10.1
+
+
+async def test_one_burst_one_commit_one_coalesced_confirm(tmp_path: Path) -> None:
+    async with serving(tmp_path) as (client, _n):
+        await client.handshake(heartbeat=0)
+        await client.send(spec.ChannelOpen(), 1)
+        await client.recv()
+        await client.send(spec.ConfirmSelect(), 1)
+        await client.recv()
+        await client.send(spec.QueueDeclare(queue="burst", durable=True), 1)
+        assert isinstance((await client.recv()).method, spec.QueueDeclareOk)  # type: ignore[union-attr]
+        store = client.store
+        rounds = store.committer.rounds
+        props = spec.BasicProperties(delivery_mode=2).encode()
+        burst = b"".join(codec.encode_content(1, spec.BasicPublish(routing_key="burst"), props,
+                                              b"m%d" % i, 0) for i in range(100))
+        assert len(burst) < 65536  # one receive_some
+        await client.stream.send_all(burst)
+        cmd = await client.recv()
+        assert cmd is not None and cmd.method == spec.BasicAck(100, True)
+        assert store.committer.rounds - rounds == 1
+        assert sum(1 for _ in store.iter_raw("amqp", b"m")) == 100

@@ -1,5 +1,6 @@
-"""Connection timers in-process on trio memory streams with the autojump clock: heartbeats
-and dead-peer detection are tested over minutes of virtual time without sleeping."""
+"""AmqpConnection in-process on trio memory streams and a real store: timers with the
+autojump clock (heartbeats, dead peers, handshake timeout over minutes of virtual time,
+no sleeping) and the publish burst -> one commit -> one coalesced confirm rule."""
 
 from __future__ import annotations
 

@@ -94,7 +94,9 @@ class AmqpError(Exception):
     def reply_text(self) -> str:
         """The reply text RabbitMQ style: ``"NOT_FOUND - no queue 'x' in vhost '/'"``."""
         name = REPLY_TEXT.get(self.code, "ERROR")
-        return f"{name} - {self.text}"[:255]
+        # A shortstr holds 255 BYTES: cut on the encoded form, never inside a character.
+        raw = f"{name} - {self.text}".encode("utf-8", "surrogateescape")[:255]
+        return raw.decode("utf-8", "ignore")
 
 
 def syntax_error(text: str, class_id: int = 0, method_id: int = 0) -> AmqpError:

@@ -373,3 +373,11 @@ def test_mutated_frames_raise_only_amqp_error(frame: bytes, index: int, byte: in
             pass
     except AmqpError as exc:
         assert exc.code in (501, 502, 503, 505)
+
+
+def test_reply_text_fits_a_shortstr() -> None:
+    from oxiedge.amqp.fields import encode_shortstr
+
+    err = AmqpError(404, "no queue '" + "é" * 200 + "' in vhost '/'")
+    assert len(err.reply_text.encode()) <= 255
+    encode_shortstr(err.reply_text)  # does not raise

@@ -172,6 +172,17 @@ def load_sessions(store: RawStore, queue_limit: int | None) -> list[RecoveredSes
     return out
 
 
+def session_summaries(store: RawStore) -> Iterator[tuple[str, dict[str, int], int, int]]:
+    """``(client id, subscriptions, queued messages, PUBREL obligations)`` per persistent
+    session, counting keys without decoding payloads (offline listings)."""
+    for key, value in store.iter_raw(CF, SESSION):
+        owner, subs = decode_session(bytes(value))
+        ob = owner_bytes(owner)
+        queued = sum(1 for _ in store.iter_raw(CF, MSG + ob))
+        rel = sum(1 for _ in store.iter_raw(CF, REL + ob))
+        yield bytes(key[1:]).decode("utf-8"), subs, queued, rel
+
+
 def load_retained(store: RawStore) -> Iterator[tuple[str, int, bytes]]:
     """``(topic, qos, payload)`` of every retained message."""
     for key, value in store.iter_raw(CF, RETAIN):

@@ -20,19 +20,18 @@ def offline_views(store: RawStore) -> dict[str, Callable[[], list[dict[str, Any]
     """``{"sessions": fn, "retained": fn}`` reading the store (never writing)."""
 
     def sessions() -> list[dict[str, Any]]:
-        rows = []
-        for rs in persist.load_sessions(persist._ReadOnly(store), None):
-            rows.append(
-                {
-                    "client": rs.client_id,
-                    "connected": False,
-                    "clean": False,
-                    "subscriptions": len(rs.subs),
-                    "queued": len(rs.messages),
-                    "inflight": len(rs.rel),
-                    "dropped": 0,
-                }
-            )
+        rows = [
+            {
+                "client": client,
+                "connected": False,
+                "clean": False,
+                "subscriptions": len(subs),
+                "queued": queued,
+                "inflight": rel,
+                "dropped": 0,
+            }
+            for client, subs, queued, rel in persist.session_summaries(store)
+        ]
         return sorted(rows, key=lambda r: r["client"])
 
     def retained() -> list[dict[str, Any]]:

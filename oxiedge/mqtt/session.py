@@ -19,14 +19,11 @@ Nothing here awaits: the connection task owns the I/O and the commits.
 from __future__ import annotations
 
 from collections import deque
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 from oxiedge.mqtt import persist
 from oxiedge.mqtt.codec import encode_publish
 from oxiedge.mqtt.persist import CF, packet_id_of
-
-if TYPE_CHECKING:
-    from oxiedge.mqtt.packets import Will
 
 
 class Outlet(Protocol):
@@ -132,7 +129,6 @@ class Session:
         "stats",
         "store",
         "subs",
-        "will",
     )
 
     def __init__(
@@ -159,7 +155,6 @@ class Session:
         self.next_seq = 0
         self.dropped = 0
         self.conn: Outlet | None = None
-        self.will: Will | None = None
 
     # ------------------------------------------------------------------ outbound
     def deliver(self, msg: Message, qos: int, retain: bool) -> bool:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
@@ -218,7 +219,10 @@ def test_no_trio_import() -> None:
         "bad = [m for m in sys.modules if m.split('.')[0] in ('trio', 'socket', 'asyncio')];"
         "print(bad); sys.exit(1 if bad else 0)"
     )
-    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    root = Path(__file__).resolve().parents[2]
+    res = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=root
+    )
     assert res.returncode == 0, res.stdout + res.stderr
 
 

@@ -162,8 +162,13 @@ class Broker:
         q = self.queues.get(name)
         if q is not None:
             self.get_queue(name, owner)  # exclusivity
+            if q.exclusive != exclusive:
+                raise AmqpError(
+                    RESOURCE_LOCKED,
+                    f"cannot obtain exclusive access to locked {_vhost('queue', name)}. It "
+                    "could be originally declared on another connection or the exclusive "
+                    "property value does not match that of the original declaration.")
             for what, have, want in (("durable", q.durable, durable),
-                                     ("exclusive", q.exclusive, exclusive),
                                      ("auto_delete", q.auto_delete, auto_delete)):
                 if have != want:
                     raise AmqpError(
@@ -275,7 +280,9 @@ class Broker:
         if not name or name.startswith("amq."):
             raise AmqpError(ACCESS_REFUSED,
                             f"operation not permitted on {_vhost('exchange', name)}")
-        x = self.get_exchange(name)
+        x = self.exchanges.get(name)
+        if x is None:
+            return False
         if if_unused and x.bindings:
             raise AmqpError(PRECONDITION_FAILED, f"{_vhost('exchange', name)} in use")
         return self._drop_exchange(x)

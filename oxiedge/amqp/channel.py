@@ -225,6 +225,7 @@ class Channel:
             self.reply(spec.ExchangeDeclareOk())
 
     async def on_exchange_delete(self, m: spec.ExchangeDelete) -> None:
+        # An unknown exchange is deleted successfully (idempotent, as in RabbitMQ).
         await self._commit_if(self.broker.delete_exchange(m.exchange, m.if_unused))
         if not m.nowait:
             self.reply(spec.ExchangeDeleteOk())
@@ -267,16 +268,28 @@ class Channel:
             self.reply(spec.QueuePurgeOk(count))
 
     async def on_queue_delete(self, m: spec.QueueDelete) -> None:
-        q = self._queue(m.queue)
+        name = m.queue or self.last_queue
+        if name not in self.broker.queues:
+            # Deleting what does not exist succeeds, as in RabbitMQ (delete is idempotent).
+            if not m.nowait:
+                self.reply(spec.QueueDeleteOk(0))
+            return
+        q = self._queue(name)
         if m.if_unused and q.consumers:
             raise AmqpError(PRECONDITION_FAILED, f"queue '{q.name}' in vhost '/' in use")
         if m.if_empty and q.ready:
             raise AmqpError(PRECONDITION_FAILED, f"queue '{q.name}' in vhost '/' not empty")
-        count = self.broker.delete_queue(q, self.conn.server_cancel)
+        cancelled: list[Consumer] = []
+        count = self.broker.delete_queue(q, cancelled.append)
         self.conn.exclusive_queues.pop(q.name, None)
         await self._commit_if(q.doc_id is not None)
         if not m.nowait:
             self.reply(spec.QueueDeleteOk(count))
+        # The consumers hear basic.cancel only after delete-ok, as from RabbitMQ (whose
+        # queue process dies asynchronously): a client waiting for delete-ok on the same
+        # channel must not see a cancel first.
+        for consumer in cancelled:
+            self.conn.server_cancel(consumer)
 
     async def on_qos(self, m: spec.BasicQos) -> None:
         if m.prefetch_size:
@@ -350,13 +363,14 @@ class Channel:
     async def on_reject(self, m: spec.BasicReject) -> None:
         self.nack(m.delivery_tag, False, m.requeue)
 
-    async def on_recover(self, m: spec.BasicRecover) -> None:
+    async def on_recover(self, m: spec.BasicRecover | spec.BasicRecoverAsync) -> None:
         if not m.requeue:
             raise AmqpError(NOT_IMPLEMENTED, "basic.recover requeue=false is not implemented",
                             hard=True)
         settled = self._take(0, True)
         self._settle_rejected(settled, requeue=True)
-        self.reply(spec.BasicRecoverOk())
+        if isinstance(m, spec.BasicRecover):  # recover-async (deprecated) has no reply
+            self.reply(spec.BasicRecoverOk())
         self._redispatch()
 
     async def on_confirm_select(self, m: spec.ConfirmSelect) -> None:
@@ -389,6 +403,7 @@ _HANDLERS: dict[type[spec.Method], Any] = {
     spec.BasicNack: Channel.on_nack,
     spec.BasicReject: Channel.on_reject,
     spec.BasicRecover: Channel.on_recover,
+    spec.BasicRecoverAsync: Channel.on_recover,
     spec.ConfirmSelect: Channel.on_confirm_select,
     spec.TxSelect: Channel.on_tx,
     spec.TxCommit: Channel.on_tx,

@@ -373,8 +373,10 @@ class AmqpConnection:
                 if cls is _PUBLISH or cls is _ACK:
                     ch = channels.get(ev.channel)
                     if ch is None:
-                        raise AmqpError(CHANNEL_ERROR, f"channel {ev.channel} is not open",
-                                        ev.method.CLASS_ID, ev.method.METHOD_ID)
+                        code = COMMAND_INVALID if ev.channel == 0 else CHANNEL_ERROR
+                        raise AmqpError(code, f"{ev.method.NAME} on channel {ev.channel}, "
+                                        "which is not open", ev.method.CLASS_ID,
+                                        ev.method.METHOD_ID)
                     if ch.closing:
                         continue
                     try:
@@ -406,8 +408,14 @@ class AmqpConnection:
                 self.closed = True
                 return
             if isinstance(m, spec.ConnectionUpdateSecret):
-                raise AmqpError(NOT_IMPLEMENTED, "connection.update-secret is not implemented",
-                                m.CLASS_ID, m.METHOD_ID)
+                # The new secret must authenticate the connection's user again (for PLAIN
+                # and AMQPLAIN it is the password); otherwise the connection is refused.
+                if not self.service.app.users.authenticate(self.user or None,
+                                                           m.new_secret or None):
+                    raise AmqpError(ACCESS_REFUSED, "update-secret: new secret refused",
+                                    m.CLASS_ID, m.METHOD_ID)
+                self.send(encode_method(0, spec.ConnectionUpdateSecretOk()))
+                return
             raise AmqpError(COMMAND_INVALID, f"{m.NAME} is not allowed on channel 0",
                             m.CLASS_ID, m.METHOD_ID)
         if m.CLASS_ID == 10:
@@ -417,9 +425,12 @@ class AmqpConnection:
         if isinstance(m, spec.ChannelOpen):
             if ch is not None:
                 raise AmqpError(CHANNEL_ERROR, f"second 'channel.open' seen on {number}", 20, 10)
-            if number > self.channel_max:
-                raise AmqpError(CHANNEL_ERROR,
-                                f"channel {number} exceeds channel_max {self.channel_max}",
+            # RabbitMQ's reading of channel_max, which clients rely on: it bounds the number
+            # of open channels (any channel number 1-65535 may be used).
+            if len(self.channels) >= self.channel_max:
+                raise AmqpError(NOT_ALLOWED,
+                                f"number of channels opened ({len(self.channels)}) has "
+                                f"reached the negotiated channel_max ({self.channel_max})",
                                 20, 10)
             self.channels[number] = Channel(self, number)
             self.send(encode_method(number, spec.ChannelOpenOk()))
@@ -475,8 +486,8 @@ class AmqpConnection:
         if x is None:
             raise AmqpError(NOT_FOUND, f"no exchange '{m.exchange}' in vhost '/'", 60, 40)
         if m.immediate:
-            raise AmqpError(NOT_IMPLEMENTED, "immediate=true is not implemented", 60, 40,
-                            hard=True)
+            # RabbitMQ's exact words, which client test suites compare.
+            raise AmqpError(NOT_IMPLEMENTED, "immediate=true", 60, 40, hard=True)
         if x.internal:
             raise AmqpError(ACCESS_REFUSED, f"cannot publish to internal exchange '{x.name}'",
                             60, 40)

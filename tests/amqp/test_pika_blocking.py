@@ -421,3 +421,14 @@ def test_competing_consumers_no_loss_no_duplicates(server: Any) -> None:
     for idx in range(publishers):  # every message of every publisher arrived exactly once
         mine = {b for b in everything if b.startswith(b"%d-" % idx)}
         assert mine == {b"%d-%d" % (idx, i) for i in range(n_per_publisher)}
+
+
+def test_exclusive_flag_mismatch_is_resource_locked(conn: Any) -> None:
+    """RabbitMQ answers 405 (not 406) when the exclusive flag differs (aiormq relies on it)."""
+    ch0 = conn.channel()
+    ch0.queue_declare("excl-mismatch", exclusive=True)
+    ch1 = conn.channel()
+    with pytest.raises(ChannelClosedByBroker) as info:
+        ch1.queue_declare("excl-mismatch")
+    assert info.value.reply_code == 405
+    ch0.queue_delete("excl-mismatch")

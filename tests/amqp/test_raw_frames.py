@@ -84,7 +84,7 @@ def test_channel_error_keeps_connection(server: Any) -> None:
     raw.close()
 
 
-def test_channel_max_and_frame_max_negotiation(server: Any) -> None:
+def test_frame_max_negotiation(server: Any) -> None:
     raw = RawClient(server.amqp_port)
     tune = raw.handshake(frame_max=4096)
     assert tune.frame_max == 131072 and tune.channel_max == 2047
@@ -92,10 +92,23 @@ def test_channel_max_and_frame_max_negotiation(server: Any) -> None:
     raw.send(codec.encode_frame(3, 1, b"x" * 5000))  # over the negotiated 4096
     raw.expect_close(501)
     raw.close()
-    raw = RawClient(server.amqp_port)
-    raw.handshake()
-    raw.method(2048, spec.ChannelOpen())
-    raw.expect_close(504)
+
+
+def test_channel_max_bounds_open_channels(start_server: Any) -> None:
+    """RabbitMQ's reading: channel_max limits how many channels are open, not their
+    numbers (aiormq's suite opens channel 65535 and expects 530 past the count)."""
+    srv = start_server("--amqp-channel-max", "2")
+    raw = RawClient(srv.amqp_port)
+    tune = raw.handshake()
+    assert tune.channel_max == 2
+    raw.open_channel(1)
+    raw.open_channel(65535)
+    raw.method(65535, spec.ChannelClose(200, "", 0, 0))
+    raw.expect(spec.ChannelCloseOk, 65535)
+    raw.open_channel(7)  # a slot was freed
+    raw.method(9, spec.ChannelOpen())
+    close = raw.expect_close(530)
+    assert "channel_max" in close.reply_text
     raw.close()
 
 
@@ -229,12 +242,50 @@ def test_consumer_rules(server: Any) -> None:
     raw.close()
 
 
-def test_update_secret_and_unknown_connection_methods(server: Any) -> None:
+def test_update_secret_reauthenticates(start_server: Any) -> None:
+    srv = start_server()
+    srv.cli("user", "add", "guest", "--password-stdin", input="guest\n")
+    raw = RawClient(srv.amqp_port)
+    raw.handshake()
+    raw.method(0, spec.ConnectionUpdateSecret(b"guest", "rotate"))
+    raw.expect(spec.ConnectionUpdateSecretOk)
+    raw.method(0, spec.ConnectionUpdateSecret(b"wrong", "rotate"))
+    raw.expect_close(403)
+    raw.close()
+
+
+def test_methods_on_channel_zero_are_command_invalid(server: Any) -> None:
     raw = RawClient(server.amqp_port)
     raw.handshake()
-    raw.method(0, spec.ConnectionUpdateSecret(b"s", "rotate"))
-    close = raw.expect_close(540)
-    assert "update-secret" in close.reply_text
+    raw.send(codec.encode_content(0, spec.BasicPublish(routing_key="x"), b"\x00\x00", b"", 0))
+    raw.expect_close(503)
+    raw.close()
+
+
+def test_queue_delete_ok_precedes_cancel_and_deletes_are_idempotent(server: Any) -> None:
+    raw = RawClient(server.amqp_port)
+    raw.send(codec.PROTOCOL_HEADER)
+    raw.expect(spec.ConnectionStart)
+    caps = {"capabilities": {"consumer_cancel_notify": True}}
+    raw.method(0, spec.ConnectionStartOk(caps, "PLAIN", b"\x00guest\x00guest"))
+    raw.expect(spec.ConnectionTune)
+    raw.method(0, spec.ConnectionTuneOk(0, 131072, 0))
+    raw.method(0, spec.ConnectionOpen("/"))
+    raw.expect(spec.ConnectionOpenOk)
+    raw.open_channel(1)
+    raw.method(1, spec.QueueDeclare(queue="del-order"))
+    raw.expect(spec.QueueDeclareOk, 1)
+    raw.method(1, spec.BasicConsume(queue="del-order", consumer_tag="c1"))
+    raw.expect(spec.BasicConsumeOk, 1)
+    raw.method(1, spec.QueueDelete(queue="del-order"))
+    raw.expect(spec.QueueDeleteOk, 1)  # first the reply...
+    cancel = raw.expect(spec.BasicCancel, 1)  # ...then the notification
+    assert isinstance(cancel, spec.BasicCancel) and cancel.consumer_tag == "c1"
+    raw.method(1, spec.QueueDelete(queue="del-order"))  # gone already: still delete-ok
+    ok = raw.expect(spec.QueueDeleteOk, 1)
+    assert isinstance(ok, spec.QueueDeleteOk) and ok.message_count == 0
+    raw.method(1, spec.ExchangeDelete(exchange="never-declared"))
+    raw.expect(spec.ExchangeDeleteOk, 1)
     raw.close()
 
 

@@ -42,6 +42,7 @@ class Target:
     user: str = "guest"
     password: str = "guest"
     log_path: Path | None = None
+    started: bool = False  # started by this run (so it may be paused and stopped)
 
     def runs_mqtt(self, scenario: str) -> bool:
         return self.mqtt is not None and (self.mqtt_only is None or scenario in self.mqtt_only)
@@ -71,6 +72,7 @@ class Started:
 
     def __init__(self, target: Target, proc: subprocess.Popen[bytes], tmp: Path) -> None:
         self.target = target
+        target.started = True
         self.proc = proc
         self.tmp = tmp
         self.epmd_pids: list[int] = []  # an epmd daemon RabbitMQ started for this run
@@ -84,7 +86,8 @@ class Started:
             pids = procstat.tree(self.proc.pid)
             for p in reversed(pids):
                 with contextlib.suppress(ProcessLookupError):
-                    os.kill(p, signal.SIGTERM)
+                    os.kill(p, signal.SIGCONT)  # in case a run left it paused
+                    os.kill(p, sig)
             try:
                 self.proc.wait(timeout=15)
             except subprocess.TimeoutExpired:

@@ -61,11 +61,18 @@ def _open_store(cfg: Config, write: bool):  # type: ignore[no-untyped-def]
     if not cfg.db_path.exists() and not write:
         _fail(f"no oxiedge data in {cfg.data} (start `oxiedge serve` or pass --data)")
     try:
-        return Store.open(cfg.db_path, read_only=not write)
+        store = Store.open(cfg.db_path, read_only=not write)
     except StoreLockedError:
         _fail(f"a server holds {cfg.data} but its admin socket {cfg.admin_socket} does not answer")
     except Exception as exc:  # rocksdict reports I/O problems as plain exceptions
         _fail(f"cannot open {cfg.db_path}: {exc}")
+    # The brokers' hot records show up as `_mqtt` / `_amqp` documents, as on a live server.
+    from .amqp.views import register_offline_message_view
+    from .mqtt.views import register_views
+
+    register_views(store)
+    register_offline_message_view(store)
+    return store
 
 
 def _request(data: Path | None, op: str, args: dict[str, Any],

@@ -6,7 +6,11 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
+
+import paho.mqtt.client as mqtt
+import pika
 
 from tests.conftest import ServerProcess
 
@@ -77,3 +81,40 @@ def test_user_add_list_remove(tmp_path: Path) -> None:
     assert "pw1" not in (data / "passwd").read_text()
     assert _cli(data, "user", "remove", "sensor1").returncode == 0
     assert _cli(data, "user", "remove", "sensor1").returncode == 1
+
+
+def test_broker_state_is_visible_offline(server: ServerProcess) -> None:
+    """`find _mqtt` / `find _amqp` show queued messages with no server running too."""
+    sub = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id="offline-sub",
+                      clean_session=False)
+    sub.connect("127.0.0.1", server.mqtt_port)
+    sub.loop_start()
+    result, _mid = sub.subscribe("t/#", qos=1)
+    assert result == mqtt.MQTT_ERR_SUCCESS
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        rows = [json.loads(x) for x in server.cli("sessions", "--json").stdout.splitlines()]
+        if rows and rows[0]["subscriptions"] == 1:
+            break
+        time.sleep(0.05)
+    sub.disconnect()
+    sub.loop_stop()
+    pub = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id="offline-pub")
+    pub.connect("127.0.0.1", server.mqtt_port)
+    pub.loop_start()
+    pub.publish("t/1", b"queued", qos=1).wait_for_publish(10)
+    pub.disconnect()
+    pub.loop_stop()
+    conn = pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", server.amqp_port))
+    ch = conn.channel()
+    ch.confirm_delivery()
+    ch.queue_declare("work", durable=True)
+    ch.basic_publish("", "work", b"job", pika.BasicProperties(delivery_mode=2))
+    conn.close()
+    server.stop()
+    mqtt_msgs = [json.loads(x) for x in server.cli("find", "_mqtt", '{"_kind": "msg"}', "--json")
+                 .stdout.splitlines()]
+    assert len(mqtt_msgs) == 1 and mqtt_msgs[0]["client"] == "offline-sub"
+    amqp_msgs = [json.loads(x) for x in server.cli("find", "_amqp", '{"_kind": "qmsg"}', "--json")
+                 .stdout.splitlines()]
+    assert len(amqp_msgs) == 1

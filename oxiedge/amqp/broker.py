@@ -56,6 +56,7 @@ class Broker:
         self.next_qid = 1
         self.topic_hooks: list[TopicHook] = []
         self.counters = {"published": 0, "unroutable": 0, "returned": 0, "dropped": 0,
+                         "expired": 0,
                          "delivered": 0, "acked": 0, "requeued": 0, "discarded": 0,
                          "persisted": 0, "confirmed": 0, "nacked_confirms": 0}
         self.exchanges[""] = Exchange("", "direct", durable=True, builtin=True)
@@ -105,8 +106,9 @@ class Broker:
             if mq is None:
                 orphans.add(qid)
                 continue
-            exchange, routing_key, props, body = persist.decode_record(value)
-            mq.enqueue(QueuedMessage(seq, exchange, routing_key, props, body, True, True))
+            exchange, routing_key, props, body, expires = persist.decode_record(value)
+            mq.enqueue(QueuedMessage(seq, exchange, routing_key, props, body, True, True,
+                                     expires))
             mq.next_seq = seq + 1
             messages += 1
         for qid in orphans:
@@ -125,12 +127,17 @@ class Broker:
     # -- queues ------------------------------------------------------------------------
 
     def _new_queue(self, name: str, qid: int, **kw: Any) -> Queue:
-        q = Queue(name, qid, limit=self.queue_limit, on_drop=self._dropped, **kw)
+        q = Queue(name, qid, limit=self.queue_limit, on_drop=self._dropped,
+                  on_expire=self._expired, **kw)
         self.queues[name] = q
         return q
 
     def _dropped(self, queue: Queue, msg: QueuedMessage) -> None:
         self.counters["dropped"] += 1
+        self.forget(queue, msg)
+
+    def _expired(self, queue: Queue, msg: QueuedMessage) -> None:
+        self.counters["expired"] += 1
         self.forget(queue, msg)
 
     def get_queue(self, name: str, owner: object | None = None) -> Queue:
@@ -218,6 +225,7 @@ class Broker:
 
     def purge(self, q: Queue) -> int:
         """Drop every ready message (unacked ones stay); returns how many."""
+        q.expire_head()
         count = len(q.ready)
         for msg in q.ready:
             self.forget(q, msg)

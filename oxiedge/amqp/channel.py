@@ -242,6 +242,7 @@ class Channel:
             self.conn.exclusive_queues[q.name] = q
         self.last_queue = q.name
         await self._commit_if(staged)
+        q.expire_head()
         if not m.nowait:
             self.reply(spec.QueueDeclareOk(q.name, len(q.ready), len(q.consumers)))
 
@@ -335,10 +336,10 @@ class Channel:
 
     async def on_get(self, m: spec.BasicGet) -> None:
         q = self._queue(m.queue)
-        if not q.ready:
+        msg = q.pop_ready()
+        if msg is None:
             self.reply(spec.BasicGetEmpty())
             return
-        msg = q.ready.popleft()
         q.delivered += 1
         self.broker.counters["delivered"] += 1
         self.next_tag += 1

@@ -84,7 +84,7 @@ class Command:
     ``body`` the concatenated body frames; both ``None`` for methods without content.
     """
 
-    __slots__ = ("body", "channel", "delivery_mode", "method", "properties")
+    __slots__ = ("body", "channel", "delivery_mode", "expiration", "method", "properties")
 
     def __init__(
         self,
@@ -93,12 +93,14 @@ class Command:
         properties: bytes | None = None,
         body: bytes | None = None,
         delivery_mode: int | None = None,
+        expiration: str | None = None,
     ) -> None:
         self.channel = channel
         self.method = method
         self.properties = properties
         self.body = body
         self.delivery_mode = delivery_mode
+        self.expiration = expiration
 
     def __repr__(self) -> str:
         extra = "" if self.body is None else f", body={len(self.body)}B"
@@ -108,12 +110,14 @@ class Command:
 class _Pending:
     """A content whose header or body frames are still arriving on one channel."""
 
-    __slots__ = ("body_size", "chunks", "delivery_mode", "method", "properties", "received")
+    __slots__ = ("body_size", "chunks", "delivery_mode", "expiration", "method", "properties",
+                 "received")
 
     def __init__(self, method: spec.Method) -> None:
         self.method = method
         self.properties: bytes | None = None
         self.delivery_mode: int | None = None
+        self.expiration: str | None = None
         self.body_size = 0
         self.received = 0
         self.chunks: list[bytes] = []
@@ -158,6 +162,25 @@ def scan_properties(raw: bytes) -> int | None:
     if off > len(raw):
         raise AmqpError(SYNTAX_ERROR, "truncated content properties")
     return mode
+
+
+def expiration_of(raw: bytes) -> str | None:
+    """The ``expiration`` property (a TTL in milliseconds, as text) of raw properties that
+    :func:`scan_properties` already validated; ``None`` when absent."""
+    flags = _H.unpack_from(raw, 0)[0]
+    if not flags & 0x0100:
+        return None
+    off = 2
+    for bit in (0x8000, 0x4000):
+        if flags & bit:
+            off += 1 + raw[off]
+    if flags & 0x2000:
+        off += 4 + _I.unpack_from(raw, off)[0]
+    off += (1 if flags & 0x1000 else 0) + (1 if flags & 0x0800 else 0)
+    for bit in (0x0400, 0x0200):
+        if flags & bit:
+            off += 1 + raw[off]
+    return raw[off + 1 : off + 1 + raw[off]].decode("utf-8", "replace")
 
 
 def decode_method(payload: bytes) -> spec.Method:
@@ -294,11 +317,14 @@ class FrameParser:
                 )
             props = payload[12:]
             pend.delivery_mode = scan_properties(props)
+            if props[0] & 0x01:  # the expiration flag (0x0100): rare, so looked up only then
+                pend.expiration = expiration_of(props)
             pend.properties = props
             pend.body_size = body_size
             if body_size == 0:
                 del self._pending[channel]
-                return Command(channel, pend.method, props, b"", pend.delivery_mode)
+                return Command(channel, pend.method, props, b"", pend.delivery_mode,
+                               pend.expiration)
             return None
         if ftype == FRAME_BODY:
             pend = self._pending.get(channel)
@@ -315,7 +341,8 @@ class FrameParser:
             if pend.received == pend.body_size:
                 del self._pending[channel]
                 body = payload if len(pend.chunks) == 1 else b"".join(pend.chunks)
-                return Command(channel, pend.method, pend.properties, body, pend.delivery_mode)
+                return Command(channel, pend.method, pend.properties, body, pend.delivery_mode,
+                               pend.expiration)
             return None
         if ftype == FRAME_HEARTBEAT:
             if channel != 0:

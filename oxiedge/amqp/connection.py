@@ -27,6 +27,7 @@ negotiated interval, and declares the peer dead when nothing arrived for two int
 from __future__ import annotations
 
 import logging
+import time
 from typing import TYPE_CHECKING, Any
 
 import trio
@@ -52,6 +53,7 @@ from oxiedge.amqp.errors import (
     NOT_ALLOWED,
     NOT_FOUND,
     NOT_IMPLEMENTED,
+    PRECONDITION_FAILED,
     AmqpError,
 )
 from oxiedge.amqp.fields import decode_table, encode_longstr
@@ -68,6 +70,18 @@ RECEIVE_SIZE = 1 << 16
 _CLOSE_OK_FRAME = encode_method(0, spec.ConnectionCloseOk())
 _PUBLISH = spec.BasicPublish
 _ACK = spec.BasicAck
+
+
+def _deadline(expiration: str) -> float:
+    """The wall-clock deadline of a per-message TTL (the ``expiration`` property, in ms).
+
+    RabbitMQ accepts only a non-negative integer; anything else is a 406 channel error.
+    """
+    if not expiration.isdigit():
+        raise AmqpError(PRECONDITION_FAILED, f"invalid expiration '{expiration}'", 60, 40)
+    # A TTL of 0 still lets a consumer with credit take the message at once (enqueue
+    # dispatches synchronously); any later look finds it expired.
+    return time.time() + int(expiration) / 1000
 
 
 class PeerGone(Exception):
@@ -524,12 +538,13 @@ class AmqpConnection:
                     NO_ROUTE, "NO_ROUTE", m.exchange, rk), props, body, self.frame_max))
             return
         persistent = cmd.delivery_mode == 2
+        expires = 0.0 if cmd.expiration is None else _deadline(cmd.expiration)
         record = None
         for q in queues:
-            msg = QueuedMessage(q.take_seq(), m.exchange, rk, props, body)
+            msg = QueuedMessage(q.take_seq(), m.exchange, rk, props, body, expires=expires)
             if persistent and q.doc_id is not None:
                 if record is None:
-                    record = persist.encode_record(m.exchange, rk, props, body)
+                    record = persist.encode_record(m.exchange, rk, props, body, expires)
                 # Staged BEFORE the message becomes deliverable: an ack's delete is always
                 # staged after this put, so it can never race ahead of the insert.
                 broker.store_message(q, msg, record)

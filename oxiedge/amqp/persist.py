@@ -28,7 +28,9 @@ COLL = "_amqp"
 MSG_PREFIX = b"m"
 _KEY = struct.Struct(">QQ")
 _I = struct.Struct(">I")
+_Q = struct.Struct(">Q")
 _VERSION = 1
+_VERSION_TTL = 2
 
 
 def msg_key(qid: int, seq: int) -> bytes:
@@ -47,15 +49,25 @@ def parse_key(key: bytes) -> tuple[int, int]:
     return qid, seq
 
 
-def encode_record(exchange: str, routing_key: str, properties: bytes, body: bytes) -> bytes:
+def encode_record(exchange: str, routing_key: str, properties: bytes, body: bytes,
+                  expires: float = 0.0) -> bytes:
+    """A message record; one with a per-message TTL (version 2) also stores its deadline
+    (ms since the epoch) so the TTL keeps running across a restart."""
     ex = exchange.encode("utf-8", "surrogateescape")
     rk = routing_key.encode("utf-8", "surrogateescape")
-    return b"".join((bytes((_VERSION, len(ex))), ex, bytes((len(rk),)), rk,
-                     _I.pack(len(properties)), properties, body))
+    head = bytes((_VERSION, len(ex))) if not expires else (
+        bytes((_VERSION_TTL,)) + _Q.pack(int(expires * 1000)) + bytes((len(ex),)))
+    return b"".join((head, ex, bytes((len(rk),)), rk, _I.pack(len(properties)), properties,
+                     body))
 
 
-def decode_record(value: bytes) -> tuple[str, str, bytes, bytes]:
-    """``(exchange, routing_key, properties, body)`` of a stored message."""
+def decode_record(value: bytes) -> tuple[str, str, bytes, bytes, float]:
+    """``(exchange, routing_key, properties, body, expires)`` of a stored message
+    (``expires`` = wall-clock deadline in seconds, 0 = no TTL)."""
+    expires = 0.0
+    if value and value[0] == _VERSION_TTL:
+        expires = _Q.unpack_from(value, 1)[0] / 1000
+        value = bytes((_VERSION,)) + value[9:]
     if not value or value[0] != _VERSION:
         raise ValueError("unknown AMQP message record version")
     off = 2 + value[1]
@@ -65,7 +77,8 @@ def decode_record(value: bytes) -> tuple[str, str, bytes, bytes]:
     off += 1 + n
     plen = _I.unpack_from(value, off)[0]
     off += 4
-    return exchange, routing_key, bytes(value[off : off + plen]), bytes(value[off + plen :])
+    return (exchange, routing_key, bytes(value[off : off + plen]), bytes(value[off + plen :]),
+            expires)
 
 
 def jsonable(value: Any) -> Any:
@@ -95,7 +108,7 @@ def properties_doc(raw: bytes) -> dict[str, Any]:
 
 def message_doc(queue: str, qid: int, seq: int, value: bytes) -> dict[str, Any]:
     """The ``{"_kind": "qmsg"}`` document shape of a stored message."""
-    exchange, routing_key, properties, body = decode_record(value)
+    exchange, routing_key, properties, body, expires = decode_record(value)
     doc: dict[str, Any] = {
         "_id": f"{qid}:{seq}",
         "_kind": "qmsg",
@@ -107,6 +120,8 @@ def message_doc(queue: str, qid: int, seq: int, value: bytes) -> dict[str, Any]:
         "properties": properties_doc(properties),
         "size": len(body),
     }
+    if expires:
+        doc["expires_ms"] = int(expires * 1000)
     try:
         doc["body"] = body.decode("utf-8")
     except UnicodeDecodeError:

@@ -20,6 +20,7 @@ queue only counts them.
 
 from __future__ import annotations
 
+import time
 from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -31,8 +32,8 @@ if TYPE_CHECKING:
 class QueuedMessage:
     """One message in one queue.  ``stored`` is true when a durable record exists."""
 
-    __slots__ = ("body", "exchange", "properties", "redelivered", "routing_key", "seq",
-                 "stored")
+    __slots__ = ("body", "exchange", "expires", "properties", "redelivered", "routing_key",
+                 "seq", "stored")
 
     def __init__(
         self,
@@ -43,8 +44,10 @@ class QueuedMessage:
         body: bytes,
         stored: bool = False,
         redelivered: bool = False,
+        expires: float = 0.0,
     ) -> None:
         self.seq = seq
+        self.expires = expires  # wall-clock deadline (per-message TTL); 0 = never
         self.exchange = exchange
         self.routing_key = routing_key
         self.properties = properties
@@ -91,6 +94,7 @@ class Queue:
         arguments: dict[str, Any] | None = None,
         limit: int = 100_000,
         on_drop: Callable[[Queue, QueuedMessage], None] | None = None,
+        on_expire: Callable[[Queue, QueuedMessage], None] | None = None,
     ) -> None:
         self.name = name
         self.qid = qid
@@ -100,6 +104,8 @@ class Queue:
         self.arguments = arguments or {}
         self.limit = limit
         self.on_drop = on_drop
+        self.on_expire = on_expire
+        self.expired = 0
         self.ready: deque[QueuedMessage] = deque()
         self.consumers: list[Consumer] = []
         self.next_seq = 1
@@ -112,6 +118,7 @@ class Queue:
         self.doc_id: int | None = None  # _amqp document of a durable queue
         self._rr = 0
         self._dispatching = False
+        self._fresh: QueuedMessage | None = None
 
     @property
     def exclusive(self) -> bool:
@@ -133,7 +140,11 @@ class Queue:
         ready.append(msg)
         self.published += 1
         if self.consumers:
+            # A consumer that can take the message during this very dispatch gets it even
+            # with a TTL of 0 (RabbitMQ: "expires unless it can be delivered immediately").
+            self._fresh = msg
             self.dispatch()
+            self._fresh = None
 
     def requeue(self, msgs: list[QueuedMessage]) -> None:
         """Put unacked messages back at the head, in their original order, redelivered."""
@@ -163,10 +174,40 @@ class Queue:
                 else:
                     return  # everybody is at its limit; an ack or a drain calls us again
                 msg = ready.popleft()
+                if msg.expires and msg is not self._fresh and msg.expires <= time.time():
+                    self._expire(msg)
+                    continue
                 self.delivered += 1
                 consumer.channel.deliver(consumer, msg)
         finally:
             self._dispatching = False
+
+    def _expire(self, msg: QueuedMessage) -> None:
+        self.expired += 1
+        if self.on_expire is not None:
+            self.on_expire(self, msg)
+
+    def pop_ready(self) -> QueuedMessage | None:
+        """The next live message for basic.get (expired ones at the head are discarded)."""
+        ready = self.ready
+        while ready:
+            msg = ready.popleft()
+            if msg.expires and msg.expires <= time.time():
+                self._expire(msg)
+                continue
+            return msg
+        return None
+
+    def expire_head(self) -> None:
+        """Discard expired messages at the head (RabbitMQ expires a message only once it
+        reaches the head of its queue; declare-ok and purge-ok counts then exclude them)."""
+        ready = self.ready
+        now = 0.0
+        while ready and ready[0].expires:
+            now = now or time.time()
+            if ready[0].expires > now:
+                return
+            self._expire(ready.popleft())
 
     def remove_consumer(self, consumer: Consumer) -> None:
         if consumer in self.consumers:
@@ -183,6 +224,7 @@ class Queue:
             "unacked": self.unacked,
             "consumers": len(self.consumers),
             "dropped": self.dropped,
+            "expired": self.expired,
             "published": self.published,
             "delivered": self.delivered,
             "arguments": self.arguments,

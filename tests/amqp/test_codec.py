@@ -295,12 +295,15 @@ _short = st.text(max_size=30).filter(lambda s: len(s.encode()) <= 255)
         correlation_id=st.none() | _short,
         timestamp=st.none() | st.integers(0, 2**64 - 1),
         cluster_id=st.none() | _short,
+        reply_to=st.none() | _short,
+        expiration=st.none() | st.integers(0, 10**9).map(str),
     )
 )
 def test_properties_round_trip(props: spec.BasicProperties) -> None:
     raw = props.encode()
     assert spec.BasicProperties.decode(raw) == (props, len(raw))
     assert codec.scan_properties(raw) == props.delivery_mode
+    assert codec.expiration_of(raw) == props.expiration
 
 
 @given(st.sampled_from(sorted(spec.METHODS.values(), key=lambda c: c.NAME)), st.data())
@@ -381,3 +384,24 @@ def test_reply_text_fits_a_shortstr() -> None:
     err = AmqpError(404, "no queue '" + "é" * 200 + "' in vhost '/'")
     assert len(err.reply_text.encode()) <= 255
     encode_shortstr(err.reply_text)  # does not raise
+
+
+def test_expiration_reaches_the_command() -> None:
+    props = spec.BasicProperties(content_type="t", headers={"a": 1}, delivery_mode=2,
+                                 priority=1, correlation_id="c", reply_to="r",
+                                 expiration="1500").encode()
+    [cmd] = parse_all(codec.encode_content(1, spec.BasicPublish(), props, b"x", 0))
+    assert isinstance(cmd, Command) and cmd.expiration == "1500" and cmd.delivery_mode == 2
+    [cmd] = parse_all(codec.encode_content(1, spec.BasicPublish(), b"\x00\x00", b"x", 0))
+    assert isinstance(cmd, Command) and cmd.expiration is None
+
+
+def test_message_record_versions() -> None:
+    from oxiedge.amqp import persist
+
+    plain = persist.encode_record("ex", "rk", b"\x00\x00", b"body")
+    assert plain[0] == 1
+    assert persist.decode_record(plain) == ("ex", "rk", b"\x00\x00", b"body", 0.0)
+    ttl = persist.encode_record("ex", "rk", b"\x01\x00", b"body", 1_700_000_000.5)
+    assert ttl[0] == 2
+    assert persist.decode_record(ttl) == ("ex", "rk", b"\x01\x00", b"body", 1_700_000_000.5)

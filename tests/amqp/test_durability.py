@@ -226,3 +226,26 @@ def test_sigkill_mid_stream_loses_nothing_confirmed(start_server: Any) -> None:
     ch = connect(srv).channel()
     bodies = [b for _m, _p, b in get_all(ch, "stream")]
     assert bodies[:confirmed] == [b"%08d" % i for i in range(1, confirmed + 1)]
+
+
+def test_message_ttl_survives_restart(start_server: Any) -> None:
+    import json
+
+    srv = start_server()
+    c = connect(srv)
+    ch = c.channel()
+    ch.confirm_delivery()
+    ch.queue_declare("ttl-durable", durable=True)
+    ch.basic_publish("", "ttl-durable", b"long", pika.BasicProperties(delivery_mode=2,
+                                                                    expiration="3600000"))
+    ch.basic_publish("", "ttl-durable", b"short", pika.BasicProperties(delivery_mode=2,
+                                                                     expiration="0"))
+    docs = [json.loads(x) for x in
+            srv.cli("find", "_amqp", '{"_kind": "qmsg"}', "--json").stdout.splitlines()]
+    assert sorted(d["body"] for d in docs if "expires_ms" in d) == [b"long".decode(), "short"]
+    srv.kill()
+    srv.start()
+    ch = connect(srv).channel()
+    msgs = get_all(ch, "ttl-durable")
+    assert [b for _m, _p, b in msgs] == [b"long"]  # the TTL-0 one expired, the long one kept
+    assert msgs[0][1].expiration == "3600000"

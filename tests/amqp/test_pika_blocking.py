@@ -432,3 +432,23 @@ def test_exclusive_flag_mismatch_is_resource_locked(conn: Any) -> None:
         ch1.queue_declare("excl-mismatch")
     assert info.value.reply_code == 405
     ch0.queue_delete("excl-mismatch")
+
+
+def test_per_message_ttl(conn: Any) -> None:
+    ch = conn.channel()
+    ch.queue_declare("ttl-q")
+    ch.basic_publish("", "ttl-q", b"gone", pika.BasicProperties(expiration="0"))
+    ch.basic_publish("", "ttl-q", b"kept", pika.BasicProperties(expiration="3600000"))
+    # TTL 0 with nobody to take it: expired as soon as it is looked at (at the head)
+    assert ch.queue_declare("ttl-q", passive=True).method.message_count == 1
+    _m, props, body = ch.basic_get("ttl-q", auto_ack=True)
+    assert body == b"kept" and props.expiration == "3600000"  # the property travels on
+    # a consumer with credit still gets a TTL-0 message at once
+    got: list[bytes] = []
+    ch.basic_consume("ttl-q", lambda c, m, p, b: got.append(b), auto_ack=True)
+    ch.basic_publish("", "ttl-q", b"now", pika.BasicProperties(expiration="0"))
+    wait_until(conn, lambda: got == [b"now"])
+    with pytest.raises(ChannelClosedByBroker) as info:
+        ch.basic_publish("", "ttl-q", b"bad", pika.BasicProperties(expiration="soon"))
+        ch.queue_declare("ttl-q", passive=True)
+    assert info.value.reply_code == 406

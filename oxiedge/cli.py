@@ -241,6 +241,23 @@ _view_command("bindings", "AMQP bindings.")
 
 
 @app.command()
+def limits(
+    memory_high_watermark: Annotated[str | None, typer.Option(
+        help="fraction of RAM (0.4) or size (512MB)")] = None,
+    disk_free_limit: Annotated[str | None, typer.Option(help="size, e.g. 200MB")] = None,
+    data: DataOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Show the resource alarms; change their limits on the running server (not persisted)."""
+    args = {"memory_high_watermark": memory_high_watermark, "disk_free_limit": disk_free_limit}
+    result = _request(data, "alarms.set", args, None)
+    if as_json:
+        sys.stdout.write(json.dumps(result) + "\n")
+        return
+    _print_rows([result], False, "resource alarms")
+
+
+@app.command()
 def status(data: DataOpt = None, as_json: JsonOpt = False) -> None:
     """Health, counters and bounds of the running server (or of the data dir)."""
 

@@ -45,6 +45,18 @@ def core_handlers(app: App) -> dict[str, Handler]:
     async def collections(_args: dict[str, Any]) -> list[dict[str, Any]]:
         return await trio.to_thread.run_sync(store.list_collections)
 
+    def alarms_set(args: dict[str, Any]) -> dict[str, Any]:
+        """Change the alarm limits at run time (like rabbitmqctl set_disk_free_limit)."""
+        from ..alarms import parse_memory_watermark, parse_size
+
+        alarms = app.alarms
+        if args.get("memory_high_watermark") is not None:
+            alarms.memory_limit = parse_memory_watermark(str(args["memory_high_watermark"]))
+        if args.get("disk_free_limit") is not None:
+            alarms.disk_free_limit = parse_size(str(args["disk_free_limit"]))
+        alarms.check()
+        return alarms.status()
+
     def users_reload(_args: dict[str, Any]) -> dict[str, Any]:
         app.users.reload()
         return {"users": len(app.users.names)}
@@ -56,6 +68,7 @@ def core_handlers(app: App) -> dict[str, Handler]:
         "count": count,
         "collections": collections,
         "users.reload": users_reload,
+        "alarms.set": alarms_set,
     }
 
 

@@ -97,6 +97,7 @@ class Connection:
         self._retained_for: list[list[tuple[str, int]]] = []
         self._need_commit = False
         self._kick = False
+        self._published = False  # publishers are held while a resource alarm is on
         self._closing = False  # the reader ended: the writer exits once the buffer is empty
         self._disconnected = False
         self._abnormal = False
@@ -223,6 +224,7 @@ class Connection:
         # MQTT-3.1.2-24: 1.5x the keep-alive without any packet closes the connection.
         window = keep_alive * 1.5 if keep_alive else math.inf
         handlers = self._handlers()
+        alarms = self.service.app.alarms
         with trio.CancelScope() as ka:
             while True:
                 for packet in decoder:
@@ -245,6 +247,14 @@ class Connection:
                 if not data:
                     raise _Close("connection closed without DISCONNECT")
                 decoder.feed(data)
+                if self._published and alarms.blocked:
+                    # Memory or disk alarm: hold a publisher's input unprocessed (and so its
+                    # socket unread: TCP back-pressure) while subscribers keep draining. A
+                    # held client is not silent by choice, so no keep-alive meanwhile.
+                    ka.deadline = math.inf
+                    self.broker.stats.blocked += 1
+                    await alarms.wait_unblocked()
+                    ka.deadline = trio.current_time() + window
         raise _Close(f"keep-alive timeout ({keep_alive}s x 1.5)")
 
     async def _end_burst(self) -> None:
@@ -331,6 +341,7 @@ class Connection:
         }
 
     def _on_publish(self, p: Publish) -> bool:
+        self._published = True
         qos = p.qos
         if qos == 0:
             if self.broker.route(p.topic, p.payload, 0, p.retain):

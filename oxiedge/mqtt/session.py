@@ -39,6 +39,7 @@ class Stats:
 
     __slots__ = (
         "auth_failures",
+        "blocked",
         "commit_errors",
         "connections",
         "connections_total",
@@ -53,6 +54,7 @@ class Stats:
 
     def __init__(self) -> None:
         self.auth_failures = 0  # CONNACK 4/5 sent
+        self.blocked = 0  # times a publisher was held by a memory/disk alarm
         self.commit_errors = 0  # commits that failed (nothing of theirs was acked)
         self.connections = 0  # open now
         self.connections_total = 0

@@ -152,6 +152,7 @@ VARIANTS: list[tuple[str, Callable[[Path, float], dict[str, float]]]] = [
     ("store.insert, 1 writer", lambda d, s: store_writers(d, s, 1)),
     ("store.insert, 8 writers", lambda d, s: store_writers(d, s, 8)),
     ("store.insert, 64 writers", lambda d, s: store_writers(d, s, 64)),
+    ("store.insert, 256 writers", lambda d, s: store_writers(d, s, 256)),
     ("stage_put+commit raw, 64 writers", lambda d, s: store_writers(d, s, 64, raw=True)),
 ]
 

@@ -42,11 +42,12 @@ fi
 mkext4() { # label uuid hash_seed size_mib source_dir root_owner
     mke2fs -q -F -t ext4 -L "$1" -U "$2" -E "hash_seed=$3,root_owner=$6" -m 1 \
         -d "$5" "$TMP/$1.img" "${4}M"
-    # e2fsprogs < 1.47.2 stamps every copied inode's ctime with the clock (mtime, atime and
-    # crtime are taken from the files / E2FSPROGS_FAKE_TIME): set them to SOURCE_DATE_EPOCH
-    # so that two builds of one commit give the same bytes.
+    # e2fsprogs < 1.47.2 stamps every copied inode's ctime with the clock, and atime is
+    # copied from the source, where the build itself read files (mtime is clamped by the
+    # caller): set both to SOURCE_DATE_EPOCH so two builds of one commit give the same bytes.
     (cd "$5" && find . -printf '%P\n') | while IFS= read -r path; do
-        printf 'sif "/%s" ctime @%s\n' "$path" "$SOURCE_DATE_EPOCH"
+        printf 'sif "/%s" ctime @%s\nsif "/%s" atime @%s\n' \
+            "$path" "$SOURCE_DATE_EPOCH" "$path" "$SOURCE_DATE_EPOCH"
     done > "$TMP/$1.ctime"
     debugfs -w -f "$TMP/$1.ctime" "$TMP/$1.img" >/dev/null 2>"$TMP/$1.ctime.log"
     if grep -v '^debugfs ' "$TMP/$1.ctime.log" | grep -q .; then

@@ -21,7 +21,7 @@ from oxiedge.amqp.errors import (
     RESOURCE_LOCKED,
     AmqpError,
 )
-from oxiedge.amqp.exchanges import SUPPORTED_TYPES, Binding, Exchange
+from oxiedge.amqp.exchanges import SUPPORTED_TYPES, Binding, Exchange, ExchangeBinding
 from oxiedge.amqp.queues import Queue, QueuedMessage
 
 if TYPE_CHECKING:
@@ -90,8 +90,17 @@ class Broker:
             by_qid[q.qid] = q
             self.next_qid = max(self.next_qid, q.qid + 1)
         for doc in bind_docs:
-            bq = self.queues.get(doc["queue"])
             bx = self.exchanges.get(doc["exchange"])
+            if "destination_exchange" in doc:
+                dx = self.exchanges.get(doc["destination_exchange"])
+                if bx is None or dx is None:
+                    store.stage_delete(persist.COLL, doc["_id"])
+                    continue
+                xb = ExchangeBinding(bx.name, dx.name, doc.get("routing_key", ""))
+                xb.doc_id = doc["_id"]
+                bx.add_exchange_binding(xb)
+                continue
+            bq = self.queues.get(doc["queue"])
             if bq is None or bx is None:
                 store.stage_delete(persist.COLL, doc["_id"])
                 continue
@@ -291,23 +300,35 @@ class Broker:
         x = self.exchanges.get(name)
         if x is None:
             return False
-        if if_unused and x.bindings:
+        if if_unused and x.in_use:
             raise AmqpError(PRECONDITION_FAILED, f"{_vhost('exchange', name)} in use")
         return self._drop_exchange(x)
 
     def _drop_exchange(self, x: Exchange) -> bool:
+        """Remove an exchange with every binding where it is source or destination."""
         self.exchanges.pop(x.name, None)
+        staged = False
         for b in list(x.bindings.values()):
-            self._unstage_binding(b)
+            staged |= self._unstage_binding(b)
+        for xb in list(x.xbindings.values()):
+            staged |= self._unstage_binding(xb)
         x.bindings.clear()
+        x.xbindings.clear()
         x.invalidate()
+        for other in list(self.exchanges.values()):
+            gone = other.remove_destination(x.name)
+            for xb in gone:
+                staged |= self._unstage_binding(xb)
+            if gone:
+                self._maybe_auto_delete_exchange(other)
         if x.doc_id is not None:
             self.store.stage_delete(persist.COLL, x.doc_id)
             return True
-        return False
+        return staged
 
     def _maybe_auto_delete_exchange(self, x: Exchange) -> None:
-        if x.auto_delete and not x.bindings and not x.builtin:
+        # RabbitMQ: an auto-delete exchange goes when its last binding as source goes.
+        if x.auto_delete and not x.in_use and not x.builtin and x.name in self.exchanges:
             self._drop_exchange(x)
 
     # -- bindings ----------------------------------------------------------------------
@@ -342,7 +363,60 @@ class Broker:
         self._maybe_auto_delete_exchange(x)
         return staged
 
-    def _unstage_binding(self, b: Binding) -> bool:
+    def bind_exchange(self, destination: str, source: str, routing_key: str,
+                      arguments: dict[str, Any]) -> bool:
+        """exchange.bind (RabbitMQ extension); returns whether a durable write was staged."""
+        if not destination or not source:
+            raise AmqpError(ACCESS_REFUSED, "operation not permitted on the default exchange")
+        dx = self.get_exchange(destination)
+        sx = self.get_exchange(source)
+        if arguments:
+            raise AmqpError(NOT_IMPLEMENTED,
+                            f"binding argument '{next(iter(arguments))}' is not implemented")
+        xb = ExchangeBinding(sx.name, dx.name, routing_key)
+        if not sx.add_exchange_binding(xb):
+            return False
+        if sx.durable and dx.durable:
+            doc = self.store.stage_insert(persist.COLL, {
+                "_kind": "bind", "exchange": sx.name, "destination_exchange": dx.name,
+                "routing_key": routing_key, "arguments": {}})
+            xb.doc_id = doc["_id"]
+            return True
+        return False
+
+    def unbind_exchange(self, destination: str, source: str, routing_key: str) -> bool:
+        if not destination or not source:
+            raise AmqpError(ACCESS_REFUSED, "operation not permitted on the default exchange")
+        sx = self.exchanges.get(source)
+        if sx is None or destination not in self.exchanges:
+            return False  # unbinding what is not bound succeeds (RabbitMQ)
+        xb = sx.remove_exchange_binding(destination, routing_key)
+        if xb is None:
+            return False
+        staged = self._unstage_binding(xb)
+        self._maybe_auto_delete_exchange(sx)
+        return staged
+
+    def route(self, x: Exchange, routing_key: str) -> list[Queue]:
+        """Every queue a message published to ``x`` reaches, following exchange-to-exchange
+        bindings (each queue once, cycles cut)."""
+        if not x.xbindings:
+            return x.route(routing_key)
+        found: dict[int, Queue] = {}
+        seen = {x.name}
+        stack = [x]
+        while stack:
+            ex = stack.pop()
+            for q in ex.route(routing_key):
+                found.setdefault(id(q), q)
+            for name in ex.route_exchanges(routing_key):
+                dx = self.exchanges.get(name)
+                if dx is not None and name not in seen:
+                    seen.add(name)
+                    stack.append(dx)
+        return list(found.values())
+
+    def _unstage_binding(self, b: Binding | ExchangeBinding) -> bool:
         if b.doc_id is not None:
             self.store.stage_delete(persist.COLL, b.doc_id)
             b.doc_id = None
@@ -356,6 +430,10 @@ class Broker:
             for b in x.bindings.values():
                 rows.append({"exchange": x.name, "queue": b.queue.name,
                              "routing_key": b.routing_key, "durable": b.doc_id is not None})
+            for xb in x.xbindings.values():
+                rows.append({"exchange": x.name, "queue": None,
+                             "destination_exchange": xb.destination,
+                             "routing_key": xb.routing_key, "durable": xb.doc_id is not None})
         return rows
 
     # -- messages ----------------------------------------------------------------------

@@ -230,9 +230,17 @@ class Channel:
         if not m.nowait:
             self.reply(spec.ExchangeDeleteOk())
 
-    async def on_exchange_bind(self, m: spec.Method) -> None:
-        raise AmqpError(NOT_IMPLEMENTED, "exchange-to-exchange bindings are not implemented",
-                        hard=True)
+    async def on_exchange_bind(self, m: spec.ExchangeBind) -> None:
+        await self._commit_if(self.broker.bind_exchange(m.destination, m.source,
+                                                        m.routing_key, m.arguments))
+        if not m.nowait:
+            self.reply(spec.ExchangeBindOk())
+
+    async def on_exchange_unbind(self, m: spec.ExchangeUnbind) -> None:
+        await self._commit_if(self.broker.unbind_exchange(m.destination, m.source,
+                                                          m.routing_key))
+        if not m.nowait:
+            self.reply(spec.ExchangeUnbindOk())
 
     async def on_queue_declare(self, m: spec.QueueDeclare) -> None:
         q, staged = self.broker.declare_queue(
@@ -390,7 +398,7 @@ _HANDLERS: dict[type[spec.Method], Any] = {
     spec.ExchangeDeclare: Channel.on_exchange_declare,
     spec.ExchangeDelete: Channel.on_exchange_delete,
     spec.ExchangeBind: Channel.on_exchange_bind,
-    spec.ExchangeUnbind: Channel.on_exchange_bind,
+    spec.ExchangeUnbind: Channel.on_exchange_unbind,
     spec.QueueDeclare: Channel.on_queue_declare,
     spec.QueueBind: Channel.on_queue_bind,
     spec.QueueUnbind: Channel.on_queue_unbind,

@@ -63,6 +63,19 @@ class Binding:
         return (self.exchange, self.queue.name, self.routing_key)
 
 
+class ExchangeBinding:
+    """An exchange-to-exchange binding (RabbitMQ extension): messages routed by the source
+    with a matching key continue into ``destination``."""
+
+    __slots__ = ("destination", "doc_id", "routing_key", "source")
+
+    def __init__(self, source: str, destination: str, routing_key: str) -> None:
+        self.source = source
+        self.destination = destination
+        self.routing_key = routing_key
+        self.doc_id: int | None = None
+
+
 class Exchange:
     """A named exchange of type direct, fanout or topic."""
 
@@ -86,6 +99,9 @@ class Exchange:
         self.builtin = builtin
         self.doc_id: int | None = None
         self.bindings: dict[tuple[str, str], Binding] = {}  # (queue name, key) -> binding
+        #: (destination exchange, key) -> binding, where this exchange is the source
+        self.xbindings: dict[tuple[str, str], ExchangeBinding] = {}
+        self._xcache: dict[str, list[str]] = {}
         self._cache: dict[str, list[Queue]] = {}
         self.published = 0
         self.unroutable = 0
@@ -135,8 +151,57 @@ class Exchange:
         self._cache[routing_key] = out
         return out
 
+    def _matches(self, pattern: str, routing_key: str) -> bool:
+        kind = self.type
+        if kind == "fanout":
+            return True
+        if kind == "direct":
+            return pattern == routing_key
+        return topic_matches(pattern, routing_key)
+
+    def add_exchange_binding(self, binding: ExchangeBinding) -> bool:
+        k = (binding.destination, binding.routing_key)
+        if k in self.xbindings:
+            return False
+        self.xbindings[k] = binding
+        self._xcache.clear()
+        return True
+
+    def remove_exchange_binding(self, destination: str, routing_key: str
+                                ) -> ExchangeBinding | None:
+        b = self.xbindings.pop((destination, routing_key), None)
+        if b is not None:
+            self._xcache.clear()
+        return b
+
+    def remove_destination(self, destination: str) -> list[ExchangeBinding]:
+        gone = [b for k, b in self.xbindings.items() if k[0] == destination]
+        for b in gone:
+            del self.xbindings[(destination, b.routing_key)]
+        if gone:
+            self._xcache.clear()
+        return gone
+
+    def route_exchanges(self, routing_key: str) -> list[str]:
+        """Names of the destination exchanges a message with ``routing_key`` continues to."""
+        hit = self._xcache.get(routing_key)
+        if hit is not None:
+            return hit
+        out = list(dict.fromkeys(b.destination for b in self.xbindings.values()
+                                 if self._matches(b.routing_key, routing_key)))
+        if len(self._xcache) >= _CACHE_LIMIT:
+            self._xcache.clear()
+        self._xcache[routing_key] = out
+        return out
+
+    @property
+    def in_use(self) -> bool:
+        """Has bindings where it is the source (exchange.delete if-unused, auto-delete)."""
+        return bool(self.bindings or self.xbindings)
+
     def invalidate(self) -> None:
         self._cache.clear()
+        self._xcache.clear()
 
     def row(self) -> dict[str, Any]:
         """The admin/CLI row for ``oxiedge exchanges``."""
@@ -146,7 +211,7 @@ class Exchange:
             "durable": self.durable,
             "auto_delete": self.auto_delete,
             "internal": self.internal,
-            "bindings": len(self.bindings),
+            "bindings": len(self.bindings) + len(self.xbindings),
             "published": self.published,
             "unroutable": self.unroutable,
         }

@@ -152,6 +152,7 @@ class AmqpService:
                 "basic.nack": True,
                 "consumer_cancel_notify": True,
                 "connection.blocked": True,
+                "exchange_exchange_bindings": True,
                 "per_consumer_qos": True,
                 "authentication_failure_close": True,
             },
@@ -180,7 +181,7 @@ class AmqpService:
         if x is None:
             return StagedPublish(0, False)
         if exchange:
-            queues = x.route(routing_key)
+            queues = broker.route(x, routing_key)
         else:
             q = broker.queues.get(routing_key)
             queues = [q] if q is not None else []

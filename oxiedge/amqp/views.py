@@ -51,8 +51,14 @@ def _binding_rows(store: Any) -> list[dict[str, Any]]:
     queues, _, binds = persist.load_docs(store)
     rows = [{"exchange": "", "queue": q["name"], "routing_key": q["name"], "durable": True}
             for q in queues]
-    rows += [{"exchange": b["exchange"], "queue": b["queue"],
-              "routing_key": b.get("routing_key", ""), "durable": True} for b in binds]
+    for b in binds:
+        if "destination_exchange" in b:
+            rows.append({"exchange": b["exchange"], "queue": None,
+                         "destination_exchange": b["destination_exchange"],
+                         "routing_key": b.get("routing_key", ""), "durable": True})
+        else:
+            rows.append({"exchange": b["exchange"], "queue": b["queue"],
+                         "routing_key": b.get("routing_key", ""), "durable": True})
     return rows
 
 

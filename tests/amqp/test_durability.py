@@ -249,3 +249,29 @@ def test_message_ttl_survives_restart(start_server: Any) -> None:
     msgs = get_all(ch, "ttl-durable")
     assert [b for _m, _p, b in msgs] == [b"long"]  # the TTL-0 one expired, the long one kept
     assert msgs[0][1].expiration == "3600000"
+
+
+def test_durable_exchange_to_exchange_binding_survives(start_server: Any) -> None:
+    srv = start_server()
+    c = connect(srv)
+    ch = c.channel()
+    ch.exchange_declare("src", "topic", durable=True)
+    ch.exchange_declare("dst", "fanout", durable=True)
+    ch.exchange_declare("tmp", "fanout")  # transient: its binding is not stored
+    ch.queue_declare("e2e", durable=True)
+    ch.exchange_bind("dst", "src", "a.*")
+    ch.exchange_bind("tmp", "src", "#")
+    ch.queue_bind("e2e", "dst")
+    c.close()
+    srv.kill()
+    srv.start()
+    ch = connect(srv).channel()
+    ch.confirm_delivery()
+    ch.basic_publish("src", "a.b", b"via-e2e", pika.BasicProperties(delivery_mode=2))
+    assert ch.basic_get("e2e", auto_ack=True)[2] == b"via-e2e"
+    import json
+
+    binds = [json.loads(x) for x in srv.cli("bindings", "--json").stdout.splitlines()]
+    assert {"exchange": "src", "queue": None, "destination_exchange": "dst",
+            "routing_key": "a.*", "durable": True} in binds
+    assert not [b for b in binds if b.get("destination_exchange") == "tmp"]

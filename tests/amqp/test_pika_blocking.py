@@ -324,9 +324,9 @@ def test_server_properties_advertise_capabilities(conn: Any) -> None:
     props = conn._impl.server_properties
     assert props["product"] == b"oxiedge" or props["product"] == "oxiedge"
     caps = props["capabilities"]
-    for cap in ("publisher_confirms", "basic.nack", "consumer_cancel_notify"):
+    for cap in ("publisher_confirms", "basic.nack", "consumer_cancel_notify",
+                "connection.blocked", "exchange_exchange_bindings"):
         assert caps[cap] is True
-    assert "exchange_exchange_bindings" not in caps
 
 
 def test_bad_credentials_refused(start_server: Any) -> None:
@@ -452,3 +452,39 @@ def test_per_message_ttl(conn: Any) -> None:
         ch.basic_publish("", "ttl-q", b"bad", pika.BasicProperties(expiration="soon"))
         ch.queue_declare("ttl-q", passive=True)
     assert info.value.reply_code == 406
+
+
+def test_exchange_to_exchange_bindings(conn: Any) -> None:
+    ch = conn.channel()
+    ch.exchange_declare("e2e.in", "topic")
+    ch.exchange_declare("e2e.fan", "fanout")
+    ch.exchange_declare("e2e.direct", "direct")
+    ch.queue_declare("e2e.q1")
+    ch.queue_declare("e2e.q2")
+    ch.exchange_bind("e2e.fan", "e2e.in", "sensors.#")  # destination, source, key
+    ch.exchange_bind("e2e.direct", "e2e.in", "#")
+    ch.exchange_bind("e2e.in", "e2e.fan")  # a cycle: must not loop
+    ch.queue_bind("e2e.q1", "e2e.fan")
+    ch.queue_bind("e2e.q1", "e2e.direct", "sensors.t")  # second path to q1: one copy
+    ch.queue_bind("e2e.q2", "e2e.direct", "other")
+    ch.basic_publish("e2e.in", "sensors.t", b"t")
+    ch.basic_publish("e2e.in", "other", b"o")
+
+    def bodies(q: str) -> list[bytes]:
+        out = []
+        while (got := ch.basic_get(q, auto_ack=True))[0] is not None:
+            out.append(got[2])
+        return out
+
+    assert bodies("e2e.q1") == [b"t"]
+    assert bodies("e2e.q2") == [b"o"]
+    ch.exchange_unbind("e2e.fan", "e2e.in", "sensors.#")
+    ch.exchange_unbind("e2e.fan", "e2e.in", "sensors.#")  # unbinding twice is fine
+    ch.basic_publish("e2e.in", "sensors.x", b"x")
+    assert bodies("e2e.q1") == []
+    ch.exchange_delete("e2e.direct")  # its bindings as destination go with it
+    ch.basic_publish("e2e.in", "other", b"o2")
+    assert bodies("e2e.q2") == []
+    with pytest.raises(ChannelClosedByBroker) as info:
+        ch.exchange_bind("e2e.missing", "e2e.in")
+    assert info.value.reply_code == 404

@@ -32,8 +32,14 @@ env -u PIP_FIND_LINKS -u PIP_EXTRA_INDEX_URL -u PIP_INDEX_URL -u PIP_CONSTRAINT 
     --only-binary=:all: --platform "$PLATFORM" --python-version "$PY" \
     --implementation cp --abi "cp${PY/./}" --target "$ROOT$SITE" "$WHEEL" "$@"
 # pip --target writes console scripts with the host's interpreter path: drop them, the
-# venv gets its own launcher below.
+# venv gets its own launcher below. direct_url.json records the build's temporary wheel
+# path (meaningless on the device, and it would make every image differ).
 rm -rf "$ROOT$SITE/bin"
+for record in "$ROOT$SITE"/*.dist-info/direct_url.json; do
+    [ -e "$record" ] || continue
+    sed -i '/\/direct_url\.json,/d' "$(dirname "$record")/RECORD"
+    rm -f "$record"
+done
 
 # The venv skeleton, as `python3 -m venv` would lay it out on the target.
 cat > "$ROOT$VENV/pyvenv.cfg" <<CFG

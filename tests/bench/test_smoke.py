@@ -66,3 +66,36 @@ def test_cli_starts_oxiedge_interleaves_and_reports(tmp_path: Path) -> None:
     assert ran, proc.stdout
     assert all(r["count"] > 0 for r in ran)
     assert {m["scenario"] for m in data["medians"]} == {"mqtt-qos1", "amqp-confirm-1"}
+
+
+@pytest.mark.timeout(30)
+def test_store_bench_runs_every_variant(tmp_path: Path) -> None:
+    from bench import store_bench
+
+    out = tmp_path / "store.json"
+    store_bench.main(["--seconds", "0.1", "--repeats", "1", "--dir", str(tmp_path),
+                      "--json", str(out)])
+    data = json.loads(out.read_text())
+    assert set(data["medians"]) == {name for name, _ in store_bench.VARIANTS}
+    for name, m in data["medians"].items():
+        assert m["docs_s"] > 0, name
+    # The group committer shares rounds: 64 writers must put many documents in one sync.
+    assert data["medians"]["store.insert, 64 writers"]["docs_per_commit"] > 8
+    assert data["ratio_64_vs_put_sync"] > 0
+
+
+@pytest.mark.timeout(60)
+def test_memory_measures_rss_and_restart(tmp_path: Path) -> None:
+    out = tmp_path / "mem.json"
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench.memory", "--broker", "oxiedge", "--clients", "20",
+         "--queued", "300", "--json", str(out)],
+        cwd=REPO, capture_output=True, text=True, timeout=55)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    (r,) = json.loads(out.read_text())["results"]
+    assert r["rss_idle_mb"] > 5 and r["rss_clients_mb"] > 5
+    if "queued" in r:
+        assert r["queued"] == 300
+        # Recovery after SIGKILL reports the pending messages it found.
+        assert any("300" in line for line in r["log_after_sigkill"]), r
+    assert 0 < r["ready_after_sigkill_s"] < 30

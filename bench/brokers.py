@@ -207,10 +207,11 @@ _LISTEN_RE = re.compile(r"^(MQTT|AMQP) listening on (\S+):(\d+)")
 
 
 def oxiedge_command() -> list[str]:
+    """The installed ``oxiedge`` script of this venv, else ``python -m oxiedge``."""
     exe = Path(sys.executable).parent / "oxiedge"
     if exe.exists():
         return [str(exe)]
-    return [sys.executable, "-c", "from oxiedge.cli import main; main()"]
+    return [sys.executable, "-m", "oxiedge"]
 
 
 def start_oxiedge(extra_args: list[str] | None = None, data: Path | None = None,
@@ -224,7 +225,7 @@ def start_oxiedge(extra_args: list[str] | None = None, data: Path | None = None,
     log = tmp / "oxiedge.log"
     t0 = time.monotonic()
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd=tmp,
-                            env=dict(os.environ, **(env or {})))
+                            env=_with_repo_on_path(env))
     t = Target(name, pid=proc.pid, log_path=log)
     st = Started(t, proc, tmp)
     ready = threading.Event()
@@ -259,6 +260,13 @@ def start_oxiedge(extra_args: list[str] | None = None, data: Path | None = None,
     t.notes.append("oxiedge ready in {:.2f}s: {}".format(st.ready_s,
                                                         "; ".join(x for x in lines if x)))
     return st
+
+
+def _with_repo_on_path(extra: dict[str, str] | None) -> dict[str, str]:
+    """The server runs in its temp dir: make this checkout importable when not installed."""
+    env = dict(os.environ, **(extra or {}))
+    env["PYTHONPATH"] = os.pathsep.join(x for x in (str(REPO), env.get("PYTHONPATH")) if x)
+    return env
 
 
 def external_target(spec: str) -> Target:

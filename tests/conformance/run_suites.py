@@ -268,6 +268,9 @@ def run_suite(suite: Suite, cache: Path) -> SuiteResult:
                 proc.wait(10)
                 result.status = "timeout"
                 result.detail = f"suite exceeded {SUITE_TIMEOUT_S}s"
+            except BaseException:
+                os.killpg(proc.pid, signal.SIGKILL)
+                raise
         if not server.alive():
             result.status, result.detail = "crashed", "oxiedge exited during the suite"
     result.duration_s = round(time.monotonic() - started, 1)
@@ -347,6 +350,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--doc", type=Path, default=DOC, help="Markdown report to update")
     ap.add_argument("--no-doc", action="store_true", help="do not touch the Markdown report")
     args = ap.parse_args(argv)
+    # SIGTERM unwinds like Ctrl-C, so the server and the suite's process group are stopped.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     chosen = [by_name(n) for n in args.suite] if args.suite else list(SUITES)
     results: dict[str, dict[str, Any]] = {}
     if args.json.exists():

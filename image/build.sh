@@ -13,7 +13,8 @@
 # Output in DIR (default image/out): NAME.img, NAME.packages.txt (Debian + Python
 # packages), NAME.build.txt (step times and sizes), NAME.vmlinuz and NAME.initrd.img
 # (for QEMU). NAME = oxiedge-BOARD-ARCH. Needs root and the tools from image/deps.sh.
-# Reproducible inputs: SOURCE_DATE_EPOCH (default: the last commit), fixed UUIDs/labels,
+# Reproducible inputs: OXIEDGE_COMMIT (default HEAD) and SOURCE_DATE_EPOCH (default: that
+# commit's time), fixed UUIDs/labels,
 # OXIEDGE_MIRROR (e.g. a snapshot archive; default: mmdebstrap's Debian default with
 # security and updates), OXIEDGE_PIP_CONSTRAINTS.
 set -euo pipefail
@@ -50,7 +51,8 @@ REPO=$(cd "$HERE/.." && pwd)
 OUT=$(mkdir -p "${OUT:-$HERE/out}" && cd "${OUT:-$HERE/out}" && pwd)
 NAME=oxiedge-$BOARD-$ARCH
 CACHE=${OXIEDGE_IMAGE_CACHE:-$HERE/cache}/$ARCH
-export SOURCE_DATE_EPOCH=${SOURCE_DATE_EPOCH:-$(git -C "$REPO" log -1 --format=%ct 2>/dev/null || date +%s)}
+COMMIT=${OXIEDGE_COMMIT:-HEAD}   # what goes into the image (git archive)
+export SOURCE_DATE_EPOCH=${SOURCE_DATE_EPOCH:-$(git -C "$REPO" log -1 --format=%ct "$COMMIT" 2>/dev/null || date +%s)}
 export LC_ALL=C.UTF-8 TZ=UTC
 
 for tool in mmdebstrap mke2fs mkfs.vfat mcopy sfdisk python3 systemd-sysusers; do
@@ -74,7 +76,7 @@ STEP_START=0
 step() { STEP_NAME=$1; STEP_START=$(date +%s); echo "== $1" >&2; }
 done_step() { record "step $STEP_NAME: $(( $(date +%s) - STEP_START )) s${1:+, $1}"; }
 BUILD_START=$(date +%s)
-record "build $NAME, SOURCE_DATE_EPOCH=$SOURCE_DATE_EPOCH, commit $(git -C "$REPO" rev-parse --short HEAD 2>/dev/null || echo none)"
+record "build $NAME, SOURCE_DATE_EPOCH=$SOURCE_DATE_EPOCH, commit $(git -C "$REPO" rev-parse --short "$COMMIT" 2>/dev/null || echo none)"
 
 # --- 0. emulation for a foreign architecture (binfmt_misc + qemu-user-static, F flag)
 if [ "$ARCH" = arm64 ] && [ "$(dpkg --print-architecture)" != arm64 ]; then
@@ -85,7 +87,7 @@ if [ "$ARCH" = arm64 ] && [ "$(dpkg --print-architecture)" != arm64 ]; then
 fi
 
 # --- 1. the project's wheel (pure Python), built from this checkout
-#     From the committed tree (git archive HEAD): what a commit says is what the image
+#     From the committed tree (git archive $OXIEDGE_COMMIT, default HEAD): what a commit says is what the image
 #     holds, and no stale build/ directory leaks in. OXIEDGE_WORKTREE=1 takes the working
 #     tree instead (uncommitted changes, for development).
 step wheel
@@ -95,7 +97,7 @@ if [ "${OXIEDGE_WORKTREE:-0}" = 1 ] || ! git -C "$REPO" rev-parse HEAD >/dev/nul
         --exclude=./image/out --exclude=./image/cache --exclude=__pycache__ -cf - . \
         | tar -C "$WORK/src" -xf -
 else
-    git -C "$REPO" archive --format=tar HEAD | tar -C "$WORK/src" -xf -
+    git -C "$REPO" archive --format=tar "$COMMIT" | tar -C "$WORK/src" -xf -
 fi
 env -u PIP_FIND_LINKS PIP_CONFIG_FILE=/dev/null \
     python3 -m pip wheel --quiet --no-deps --disable-pip-version-check -w "$WORK/wheel" "$WORK/src"

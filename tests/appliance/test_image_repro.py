@@ -20,10 +20,13 @@ NAME = "oxiedge-generic-amd64"
 pytestmark = pytest.mark.slow
 
 
-def build(out: Path) -> None:
+def build(out: Path, commit: str) -> None:
+    # Pin the commit: others may commit while this runs, and HEAD's time is the build's
+    # SOURCE_DATE_EPOCH.
     proc = subprocess.run(
         [str(REPO / "image/build.sh"), "--arch", "amd64", "--board", "generic", "--out", str(out)],
         capture_output=True, text=True, timeout=900, check=False,
+        env={**os.environ, "OXIEDGE_COMMIT": commit},
     )
     assert proc.returncode == 0, proc.stderr[-4000:]
 
@@ -31,8 +34,10 @@ def build(out: Path) -> None:
 def test_two_builds_are_identical(tmp_path: Path) -> None:
     if os.geteuid() != 0 or shutil.which("mmdebstrap") is None:
         pytest.skip("needs root and the image tools (image/deps.sh)")
-    build(tmp_path / "a")
-    build(tmp_path / "b")
+    commit = subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True,
+                            text=True, check=True, timeout=30).stdout.strip()
+    build(tmp_path / "a", commit)
+    build(tmp_path / "b", commit)
     for suffix in (".packages.txt", ".vmlinuz", ".initrd.img"):
         first = (tmp_path / "a" / f"{NAME}{suffix}").read_bytes()
         assert first == (tmp_path / "b" / f"{NAME}{suffix}").read_bytes(), suffix

@@ -265,8 +265,13 @@ class Channel:
             self.reply(spec.QueueBindOk())
 
     async def on_queue_unbind(self, m: spec.QueueUnbind) -> None:
-        q = self._queue(m.queue)
-        await self._commit_if(self.broker.unbind(q, m.exchange, m.routing_key))
+        name = m.queue or self.last_queue
+        if name in self.broker.queues and m.exchange in self.broker.exchanges:
+            q = self._queue(name)
+            await self._commit_if(self.broker.unbind(q, m.exchange, m.routing_key))
+        elif not m.exchange:
+            raise AmqpError(ACCESS_REFUSED, "operation not permitted on the default exchange")
+        # else: unbinding from a queue or exchange that is gone succeeds, as in RabbitMQ
         self.reply(spec.QueueUnbindOk())
 
     async def on_queue_purge(self, m: spec.QueuePurge) -> None:

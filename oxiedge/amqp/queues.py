@@ -147,11 +147,23 @@ class Queue:
             self._fresh = None
 
     def requeue(self, msgs: list[QueuedMessage]) -> None:
-        """Put unacked messages back at the head, in their original order, redelivered."""
+        """Put unacked messages back in their original place (by ``seq``), redelivered.
+
+        As with RabbitMQ, a requeued message goes back where it was, not merely to the head:
+        a client that nacks 2, 3, 4, 5 one by one finds them again as 2, 3, 4, 5.  Only the
+        head of the queue holding older messages is merged, so this stays cheap.
+        """
         for msg in msgs:
             msg.redelivered = True
         msgs.sort(key=_seq_of)
-        self.ready.extendleft(reversed(msgs))
+        ready = self.ready
+        last = msgs[-1].seq
+        head: list[QueuedMessage] = []
+        while ready and ready[0].seq < last:
+            head.append(ready.popleft())
+        if head:
+            msgs = sorted(head + msgs, key=_seq_of)
+        ready.extendleft(reversed(msgs))
         if self.consumers:
             self.dispatch()
 

@@ -54,3 +54,19 @@ def test_queue_limit_drops_oldest_and_counts() -> None:
     for seq in range(1, 6):
         q.enqueue(QueuedMessage(seq, "", "q", b"\x00\x00", b""))
     assert [m.seq for m in q.ready] == [3, 4, 5] and q.dropped == 2 and dropped == [1, 2]
+
+
+def test_requeue_restores_publish_order() -> None:
+    from oxiedge.amqp.queues import QueuedMessage
+
+    q = Queue("q", 1)
+    msgs = [QueuedMessage(seq, "", "q", b"\x00\x00", b"") for seq in range(1, 8)]
+    for m in msgs:
+        q.enqueue(m)
+    taken = [q.ready.popleft() for _ in range(5)]  # 1..5 delivered, 6, 7 still ready
+    for m in reversed(taken[1:]):  # nacked one by one, newest first: 5, 4, 3, 2
+        q.requeue([m])
+    q.requeue([taken[0]])
+    assert [m.seq for m in q.ready] == [1, 2, 3, 4, 5, 6, 7]
+    assert all(m.redelivered for m in list(q.ready)[:5])
+    assert not any(m.redelivered for m in list(q.ready)[5:])

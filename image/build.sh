@@ -13,10 +13,11 @@
 # Output in DIR (default image/out): NAME.img, NAME.packages.txt (Debian + Python
 # packages), NAME.build.txt (step times and sizes), NAME.vmlinuz and NAME.initrd.img
 # (for QEMU). NAME = oxiedge-BOARD-ARCH. Needs root and the tools from image/deps.sh.
-# Reproducible inputs: OXIEDGE_COMMIT (default HEAD) and SOURCE_DATE_EPOCH (default: that
-# commit's time), fixed UUIDs/labels,
-# OXIEDGE_MIRROR (e.g. a snapshot archive; default: mmdebstrap's Debian default with
-# security and updates), OXIEDGE_PIP_CONSTRAINTS.
+# Two builds of one commit are bit-identical. Inputs: OXIEDGE_COMMIT (default HEAD, what
+# goes into the wheel), SOURCE_DATE_EPOCH (default: that commit's time), OXIEDGE_MIRROR
+# (e.g. a snapshot archive; default: mmdebstrap's Debian default with security and
+# updates), OXIEDGE_PIP_CONSTRAINTS (pin PyPI versions), OXIEDGE_WORKTREE=1 (build the
+# working tree instead of a commit).
 set -euo pipefail
 
 ARCH=arm64
@@ -25,7 +26,7 @@ OUT=
 SSH_KEY=
 COMPRESS=0
 usage() {
-    sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//' >&2
+    sed -n '2,/^set -euo/p' "$0" | grep '^#' | sed 's/^# \{0,1\}//' >&2
     exit 2
 }
 while [ $# -gt 0 ]; do
@@ -87,7 +88,7 @@ if [ "$ARCH" = arm64 ] && [ "$(dpkg --print-architecture)" != arm64 ]; then
 fi
 
 # --- 1. the project's wheel (pure Python), built from this checkout
-#     From the committed tree (git archive $OXIEDGE_COMMIT, default HEAD): what a commit says is what the image
+#     From the committed tree (git archive $OXIEDGE_COMMIT): what a commit says is what the image
 #     holds, and no stale build/ directory leaks in. OXIEDGE_WORKTREE=1 takes the working
 #     tree instead (uncommitted changes, for development).
 step wheel

@@ -41,6 +41,7 @@ import trio
 from ..app import App
 
 EXCHANGE = "amq.topic"
+_KEY_CACHE = 4096
 
 
 def mqtt_to_routing_key(topic: str) -> str | None:
@@ -71,10 +72,14 @@ class TopicBridge:
         self.mqtt = mqtt
         self.amqp = amqp
         self._injecting = False  # an AMQP message is being injected into MQTT right now
+        self._exchange: Any = None
+        self._keys: dict[str, str | None] = {}  # topic → routing key, bounded cache
         self.counters = {"mqtt_to_amqp": 0, "amqp_to_mqtt": 0, "skipped_mqtt_topics": 0,
                          "skipped_amqp_keys": 0}
 
     def attach(self) -> None:
+        # amq.topic is built in (it cannot be deleted), so one reference serves for good.
+        self._exchange = self.amqp.broker.exchanges[EXCHANGE]
         self.mqtt.on_publish.append(self.on_mqtt_publish)
         self.amqp.topic_hooks.append(self.on_amqp_publish)
 
@@ -83,9 +88,15 @@ class TopicBridge:
         """``on_publish`` hook; True if durable AMQP records were staged."""
         if self._injecting:
             return False  # came from AMQP: never back
+        if not self._exchange.in_use:
+            return False  # nothing bound to amq.topic: one attribute test per publish
         if retain and not payload:
             return False  # clearing a retained message is not a message (MQTT-3.3.1-10)
-        key = mqtt_to_routing_key(topic)
+        key = self._keys.get(topic, "")
+        if key == "":
+            if len(self._keys) >= _KEY_CACHE:
+                self._keys.clear()
+            key = self._keys[topic] = mqtt_to_routing_key(topic)
         if key is None:
             self.counters["skipped_mqtt_topics"] += 1
             return False

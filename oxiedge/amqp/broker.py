@@ -27,10 +27,20 @@ from oxiedge.amqp.queues import Queue, QueuedMessage
 if TYPE_CHECKING:
     from oxiedge.amqp.queues import Consumer
 
-#: Queue arguments we implement (everything else answers 540 naming the argument).
+def _non_negative_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and v >= 0
+
+
+#: Queue arguments we implement, with their validity check (an invalid value is a 406; any
+#: other argument, or an unsupported value such as x-queue-type=quorum, answers 540).
 SUPPORTED_QUEUE_ARGS: dict[str, Callable[[Any], bool]] = {
     "x-queue-type": lambda v: v in ("classic", b"classic"),
+    "x-max-length": _non_negative_int,
+    "x-message-ttl": _non_negative_int,
+    "x-overflow": lambda v: v in ("drop-head", "reject-publish", b"drop-head",
+                                  b"reject-publish"),
 }
+_VALIDATED_ONLY = {"x-max-length", "x-message-ttl"}  # a bad value is 406, not 540
 BUILTIN_EXCHANGES = (("amq.direct", "direct"), ("amq.fanout", "fanout"), ("amq.topic", "topic"))
 
 #: ``hook(routing_key, raw_properties, body, persistent)`` for client publishes to amq.topic.
@@ -56,7 +66,7 @@ class Broker:
         self.next_qid = 1
         self.topic_hooks: list[TopicHook] = []
         self.counters = {"published": 0, "unroutable": 0, "returned": 0, "dropped": 0,
-                         "expired": 0,
+                         "expired": 0, "rejected": 0,
                          "delivered": 0, "acked": 0, "requeued": 0, "discarded": 0,
                          "persisted": 0, "confirmed": 0, "nacked_confirms": 0}
         self.exchanges[""] = Exchange("", "direct", durable=True, builtin=True)
@@ -138,6 +148,13 @@ class Broker:
     def _new_queue(self, name: str, qid: int, **kw: Any) -> Queue:
         q = Queue(name, qid, limit=self.queue_limit, on_drop=self._dropped,
                   on_expire=self._expired, **kw)
+        args = q.arguments
+        if "x-max-length" in args:  # never above the broker-wide bound
+            q.limit = min(self.queue_limit, int(args["x-max-length"]))
+        overflow = args.get("x-overflow")
+        q.reject_publish = overflow in ("reject-publish", b"reject-publish")
+        if "x-message-ttl" in args:
+            q.message_ttl = int(args["x-message-ttl"])
         self.queues[name] = q
         return q
 
@@ -168,8 +185,13 @@ class Broker:
             return self.get_queue(name, owner), False
         for key, value in arguments.items():
             check = SUPPORTED_QUEUE_ARGS.get(key)
+            if check is not None and not check(value) and key in _VALIDATED_ONLY:
+                raise AmqpError(PRECONDITION_FAILED,
+                                f"invalid arg '{key}' for {_vhost('queue', name)}: {value!r}")
             if check is None or not check(value):
-                raise AmqpError(NOT_IMPLEMENTED, f"queue argument '{key}' is not implemented")
+                shown = f"queue argument '{key}'" if check is None else \
+                    f"queue argument '{key}' = {value!r}"
+                raise AmqpError(NOT_IMPLEMENTED, f"{shown} is not implemented")
         if not name:
             name = "amq.gen-" + secrets.token_urlsafe(16)
         elif name.startswith("amq.") and name not in self.queues:

@@ -125,7 +125,7 @@ class AmqpConnection:
         self._last_write = 0.0
         # publishing burst
         self._needs_commit = False
-        self._confirms: list[tuple[Channel, int]] = []
+        self._confirms: list[tuple[Channel, int, bool]] = []  # (channel, seq, accepted)
 
     # -- output --------------------------------------------------------------------------
 
@@ -516,9 +516,10 @@ class AmqpConnection:
         x.published += 1
         counters = broker.counters
         counters["published"] += 1
-        if ch.confirm:
+        confirm = ch.confirm
+        if confirm:
             ch.publish_seq += 1
-            self._confirms.append((ch, ch.publish_seq))
+            self._confirms.append((ch, ch.publish_seq, True))
         bridged = False
         if broker.topic_hooks and m.exchange == "amq.topic":
             for hook in broker.topic_hooks:
@@ -541,14 +542,31 @@ class AmqpConnection:
         expires = 0.0 if cmd.expiration is None else _deadline(cmd.expiration)
         record = None
         for q in queues:
-            msg = QueuedMessage(q.take_seq(), m.exchange, rk, props, body, expires=expires)
-            if persistent and q.doc_id is not None:
-                if record is None:
-                    record = persist.encode_record(m.exchange, rk, props, body, expires)
-                # Staged BEFORE the message becomes deliverable: an ack's delete is always
-                # staged after this put, so it can never race ahead of the insert.
-                broker.store_message(q, msg, record)
-                self._needs_commit = True
+            if q.reject_publish and len(q.ready) >= q.limit:
+                # x-overflow=reject-publish: the message is not taken; a confirming
+                # publisher gets basic.nack for it (RabbitMQ).
+                q.rejected += 1
+                counters["rejected"] += 1
+                if confirm:
+                    self._confirms[-1] = (ch, ch.publish_seq, False)
+                continue
+            if q.message_ttl is None:
+                msg = QueuedMessage(q.take_seq(), m.exchange, rk, props, body, expires=expires)
+                if persistent and q.doc_id is not None:
+                    if record is None:
+                        record = persist.encode_record(m.exchange, rk, props, body, expires)
+                    # Staged BEFORE the message becomes deliverable: an ack's delete is
+                    # always staged after this put, so it can never race ahead of the insert.
+                    broker.store_message(q, msg, record)
+                    self._needs_commit = True
+            else:  # x-message-ttl: the earlier of the queue's and the message's deadline
+                qexp = time.time() + q.message_ttl / 1000
+                exp = min(expires, qexp) if expires else qexp
+                msg = QueuedMessage(q.take_seq(), m.exchange, rk, props, body, expires=exp)
+                if persistent and q.doc_id is not None:
+                    broker.store_message(q, msg, persist.encode_record(m.exchange, rk, props,
+                                                                       body, exp))
+                    self._needs_commit = True
             q.enqueue(msg)
 
     async def _flush(self) -> None:
@@ -569,23 +587,35 @@ class AmqpConnection:
                 self.log.error("AMQP %s: commit failed, publishes nacked: %s", self.peer, exc)
         if self._confirms:
             confirms, self._confirms = self._confirms, []
-            last: dict[Channel, tuple[int, int]] = {}
-            for ch, seq in confirms:
-                first, _ = last.get(ch, (seq, seq))
-                last[ch] = (first, seq)
-            for ch, (first, seq) in last.items():
-                if ch.closing:
-                    continue
-                multiple = seq != first
-                if ok:
-                    ch.reply(spec.BasicAck(seq, multiple))
-                else:
-                    ch.reply(spec.BasicNack(seq, multiple, False))
-            key = "confirmed" if ok else "nacked_confirms"
-            self.broker.counters[key] += len(confirms)
+            self._send_confirms(confirms, ok)
         if self.dirty:
             self.dirty = False
             self.store.kick()
+
+    def _send_confirms(self, confirms: list[tuple[Channel, int, bool]], ok: bool) -> None:
+        """Confirms in publish order, per channel: runs of acks coalesced into one
+        ``basic.ack multiple=true``; a rejected publish (or a failed commit) is nacked."""
+        runs: dict[Channel, list[tuple[int, bool]]] = {}
+        for ch, seq, accepted in confirms:
+            runs.setdefault(ch, []).append((seq, accepted and ok))
+        counters = self.broker.counters
+        for ch, items in runs.items():
+            if ch.closing:
+                continue
+            first = last = 0
+            for seq, accepted in items:
+                if accepted:
+                    first = first or seq
+                    last = seq
+                    continue
+                if last:
+                    ch.reply(spec.BasicAck(last, last != first))
+                    first = last = 0
+                ch.reply(spec.BasicNack(seq, False, False))
+                counters["nacked_confirms"] += 1
+            if last:
+                ch.reply(spec.BasicAck(last, last != first))
+            counters["confirmed"] += sum(1 for _s, accepted in items if accepted)
 
     async def commit(self) -> None:
         """Wait for the durable writes staged so far (declares, deletes, purges)."""

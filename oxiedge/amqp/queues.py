@@ -106,6 +106,9 @@ class Queue:
         self.on_drop = on_drop
         self.on_expire = on_expire
         self.expired = 0
+        self.rejected = 0
+        self.reject_publish = False  # x-overflow=reject-publish (else drop-head)
+        self.message_ttl: int | None = None  # x-message-ttl, ms
         self.ready: deque[QueuedMessage] = deque()
         self.consumers: list[Consumer] = []
         self.next_seq = 1
@@ -133,6 +136,11 @@ class Queue:
         """Append a message; beyond ``limit`` ready messages the oldest is dropped."""
         ready = self.ready
         if len(ready) >= self.limit:
+            if not ready:  # x-max-length=0: nothing is ever kept
+                self.dropped += 1
+                if self.on_drop is not None:
+                    self.on_drop(self, msg)
+                return
             old = ready.popleft()
             self.dropped += 1
             if self.on_drop is not None:
@@ -237,6 +245,8 @@ class Queue:
             "consumers": len(self.consumers),
             "dropped": self.dropped,
             "expired": self.expired,
+            "rejected": self.rejected,
+            "limit": self.limit,
             "published": self.published,
             "delivered": self.delivered,
             "arguments": self.arguments,

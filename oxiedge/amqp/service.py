@@ -16,6 +16,7 @@ nothing loops back).
 from __future__ import annotations
 
 import platform
+import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -193,11 +194,21 @@ class AmqpService:
         record = None
         staged = False
         for q in queues:
-            msg = QueuedMessage(q.take_seq(), exchange, routing_key, props, body)
+            if q.reject_publish and len(q.ready) >= q.limit:
+                q.rejected += 1
+                broker.counters["rejected"] += 1
+                continue
+            expires = time.time() + q.message_ttl / 1000 if q.message_ttl is not None else 0.0
+            msg = QueuedMessage(q.take_seq(), exchange, routing_key, props, body,
+                                expires=expires)
             if persistent and q.doc_id is not None:
-                if record is None:
-                    record = persist.encode_record(exchange, routing_key, props, body)
-                broker.store_message(q, msg, record)
+                if expires:
+                    rec = persist.encode_record(exchange, routing_key, props, body, expires)
+                else:
+                    if record is None:
+                        record = persist.encode_record(exchange, routing_key, props, body)
+                    rec = record
+                broker.store_message(q, msg, rec)
                 staged = True
             q.enqueue(msg)
         return StagedPublish(len(queues), staged)

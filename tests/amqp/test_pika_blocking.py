@@ -289,7 +289,10 @@ def test_exchange_declare_rules(conn: Any) -> None:
     (lambda ch: ch.exchange_declare("h", "headers"), "headers"),
     (lambda ch: ch.exchange_declare("w", "x-weird"), "x-weird"),
     (lambda ch: ch.tx_select(), "tx"),
-    (lambda ch: ch.queue_declare("ttl", arguments={"x-message-ttl": 1000}), "x-message-ttl"),
+    (lambda ch: ch.queue_declare("dlx", arguments={"x-dead-letter-exchange": "d"}),
+     "x-dead-letter-exchange"),
+    (lambda ch: ch.queue_declare("quorum", arguments={"x-queue-type": "quorum"}),
+     "x-queue-type"),
 ])
 def test_out_of_scope_answers_540(server: Any, action: Any, feature: str) -> None:
     c = pika.BlockingConnection(params(server.amqp_port))
@@ -488,3 +491,29 @@ def test_exchange_to_exchange_bindings(conn: Any) -> None:
     with pytest.raises(ChannelClosedByBroker) as info:
         ch.exchange_bind("e2e.missing", "e2e.in")
     assert info.value.reply_code == 404
+
+
+def test_queue_length_limit_and_ttl_arguments(conn: Any) -> None:
+    ch = conn.channel()
+    ch.confirm_delivery()
+    ch.queue_declare("maxlen", arguments={"x-max-length": 2})  # overflow drop-head
+    for i in range(4):
+        ch.basic_publish("", "maxlen", b"%d" % i)
+    assert [ch.basic_get("maxlen", auto_ack=True)[2] for _ in range(2)] == [b"2", b"3"]
+
+    ch.queue_declare("rejecting", arguments={"x-max-length": 1,
+                                             "x-overflow": "reject-publish"})
+    ch.basic_publish("", "rejecting", b"first")
+    with pytest.raises(pika.exceptions.NackError):
+        ch.basic_publish("", "rejecting", b"second")  # full: nacked, not taken
+    assert ch.basic_get("rejecting", auto_ack=True)[2] == b"first"
+    ch.basic_publish("", "rejecting", b"third")  # room again: acked
+    assert ch.basic_get("rejecting", auto_ack=True)[2] == b"third"
+
+    ch.queue_declare("qttl", arguments={"x-message-ttl": 0})
+    ch.basic_publish("", "qttl", b"expires")
+    assert ch.queue_declare("qttl", passive=True).method.message_count == 0
+
+    with pytest.raises(ChannelClosedByBroker) as info:
+        ch.queue_declare("badlen", arguments={"x-max-length": -1})
+    assert info.value.reply_code == 406

@@ -22,8 +22,9 @@ def _queue_rows(store: Any) -> list[dict[str, Any]]:
         rows.append({
             "name": doc["name"], "durable": True, "exclusive": False,
             "auto_delete": doc.get("auto_delete", False), "ready": ready.get(int(doc["qid"]), 0),
-            "unacked": 0, "consumers": 0, "dropped": 0, "published": 0, "delivered": 0,
-            "arguments": doc.get("arguments") or {},
+            "unacked": 0, "consumers": 0, "dropped": 0, "expired": 0, "rejected": 0,
+            "limit": (doc.get("arguments") or {}).get("x-max-length"),
+            "published": 0, "delivered": 0, "arguments": doc.get("arguments") or {},
         })
     return rows
 

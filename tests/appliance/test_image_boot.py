@@ -225,6 +225,12 @@ def test_first_boot_and_operator_access(image: Path, disk: Path, first_boot: Gue
     assert "ActiveState=active" in show and "SubState=running" in show, show
     assert "NRestarts=0" in show and "User=oxiedge" in show, show
     assert "WatchdogUSec=30s" in show, show
+    # WATCHDOG=1 pings arrive (sdnotify.watchdog_loop, every 15 s): the manager's last-ping
+    # time moves on within 16 s.
+    stamps = ssh(image, guest, "for i in 1 2; do systemctl show --value "
+                               "-p WatchdogTimestampMonotonic oxiedge; sleep 16; done").stdout
+    first, second = (int(v) for v in stamps.split())
+    assert 0 < first < second, stamps
     # The data partition was grown from 64 MiB to the rest of the 4 GiB card.
     size = int(ssh(image, guest, "findmnt -bno SIZE /var/lib/oxiedge").stdout)
     assert size > 2 * 1024**3, size

@@ -28,6 +28,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -251,7 +252,8 @@ def test_first_boot_and_operator_access(image: Path, disk: Path, first_boot: Gue
 
 
 def mqtt_client(guest: Guest, client_id: str, clean: bool,
-                auth: tuple[str, str] | None):  # type: ignore[no-untyped-def]
+                auth: tuple[str, str] | None) -> Any:
+    """A paho client (VERSION2 callbacks) with the appliance's credential."""
     import paho.mqtt.client as mqtt
 
     client = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id=client_id,
@@ -364,7 +366,7 @@ def test_acknowledged_data_survives_power_cut(image: Path, disk: Path, first_boo
             pika.ConnectionParameters(host, second.ports["amqp"], credentials=creds,
                                       socket_timeout=60))
         ch = conn.channel()
-        bodies = []
+        bodies: list[str] = []
         for _ in range(MESSAGES):
             method, _props, body = ch.basic_get("appliance-q", auto_ack=False)
             assert method is not None, f"queue ran dry after {bodies}"

@@ -269,7 +269,9 @@ class FrameParser:
         buf = self._buf
         n = len(buf)
         pos = self._pos
-        limit = self.frame_max - FRAME_OVERHEAD if self.frame_max else 1 << 32
+        # RabbitMQ tolerates a payload of up to frame_max itself (its FRAME_SIZE_FUDGE of 8
+        # bytes, for clients that forget the frame overhead - amqpstorm does); so do we.
+        limit = self.frame_max if self.frame_max else 1 << 32
         unpack = _FRAME_HDR.unpack_from
         while n - pos >= 7:
             ftype, channel, size = unpack(buf, pos)

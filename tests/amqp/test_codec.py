@@ -405,3 +405,13 @@ def test_message_record_versions() -> None:
     ttl = persist.encode_record("ex", "rk", b"\x01\x00", b"body", 1_700_000_000.5)
     assert ttl[0] == 2
     assert persist.decode_record(ttl) == ("ex", "rk", b"\x01\x00", b"body", 1_700_000_000.5)
+
+
+def test_frame_max_fudge_like_rabbitmq() -> None:
+    # payload == frame_max (frame = frame_max + 8) is tolerated; one byte more is not
+    ok = codec.encode_frame(3, 1, b"x" * 4096)
+    header = codec.encode_content(1, spec.BasicPublish(), b"\x00\x00", b"x" * 4096, 0)
+    frames = split_frames(header)
+    [cmd] = parse_all(frames[0] + frames[1] + ok, frame_max=4096)
+    assert isinstance(cmd, Command) and len(cmd.body or b"") == 4096
+    assert code_of(codec.encode_frame(3, 1, b"x" * 4097), frame_max=4096) == 501

@@ -48,6 +48,7 @@ from oxiedge.amqp.errors import (
     ACCESS_REFUSED,
     CHANNEL_ERROR,
     COMMAND_INVALID,
+    CONNECTION_FORCED,
     INTERNAL_ERROR,
     NO_ROUTE,
     NOT_ALLOWED,
@@ -118,6 +119,8 @@ class AmqpConnection:
         self.blocked_notify = False  # client announced the connection.blocked capability
         self._unsubscribe_alarms: Any = None
         self.closed = False
+        self._opened = False  # the handshake completed
+        self._forced = False  # cancelled by the server's shutdown
         self._out: list[bytes] = []
         self._unsent = 0
         self._wake = trio.Event()
@@ -199,13 +202,29 @@ class AmqpConnection:
                     await self._wait_drained(CLOSE_TIMEOUT)
                 except (PeerGone, trio.BrokenResourceError, trio.ClosedResourceError):
                     pass
+                except trio.Cancelled:
+                    self._forced = True  # the server is shutting down
+                    raise
                 finally:
                     nursery.cancel_scope.cancel()
         finally:
             self.service.connections.discard(self)
             self._release()
             with trio.CancelScope(shield=True), trio.move_on_after(1):
+                if self._forced and self._opened:
+                    await self._say_shutdown()
                 await self.stream.aclose()
+
+    async def _say_shutdown(self) -> None:
+        """Tell the client why the socket closes, as RabbitMQ does on shutdown (320)."""
+        frame = encode_method(0, spec.ConnectionClose(
+            CONNECTION_FORCED, "CONNECTION_FORCED - broker forced connection closure with "
+            "reason 'shutdown'", 0, 0))
+        try:
+            with trio.move_on_after(0.5):
+                await self.stream.send_all(frame)
+        except (trio.BrokenResourceError, trio.ClosedResourceError, trio.BusyResourceError):
+            pass
 
     def _release(self) -> None:
         """Channels die (unacked back to their queues), exclusive queues are deleted."""
@@ -329,6 +348,7 @@ class AmqpConnection:
         if open_.virtual_host != "/":
             raise AmqpError(NOT_ALLOWED, f"vhost '{open_.virtual_host}' not found", 10, 40)
         self.send(encode_method(0, spec.ConnectionOpenOk()))
+        self._opened = True
         alarms = getattr(self.service.app, "alarms", None)
         if alarms is not None:
             self._unsubscribe_alarms = alarms.subscribe(self._on_alarm)

@@ -356,3 +356,14 @@ def test_garbage_after_handshake_never_hurts_the_server(server: Any) -> None:
     c.close()
     assert not [line for line in server.log_lines if "connection failed" in line
                 or "Traceback" in line]
+
+
+def test_shutdown_sends_connection_forced(start_server: Any) -> None:
+    srv = start_server()
+    raw = RawClient(srv.amqp_port)
+    raw.handshake()
+    raw.open_channel(1)
+    assert srv.stop() == 0  # SIGTERM
+    close = raw.expect(spec.ConnectionClose)
+    assert isinstance(close, spec.ConnectionClose) and close.reply_code == 320
+    raw.close()

@@ -161,6 +161,8 @@ class Queue:
         a client that nacks 2, 3, 4, 5 one by one finds them again as 2, 3, 4, 5.  Only the
         head of the queue holding older messages is merged, so this stays cheap.
         """
+        if not msgs:
+            return
         for msg in msgs:
             msg.redelivered = True
         msgs.sort(key=_seq_of)

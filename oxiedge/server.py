@@ -94,6 +94,18 @@ def _bound_port(listeners: list[trio.SocketListener]) -> int:
     return int(listeners[0].socket.getsockname()[1])
 
 
+def admin_socket_mode(data: Path) -> int:
+    """0660 when the data dir is shared with its group only (the systemd unit sets
+    StateDirectoryMode=0750, so members of the ``oxiedge`` group may use the CLI), else
+    owner-only 0600 (a plain 0755 directory does not open the socket to its group)."""
+    try:
+        mode = os.stat(data).st_mode
+    except OSError:
+        return 0o600
+    group_ok = mode & 0o050 == 0o050 and mode & 0o007 == 0
+    return 0o660 if group_ok else 0o600
+
+
 def _format_host(host: str) -> str:
     return f"[{host}]" if ":" in host else host
 
@@ -173,7 +185,7 @@ async def _start(app: App, nursery: trio.Nursery, handlers: dict[str, Any], rout
         if key == "mqtt":
             log.info("%s", ingest.startup_line())
         handlers.update(service.admin_handlers())
-    admin = AdminServer(app, handlers, config.admin_socket)
+    admin = AdminServer(app, handlers, config.admin_socket, admin_socket_mode(config.data))
     await nursery.start(admin.run)
     log.info("oxiedge ready")
     sdnotify.ready(f"serving {', '.join(app.endpoints.values()) or 'admin socket only'}")

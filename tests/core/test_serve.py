@@ -100,3 +100,12 @@ def test_unknown_option_is_refused(tmp_path: Path) -> None:
     res = _run_serve("--data", str(tmp_path / "d"), "--no-such-flag")
     assert res.returncode != 0
     assert "no-such-flag" in res.stderr
+
+
+def test_admin_socket_is_group_accessible_with_a_group_data_dir(tmp_path: Path,
+                                                                 start_server) -> None:  # type: ignore[no-untyped-def]
+    data = tmp_path / "grp"
+    data.mkdir()
+    os.chmod(data, 0o750)
+    srv = start_server(data=data)
+    assert os.stat(srv.admin_socket).st_mode & 0o777 == 0o660

@@ -438,8 +438,10 @@ class AmqpConnection:
         number = cmd.channel
         if number == 0:
             if isinstance(m, spec.ConnectionClose):
+                # Channels and exclusive queues go BEFORE close-ok: a client that saw
+                # close-ok and reconnects never finds its old exclusive queue still there.
+                self._release()
                 self.send(encode_method(0, spec.ConnectionCloseOk()))
-                self.closed = True
                 return
             if isinstance(m, spec.ConnectionUpdateSecret):
                 # The new secret must authenticate the connection's user again (for PLAIN

@@ -41,10 +41,22 @@ SUPPORTED_QUEUE_ARGS: dict[str, Callable[[Any], bool]] = {
                                   b"reject-publish"),
 }
 _VALIDATED_ONLY = {"x-max-length", "x-message-ttl"}  # a bad value is 406, not 540
-BUILTIN_EXCHANGES = (("amq.direct", "direct"), ("amq.fanout", "fanout"), ("amq.topic", "topic"))
+BUILTIN_EXCHANGES = (("amq.direct", "direct"), ("amq.fanout", "fanout"), ("amq.topic", "topic"),
+                     ("amq.headers", "headers"), ("amq.match", "headers"))
 
 #: ``hook(routing_key, raw_properties, body, persistent)`` for client publishes to amq.topic.
 TopicHook = Callable[[str, bytes, bytes, bool], None]
+
+
+def _headers_of(properties: bytes) -> dict[str, Any]:
+    """The ``headers`` table of raw content properties ({} when absent or unreadable)."""
+    from oxiedge.amqp import spec
+
+    try:
+        props, _ = spec.BasicProperties.decode(properties)
+    except Exception:
+        return {}
+    return props.headers or {}
 
 
 def _flag(value: bool) -> str:
@@ -360,25 +372,26 @@ class Broker:
             raise AmqpError(ACCESS_REFUSED,
                             "operation not permitted on the default exchange")
         x = self.get_exchange(exchange)
-        if arguments:
+        if arguments and x.type != "headers":
             raise AmqpError(NOT_IMPLEMENTED,
                             f"binding argument '{next(iter(arguments))}' is not implemented")
-        b = Binding(x.name, q, routing_key, {})
+        b = Binding(x.name, q, routing_key, dict(arguments))
         if not x.add(b):
             return False
         if q.doc_id is not None and x.durable:
             doc = self.store.stage_insert(persist.COLL, {
                 "_kind": "bind", "exchange": x.name, "queue": q.name,
-                "routing_key": routing_key, "arguments": {}})
+                "routing_key": routing_key, "arguments": persist.jsonable(arguments)})
             b.doc_id = doc["_id"]
             return True
         return False
 
-    def unbind(self, q: Queue, exchange: str, routing_key: str) -> bool:
+    def unbind(self, q: Queue, exchange: str, routing_key: str,
+               arguments: dict[str, Any] | None = None) -> bool:
         if not exchange:
             raise AmqpError(ACCESS_REFUSED, "operation not permitted on the default exchange")
         x = self.get_exchange(exchange)
-        b = x.remove(q.name, routing_key)
+        b = x.remove(q.name, routing_key, arguments)
         if b is None:
             return False
         staged = self._unstage_binding(b)
@@ -419,17 +432,25 @@ class Broker:
         self._maybe_auto_delete_exchange(sx)
         return staged
 
-    def route(self, x: Exchange, routing_key: str) -> list[Queue]:
+    def route(self, x: Exchange, routing_key: str, properties: bytes = b"\x00\x00"
+              ) -> list[Queue]:
         """Every queue a message published to ``x`` reaches, following exchange-to-exchange
-        bindings (each queue once, cycles cut)."""
-        if not x.xbindings:
+        bindings (each queue once, cycles cut); headers exchanges match ``properties``."""
+        if not x.xbindings and x.type != "headers":
             return x.route(routing_key)
+        headers: dict[str, Any] | None = None
         found: dict[int, Queue] = {}
         seen = {x.name}
         stack = [x]
         while stack:
             ex = stack.pop()
-            for q in ex.route(routing_key):
+            if ex.type == "headers":
+                if headers is None:
+                    headers = _headers_of(properties)
+                routed = ex.route_headers(headers)
+            else:
+                routed = ex.route(routing_key)
+            for q in routed:
                 found.setdefault(id(q), q)
             for name in ex.route_exchanges(routing_key):
                 dx = self.exchanges.get(name)

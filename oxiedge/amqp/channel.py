@@ -268,7 +268,8 @@ class Channel:
         name = m.queue or self.last_queue
         if name in self.broker.queues and m.exchange in self.broker.exchanges:
             q = self._queue(name)
-            await self._commit_if(self.broker.unbind(q, m.exchange, m.routing_key))
+            await self._commit_if(self.broker.unbind(q, m.exchange, m.routing_key,
+                                                     m.arguments))
         elif not m.exchange:
             raise AmqpError(ACCESS_REFUSED, "operation not permitted on the default exchange")
         # else: unbinding from a queue or exchange that is gone succeeds, as in RabbitMQ

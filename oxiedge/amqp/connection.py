@@ -531,7 +531,8 @@ class AmqpConnection:
         props = cmd.properties or b"\x00\x00"
         body = cmd.body or b""
         if m.exchange:
-            queues = x.route(rk) if not x.xbindings else broker.route(x, rk)
+            queues = (x.route(rk) if not x.xbindings and x.type != "headers"
+                      else broker.route(x, rk, props))
         else:
             q = broker.queues.get(rk)
             queues = [q] if q is not None else []

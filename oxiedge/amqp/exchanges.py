@@ -15,7 +15,33 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from oxiedge.amqp.queues import Queue
 
-SUPPORTED_TYPES = ("direct", "fanout", "topic")
+SUPPORTED_TYPES = ("direct", "fanout", "topic", "headers")
+
+
+def args_key(arguments: dict[str, Any]) -> str:
+    """Binding arguments in a canonical form: part of a binding's identity (RabbitMQ binds
+    the same queue to a headers exchange several times with different arguments)."""
+    return repr(sorted((k, repr(v)) for k, v in arguments.items())) if arguments else ""
+
+
+def headers_match(arguments: dict[str, Any], headers: dict[str, Any]) -> bool:
+    """Headers-exchange matching (RabbitMQ): ``x-match`` ``all`` (default) or ``any`` over
+    the binding's arguments not starting with ``x-`` (``all-with-x``/``any-with-x`` include
+    them); an argument without a value (void) matches the mere presence of the header."""
+    mode = arguments.get("x-match", "all")
+    if isinstance(mode, bytes):
+        mode = mode.decode("utf-8", "replace")
+    with_x = mode in ("all-with-x", "any-with-x")
+    want_all = mode in ("all", "all-with-x")
+    hit = False
+    for key, value in arguments.items():
+        if key == "x-match" or (key.startswith("x-") and not with_x):
+            continue
+        ok = key in headers and (value is None or headers[key] == value)
+        if want_all and not ok:
+            return False
+        hit = hit or ok
+    return True if want_all else hit
 _CACHE_LIMIT = 4096
 
 
@@ -108,23 +134,23 @@ class Exchange:
 
     def add(self, binding: Binding) -> bool:
         """Add a binding; False if an identical one exists (binding is idempotent)."""
-        k = (binding.queue.name, binding.routing_key)
+        k = (binding.queue.name, binding.routing_key + args_key(binding.arguments))
         if k in self.bindings:
             return False
         self.bindings[k] = binding
         self._cache.clear()
         return True
 
-    def remove(self, queue_name: str, routing_key: str) -> Binding | None:
-        b = self.bindings.pop((queue_name, routing_key), None)
+    def remove(self, queue_name: str, routing_key: str,
+               arguments: dict[str, Any] | None = None) -> Binding | None:
+        b = self.bindings.pop((queue_name, routing_key + args_key(arguments or {})), None)
         if b is not None:
             self._cache.clear()
         return b
 
     def remove_queue(self, queue_name: str) -> list[Binding]:
-        gone = [b for k, b in self.bindings.items() if k[0] == queue_name]
-        for b in gone:
-            del self.bindings[(queue_name, b.routing_key)]
+        keys = [k for k in self.bindings if k[0] == queue_name]
+        gone = [self.bindings.pop(k) for k in keys]
         if gone:
             self._cache.clear()
         return gone
@@ -151,9 +177,17 @@ class Exchange:
         self._cache[routing_key] = out
         return out
 
+    def route_headers(self, headers: dict[str, Any]) -> list[Queue]:
+        """Queues of a headers exchange whose binding arguments match ``headers``."""
+        seen: dict[int, Queue] = {}
+        for b in self.bindings.values():
+            if headers_match(b.arguments, headers):
+                seen.setdefault(id(b.queue), b.queue)
+        return list(seen.values())
+
     def _matches(self, pattern: str, routing_key: str) -> bool:
         kind = self.type
-        if kind == "fanout":
+        if kind == "fanout" or kind == "headers":  # e2e bindings carry no arguments
             return True
         if kind == "direct":
             return pattern == routing_key

@@ -182,7 +182,7 @@ class AmqpService:
         if x is None:
             return StagedPublish(0, False)
         if exchange:
-            queues = broker.route(x, routing_key)
+            queues = broker.route(x, routing_key, props)
         else:
             q = broker.queues.get(routing_key)
             queues = [q] if q is not None else []

@@ -275,3 +275,18 @@ def test_durable_exchange_to_exchange_binding_survives(start_server: Any) -> Non
     assert {"exchange": "src", "queue": None, "destination_exchange": "dst",
             "routing_key": "a.*", "durable": True} in binds
     assert not [b for b in binds if b.get("destination_exchange") == "tmp"]
+
+
+def test_durable_headers_binding_survives(start_server: Any) -> None:
+    srv = start_server()
+    c = connect(srv)
+    ch = c.channel()
+    ch.queue_declare("hq", durable=True)
+    ch.queue_bind("hq", "amq.headers", arguments={"x-match": "any", "a": 1, "b": "x"})
+    c.close()
+    srv.kill()
+    srv.start()
+    ch = connect(srv).channel()
+    ch.basic_publish("amq.headers", "", b"hit", pika.BasicProperties(headers={"b": "x"}))
+    ch.basic_publish("amq.headers", "", b"miss", pika.BasicProperties(headers={"b": "y"}))
+    assert [b for _m, _p, b in get_all(ch, "hq")] == [b"hit"]

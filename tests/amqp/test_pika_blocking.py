@@ -286,7 +286,7 @@ def test_exchange_declare_rules(conn: Any) -> None:
 
 
 @pytest.mark.parametrize("action,feature", [
-    (lambda ch: ch.exchange_declare("h", "headers"), "headers"),
+    (lambda ch: ch.queue_bind("bq540", "amq.direct", "k", arguments={"x-any": 1}), "x-any"),
     (lambda ch: ch.exchange_declare("w", "x-weird"), "x-weird"),
     (lambda ch: ch.tx_select(), "tx"),
     (lambda ch: ch.queue_declare("dlx", arguments={"x-dead-letter-exchange": "d"}),
@@ -296,6 +296,7 @@ def test_exchange_declare_rules(conn: Any) -> None:
 ])
 def test_out_of_scope_answers_540(server: Any, action: Any, feature: str) -> None:
     c = pika.BlockingConnection(params(server.amqp_port))
+    c.channel().queue_declare("bq540")
     with pytest.raises((ConnectionClosedByBroker, ChannelClosedByBroker)) as info:
         action(c.channel())
     assert info.value.reply_code == 540
@@ -517,3 +518,31 @@ def test_queue_length_limit_and_ttl_arguments(conn: Any) -> None:
     with pytest.raises(ChannelClosedByBroker) as info:
         ch.queue_declare("badlen", arguments={"x-max-length": -1})
     assert info.value.reply_code == 406
+
+
+def test_headers_exchange(conn: Any) -> None:
+    ch = conn.channel()
+    ch.exchange_declare("hx", "headers")
+    for q in ("h-all", "h-any", "h-void"):
+        ch.queue_declare(q)
+    ch.queue_bind("h-all", "hx", arguments={"x-match": "all", "kind": "temp", "site": 7})
+    ch.queue_bind("h-any", "hx", arguments={"x-match": "any", "kind": "temp", "site": 7})
+    ch.queue_bind("h-void", "amq.headers", arguments={"flag": None})  # presence only
+    ch.basic_publish("hx", "", b"both", pika.BasicProperties(headers={"kind": "temp",
+                                                                      "site": 7}))
+    ch.basic_publish("hx", "", b"one", pika.BasicProperties(headers={"kind": "temp"}))
+    ch.basic_publish("hx", "", b"none", pika.BasicProperties(headers={"kind": "hum"}))
+    ch.basic_publish("amq.headers", "", b"flagged", pika.BasicProperties(headers={"flag": 0}))
+
+    def bodies(q: str) -> list[bytes]:
+        out = []
+        while (got := ch.basic_get(q, auto_ack=True))[0] is not None:
+            out.append(got[2])
+        return out
+
+    assert bodies("h-all") == [b"both"]
+    assert bodies("h-any") == [b"both", b"one"]
+    assert bodies("h-void") == [b"flagged"]
+    ch.queue_unbind("h-any", "hx", arguments={"x-match": "any", "kind": "temp", "site": 7})
+    ch.basic_publish("hx", "", b"after", pika.BasicProperties(headers={"kind": "temp"}))
+    assert bodies("h-any") == []

@@ -6,6 +6,8 @@ import importlib.util
 import json
 from pathlib import Path
 
+import pytest
+
 from oxiedge.amqp import spec
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -20,9 +22,17 @@ def _generator():  # type: ignore[no-untyped-def]
     return module
 
 
+def _spec_json(gen) -> dict:  # type: ignore[no-untyped-def,type-arg]
+    """The machine-readable spec lives in ../shared beside the checkout (as in CI)."""
+    path = Path(gen.DEFAULT_SPEC)
+    if not path.exists():
+        pytest.skip(f"AMQP spec not found at {path} (shared/ is not beside this checkout)")
+    return json.loads(path.read_text())  # type: ignore[no-any-return]
+
+
 def test_checked_in_module_matches_generator() -> None:
     gen = _generator()
-    text = gen.generate(json.loads(Path(gen.DEFAULT_SPEC).read_text()))
+    text = gen.generate(_spec_json(gen))
     assert (ROOT / "oxiedge" / "amqp" / "spec.py").read_text() == text
 
 
@@ -60,7 +70,7 @@ def test_arguments_follow_spec_order_and_types() -> None:
     import dataclasses
 
     gen = _generator()
-    raw = json.loads(Path(gen.DEFAULT_SPEC).read_text())
+    raw = _spec_json(gen)
     domains = dict(raw["domains"])
     for klass in raw["classes"]:
         for method in klass["methods"]:

@@ -16,8 +16,6 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.console import Console
-from rich.table import Table
 
 from .admin.client import ServerNotRunning, call
 from .admin.protocol import AdminError
@@ -35,8 +33,25 @@ index_app = typer.Typer(no_args_is_help=True, help="Secondary indexes on collect
 app.add_typer(index_app, name="index")
 app.add_typer(user_app, name="user")
 
-out = Console(soft_wrap=True)
-err = Console(stderr=True)
+
+
+class _LazyConsole:
+    """A rich Console made on first use: `oxiedge serve` never pays rich's ~3 MB of RSS."""
+
+    def __init__(self, **options: Any) -> None:
+        self._options = options
+        self._console: Any = None
+
+    def print(self, *args: Any, **kwargs: Any) -> None:
+        if self._console is None:
+            from rich.console import Console
+
+            self._console = Console(**self._options)
+        self._console.print(*args, **kwargs)
+
+
+out = _LazyConsole(soft_wrap=True)
+err = _LazyConsole(stderr=True)
 
 DataOpt = Annotated[Path | None, typer.Option("--data", help="data dir [env: OXIEDGE_DATA; default ./oxiedge-data]")]  # noqa: E501
 JsonOpt = Annotated[bool, typer.Option("--json", help="one JSON object per line")]
@@ -114,6 +129,8 @@ def _print_rows(rows: list[dict[str, Any]], as_json: bool, title: str | None = N
         for key in row:
             if key not in columns:
                 columns.append(key)
+    from rich.table import Table
+
     table = Table(title=title, show_lines=False)
     for col in columns:
         table.add_column(col, overflow="fold")
@@ -269,6 +286,8 @@ def status(data: DataOpt = None, as_json: JsonOpt = False) -> None:
     if as_json:
         sys.stdout.write(json.dumps(result, default=str) + "\n")
         return
+    from rich.table import Table
+
     table = Table(title="oxiedge status", show_header=False)
     table.add_column("key")
     table.add_column("value", overflow="fold")

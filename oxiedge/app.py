@@ -36,7 +36,6 @@ class App:
     users: UserStore
     log: logging.Logger = field(default_factory=make_logger)
     services: dict[str, Service] = field(default_factory=dict)
-    counters: dict[str, int] = field(default_factory=dict)
     started_at: float = field(default_factory=time.time)
     endpoints: dict[str, str] = field(default_factory=dict)
     extensions: dict[str, Any] = field(default_factory=dict)
@@ -45,6 +44,3 @@ class App:
     def __post_init__(self) -> None:
         self.alarms = ResourceAlarms(self.config.data, self.config.memory_high_watermark,
                                      self.config.disk_free_limit, self.log)
-
-    def count(self, name: str, n: int = 1) -> None:
-        self.counters[name] = self.counters.get(name, 0) + n

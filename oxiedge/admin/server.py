@@ -85,7 +85,6 @@ def server_status(app: App) -> dict[str, Any]:
             "committed_ops": committer.ops,
             "durable_writes": "STOPPED: " + str(committer.failed) if committer.failed else "ok",
         },
-        "counters": dict(app.counters),
         "alarms": app.alarms.status(),
     }
     for name, service in app.services.items():

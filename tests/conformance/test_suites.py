@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 
 import pytest
 
 from tests.conformance.run_suites import REPO, RESULTS_JSON
-from tests.conformance.suites import SUITES
+from tests.conformance.suites import SUITES, by_name
 
 
 def _baseline() -> dict[str, dict[str, object]]:
@@ -62,8 +63,11 @@ def test_suite_pass_count_not_below_baseline(
     passed, floor = int(str(got["passed"])), int(str(baseline["passed"]))
     newly_failing = sorted({str(f["test"]) for f in got["failures"]}  # type: ignore[attr-defined]
                            - {str(f["test"]) for f in baseline["failures"]})  # type: ignore[attr-defined]
-    assert passed >= floor, (
-        f"{name}: {passed} passed, baseline {floor}; newly failing: {newly_failing[:20]}")
+    # Known client-side races may fail this time although they passed in the baseline run.
+    flaky = [t for t in newly_failing if any(re.search(p, t) for p in by_name(name).flaky)]
+    assert passed + len(flaky) >= floor, (
+        f"{name}: {passed} passed, baseline {floor} (flaky forgiven: {len(flaky)}); "
+        f"newly failing: {newly_failing[:20]}")
 
 
 def test_baseline_covers_every_suite() -> None:

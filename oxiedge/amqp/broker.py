@@ -9,10 +9,11 @@ the same moment see one queue and stage one ``_amqp`` record.
 from __future__ import annotations
 
 import secrets
+import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from oxiedge.amqp import persist
+from oxiedge.amqp import deadletter, persist
 from oxiedge.amqp.errors import (
     ACCESS_REFUSED,
     NOT_FOUND,
@@ -23,24 +24,41 @@ from oxiedge.amqp.errors import (
 )
 from oxiedge.amqp.exchanges import SUPPORTED_TYPES, Binding, Exchange, ExchangeBinding
 from oxiedge.amqp.queues import Queue, QueuedMessage
+from oxiedge.amqp.timers import QueueTimers
 
 if TYPE_CHECKING:
     from oxiedge.amqp.queues import Consumer
 
-def _non_negative_int(v: Any) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool) and v >= 0
+def _int_at_least(low: int) -> Callable[[Any], bool]:
+    return lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= low
 
 
-#: Queue arguments we implement, with their validity check (an invalid value is a 406; any
-#: other argument, or an unsupported value such as x-queue-type=quorum, answers 540).
+def _is_str(v: Any) -> bool:
+    return isinstance(v, (str, bytes))
+
+
+def _text(v: Any) -> str:
+    return v.decode("utf-8", "replace") if isinstance(v, bytes) else str(v)
+
+
+OVERFLOW_MODES = ("drop-head", "reject-publish", "reject-publish-dlx")
+QUEUE_TYPES = ("classic", "quorum")
+#: RabbitMQ 4.0+ gives every quorum queue a delivery limit of 20 unless one is set.
+QUORUM_DEFAULT_DELIVERY_LIMIT = 20
+
+#: Queue arguments we implement, with their validity check: an invalid value is a 406
+#: (PRECONDITION_FAILED, as RabbitMQ); any other argument, or x-queue-type=stream, is 540.
 SUPPORTED_QUEUE_ARGS: dict[str, Callable[[Any], bool]] = {
-    "x-queue-type": lambda v: v in ("classic", b"classic"),
-    "x-max-length": _non_negative_int,
-    "x-message-ttl": _non_negative_int,
-    "x-overflow": lambda v: v in ("drop-head", "reject-publish", b"drop-head",
-                                  b"reject-publish"),
+    "x-queue-type": lambda v: _is_str(v) and _text(v) in QUEUE_TYPES,
+    "x-max-length": _int_at_least(0),
+    "x-max-length-bytes": _int_at_least(0),
+    "x-message-ttl": _int_at_least(0),
+    "x-expires": _int_at_least(1),
+    "x-overflow": lambda v: _is_str(v) and _text(v) in OVERFLOW_MODES,
+    "x-dead-letter-exchange": _is_str,
+    "x-dead-letter-routing-key": _is_str,
+    "x-delivery-limit": _int_at_least(-1),  # -1 = unlimited (RabbitMQ 4.0)
 }
-_VALIDATED_ONLY = {"x-max-length", "x-message-ttl"}  # a bad value is 406, not 540
 BUILTIN_EXCHANGES = (("amq.direct", "direct"), ("amq.fanout", "fanout"), ("amq.topic", "topic"),
                      ("amq.headers", "headers"), ("amq.match", "headers"))
 
@@ -77,8 +95,13 @@ class Broker:
         self.exchanges: dict[str, Exchange] = {}
         self.next_qid = 1
         self.topic_hooks: list[TopicHook] = []
+        self.timers = QueueTimers()
+        #: called with a queue that x-expires deleted (the service drops it from its owner)
+        self.on_queue_expired: Callable[[Queue], None] | None = None
         self.counters = {"published": 0, "unroutable": 0, "returned": 0, "dropped": 0,
-                         "expired": 0, "rejected": 0,
+                         "expired": 0, "rejected": 0, "dead_lettered": 0,
+                         "dead_letter_dropped": 0, "delivery_limit": 0,
+                         "queues_expired": 0, "alternate_routed": 0,
                          "delivered": 0, "acked": 0, "requeued": 0, "discarded": 0,
                          "persisted": 0, "confirmed": 0, "nacked_confirms": 0}
         self.exchanges[""] = Exchange("", "direct", durable=True, builtin=True)
@@ -98,6 +121,8 @@ class Broker:
                 continue
             x = Exchange(name, doc["type"], durable=True, auto_delete=doc.get("auto_delete", False),
                          internal=doc.get("internal", False), arguments=doc.get("arguments"))
+            alt = (doc.get("arguments") or {}).get("alternate-exchange")
+            x.alternate = _text(alt) if alt is not None else None
             x.doc_id = doc["_id"]
             self.exchanges[name] = x
         by_qid: dict[int, Queue] = {}
@@ -159,24 +184,48 @@ class Broker:
 
     def _new_queue(self, name: str, qid: int, **kw: Any) -> Queue:
         q = Queue(name, qid, limit=self.queue_limit, on_drop=self._dropped,
-                  on_expire=self._expired, **kw)
+                  on_expire=self._expired, on_unused=self._unused, timers=self.timers, **kw)
         args = q.arguments
         if "x-max-length" in args:  # never above the broker-wide bound
             q.limit = min(self.queue_limit, int(args["x-max-length"]))
-        overflow = args.get("x-overflow")
-        q.reject_publish = overflow in ("reject-publish", b"reject-publish")
+        if "x-max-length-bytes" in args:
+            q.max_bytes = int(args["x-max-length-bytes"])
+        q.overflow = _text(args.get("x-overflow", "drop-head"))
+        q.reject_publish = q.overflow != "drop-head"
         if "x-message-ttl" in args:
             q.message_ttl = int(args["x-message-ttl"])
+            q.ttl_seen = True
+        if "x-dead-letter-exchange" in args:
+            q.dlx = _text(args["x-dead-letter-exchange"])
+            if "x-dead-letter-routing-key" in args:
+                q.dlrk = _text(args["x-dead-letter-routing-key"])
+        q.queue_type = _text(args.get("x-queue-type", "classic"))
+        limit = args.get("x-delivery-limit")
+        if limit is None and q.queue_type == "quorum":
+            limit = QUORUM_DEFAULT_DELIVERY_LIMIT
+        q.delivery_limit = None if limit is None or limit < 0 else int(limit)
+        if "x-expires" in args:
+            q.expires_ms = int(args["x-expires"])
+        q.plain = q.message_ttl is None and not q.reject_publish and q.max_bytes is None
         self.queues[name] = q
+        q.arm()
         return q
 
     def _dropped(self, queue: Queue, msg: QueuedMessage) -> None:
         self.counters["dropped"] += 1
-        self.forget(queue, msg)
+        self.dead_letter(queue, msg, deadletter.MAXLEN)
 
     def _expired(self, queue: Queue, msg: QueuedMessage) -> None:
         self.counters["expired"] += 1
-        self.forget(queue, msg)
+        self.dead_letter(queue, msg, deadletter.EXPIRED)
+
+    def _unused(self, queue: Queue) -> None:
+        """x-expires: the queue was unused (no consumer, no get, no re-declare) too long."""
+        self.counters["queues_expired"] += 1
+        self.delete_queue(queue)
+        if self.on_queue_expired is not None:
+            self.on_queue_expired(queue)
+        self.store.kick()
 
     def get_queue(self, name: str, owner: object | None = None) -> Queue:
         """The queue ``name``, or 404; 405 if another connection holds it exclusively."""
@@ -195,15 +244,8 @@ class Broker:
         """Declare (or check) a queue; returns ``(queue, staged a durable write)``."""
         if passive:
             return self.get_queue(name, owner), False
-        for key, value in arguments.items():
-            check = SUPPORTED_QUEUE_ARGS.get(key)
-            if check is not None and not check(value) and key in _VALIDATED_ONLY:
-                raise AmqpError(PRECONDITION_FAILED,
-                                f"invalid arg '{key}' for {_vhost('queue', name)}: {value!r}")
-            if check is None or not check(value):
-                shown = f"queue argument '{key}'" if check is None else \
-                    f"queue argument '{key}' = {value!r}"
-                raise AmqpError(NOT_IMPLEMENTED, f"{shown} is not implemented")
+        self._check_queue_args(name, arguments, durable=durable, exclusive=exclusive,
+                               auto_delete=auto_delete)
         if not name:
             name = "amq.gen-" + secrets.token_urlsafe(16)
         elif name.startswith("amq.") and name not in self.queues:
@@ -225,9 +267,14 @@ class Broker:
                         PRECONDITION_FAILED,
                         f"inequivalent arg '{what}' for {_vhost('queue', name)}: received "
                         f"'{_flag(want)}' but current is '{_flag(have)}'")
-            if persist.jsonable(arguments) != q.arguments:
+            wanted = persist.jsonable(arguments)
+            if "x-queue-type" not in wanted and "x-queue-type" in q.arguments:
+                # RabbitMQ: a re-declare without a type takes the existing queue's type.
+                wanted["x-queue-type"] = q.arguments["x-queue-type"]
+            if wanted != q.arguments:
                 raise AmqpError(PRECONDITION_FAILED,
                                 f"inequivalent arguments for {_vhost('queue', name)}")
+            q.touch()  # a re-declare renews an x-expires lease
             return q, False
         qid = self.next_qid
         self.next_qid += 1
@@ -244,6 +291,35 @@ class Broker:
             staged = True
         # The default exchange binds every queue by name implicitly (spec 3.1.3.1).
         return q, staged
+
+    def _check_queue_args(self, name: str, arguments: dict[str, Any], *, durable: bool,
+                          exclusive: bool, auto_delete: bool) -> None:
+        """406 for an invalid value, 540 for what is not implemented (RabbitMQ's codes)."""
+        where = _vhost("queue", name)
+        for key, value in arguments.items():
+            check = SUPPORTED_QUEUE_ARGS.get(key)
+            if check is None:
+                raise AmqpError(NOT_IMPLEMENTED, f"queue argument '{key}' is not implemented")
+            if key == "x-queue-type" and _is_str(value) and _text(value) == "stream":
+                raise AmqpError(NOT_IMPLEMENTED,
+                                "queue argument 'x-queue-type' = 'stream' is not implemented "
+                                "(streams do not exist in oxiedge yet)")
+            if not check(value):
+                raise AmqpError(PRECONDITION_FAILED,
+                                f"invalid arg '{key}' for {where}: {value!r}")
+        if "x-dead-letter-routing-key" in arguments and \
+                "x-dead-letter-exchange" not in arguments:
+            raise AmqpError(PRECONDITION_FAILED,
+                            f"invalid arg 'x-dead-letter-routing-key' for {where}: "
+                            "Key x-dead-letter-exchange must be set")
+        if _text(arguments.get("x-queue-type", "classic")) == "quorum":
+            # A quorum queue is durable and outlives its connection and consumers, as in
+            # RabbitMQ (which names the offending property).
+            for bad, prop in ((not durable, "non-durable"), (exclusive, "exclusive-owner"),
+                              (auto_delete, "auto-delete")):
+                if bad:
+                    raise AmqpError(PRECONDITION_FAILED,
+                                    f"invalid property '{prop}' for {where}")
 
     def delete_queue(self, q: Queue, cancel: Callable[[Consumer], None] | None = None) -> int:
         """Delete a queue, its bindings and its stored messages; returns the ready count."""
@@ -264,6 +340,7 @@ class Broker:
             self.store.stage_delete(persist.COLL, q.doc_id)
             self.store.stage_delete_range(persist.CF, *persist.queue_range(q.qid))
         q.ready.clear()
+        q.ready_bytes = 0
         return count
 
     def purge(self, q: Queue) -> int:
@@ -273,6 +350,7 @@ class Broker:
         for msg in q.ready:
             self.forget(q, msg)
         q.ready.clear()
+        q.ready_bytes = 0
         return count
 
     # -- exchanges ---------------------------------------------------------------------
@@ -293,11 +371,21 @@ class Broker:
             return self.get_exchange(name), False
         if type not in SUPPORTED_TYPES:
             raise AmqpError(NOT_IMPLEMENTED, f"exchange type '{type}' is not implemented")
-        if arguments:
-            raise AmqpError(NOT_IMPLEMENTED,
-                            f"exchange argument '{next(iter(arguments))}' is not implemented")
+        for key, value in arguments.items():
+            if key != "alternate-exchange":
+                raise AmqpError(NOT_IMPLEMENTED, f"exchange argument '{key}' is not implemented")
+            if not _is_str(value):
+                raise AmqpError(PRECONDITION_FAILED,
+                                f"invalid arg '{key}' for {_vhost('exchange', name)}: {value!r}")
+        alt = arguments.get("alternate-exchange")
+        alternate = _text(alt) if alt is not None else None
         x = self.exchanges.get(name)
         if x is not None:
+            if alternate != x.alternate:
+                raise AmqpError(
+                    PRECONDITION_FAILED,
+                    f"inequivalent arg 'alternate-exchange' for {_vhost('exchange', name)}: "
+                    f"received {alternate!r} but current is {x.alternate!r}")
             if x.type != type:
                 raise AmqpError(
                     PRECONDITION_FAILED,
@@ -316,12 +404,14 @@ class Broker:
         if name.startswith("amq."):
             raise AmqpError(ACCESS_REFUSED,
                             f"exchange name '{name}' contains reserved prefix 'amq.*'")
-        x = Exchange(name, type, durable=durable, auto_delete=auto_delete, internal=internal)
+        x = Exchange(name, type, durable=durable, auto_delete=auto_delete, internal=internal,
+                     arguments=persist.jsonable(arguments))
+        x.alternate = alternate
         self.exchanges[name] = x
         if durable:
             doc = self.store.stage_insert(persist.COLL, {
                 "_kind": "exchange", "name": name, "type": type, "durable": True,
-                "auto_delete": auto_delete, "internal": internal, "arguments": {}})
+                "auto_delete": auto_delete, "internal": internal, "arguments": x.arguments})
             x.doc_id = doc["_id"]
             return x, True
         return x, False
@@ -435,7 +525,32 @@ class Broker:
     def route(self, x: Exchange, routing_key: str, properties: bytes = b"\x00\x00"
               ) -> list[Queue]:
         """Every queue a message published to ``x`` reaches, following exchange-to-exchange
-        bindings (each queue once, cycles cut); headers exchanges match ``properties``."""
+        bindings (each queue once, cycles cut); headers exchanges match ``properties``.
+
+        A message the exchange cannot route goes to its ``alternate-exchange`` (and on to
+        that one's alternate; a cycle of alternates ends), as in RabbitMQ's "ae" doc."""
+        queues = self._route(x, routing_key, properties)
+        if queues or x.alternate is None:
+            return queues
+        return self.route_alternate(x, routing_key, properties)
+
+    def route_alternate(self, x: Exchange, routing_key: str, properties: bytes
+                        ) -> list[Queue]:
+        """Route through ``x``'s alternate exchanges (``x`` itself routed nowhere)."""
+        seen = {x.name}
+        queues: list[Queue] = []
+        while not queues and x.alternate is not None and x.alternate not in seen:
+            ax = self.exchanges.get(x.alternate)
+            if ax is None:
+                break
+            seen.add(ax.name)
+            x = ax
+            queues = self._route(ax, routing_key, properties)
+        if queues:
+            self.counters["alternate_routed"] += 1
+        return queues
+
+    def _route(self, x: Exchange, routing_key: str, properties: bytes) -> list[Queue]:
         if not x.xbindings and x.type != "headers":
             return x.route(routing_key)
         headers: dict[str, Any] | None = None
@@ -495,3 +610,76 @@ class Broker:
             # Cheap when already kicked; the round itself runs only once this task yields,
             # so the deletes of one burst still share one commit.
             self.store.kick()
+
+    # -- RabbitMQ's production semantics: overflow, TTL, dead-lettering -----------------
+
+    def enqueue_message(self, q: Queue, exchange: str, routing_key: str, properties: bytes,
+                        body: bytes, persistent: bool, expires: float = 0.0) -> int:
+        """Put one message in a queue that is not ``plain`` (or any queue, off the hot
+        path).  Returns -1 if the queue refused it (x-overflow reject-publish*), 1 if a
+        durable record was staged, else 0."""
+        if q.reject_publish and q.would_overflow(len(body)):
+            # reject-publish: the new message is not taken and a confirming publisher gets
+            # basic.nack; reject-publish-dlx also dead-letters it (RabbitMQ "maxlen" doc).
+            q.rejected += 1
+            self.counters["rejected"] += 1
+            if q.overflow == "reject-publish-dlx":
+                self.dead_letter(q, QueuedMessage(0, exchange, routing_key, properties, body),
+                                 deadletter.MAXLEN)
+            return -1
+        if q.message_ttl is not None:  # the earlier of the queue's and the message's TTL
+            qexp = time.time() + q.message_ttl / 1000
+            expires = min(expires, qexp) if expires else qexp
+        msg = QueuedMessage(q.take_seq(), exchange, routing_key, properties, body,
+                            expires=expires)
+        staged = 0
+        if persistent and q.doc_id is not None:
+            self.store_message(q, msg, persist.encode_record(exchange, routing_key, properties,
+                                                             body, expires))
+            staged = 1
+        q.enqueue(msg)
+        return staged
+
+    def dead_letter(self, q: Queue, msg: QueuedMessage, reason: str) -> None:
+        """Move a message out of ``q``: republish it to ``q``'s dead-letter exchange with
+        ``x-death`` headers, or (no DLX) drop it.
+
+        The source record's delete and the target records' inserts are staged together,
+        synchronously, so they land in ONE write batch and one sync: across a crash the
+        message is either still in ``q`` or in its targets, never lost, never in both."""
+        dlx = q.dlx
+        if dlx is None or q.deleted:
+            self.forget(q, msg)
+            return
+        x = self.exchanges.get(dlx)
+        if x is None:  # RabbitMQ drops what goes to a missing DLX
+            self.counters["dead_letter_dropped"] += 1
+            self.forget(q, msg)
+            return
+        routing_key = q.dlrk if q.dlrk is not None else msg.routing_key
+        props, deaths = deadletter.mark_dead(msg.properties, q.name, reason, msg.exchange,
+                                             [msg.routing_key], time.time())
+        if dlx:
+            targets = self.route(x, routing_key, props)
+        else:  # the default exchange: the queue named by the routing key
+            tq = self.queues.get(routing_key)
+            targets = [tq] if tq is not None else []
+        from oxiedge.amqp.codec import scan_properties
+
+        try:
+            persistent = scan_properties(props) == 2
+        except AmqpError:
+            persistent = False
+        placed = 0
+        for t in targets:
+            if t.deleted or deadletter.is_cycle(t.name, deaths):
+                continue
+            if self.enqueue_message(t, dlx, routing_key, props, msg.body, persistent) >= 0:
+                placed += 1
+        q.dead_lettered += 1
+        self.counters["dead_lettered"] += 1
+        if not placed:
+            self.counters["dead_letter_dropped"] += 1
+        self.forget(q, msg)
+        self.store.kick()
+

@@ -12,7 +12,7 @@ from __future__ import annotations
 import secrets
 from typing import TYPE_CHECKING, Any
 
-from oxiedge.amqp import spec
+from oxiedge.amqp import deadletter, persist, spec
 from oxiedge.amqp.codec import encode_content, encode_method
 from oxiedge.amqp.errors import (
     ACCESS_REFUSED,
@@ -156,15 +156,47 @@ class Channel:
                     for m in msgs:
                         broker.forget(queue, m)
                     self.conn.dirty = True
-                else:
-                    queue.requeue(msgs)
+                    continue
+                if queue.delivery_limit is not None:
+                    msgs = self._count_returns(queue, msgs)
+                queue.requeue(msgs)
             broker.counters["requeued"] += len(settled)
         else:
             for queue, msg, _c in settled:
-                if msg.stored:
+                if queue.dlx is not None and not queue.deleted:
+                    # basic.reject / basic.nack requeue=false: dead-lettered (RabbitMQ dlx)
+                    broker.dead_letter(queue, msg, deadletter.REJECTED)
+                    self.conn.dirty = self.conn.unsynced = True
+                elif msg.stored:
                     broker.forget(queue, msg)
                     self.conn.dirty = True
             broker.counters["discarded"] += len(settled)
+
+    def _count_returns(self, queue: Queue, msgs: list[QueuedMessage]) -> list[QueuedMessage]:
+        """Quorum-queue poison-message handling: every return of a delivered message
+        (nack/reject with requeue, a closed channel, recover) counts; the redelivery
+        carries ``x-delivery-count``; past ``x-delivery-limit`` the message is
+        dead-lettered (reason ``delivery_limit``) or, without a DLX, dropped and counted.
+        Only queues with a limit pay for this (one decode per return)."""
+        broker = self.broker
+        limit = queue.delivery_limit
+        assert limit is not None
+        back: list[QueuedMessage] = []
+        for msg in msgs:
+            count = deadletter.delivery_count_of(msg.properties) + 1
+            if count > limit:
+                broker.counters["delivery_limit"] += 1
+                broker.dead_letter(queue, msg, deadletter.DELIVERY_LIMIT)
+                self.conn.dirty = self.conn.unsynced = True
+                continue
+            msg.properties = deadletter.with_delivery_count(msg.properties, count)
+            if msg.stored:  # the count survives a restart with the message
+                broker.store_message(queue, msg, persist.encode_record(
+                    msg.exchange, msg.routing_key, msg.properties, msg.body, msg.expires))
+                broker.counters["persisted"] -= 1
+                self.conn.dirty = self.conn.unsynced = True
+            back.append(msg)
+        return back
 
     # -- closing -------------------------------------------------------------------------
 

@@ -533,6 +533,8 @@ class AmqpConnection:
         if m.exchange:
             queues = (x.route(rk) if not x.xbindings and x.type != "headers"
                       else broker.route(x, rk, props))
+            if not queues and x.alternate is not None:
+                queues = broker.route_alternate(x, rk, props)
         else:
             q = broker.queues.get(rk)
             queues = [q] if q is not None else []
@@ -565,15 +567,7 @@ class AmqpConnection:
         expires = 0.0 if cmd.expiration is None else _deadline(cmd.expiration)
         record = None
         for q in queues:
-            if q.reject_publish and len(q.ready) >= q.limit:
-                # x-overflow=reject-publish: the message is not taken; a confirming
-                # publisher gets basic.nack for it (RabbitMQ).
-                q.rejected += 1
-                counters["rejected"] += 1
-                if confirm:
-                    self._confirms[-1] = (ch, ch.publish_seq, False)
-                continue
-            if q.message_ttl is None:
+            if q.plain:
                 msg = QueuedMessage(q.take_seq(), m.exchange, rk, props, body, expires=expires)
                 if persistent and q.doc_id is not None:
                     if record is None:
@@ -582,15 +576,17 @@ class AmqpConnection:
                     # always staged after this put, so it can never race ahead of the insert.
                     broker.store_message(q, msg, record)
                     self._needs_commit = True
-            else:  # x-message-ttl: the earlier of the queue's and the message's deadline
-                qexp = time.time() + q.message_ttl / 1000
-                exp = min(expires, qexp) if expires else qexp
-                msg = QueuedMessage(q.take_seq(), m.exchange, rk, props, body, expires=exp)
-                if persistent and q.doc_id is not None:
-                    broker.store_message(q, msg, persist.encode_record(m.exchange, rk, props,
-                                                                       body, exp))
-                    self._needs_commit = True
-            q.enqueue(msg)
+                q.enqueue(msg)
+                continue
+            # x-message-ttl, x-max-length-bytes, x-overflow reject-publish(-dlx)
+            staged = broker.enqueue_message(q, m.exchange, rk, props, body, persistent, expires)
+            if staged < 0:
+                # Refused by x-overflow=reject-publish: a confirming publisher gets
+                # basic.nack for it (RabbitMQ).
+                if confirm:
+                    self._confirms[-1] = (ch, ch.publish_seq, False)
+            elif staged:
+                self._needs_commit = True
 
     async def _flush(self) -> None:
         """End of a burst: one commit for all its durable records, then the confirms in

@@ -122,6 +122,8 @@ class Exchange:
         self.auto_delete = auto_delete
         self.internal = internal
         self.arguments = arguments or {}
+        #: ``alternate-exchange`` argument: where messages this exchange cannot route go
+        self.alternate: str | None = None
         self.builtin = builtin
         self.doc_id: int | None = None
         self.bindings: dict[tuple[str, str], Binding] = {}  # (queue name, key) -> binding
@@ -245,6 +247,7 @@ class Exchange:
             "durable": self.durable,
             "auto_delete": self.auto_delete,
             "internal": self.internal,
+            "alternate_exchange": self.alternate,
             "bindings": len(self.bindings) + len(self.xbindings),
             "published": self.published,
             "unroutable": self.unroutable,

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from oxiedge.amqp.channel import Channel
+    from oxiedge.amqp.timers import QueueTimers
 
 
 class QueuedMessage:
@@ -95,6 +96,8 @@ class Queue:
         limit: int = 100_000,
         on_drop: Callable[[Queue, QueuedMessage], None] | None = None,
         on_expire: Callable[[Queue, QueuedMessage], None] | None = None,
+        on_unused: Callable[[Queue], None] | None = None,
+        timers: QueueTimers | None = None,
     ) -> None:
         self.name = name
         self.qid = qid
@@ -105,10 +108,28 @@ class Queue:
         self.limit = limit
         self.on_drop = on_drop
         self.on_expire = on_expire
+        self.on_unused = on_unused
+        self.timers = timers
         self.expired = 0
         self.rejected = 0
         self.reject_publish = False  # x-overflow=reject-publish (else drop-head)
         self.message_ttl: int | None = None  # x-message-ttl, ms
+        # -- RabbitMQ's production arguments (broker._configure sets them) --------------
+        #: False when the queue has an argument that publishing must look at (TTL, byte
+        #: limit, overflow other than drop-head): plain queues keep the lean publish path.
+        self.plain = True
+        self.overflow = "drop-head"  # x-overflow
+        self.max_bytes: int | None = None  # x-max-length-bytes (ready bodies); None = no
+        self.ready_bytes = 0  # maintained only when max_bytes is set
+        self.dlx: str | None = None  # x-dead-letter-exchange ("" = the default exchange)
+        self.dlrk: str | None = None  # x-dead-letter-routing-key
+        self.delivery_limit: int | None = None  # x-delivery-limit (quorum semantics)
+        self.queue_type = "classic"
+        self.expires_ms: int | None = None  # x-expires: deleted after this long unused
+        self.last_used = time.time()
+        self.ttl_seen = False  # a message with a deadline has been here: keep a timer
+        self.timer_at = 0.0  # the pending timer (QueueTimers), 0 = none
+        self.dead_lettered = 0
         self.ready: deque[QueuedMessage] = deque()
         self.consumers: list[Consumer] = []
         self.next_seq = 1
@@ -142,17 +163,76 @@ class Queue:
                     self.on_drop(self, msg)
                 return
             old = ready.popleft()
+            if self.max_bytes is not None:
+                self.ready_bytes -= len(old.body)
             self.dropped += 1
             if self.on_drop is not None:
                 self.on_drop(self, old)
         ready.append(msg)
         self.published += 1
+        if self.max_bytes is not None:
+            self._over_bytes(msg)
+        if msg.expires:
+            self.ttl_seen = True
+            self.arm()
         if self.consumers:
             # A consumer that can take the message during this very dispatch gets it even
             # with a TTL of 0 (RabbitMQ: "expires unless it can be delivered immediately").
             self._fresh = msg
             self.dispatch()
             self._fresh = None
+
+    def _over_bytes(self, msg: QueuedMessage) -> None:
+        """x-max-length-bytes with drop-head: drop from the head until the ready bodies fit."""
+        self.ready_bytes += len(msg.body)
+        ready = self.ready
+        while self.ready_bytes > self.max_bytes and ready:  # type: ignore[operator]
+            old = ready.popleft()
+            self.ready_bytes -= len(old.body)
+            self.dropped += 1
+            if old is msg:
+                self.published -= 1
+            if self.on_drop is not None:
+                self.on_drop(self, old)
+
+    def would_overflow(self, size: int) -> bool:
+        """Would one more message of ``size`` body bytes exceed a length limit?"""
+        if len(self.ready) >= self.limit:
+            return True
+        return self.max_bytes is not None and self.ready_bytes + size > self.max_bytes
+
+    def arm(self) -> None:
+        """Ask for the one timer this queue needs (head expiry, x-expires)."""
+        timers = self.timers
+        if timers is None or self.deleted:
+            return
+        at = 0.0
+        ready = self.ready
+        if ready and ready[0].expires:
+            at = ready[0].expires
+        if self.expires_ms is not None and not self.consumers:
+            idle = self.last_used + self.expires_ms / 1000
+            at = min(at, idle) if at else idle
+        if at:
+            timers.schedule(self, at)
+
+    def on_timer(self) -> None:
+        """A timer fired: expire the head, delete the queue if unused too long, re-arm."""
+        if self.deleted:
+            return
+        if (self.expires_ms is not None and not self.consumers
+                and time.time() >= self.last_used + self.expires_ms / 1000
+                and self.on_unused is not None):
+            self.on_unused(self)
+            return
+        self.expire_head()
+        self.arm()
+
+    def touch(self) -> None:
+        """The queue was used (declare, get, consumer gone): restart its x-expires lease."""
+        self.last_used = time.time()
+        if self.expires_ms is not None:
+            self.arm()
 
     def requeue(self, msgs: list[QueuedMessage]) -> None:
         """Put unacked messages back in their original place (by ``seq``), redelivered.
@@ -174,8 +254,12 @@ class Queue:
         if head:
             msgs = sorted(head + msgs, key=_seq_of)
         ready.extendleft(reversed(msgs))
+        if self.max_bytes is not None:
+            self.ready_bytes += sum(len(m.body) for m in msgs) - sum(len(m.body) for m in head)
         if self.consumers:
             self.dispatch()
+        if self.ttl_seen:
+            self.arm()
 
     def dispatch(self) -> None:
         """Deliver ready messages round-robin to consumers with credit."""
@@ -196,6 +280,8 @@ class Queue:
                 else:
                     return  # everybody is at its limit; an ack or a drain calls us again
                 msg = ready.popleft()
+                if self.max_bytes is not None:
+                    self.ready_bytes -= len(msg.body)
                 if msg.expires and msg is not self._fresh and msg.expires <= time.time():
                     self._expire(msg)
                     continue
@@ -203,6 +289,8 @@ class Queue:
                 consumer.channel.deliver(consumer, msg)
         finally:
             self._dispatching = False
+            if self.ttl_seen:
+                self.arm()
 
     def _expire(self, msg: QueuedMessage) -> None:
         self.expired += 1
@@ -212,11 +300,16 @@ class Queue:
     def pop_ready(self) -> QueuedMessage | None:
         """The next live message for basic.get (expired ones at the head are discarded)."""
         ready = self.ready
+        self.touch()
         while ready:
             msg = ready.popleft()
+            if self.max_bytes is not None:
+                self.ready_bytes -= len(msg.body)
             if msg.expires and msg.expires <= time.time():
                 self._expire(msg)
                 continue
+            if self.ttl_seen:
+                self.arm()
             return msg
         return None
 
@@ -229,11 +322,16 @@ class Queue:
             now = now or time.time()
             if ready[0].expires > now:
                 return
-            self._expire(ready.popleft())
+            msg = ready.popleft()
+            if self.max_bytes is not None:
+                self.ready_bytes -= len(msg.body)
+            self._expire(msg)
 
     def remove_consumer(self, consumer: Consumer) -> None:
         if consumer in self.consumers:
             self.consumers.remove(consumer)
+            if not self.consumers and self.expires_ms is not None:
+                self.touch()
 
     def row(self) -> dict[str, Any]:
         """The admin/CLI row for ``oxiedge queues``."""
@@ -248,6 +346,8 @@ class Queue:
             "dropped": self.dropped,
             "expired": self.expired,
             "rejected": self.rejected,
+            "dead_lettered": self.dead_lettered,
+            "type": self.queue_type,
             "limit": self.limit,
             "published": self.published,
             "delivered": self.delivered,

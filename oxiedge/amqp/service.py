@@ -16,7 +16,6 @@ nothing loops back).
 from __future__ import annotations
 
 import platform
-import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -56,6 +55,7 @@ class AmqpService:
         self.counters = {"connections_total": 0, "connection_errors": 0, "channel_errors": 0,
                          "auth_failures": 0}
         self._recovered = (0, 0)
+        self.broker.on_queue_expired = self._queue_expired
         app.store.register_view(persist.COLL, self._message_view)
 
     @property
@@ -68,6 +68,12 @@ class AmqpService:
         """Load durable queues, exchanges, bindings and messages (before listening)."""
         self._recovered = self.broker.recover()
         await self.app.store.commit()  # orphan/duplicate clean-ups staged by recovery
+
+    def _queue_expired(self, queue: Any) -> None:
+        """x-expires deleted an exclusive queue: forget it on its connection."""
+        owner = queue.exclusive_owner
+        if isinstance(owner, AmqpConnection):
+            owner.exclusive_queues.pop(queue.name, None)
 
     def listening_suffix(self) -> str:
         queues, messages = self._recovered
@@ -83,6 +89,7 @@ class AmqpService:
     ) -> None:
         """Accept connections on ``listeners`` until cancelled."""
         async with trio.open_nursery() as nursery:
+            await nursery.start(self.broker.timers.run)
             for listener in listeners:
                 nursery.start_soon(trio.serve_listeners, self._handle, [listener])
             task_status.started()
@@ -194,21 +201,15 @@ class AmqpService:
         record = None
         staged = False
         for q in queues:
-            if q.reject_publish and len(q.ready) >= q.limit:
-                q.rejected += 1
-                broker.counters["rejected"] += 1
+            if not q.plain:
+                staged |= broker.enqueue_message(q, exchange, routing_key, props, body,
+                                                 persistent) > 0
                 continue
-            expires = time.time() + q.message_ttl / 1000 if q.message_ttl is not None else 0.0
-            msg = QueuedMessage(q.take_seq(), exchange, routing_key, props, body,
-                                expires=expires)
+            msg = QueuedMessage(q.take_seq(), exchange, routing_key, props, body)
             if persistent and q.doc_id is not None:
-                if expires:
-                    rec = persist.encode_record(exchange, routing_key, props, body, expires)
-                else:
-                    if record is None:
-                        record = persist.encode_record(exchange, routing_key, props, body)
-                    rec = record
-                broker.store_message(q, msg, rec)
+                if record is None:
+                    record = persist.encode_record(exchange, routing_key, props, body)
+                broker.store_message(q, msg, record)
                 staged = True
             q.enqueue(msg)
         return StagedPublish(len(queues), staged)

@@ -1,0 +1,135 @@
+"""Dead-lettering, delivery counts and x-expires across SIGKILL and restart (real server)."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pika
+from pika.exceptions import ChannelClosedByBroker
+
+from tests.amqp.conftest import params
+
+
+def connect(srv: Any) -> pika.BlockingConnection:
+    return pika.BlockingConnection(params(srv.amqp_port))
+
+
+def bodies(ch: Any, queue: str) -> list[bytes]:
+    out = []
+    while True:
+        m, _p, b = ch.basic_get(queue, auto_ack=True)
+        if m is None:
+            return out
+        out.append(b)
+
+
+def test_sigkill_while_rejecting_loses_and_duplicates_nothing(start_server: Any) -> None:
+    """dlx + DESIGN "an acknowledgement means on disk": rejected persistent messages move
+    from the source to the dead-letter queue in one batch, so a power cut in the middle of
+    a stream of rejects leaves each message in exactly one of the two queues."""
+    n = 3000
+    srv = start_server()
+    c = connect(srv)
+    ch = c.channel()
+    ch.queue_declare("dl.dst", durable=True)
+    ch.queue_declare("dl.src", durable=True, arguments={
+        "x-dead-letter-exchange": "", "x-dead-letter-routing-key": "dl.dst"})
+    persistent = pika.BasicProperties(delivery_mode=2)
+    for i in range(n - 1):
+        ch.basic_publish("", "dl.src", b"m%05d" % i, persistent)
+    confirm = c.channel()
+    confirm.confirm_delivery()
+    # Confirmed after everything staged before it on this connection: all n are on disk.
+    confirm.basic_publish("", "dl.src", b"m%05d" % (n - 1), persistent)
+
+    rejected = 0
+
+    def on_message(chan: Any, method: Any, _props: Any, _body: bytes) -> None:
+        nonlocal rejected
+        chan.basic_reject(method.delivery_tag, requeue=False)
+        rejected += 1
+        if rejected == 1500:
+            srv.kill()  # mid-stream: rejects in flight, staged, committed
+
+    ch.basic_qos(prefetch_count=500)
+    ch.basic_consume("dl.src", on_message)
+    deadline = time.monotonic() + 30
+    try:
+        while srv.proc.poll() is None:
+            assert time.monotonic() < deadline
+            c.process_data_events(time_limit=0.05)
+    except Exception:  # the connection dies with the server
+        pass
+    assert srv.proc.poll() is not None
+
+    srv.start()
+    c = connect(srv)
+    ch = c.channel()
+    src, dst = bodies(ch, "dl.src"), bodies(ch, "dl.dst")
+    everything = src + dst
+    assert len(everything) == n, (len(src), len(dst))
+    assert sorted(everything) == [b"m%05d" % i for i in range(n)]  # no loss, no duplicate
+    assert dst, "some rejects should have been committed before the kill"
+    print("after the kill:", len(src), "in the source,", len(dst), "dead-lettered")
+    c.close()
+
+
+def test_delivery_count_survives_restart(start_server: Any) -> None:
+    """quorum-queues "Poison Message Handling": the count is kept with the message, so a
+    broker restart does not give a poison message fresh attempts."""
+    srv = start_server()
+    c = connect(srv)
+    ch = c.channel()
+    ch.queue_declare("pq.dlq", durable=True)
+    ch.queue_declare("pq", durable=True, arguments={
+        "x-queue-type": "quorum", "x-delivery-limit": 1, "x-dead-letter-exchange": "",
+        "x-dead-letter-routing-key": "pq.dlq"})
+    ch.confirm_delivery()
+    ch.basic_publish("", "pq", b"p", pika.BasicProperties(delivery_mode=2))
+    m, _p, _b = ch.basic_get("pq")
+    ch.basic_nack(m.delivery_tag, requeue=True)
+    ch.queue_declare("pq", passive=True)  # a round trip: the staged count is synced
+    srv.kill()
+    srv.start()
+    c = connect(srv)
+    ch = c.channel()
+    m, props, _b = ch.basic_get("pq")
+    assert props.headers["x-delivery-count"] == 1
+    ch.basic_nack(m.delivery_tag, requeue=True)
+    _m, props, body = ch.basic_get("pq.dlq", auto_ack=True)
+    assert body == b"p" and props.headers["x-death"][0]["reason"] == "delivery_limit"
+    c.close()
+
+
+def test_x_expires_lease_restarts_after_restart(start_server: Any) -> None:
+    """ttl "Queue TTL": leases of durable queues restart when the server restarts; the
+    queue goes once unused for x-expires after that."""
+    srv = start_server()
+    c = connect(srv)
+    ch = c.channel()
+    ch.queue_declare("lease", durable=True, arguments={"x-expires": 1500})
+    c.close()
+    srv.restart()
+    c = connect(srv)
+    c.channel().queue_declare("lease", passive=True)  # still here just after the restart
+    deadline = time.monotonic() + 10
+    while True:
+        probe = c.channel()
+        try:
+            probe.queue_declare("lease", passive=True)
+        except ChannelClosedByBroker as exc:
+            assert exc.reply_code == 404
+            break
+        probe.close()
+        assert time.monotonic() < deadline, "x-expires did not delete the durable queue"
+        c.process_data_events(time_limit=0.1)
+    c.close()
+    srv.restart()  # and it stays deleted
+    c = connect(srv)
+    try:
+        c.channel().queue_declare("lease", passive=True)
+        raise AssertionError("the expired durable queue came back")
+    except ChannelClosedByBroker as exc:
+        assert exc.reply_code == 404
+    c.close()

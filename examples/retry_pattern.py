@@ -106,7 +106,7 @@ def run_worker(conn: Any, ch: Any, handler: Callable[[bytes, int], None],
 
 def parked(ch: Any) -> list[dict[str, Any]]:
     """Take the parking lot's messages, with the story their x-death header tells."""
-    out = []
+    out: list[dict[str, Any]] = []
     while True:
         method, props, body = ch.basic_get(PARKING_LOT)
         if method is None:

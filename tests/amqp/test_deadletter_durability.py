@@ -16,7 +16,7 @@ def connect(srv: Any) -> pika.BlockingConnection:
 
 
 def bodies(ch: Any, queue: str) -> list[bytes]:
-    out = []
+    out: list[bytes] = []
     while True:
         m, _p, b = ch.basic_get(queue, auto_ack=True)
         if m is None:

@@ -1,0 +1,133 @@
+"""Resource alarms and commit failures seen by pika clients (RabbitMQ "alarms" doc)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+import pika
+import pytest
+from pika.exceptions import AMQPConnectionError, AMQPError, NackError
+
+from tests.amqp.conftest import params, wait_until
+
+
+def status(srv: Any) -> dict[str, Any]:
+    return json.loads(srv.cli("status", "--json").stdout)  # type: ignore[no-any-return]
+
+
+def test_memory_alarm_blocks_publisher_until_consumers_drain(start_server: Any) -> None:
+    """alarms: "Memory Alarms" + "Client Notifications" (connection.blocked): a publisher
+    that fills memory past the watermark is blocked (connection.blocked, its socket no
+    longer read); a consumer drains the queue; the freed memory goes back to the kernel
+    (malloc_trim), the alarm clears, the publisher hears connection.unblocked and its next
+    publish is confirmed."""
+    srv = start_server()
+    rss_mb = status(srv)["alarms"]["rss_mb"]
+    srv.cli("limits", "--memory-high-watermark", f"{int(rss_mb) + 40}MB")
+    assert not status(srv)["alarms"]["memory_alarm"]
+
+    pub = pika.BlockingConnection(params(srv.amqp_port, blocked_connection_timeout=120))
+    events: list[str] = []
+    pub.add_on_connection_blocked_callback(lambda _c, m: events.append(m.method.reason))
+    pub.add_on_connection_unblocked_callback(lambda _c, _m: events.append("unblocked"))
+    pch = pub.channel()
+    pch.queue_declare("flood")
+    body = os.urandom(64 * 1024)
+    sent = 0
+    deadline = time.monotonic() + 60
+    while not events:
+        assert time.monotonic() < deadline and sent < 6000, "the memory alarm never fired"
+        for _ in range(16):  # ~1 MB, then let pika read what the server said
+            pch.basic_publish("", "flood", body)
+        sent += 16
+        pub.process_data_events(time_limit=0.02)
+    assert "memory" in events[0]
+    assert status(srv)["alarms"]["memory_alarm"] is True
+
+    # A consumer-only connection keeps working while the publisher is blocked.
+    cons = pika.BlockingConnection(params(srv.amqp_port))
+    cch = cons.channel()
+    drained = 0
+
+    def on_message(_c: Any, _m: Any, _p: Any, _b: bytes) -> None:
+        nonlocal drained
+        drained += 1
+
+    cch.basic_consume("flood", on_message, auto_ack=True)
+    deadline = time.monotonic() + 60
+    while "unblocked" not in events:
+        assert time.monotonic() < deadline, f"still blocked after draining {drained}"
+        cons.process_data_events(time_limit=0.05)
+        pub.process_data_events(time_limit=0.01)
+    assert drained > 0
+    alarms = status(srv)["alarms"]
+    assert alarms["memory_alarm"] is False and alarms["malloc_trims"] >= 1
+    # The publisher resumes: what it sent while blocked arrives, and a new publish is
+    # confirmed.
+    pch.confirm_delivery()
+    pch.basic_publish("", "flood", b"after the alarm")
+    wait_until(cons, lambda: drained == sent + 1, timeout=30)
+    pub.close()
+    cons.close()
+
+
+def _mount_tmpfs(path: Path, size: str) -> bool:
+    path.mkdir()
+    if os.geteuid() != 0:
+        return False
+    res = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)],
+                         capture_output=True)
+    return res.returncode == 0
+
+
+def test_disk_full_never_confirms_and_consumers_keep_going(start_server: Any,
+                                                           tmp_path: Path) -> None:
+    """alarms: "Disk Alarms" — and past the free-disk limit, a real ENOSPC on commit: no
+    publish is ever confirmed once a commit failed (basic.nack or a closed connection,
+    never basic.ack), and consumers still get the messages already queued."""
+    mnt = tmp_path / "small"
+    if not _mount_tmpfs(mnt, "24m"):
+        pytest.skip("needs root to mount a small tmpfs")
+    srv = None
+    try:
+        # The free-disk limit is set below anything, so the commit itself hits ENOSPC.
+        srv = start_server("--disk-free-limit", "1", data=mnt / "data")
+        c = pika.BlockingConnection(params(srv.amqp_port))
+        ch = c.channel()
+        ch.queue_declare("full", durable=True)
+        ch.confirm_delivery()
+        persistent = pika.BasicProperties(delivery_mode=2)
+        acked = 0
+        failures = 0
+        for i in range(2000):
+            try:
+                ch.basic_publish("", "full", os.urandom(48 * 1024) + b"%d" % i, persistent)
+                assert failures == 0, "a publish was confirmed after a failed commit"
+                acked += 1
+            except NackError:
+                failures += 1
+            except (AMQPConnectionError, AMQPError):
+                failures += 1
+                break
+            if failures >= 5:
+                break
+        assert failures, "the disk never filled"
+        assert acked > 0
+        assert srv.line("AMQP") is not None
+        # The broker keeps serving consumers: the queued messages are delivered.
+        cons = pika.BlockingConnection(params(srv.amqp_port))
+        cch = cons.channel()
+        got: list[bytes] = []
+        cch.basic_consume("full", lambda _c, _m, _p, b: got.append(b), auto_ack=True)
+        wait_until(cons, lambda: len(got) >= acked, timeout=30)
+        assert srv.proc.poll() is None
+        cons.close()
+    finally:
+        if srv is not None:
+            srv.kill()
+        subprocess.run(["umount", "-l", str(mnt)], check=False)

@@ -17,7 +17,7 @@ from tests.amqp.conftest import params, wait_until
 
 
 def status(srv: Any) -> dict[str, Any]:
-    return json.loads(srv.cli("status", "--json").stdout)  # type: ignore[no-any-return]
+    return json.loads(srv.cli("status", "--json").stdout)
 
 
 def test_memory_alarm_blocks_publisher_until_consumers_drain(start_server: Any) -> None:

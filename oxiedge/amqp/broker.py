@@ -156,6 +156,7 @@ class Broker:
             bx.add(b)
         messages = 0
         orphans: set[int] = set()
+        loaded: list[tuple[Queue, QueuedMessage]] = []
         for key, value in store.iter_raw(persist.CF, persist.MSG_PREFIX):
             qid, seq = persist.parse_key(key)
             mq = by_qid.get(qid)
@@ -163,10 +164,16 @@ class Broker:
                 orphans.add(qid)
                 continue
             exchange, routing_key, props, body, expires = persist.decode_record(value)
-            mq.enqueue(QueuedMessage(seq, exchange, routing_key, props, body, True, True,
-                                     expires))
+            loaded.append((mq, QueuedMessage(seq, exchange, routing_key, props, body, True,
+                                             True, expires)))
             mq.next_seq = seq + 1
             messages += 1
+        # Enqueued only once every queue knows its next seq: a message dropped at a length
+        # limit during recovery may be dead-lettered into another recovered queue, and its
+        # new record must not take the key of one not loaded yet.
+        for mq, msg in loaded:
+            mq.enqueue(msg)
+        del loaded
         for qid in orphans:
             store.stage_delete_range(persist.CF, *persist.queue_range(qid))
         for q in by_qid.values():

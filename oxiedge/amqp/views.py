@@ -23,6 +23,8 @@ def _queue_rows(store: Any) -> list[dict[str, Any]]:
             "name": doc["name"], "durable": True, "exclusive": False,
             "auto_delete": doc.get("auto_delete", False), "ready": ready.get(int(doc["qid"]), 0),
             "unacked": 0, "consumers": 0, "dropped": 0, "expired": 0, "rejected": 0,
+            "dead_lettered": 0,
+            "type": (doc.get("arguments") or {}).get("x-queue-type", "classic"),
             "limit": (doc.get("arguments") or {}).get("x-max-length"),
             "published": 0, "delivered": 0, "arguments": doc.get("arguments") or {},
         })
@@ -35,15 +37,18 @@ def _exchange_rows(store: Any) -> list[dict[str, Any]]:
     for b in binds:
         count[b["exchange"]] = count.get(b["exchange"], 0) + 1
     rows = [{"name": "", "type": "direct", "durable": True, "auto_delete": False,
-             "internal": False, "bindings": 0, "published": 0, "unroutable": 0}]
+             "internal": False, "alternate_exchange": None, "bindings": 0, "published": 0,
+             "unroutable": 0}]
     for name, kind in BUILTIN_EXCHANGES:
         rows.append({"name": name, "type": kind, "durable": True, "auto_delete": False,
-                     "internal": False, "bindings": count.get(name, 0), "published": 0,
-                     "unroutable": 0})
+                     "internal": False, "alternate_exchange": None,
+                     "bindings": count.get(name, 0), "published": 0, "unroutable": 0})
     for doc in exchanges:
         rows.append({"name": doc["name"], "type": doc["type"], "durable": True,
                      "auto_delete": doc.get("auto_delete", False),
                      "internal": doc.get("internal", False),
+                     "alternate_exchange": (doc.get("arguments") or {}).get(
+                         "alternate-exchange"),
                      "bindings": count.get(doc["name"], 0), "published": 0, "unroutable": 0})
     return sorted(rows, key=lambda r: r["name"])
 

@@ -1,0 +1,73 @@
+"""Dead-letter headers and queue timers in-process (no server)."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import trio
+
+from oxiedge.amqp import spec
+from oxiedge.amqp.deadletter import is_cycle, mark_dead, with_delivery_count
+from oxiedge.amqp.queues import Queue, QueuedMessage
+from oxiedge.amqp.timers import QueueTimers
+
+
+def headers(raw: bytes) -> dict[str, Any]:
+    props, _ = spec.BasicProperties.decode(raw)
+    return props.headers or {}
+
+
+def test_mark_dead_prepends_merges_and_keeps_first_death() -> None:
+    raw = spec.BasicProperties(headers={"app": 1}, expiration="100").encode()
+    raw, _ = mark_dead(raw, "a", "expired", "in", ["k"], 1000.0)
+    raw, _ = mark_dead(raw, "b", "rejected", "dlx", ["k"], 1001.0)
+    raw, deaths = mark_dead(raw, "a", "expired", "dlx", ["k2"], 1002.0)
+    h = headers(raw)
+    assert [(d["queue"], d["reason"], d["count"]) for d in h["x-death"]] == [
+        ("a", "expired", 2), ("b", "rejected", 1)]
+    first = h["x-death"][0]
+    assert first["exchange"] == "in" and first["routing-keys"] == ["k"] and first["time"] == 1000
+    assert first["original-expiration"] == "100"
+    assert (h["x-first-death-queue"], h["x-first-death-exchange"]) == ("a", "in")
+    assert (h["x-last-death-queue"], h["x-last-death-exchange"]) == ("a", "dlx")
+    assert h["app"] == 1
+    assert spec.BasicProperties.decode(raw)[0].expiration is None
+    assert deaths == h["x-death"]
+
+
+def test_cycle_rule_needs_a_rejection() -> None:
+    assert is_cycle("a", [{"queue": "a", "reason": "expired"}])
+    assert is_cycle("a", [{"queue": "b", "reason": "maxlen"}, {"queue": "a", "reason": "expired"}])
+    assert not is_cycle("a", [{"queue": "b", "reason": "rejected"},
+                              {"queue": "a", "reason": "expired"}])
+    assert not is_cycle("c", [{"queue": "a", "reason": "expired"}])
+
+
+def test_delivery_count_header_replaces_and_dead_lettering_removes_it() -> None:
+    raw = with_delivery_count(spec.BasicProperties().encode(), 1)
+    raw = with_delivery_count(raw, 2)
+    assert headers(raw)["x-delivery-count"] == 2
+    raw, _ = mark_dead(raw, "q", "delivery_limit", "", ["q"], time.time())
+    assert "x-delivery-count" not in headers(raw)
+
+
+async def test_one_timer_per_queue_expires_the_head_without_polling() -> None:
+    timers = QueueTimers()
+    expired: list[int] = []
+    q = Queue("q", 1, timers=timers, on_expire=lambda _q, m: expired.append(m.seq))
+    plain = Queue("p", 2, timers=timers)
+    deadline = time.time() + 0.05  # one burst, one deadline
+    for i in range(1, 1001):
+        plain.enqueue(QueuedMessage(i, "", "p", b"\x00\x00", b"x"))
+        q.enqueue(QueuedMessage(i, "", "q", b"\x00\x00", b"x", expires=deadline))
+        q.saw_deadline()
+    assert len(timers) == 1  # one heap entry for 1000 messages with deadlines, none for p
+    async with trio.open_nursery() as nursery:
+        await nursery.start(timers.run)
+        with trio.fail_after(5):
+            while len(expired) < 1000:
+                await trio.sleep(0.01)
+        nursery.cancel_scope.cancel()
+    assert expired == list(range(1, 1001)) and not q.ready and len(plain.ready) == 1000
+    assert timers.fired == 1  # one wake-up expired the whole run at the head

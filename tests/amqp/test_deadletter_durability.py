@@ -163,3 +163,25 @@ def test_overflow_at_recovery_dead_letters_without_overwriting(start_server: Any
     assert bodies(ch, "rec.dst") == [b"d0", b"d1", b"d2", b"s0", b"s1"]
     assert bodies(ch, "rec.src") == [b"s%d" % i for i in range(2, 10)]
     c.close()
+
+
+def test_alternate_exchange_survives_restart(start_server: Any) -> None:
+    """ae: the alternate-exchange argument is stored with a durable exchange."""
+    srv = start_server()
+    c = connect(srv)
+    ch = c.channel()
+    ch.exchange_declare("ae.fallback", "fanout", durable=True)
+    ch.queue_declare("ae.lost", durable=True)
+    ch.queue_bind("ae.lost", "ae.fallback")
+    ch.exchange_declare("ae.orders", "topic", durable=True,
+                        arguments={"alternate-exchange": "ae.fallback"})
+    c.close()
+    srv.restart()
+    c = connect(srv)
+    ch = c.channel()
+    ch.exchange_declare("ae.orders", "topic", durable=True,
+                        arguments={"alternate-exchange": "ae.fallback"})  # equivalent
+    ch.confirm_delivery()
+    ch.basic_publish("ae.orders", "nobody.listens", b"x", pika.BasicProperties(delivery_mode=2))
+    assert bodies(ch, "ae.lost") == [b"x"]
+    c.close()

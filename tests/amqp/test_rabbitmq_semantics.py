@@ -315,3 +315,19 @@ def test_alternate_exchange(conn: Any) -> None:
     with pytest.raises(ChannelClosedByBroker) as info:
         bad.exchange_declare("ae.main", "direct", arguments={"alternate-exchange": "x"})
     assert info.value.reply_code == 406
+
+
+def test_quorum_queue_default_delivery_limit_is_20(conn: Any) -> None:
+    """quorum-queues: "Poison Message Handling" — RabbitMQ 4.x gives quorum queues a
+    delivery limit of 20 when none is set: the 21st return drops the message."""
+    ch = conn.channel()
+    ch.queue_declare("qq.default", durable=True, arguments={"x-queue-type": "quorum"})
+    ch.basic_publish("", "qq.default", b"p")
+    last = None
+    for _ in range(21):
+        method, props, _b = ch.basic_get("qq.default")
+        assert method is not None
+        last = (props.headers or {}).get("x-delivery-count")
+        ch.basic_nack(method.delivery_tag, requeue=True)
+    assert last == 20
+    assert ch.basic_get("qq.default")[0] is None

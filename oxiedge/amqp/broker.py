@@ -13,6 +13,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from oxiedge.amqp import arguments as args
 from oxiedge.amqp import deadletter, persist
 from oxiedge.amqp.errors import (
     ACCESS_REFUSED,
@@ -29,36 +30,6 @@ from oxiedge.amqp.timers import QueueTimers
 if TYPE_CHECKING:
     from oxiedge.amqp.queues import Consumer
 
-def _int_at_least(low: int) -> Callable[[Any], bool]:
-    return lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= low
-
-
-def _is_str(v: Any) -> bool:
-    return isinstance(v, (str, bytes))
-
-
-def _text(v: Any) -> str:
-    return v.decode("utf-8", "replace") if isinstance(v, bytes) else str(v)
-
-
-OVERFLOW_MODES = ("drop-head", "reject-publish", "reject-publish-dlx")
-QUEUE_TYPES = ("classic", "quorum")
-#: RabbitMQ 4.0+ gives every quorum queue a delivery limit of 20 unless one is set.
-QUORUM_DEFAULT_DELIVERY_LIMIT = 20
-
-#: Queue arguments we implement, with their validity check: an invalid value is a 406
-#: (PRECONDITION_FAILED, as RabbitMQ); any other argument, or x-queue-type=stream, is 540.
-SUPPORTED_QUEUE_ARGS: dict[str, Callable[[Any], bool]] = {
-    "x-queue-type": lambda v: _is_str(v) and _text(v) in QUEUE_TYPES,
-    "x-max-length": _int_at_least(0),
-    "x-max-length-bytes": _int_at_least(0),
-    "x-message-ttl": _int_at_least(0),
-    "x-expires": _int_at_least(1),
-    "x-overflow": lambda v: _is_str(v) and _text(v) in OVERFLOW_MODES,
-    "x-dead-letter-exchange": _is_str,
-    "x-dead-letter-routing-key": _is_str,
-    "x-delivery-limit": _int_at_least(-1),  # -1 = unlimited (RabbitMQ 4.0)
-}
 BUILTIN_EXCHANGES = (("amq.direct", "direct"), ("amq.fanout", "fanout"), ("amq.topic", "topic"),
                      ("amq.headers", "headers"), ("amq.match", "headers"))
 
@@ -121,8 +92,7 @@ class Broker:
                 continue
             x = Exchange(name, doc["type"], durable=True, auto_delete=doc.get("auto_delete", False),
                          internal=doc.get("internal", False), arguments=doc.get("arguments"))
-            alt = (doc.get("arguments") or {}).get("alternate-exchange")
-            x.alternate = _text(alt) if alt is not None else None
+            x.alternate = args.alternate_of(doc.get("arguments") or {})
             x.doc_id = doc["_id"]
             self.exchanges[name] = x
         by_qid: dict[int, Queue] = {}
@@ -198,28 +168,7 @@ class Broker:
             else Queue
         q = cls(name, qid, limit=self.queue_limit, on_drop=self._dropped,
                 on_expire=self._expired, on_unused=self._unused, timers=self.timers, **kw)
-        args = q.arguments
-        if "x-max-length" in args:  # never above the broker-wide bound
-            q.limit = min(self.queue_limit, int(args["x-max-length"]))
-        if "x-max-length-bytes" in args:
-            q.max_bytes = int(args["x-max-length-bytes"])
-        q.overflow = _text(args.get("x-overflow", "drop-head"))
-        q.reject_publish = q.overflow != "drop-head"
-        if "x-message-ttl" in args:
-            q.message_ttl = int(args["x-message-ttl"])
-            q.ttl_seen = True
-        if "x-dead-letter-exchange" in args:
-            q.dlx = _text(args["x-dead-letter-exchange"])
-            if "x-dead-letter-routing-key" in args:
-                q.dlrk = _text(args["x-dead-letter-routing-key"])
-        q.queue_type = _text(args.get("x-queue-type", "classic"))
-        limit = args.get("x-delivery-limit")
-        if limit is None and q.queue_type == "quorum":
-            limit = QUORUM_DEFAULT_DELIVERY_LIMIT
-        q.delivery_limit = None if limit is None or limit < 0 else int(limit)
-        if "x-expires" in args:
-            q.expires_ms = int(args["x-expires"])
-        q.plain = q.message_ttl is None and not q.reject_publish and q.max_bytes is None
+        args.configure_queue(q, self.queue_limit)
         self.queues[name] = q
         q.arm()
         return q
@@ -257,8 +206,8 @@ class Broker:
         """Declare (or check) a queue; returns ``(queue, staged a durable write)``."""
         if passive:
             return self.get_queue(name, owner), False
-        self._check_queue_args(name, arguments, durable=durable, exclusive=exclusive,
-                               auto_delete=auto_delete)
+        args.check_queue_args(_vhost("queue", name), arguments, durable=durable,
+                              exclusive=exclusive, auto_delete=auto_delete)
         if not name:
             name = "amq.gen-" + secrets.token_urlsafe(16)
         elif name.startswith("amq.") and name not in self.queues:
@@ -304,35 +253,6 @@ class Broker:
             staged = True
         # The default exchange binds every queue by name implicitly (spec 3.1.3.1).
         return q, staged
-
-    def _check_queue_args(self, name: str, arguments: dict[str, Any], *, durable: bool,
-                          exclusive: bool, auto_delete: bool) -> None:
-        """406 for an invalid value, 540 for what is not implemented (RabbitMQ's codes)."""
-        where = _vhost("queue", name)
-        for key, value in arguments.items():
-            check = SUPPORTED_QUEUE_ARGS.get(key)
-            if check is None:
-                raise AmqpError(NOT_IMPLEMENTED, f"queue argument '{key}' is not implemented")
-            if key == "x-queue-type" and _is_str(value) and _text(value) == "stream":
-                raise AmqpError(NOT_IMPLEMENTED,
-                                "queue argument 'x-queue-type' = 'stream' is not implemented "
-                                "(streams do not exist in oxiedge yet)")
-            if not check(value):
-                raise AmqpError(PRECONDITION_FAILED,
-                                f"invalid arg '{key}' for {where}: {value!r}")
-        if "x-dead-letter-routing-key" in arguments and \
-                "x-dead-letter-exchange" not in arguments:
-            raise AmqpError(PRECONDITION_FAILED,
-                            f"invalid arg 'x-dead-letter-routing-key' for {where}: "
-                            "Key x-dead-letter-exchange must be set")
-        if _text(arguments.get("x-queue-type", "classic")) == "quorum":
-            # A quorum queue is durable and outlives its connection and consumers, as in
-            # RabbitMQ (which names the offending property).
-            for bad, prop in ((not durable, "non-durable"), (exclusive, "exclusive-owner"),
-                              (auto_delete, "auto-delete")):
-                if bad:
-                    raise AmqpError(PRECONDITION_FAILED,
-                                    f"invalid property '{prop}' for {where}")
 
     def delete_queue(self, q: Queue, cancel: Callable[[Consumer], None] | None = None) -> int:
         """Delete a queue, its bindings and its stored messages; returns the ready count."""
@@ -384,14 +304,7 @@ class Broker:
             return self.get_exchange(name), False
         if type not in SUPPORTED_TYPES:
             raise AmqpError(NOT_IMPLEMENTED, f"exchange type '{type}' is not implemented")
-        for key, value in arguments.items():
-            if key != "alternate-exchange":
-                raise AmqpError(NOT_IMPLEMENTED, f"exchange argument '{key}' is not implemented")
-            if not _is_str(value):
-                raise AmqpError(PRECONDITION_FAILED,
-                                f"invalid arg '{key}' for {_vhost('exchange', name)}: {value!r}")
-        alt = arguments.get("alternate-exchange")
-        alternate = _text(alt) if alt is not None else None
+        alternate = args.check_exchange_args(_vhost("exchange", name), arguments)
         x = self.exchanges.get(name)
         if x is not None:
             if alternate != x.alternate:

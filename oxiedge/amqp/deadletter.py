@@ -28,7 +28,7 @@ import dataclasses
 from typing import Any
 
 from oxiedge.amqp import spec
-from oxiedge.amqp.fields import Timestamp
+from oxiedge.amqp.fields import Long, Timestamp
 
 REJECTED = "rejected"
 EXPIRED = "expired"
@@ -58,10 +58,10 @@ def mark_dead(properties: bytes, queue: str, reason: str, exchange: str,
         if _text(d.get("queue")) == queue and _text(d.get("reason")) == reason:
             entry = dict(deaths.pop(i))
             count = entry.get("count")
-            entry["count"] = (count if isinstance(count, int) else 0) + 1
+            entry["count"] = Long((count if isinstance(count, int) else 0) + 1)
             break
     if entry is None:
-        entry = {"count": 1, "reason": reason, "queue": queue, "time": Timestamp(int(now)),
+        entry = {"count": Long(1), "reason": reason, "queue": queue, "time": Timestamp(int(now)),
                  "exchange": exchange, "routing-keys": list(routing_keys)}
         if props.expiration is not None:
             entry["original-expiration"] = props.expiration
@@ -96,7 +96,7 @@ def with_delivery_count(properties: bytes, count: int) -> bytes:
     except Exception:
         return properties
     headers = dict(props.headers or {})
-    headers["x-delivery-count"] = count
+    headers["x-delivery-count"] = Long(count)
     return dataclasses.replace(props, headers=headers).encode()
 
 

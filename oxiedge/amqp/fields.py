@@ -58,6 +58,13 @@ class Timestamp(int):
     __slots__ = ()
 
 
+class Long(int):
+    """An integer always encoded as a signed 64-bit ``l`` (RabbitMQ writes the ``count`` of
+    ``x-death`` and ``x-delivery-count`` so; typed clients such as Java's read a Long)."""
+
+    __slots__ = ()
+
+
 # -- strings ---------------------------------------------------------------------------
 
 
@@ -108,6 +115,8 @@ def encode_value(value: Any, depth: int = 0) -> bytes:
         return b"t\x01" if value else b"t\x00"
     if isinstance(value, Timestamp):
         return b"T" + _Q.pack(value)
+    if isinstance(value, Long):
+        return b"l" + _q.pack(value)
     if isinstance(value, int):
         if -(1 << 31) <= value < (1 << 31):
             return b"I" + _i.pack(value)
@@ -262,6 +271,7 @@ def decode_value(buf: bytes, off: int = 0) -> tuple[Any, int]:
 
 __all__ = [
     "AmqpError",
+    "Long",
     "Timestamp",
     "decode_longstr",
     "decode_shortstr",

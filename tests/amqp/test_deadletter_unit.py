@@ -71,3 +71,12 @@ async def test_one_timer_per_queue_expires_the_head_without_polling() -> None:
         nursery.cancel_scope.cancel()
     assert expired == list(range(1, 1001)) and not q.ready and len(plain.ready) == 1000
     assert timers.fired == 1  # one wake-up expired the whole run at the head
+
+
+def test_counts_are_encoded_as_long_like_rabbitmq() -> None:
+    """Typed clients (Java's x-death reading) expect ``count`` and ``x-delivery-count``
+    as a 64-bit long ('l'), as RabbitMQ writes them."""
+    raw, _ = mark_dead(spec.BasicProperties().encode(), "q", "rejected", "", ["q"], 1.0)
+    assert b"\x05countl\x00\x00\x00\x00\x00\x00\x00\x01" in raw
+    raw = with_delivery_count(spec.BasicProperties().encode(), 3)
+    assert b"\x10x-delivery-countl\x00\x00\x00\x00\x00\x00\x00\x03" in raw

@@ -69,7 +69,7 @@ class RawClient:
 
     def read_to_eof(self, timeout: float = 5.0) -> bytes:
         self.sock.settimeout(timeout)
-        chunks = []
+        chunks: list[bytes] = []
         while True:
             data = self.sock.recv(65536)
             if not data:

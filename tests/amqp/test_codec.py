@@ -5,6 +5,7 @@ from __future__ import annotations
 import struct
 import subprocess
 import sys
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -276,7 +277,7 @@ _tables = st.dictionaries(st.text(max_size=10), _values, max_size=6)
 
 
 @given(_tables)
-def test_table_round_trip(table: dict) -> None:  # type: ignore[type-arg]
+def test_table_round_trip(table: dict[str, Any]) -> None:
     from oxiedge.amqp.fields import decode_table, encode_table
 
     assert decode_table(encode_table(table))[0] == table
@@ -310,9 +311,10 @@ def test_properties_round_trip(props: spec.BasicProperties) -> None:
 def test_method_round_trip(cls: type[spec.Method], data: st.DataObject) -> None:
     import dataclasses
 
-    kwargs = {}
+    kwargs: dict[str, Any] = {}
     for f in dataclasses.fields(cls):
-        default = f.default if f.default is not dataclasses.MISSING else f.default_factory()  # type: ignore[misc]
+        default: Any = (f.default if f.default is not dataclasses.MISSING
+                        else f.default_factory())  # type: ignore[misc,operator,unused-ignore]
         if isinstance(default, bool):
             kwargs[f.name] = data.draw(st.booleans())
         elif isinstance(default, int):

@@ -43,7 +43,7 @@ class MemClient:
             data = await self.stream.receive_some(65536)
             if not data:
                 return None
-            self.parser.feed(data)
+            self.parser.feed(bytes(data))
 
     async def handshake(self, heartbeat: int) -> None:
         await self.stream.send_all(codec.PROTOCOL_HEADER)

@@ -18,7 +18,7 @@ def connect(srv: Any) -> pika.BlockingConnection:
 
 
 def get_all(ch: Any, queue: str) -> list[tuple[Any, Any, bytes]]:
-    out = []
+    out: list[tuple[Any, Any, bytes]] = []
     while True:
         m, p, b = ch.basic_get(queue)
         if m is None:

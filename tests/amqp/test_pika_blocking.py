@@ -13,7 +13,7 @@ from tests.amqp.conftest import params, wait_until
 
 def drain(ch: Any, queue: str, n: int, timeout: float = 5) -> list[tuple[Any, Any, bytes]]:
     """Consume ``n`` messages with pika's consume generator (auto_ack off, acking each)."""
-    out = []
+    out: list[tuple[Any, Any, bytes]] = []
     for method, props, body in ch.consume(queue, inactivity_timeout=timeout):
         assert method is not None, f"only {len(out)} of {n} messages arrived"
         out.append((method, props, body))
@@ -56,7 +56,7 @@ def test_exchange_types_and_single_copy(ch: Any) -> None:
     ch.basic_publish("amq.direct", "zz", b"nobody")
 
     def bodies(q: str) -> list[bytes]:
-        out = []
+        out: list[bytes] = []
         while True:
             m, _p, b = ch.basic_get(q, auto_ack=True)
             if m is None:
@@ -475,7 +475,7 @@ def test_exchange_to_exchange_bindings(conn: Any) -> None:
     ch.basic_publish("e2e.in", "other", b"o")
 
     def bodies(q: str) -> list[bytes]:
-        out = []
+        out: list[bytes] = []
         while (got := ch.basic_get(q, auto_ack=True))[0] is not None:
             out.append(got[2])
         return out
@@ -535,7 +535,7 @@ def test_headers_exchange(conn: Any) -> None:
     ch.basic_publish("amq.headers", "", b"flagged", pika.BasicProperties(headers={"flag": 0}))
 
     def bodies(q: str) -> list[bytes]:
-        out = []
+        out: list[bytes] = []
         while (got := ch.basic_get(q, auto_ack=True))[0] is not None:
             out.append(got[2])
         return out

@@ -97,3 +97,33 @@ def test_aio_pika_channel_error_and_recovery(server: Any) -> None:
             await msg.ack()
 
     run(main())
+
+
+def test_aio_pika_dead_letter_and_delivery_limit(server: Any) -> None:
+    """dlx + quorum-queues "Poison Message Handling" through aio-pika: a message that
+    keeps failing is redelivered with x-delivery-count, then dead-lettered."""
+
+    async def main() -> None:
+        conn = await aio_pika.connect(url(server))
+        async with conn:
+            ch = await conn.channel()
+            dlq = await ch.declare_queue("aio.dlq", durable=True)
+            q = await ch.declare_queue("aio.poison", durable=True, arguments={
+                "x-queue-type": "quorum", "x-delivery-limit": 1,
+                "x-dead-letter-exchange": "", "x-dead-letter-routing-key": "aio.dlq"})
+            await ch.default_exchange.publish(
+                aio_pika.Message(b"bad", delivery_mode=aio_pika.DeliveryMode.PERSISTENT),
+                routing_key="aio.poison")
+            counts = []
+            for _ in range(2):
+                msg = await q.get(timeout=5)
+                counts.append(msg.headers.get("x-delivery-count"))
+                await msg.nack(requeue=True)
+            assert counts == [None, 1]
+            dead = await dlq.get(timeout=5)
+            death = dead.headers["x-death"][0]
+            assert dead.body == b"bad" and death["reason"] == "delivery_limit"
+            assert death["queue"] == "aio.poison" and death["count"] == 1
+            await dead.ack()
+
+    run(main())

@@ -63,6 +63,24 @@ def test_reject_and_nack_are_dead_lettered_with_x_death(conn: Any) -> None:
     assert deaths(props_b)[0]["routing-keys"] == ["jobs.b"] and m_b.routing_key == "dead"
 
 
+def test_dead_letter_counters_in_queue_rows(server: Any, conn: Any) -> None:
+    """`oxiedge queues` and `oxiedge status` count what was dead-lettered."""
+    ch = conn.channel()
+    ch.queue_declare("cnt.dlq")
+    ch.queue_declare("cnt.src", arguments={"x-dead-letter-exchange": "",
+                                           "x-dead-letter-routing-key": "cnt.dlq"})
+    for _ in range(2):
+        ch.basic_publish("", "cnt.src", b"x")
+        method, _p, _b = ch.basic_get("cnt.src")
+        ch.basic_reject(method.delivery_tag, requeue=False)
+    ch.queue_declare("cnt.src", passive=True)  # a round trip after the rejects
+    rows = {r["name"]: r for r in map(json.loads, server.cli("queues", "--json").stdout
+                                      .splitlines())}
+    assert rows["cnt.src"]["dead_lettered"] == 2 and rows["cnt.src"]["type"] == "classic"
+    assert rows["cnt.dlq"]["ready"] == 2
+    assert json.loads(server.cli("status", "--json").stdout)["amqp"]["dead_lettered"] >= 2
+
+
 def test_x_death_entries_merge_per_queue_and_reason(conn: Any) -> None:
     """dlx: "x-death" — one entry per (queue, reason); a repeat increments count and
     moves the entry to the front (most recent first); x-first-death-* never changes."""

@@ -121,7 +121,7 @@ def test_aio_pika_dead_letter_and_delivery_limit(server: Any) -> None:
                 await msg.nack(requeue=True)
             assert counts == [None, 1]
             dead = await dlq.get(timeout=5)
-            death = dead.headers["x-death"][0]
+            death: Any = dead.headers["x-death"][0]  # type: ignore[index]
             assert dead.body == b"bad" and death["reason"] == "delivery_limit"
             assert death["queue"] == "aio.poison" and death["count"] == 1
             await dead.ack()

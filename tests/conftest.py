@@ -159,4 +159,4 @@ def start_server(tmp_path: Path) -> Iterator[object]:
 @pytest.fixture
 def server(start_server: object) -> ServerProcess:
     """A ready server with MQTT and AMQP on free ports and a fresh data dir."""
-    return start_server()  # type: ignore[operator,no-any-return]
+    return start_server()  # type: ignore[operator]

@@ -23,8 +23,7 @@ TLS = "TLS (amqps://, port 5671, EXTERNAL auth): oxiedge has no TLS listener (ou
 DOCKER = "restarts/stops the broker's Docker container: harness limit, not a broker feature"
 MGMT = "RabbitMQ management HTTP API (out of scope)"
 TX = "transactions (tx.select): not implemented, answers 540 (out of scope until implemented)"
-QARGS = ("queue arguments (x-message-ttl / x-max-length / x-max-priority / x-expires / DLX): "
-         "not implemented, answer 540 (out of scope)")
+PRIORITY = "priority queues (x-max-priority): not implemented, answers 540 (out of scope)"
 MOCKED = "not a broker test: the 'integration' module drives a mocked socket"
 
 
@@ -86,7 +85,6 @@ SUITES: tuple[Suite, ...] = (
         exclusions=(
             Exclusion(r"\[[^\]]*amqps", TLS),
             Exclusion(r"test_connection\.py::test_(auth_external|ssl_context|ssl_)", TLS),
-            Exclusion(r"test_delivery_error\.py::test_broker_nack_details", QARGS),
         ),
         flaky=(r"test_closing_waiter_cancellation\[",
                r"test_connection_close_during_publish_drain"),
@@ -106,8 +104,6 @@ SUITES: tuple[Suite, ...] = (
                       r"missing_external_queue_retries_until_recreated|"
                       r"pool_consumer_survives_broker_restart)", DOCKER),
             Exclusion(r"::test_transaction_", TX),
-            Exclusion(r"::test_(dlx|expiration|delivery_fail)(\[|$)", QARGS),
-            Exclusion(r"test_amqp_robust\.py::TestCaseNoRobust::test_get_queue_fail", QARGS),
         ),
         flaky=(r"test_leak_unclosed_channel\[", r"test_create_channels_during_reconnect"),
     ),
@@ -129,7 +125,7 @@ SUITES: tuple[Suite, ...] = (
         requirements=("amqp==5.4.2", "pytest>=8,<10", "pytest-timeout"),
         env=_rabbitmq_env,
         exclusions=(
-            Exclusion(r"test_PyAMQPPriority::", QARGS),
+            Exclusion(r"test_PyAMQPPriority::", PRIORITY),
         ),
         note="Only the py-amqp transport module; the redis/mongodb/sqs/kafka/pgmq modules test "
              "other brokers.",

@@ -25,6 +25,14 @@ from oxiedge.mqtt.topics import RetainedTrie, TopicTrie, valid_topic_filter
 #: ``on_publish(topic, payload, qos, retain) -> bool``: True if it staged durable work.
 PublishHook = Callable[[str, bytes, int, bool], bool]
 
+#: Topics whose merged subscriber list is cached (``Broker._routes``). When full the cache
+#: is cleared wholesale: a publisher cycling through more topics than this pays one trie
+#: walk per publish, as without the cache, and memory stays bounded.
+ROUTE_CACHE_MAX = 4096
+
+#: One topic's subscribers: ``(session, highest granted QoS of its matching filters)``.
+Route = tuple[tuple[Session, int], ...]
+
 
 class Retained:
     """A retained message (3.3.1.3)."""
@@ -48,6 +56,11 @@ class Broker:
         self.retained: RetainedTrie[Retained] = RetainedTrie()
         self.on_publish: list[PublishHook] = []
         self._owners = itertools.count(1)
+        # topic -> merged subscribers. Publishers repeat their topics, so the trie walk and
+        # the MQTT-3.3.5-1 merge run once per topic, not once per PUBLISH. Every change of
+        # the subscription set (subscribe, unsubscribe, session discarded, recovery) clears
+        # it; nothing else can change what a topic matches.
+        self._routes: dict[str, Route] = {}
 
     # ------------------------------------------------------------------ recovery
     def recover(self) -> tuple[int, int]:
@@ -75,6 +88,7 @@ class Broker:
             self.stats.dropped += rs.surplus
             pending += len(rs.messages)
             self.sessions[s.client_id] = s
+        self._routes.clear()
         self._owners = itertools.count(max_owner + 1)
         for topic, qos, payload in persist.load_retained(store):
             self.retained.set(topic, Retained(Message(topic, payload), qos))
@@ -117,6 +131,7 @@ class Broker:
         for flt in s.subs:
             self.subscriptions.remove(flt, s)
         s.subs.clear()
+        self._routes.clear()
         s.stage_delete()
 
     # ------------------------------------------------------------- subscriptions
@@ -134,6 +149,8 @@ class Broker:
             self.subscriptions.add(flt, s, qos)
             codes.append(qos)
             accepted.append((flt, qos))
+        if accepted:
+            self._routes.clear()
         staged = bool(accepted) and s.store is not None
         if staged:
             s.stage_record()
@@ -154,6 +171,8 @@ class Broker:
             if s.subs.pop(flt, None) is not None:
                 self.subscriptions.remove(flt, s)
                 changed = True
+        if changed:
+            self._routes.clear()
         if changed and s.store is not None:
             s.stage_record()
             return True
@@ -171,12 +190,10 @@ class Broker:
         staged = False
         if retain:
             staged = self._retain(msg, qos)
-        # MQTT-3.3.5-1: one copy per client at the highest granted QoS of its matches.
-        best: dict[Session, int] = {}
-        for s, granted in self.subscriptions.match(topic):
-            if best.get(s, -1) < granted:
-                best[s] = granted
-        for s, granted in best.items():
+        route = self._routes.get(topic)
+        if route is None:
+            route = self._route_of(topic)
+        for s, granted in route:
             # MQTT-3.3.1-9: retain flag is 0 for deliveries to existing subscriptions.
             if s.deliver(msg, granted if granted < qos else qos, False):
                 staged = True
@@ -185,6 +202,20 @@ class Broker:
                 if hook is not skip and hook(topic, payload, qos, retain):
                     staged = True
         return staged
+
+    def _route_of(self, topic: str) -> Route:
+        """Walk the trie for ``topic`` and cache the merged result."""
+        # MQTT-3.3.5-1: one copy per client at the highest granted QoS of its matches.
+        best: dict[Session, int] = {}
+        for s, granted in self.subscriptions.match(topic):
+            if best.get(s, -1) < granted:
+                best[s] = granted
+        route = tuple(best.items())
+        routes = self._routes
+        if len(routes) >= ROUTE_CACHE_MAX:
+            routes.clear()
+        routes[topic] = route
+        return route
 
     def _retain(self, msg: Message, qos: int) -> bool:
         store = self.store

@@ -204,3 +204,44 @@ def test_clean_connect_discards_durable_session(store: Store) -> None:
     store.commit_blocking()
     assert list(store.iter_raw(persist.CF)) == []
     assert list(b.subscriptions.match("z")) == []
+
+
+def _delivered(w: Wire) -> list[tuple[str, bytes, int]]:
+    return [(p.topic, p.payload, p.qos) for p in w.packets() if isinstance(p, Publish)]
+
+
+def test_route_cache_follows_every_subscription_change() -> None:
+    """The topic -> subscribers cache is dropped on subscribe, unsubscribe and session
+    discard: a publish right after each change reaches exactly the new set."""
+    b = Broker(None, Limits(10))
+    a, _, _ = b.open_session("a", clean=True)
+    c, _, _ = b.open_session("c", clean=True)
+    wa, wc = Wire(), Wire()
+    a.conn, c.conn = wa, wc
+    b.subscribe(a, [("s/+", 0)])
+    b.route("s/1", b"1", 1, False)  # cached: only a
+    assert _delivered(wa) == [("s/1", b"1", 0)] and _delivered(wc) == []
+    b.subscribe(c, [("s/#", 1)])
+    b.subscribe(a, [("s/1", 1)])  # overlapping filter: one copy at the highest QoS
+    b.route("s/1", b"2", 1, False)
+    assert _delivered(wa) == [("s/1", b"2", 1)] and _delivered(wc) == [("s/1", b"2", 1)]
+    b.unsubscribe(c, ["s/#"])
+    b.route("s/1", b"3", 0, False)
+    assert _delivered(wa) == [("s/1", b"3", 0)] and _delivered(wc) == []
+    b.discard_session(a)
+    b.route("s/1", b"4", 0, False)
+    assert _delivered(wa) == [] and _delivered(wc) == []
+
+
+def test_route_cache_is_bounded() -> None:
+    from oxiedge.mqtt.broker import ROUTE_CACHE_MAX
+
+    b = Broker(None, Limits(10))
+    s, _, _ = b.open_session("x", clean=True)
+    w = Wire()
+    s.conn = w
+    b.subscribe(s, [("n/#", 0)])
+    for i in range(ROUTE_CACHE_MAX + 10):
+        b.route(f"n/{i}", b"", 0, False)
+    assert len(b._routes) <= ROUTE_CACHE_MAX
+    assert len(_delivered(w)) == ROUTE_CACHE_MAX + 10

@@ -266,9 +266,11 @@ class Broker:
                 cancel(consumer)
         q.consumers.clear()
         for x in list(self.exchanges.values()):
-            for b in x.remove_queue(q.name):
+            removed = x.remove_queue(q.name)
+            for b in removed:
                 self._unstage_binding(b)
-            self._maybe_auto_delete_exchange(x)
+            if removed:  # only exchanges that lost a binding here (RabbitMQ auto-delete)
+                self._maybe_auto_delete_exchange(x)
         if q.doc_id is not None:
             self.store.stage_delete(persist.COLL, q.doc_id)
             self.store.stage_delete_range(persist.CF, *persist.queue_range(q.qid))

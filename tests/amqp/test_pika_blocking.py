@@ -260,6 +260,17 @@ def test_auto_delete_queue_and_exchange(conn: Any) -> None:
         ch3.exchange_declare("adx", passive=True)
 
 
+def test_deleting_a_queue_keeps_unrelated_auto_delete_exchanges(conn: Any) -> None:
+    """RabbitMQ "Exchanges" guide: an auto-delete exchange is deleted when its last binding
+    is removed; an exchange that never had a binding to the deleted queue stays."""
+    ch = conn.channel()
+    ch.exchange_declare("ad-x", "direct", auto_delete=True)
+    ch.queue_declare("ad-q", auto_delete=True)
+    ch.queue_delete("ad-q")
+    ch.exchange_declare("ad-x", "direct", passive=True)  # still there
+    ch.exchange_delete("ad-x")
+
+
 def test_exchange_declare_rules(conn: Any) -> None:
     ch = conn.channel()
     ch.exchange_declare("amq.topic", "topic", durable=True)  # equivalent re-declare

@@ -25,10 +25,11 @@ from typing import Any
 import trio
 
 from ..app import App
+from ..mqtt.topics import topic_matches
 from ..store import Store, StoreError
 from . import indexes
 from .retention import Policy, Retention, validate_policy
-from .routes import Route, RouteError, parse_route, topic_matches
+from .routes import Route, RouteError, parse_route
 
 CONFIG = "_config"
 

@@ -72,18 +72,3 @@ def parse_routes(texts: list[str]) -> list[Route]:
             out.append(route)
     return out
 
-
-def topic_matches(topic_filter: str, topic: str) -> bool:
-    """MQTT 3.1.1 matching of one filter (few routes; the brokers use a trie)."""
-    if topic.startswith("$") and topic_filter[:1] in ("+", "#"):
-        return False  # MQTT-4.7.2-1
-    f_levels = topic_filter.split("/")
-    t_levels = topic.split("/")
-    for i, f in enumerate(f_levels):
-        if f == "#":
-            return True  # also matches the parent level: sensors/# matches sensors
-        if i >= len(t_levels):
-            return False
-        if f != "+" and f != t_levels[i]:
-            return False
-    return len(f_levels) == len(t_levels)

@@ -18,10 +18,10 @@ Document shape (DESIGN.md): a JSON-object payload is the document; any other pay
 from __future__ import annotations
 
 import base64
-import json
 import time
 from typing import Any
 
+import orjson
 import trio
 
 from ..app import App
@@ -34,10 +34,6 @@ from .routes import Route, RouteError, parse_route
 CONFIG = "_config"
 
 
-def _no_constants(name: str) -> Any:
-    raise ValueError(f"{name} is not JSON")  # NaN/Infinity cannot be stored: keep the text
-
-
 def payload_document(topic: str, payload: bytes, received_ms: int) -> dict[str, Any]:
     """The document an MQTT payload becomes (see the module docstring)."""
     doc: dict[str, Any]
@@ -46,9 +42,12 @@ def payload_document(topic: str, payload: bytes, received_ms: int) -> dict[str, 
     except UnicodeDecodeError:
         doc = {"payload": base64.b64encode(payload).decode(), "_payload_encoding": "base64"}
     else:
+        # orjson is strict where storage must be: NaN/Infinity and nesting deeper than 1024
+        # are not storable JSON, so such payloads stay text. Integers beyond 64 bits become
+        # floats, as in JavaScript.
         try:
-            value = json.loads(text, parse_constant=_no_constants) if text.strip() else text
-        except (ValueError, RecursionError):
+            value = orjson.loads(payload) if text.strip() else text
+        except orjson.JSONDecodeError:
             value = text
         if isinstance(value, dict):
             doc = value

@@ -180,13 +180,24 @@ class Broker:
 
     # ------------------------------------------------------------------- publish
     def route(
-        self, topic: str, payload: bytes, qos: int, retain: bool, skip: PublishHook | None = None
+        self,
+        topic: str,
+        payload: bytes,
+        qos: int,
+        retain: bool,
+        skip: PublishHook | None = None,
+        topic_b: bytes | None = None,
+        qos0_frame: bytes | None = None,
     ) -> bool:
         """Route one accepted PUBLISH; True if durable work was staged (commit before
         acknowledging). ``skip``: an ``on_publish`` hook not to call (a bridge injecting
-        a message must not be handed its own message back)."""
+        a message must not be handed its own message back). ``topic_b``: the topic's
+        UTF-8 bytes if known; ``qos0_frame``: the received packet when it is exactly the
+        QoS 0 delivery (QoS 0, RETAIN 0), sent to QoS 0 subscribers as is."""
         self.stats.messages_in += 1
-        msg = Message(topic, payload)
+        msg = Message(topic, payload, topic_b)
+        if qos0_frame is not None:
+            msg.qos0 = qos0_frame
         staged = False
         if retain:
             staged = self._retain(msg, qos)

@@ -105,31 +105,48 @@ _TOPIC_CACHE: dict[bytes, str] = {}
 _TOPIC_CACHE_MAX = 4096
 
 
-def _decode_publish(flags: int, body: bytes) -> Publish:
-    qos = (flags >> 1) & 3
+#: A PUBLISH as the connection's hot path gets it from ``Decoder.next_item`` - a plain
+#: tuple, no packet object per message: ``(topic, topic_b, qos, retain, dup, packet_id,
+#: payload, frame)``. ``topic_b`` is the topic's UTF-8 bytes as received. ``frame`` is the
+#: whole packet when it is, byte for byte, what a QoS 0 subscriber must receive (QoS 0,
+#: RETAIN 0, minimal remaining-length encoding) so it can be forwarded as is; else None.
+RawPublish = tuple[str, bytes, int, bool, bool, int | None, bytes, bytes | None]
+
+
+def _parse_publish(first: int, frame: bytes, off: int, forwardable: bool) -> RawPublish:
+    """Parse a PUBLISH whose variable header starts at ``frame[off]``."""
+    qos = (first >> 1) & 3
     if qos == 3:
         raise ProtocolError("PUBLISH with QoS 3 (MQTT-3.3.1-4)")
-    dup = bool(flags & 8)
+    dup = bool(first & 8)
     if dup and qos == 0:
         raise ProtocolError("DUP set on a QoS 0 PUBLISH (MQTT-3.3.1-2)")
-    n = len(body)
-    if n < 2:
+    n = len(frame)
+    if n - off < 2:
         raise ProtocolError("truncated topic length")
-    end = 2 + ((body[0] << 8) | body[1])
+    start = off + 2
+    end = start + ((frame[off] << 8) | frame[off + 1])
     if end > n:
         raise ProtocolError("truncated topic")
-    raw = body[2:end]
+    raw = frame[start:end]
     topic = _TOPIC_CACHE.get(raw)
     if topic is None:
-        topic, _ = _string(body, 0)
+        topic, _ = _string(frame, off)
         _check_topic_name(topic)
         if len(_TOPIC_CACHE) >= _TOPIC_CACHE_MAX:
             _TOPIC_CACHE.clear()
         _TOPIC_CACHE[raw] = topic
+    retain = bool(first & 1)
     if qos:
-        pid = _packet_id(body, end)
-        return Publish(topic, body[end + 2 :], qos, bool(flags & 1), dup, pid)
-    return Publish(topic, body[end:], 0, bool(flags & 1), False, None)
+        pid = _packet_id(frame, end)
+        return (topic, raw, qos, retain, dup, pid, frame[end + 2 :], None)
+    fwd = frame if forwardable and not retain else None
+    return (topic, raw, 0, retain, False, None, frame[end:], fwd)
+
+
+def _decode_publish(flags: int, body: bytes) -> Publish:
+    topic, _raw, qos, retain, dup, pid, payload, _fwd = _parse_publish(0x30 | flags, body, 0, False)
+    return Publish(topic, payload, qos, retain, dup, pid)
 
 
 def _decode_connect(flags: int, body: bytes) -> Connect:
@@ -335,6 +352,15 @@ class Decoder:
 
         Raises ``ProtocolError`` on malformed input (and on every later call).
         """
+        item = self.next_item()
+        if type(item) is tuple:
+            topic, _raw, qos, retain, dup, pid, payload, _fwd = item
+            return Publish(topic, payload, qos, retain, dup, pid)
+        return item  # type: ignore[return-value]
+
+    def next_item(self) -> Packet | RawPublish | None:
+        """Like ``next_packet``, but a PUBLISH comes back as a ``RawPublish`` tuple: the
+        per-message path builds no packet object and can forward the received bytes."""
         if self._failed:
             raise ProtocolError("decoder already failed")
         buf, pos = self._buf, self._pos
@@ -365,13 +391,20 @@ class Decoder:
         if end > n:
             return None
         first = buf[pos]
-        body = bytes(buf[i:end])
         self._pos = end
         try:
-            return decode_body(first, body)
+            if first >> 4 == 3:
+                # Forwardable only if re-encoding would give the same bytes: the length
+                # in as few bytes as possible (a peer may pad it, 2.2.3 does not forbid).
+                forwardable = shift == 0 or length >= 1 << shift
+                return _parse_publish(first, bytes(buf[pos:end]), i - pos, forwardable)
+            return decode_body(first, bytes(buf[i:end]))
         except ProtocolError:
             self._failed = True
             raise
+        except (IndexError, ValueError, UnicodeError, StructError) as exc:  # defence in depth
+            self._failed = True
+            raise ProtocolError(f"malformed packet: {exc}") from None
 
 
 # --------------------------------------------------------------------------- encoding

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
-from oxiedge.mqtt.codec import Decoder, ProtocolError
+from oxiedge.mqtt.codec import Decoder, ProtocolError, RawPublish
 from oxiedge.mqtt.packets import (
     Connect,
     Disconnect,
@@ -39,7 +39,6 @@ from oxiedge.mqtt.packets import (
     Pingreq,
     Puback,
     Pubcomp,
-    Publish,
     Pubrec,
     Pubrel,
     Subscribe,
@@ -224,14 +223,18 @@ class Connection:
         # MQTT-3.1.2-24: 1.5x the keep-alive without any packet closes the connection.
         window = keep_alive * 1.5 if keep_alive else math.inf
         handlers = self._handlers()
+        next_item, on_publish = decoder.next_item, self._on_publish
         alarms = self.service.app.alarms
         with trio.CancelScope() as ka:
             while True:
-                for packet in decoder:
-                    handler = handlers.get(type(packet))
+                while (item := next_item()) is not None:
+                    if type(item) is tuple:
+                        on_publish(item)  # the hot path: no packet object, no lookup
+                        continue
+                    handler = handlers.get(type(item))
                     if handler is None:
-                        raise ProtocolError(f"unexpected {type(packet).__name__} from a client")
-                    if handler(packet):
+                        raise ProtocolError(f"unexpected {type(item).__name__} from a client")
+                    if handler(item):
                         break  # DISCONNECT: nothing after it is processed
                 # A slow disk is not the client's silence: no keep-alive during the commit.
                 ka.deadline = math.inf
@@ -328,7 +331,6 @@ class Connection:
     # ------------------------------------------------------------------ handlers
     def _handlers(self) -> dict[type, Callable[[Any], bool]]:
         return {
-            Publish: self._on_publish,
             Puback: self._on_puback,
             Pubrec: self._on_pubrec,
             Pubrel: self._on_pubrel,
@@ -340,27 +342,26 @@ class Connection:
             Connect: self._on_second_connect,
         }
 
-    def _on_publish(self, p: Publish) -> bool:
+    def _on_publish(self, p: RawPublish) -> None:
         self._published = True
-        qos = p.qos
+        topic, topic_b, qos, retain, _dup, pid, payload, frame = p
         if qos == 0:
-            if self.broker.route(p.topic, p.payload, 0, p.retain):
+            # ``frame``: the received bytes, forwarded unchanged to QoS 0 subscribers.
+            if self.broker.route(topic, payload, 0, retain, None, topic_b, frame):
                 self._kick = True
         elif qos == 1:
-            if self.broker.route(p.topic, p.payload, 1, p.retain):
+            if self.broker.route(topic, payload, 1, retain, None, topic_b):
                 self._need_commit = True
-            self._replies.append(_id_packet(0x40, p.packet_id))  # type: ignore[arg-type]
+            self._replies.append(_id_packet(0x40, pid))  # type: ignore[arg-type]
         else:
-            pid: int = p.packet_id  # type: ignore[assignment]
             s = self.session
             assert s is not None
             # Method B of 4.3.3: route once, remember the id until PUBREL (MQTT-4.3.3-2).
-            if s.received_qos2(pid) and (
-                self.broker.route(p.topic, p.payload, 2, p.retain) or s.store is not None
+            if s.received_qos2(pid) and (  # type: ignore[arg-type]
+                self.broker.route(topic, payload, 2, retain, None, topic_b) or s.store is not None
             ):
                 self._need_commit = True
-            self._replies.append(_id_packet(0x50, pid))
-        return False
+            self._replies.append(_id_packet(0x50, pid))  # type: ignore[arg-type]
 
     def _on_puback(self, p: Puback) -> bool:
         s = self.session

@@ -351,3 +351,59 @@ def test_truncated_packets_wait_or_fail(packet: Packet, data: st.DataObject) -> 
     if cut:
         with pytest.raises(ProtocolError, match="incomplete"):
             decode_all(raw[:cut])
+
+
+# ----------------------------------------------------------------- next_item (hot path)
+
+
+def _item(raw: bytes) -> object:
+    dec = Decoder()
+    dec.feed(raw)
+    return dec.next_item()
+
+
+def test_next_item_qos0_publish_forwards_its_own_bytes() -> None:
+    raw = encode_publish(b"a/b", b"hello")
+    assert _item(raw) == ("a/b", b"a/b", 0, False, False, None, b"hello", raw)
+    # What a QoS 0 subscriber must receive is exactly what arrived.
+    assert encode(Publish("a/b", b"hello")) == raw
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        encode_publish(b"a/b", b"x", 0, True),  # RETAIN: live deliveries carry RETAIN 0
+        encode_publish(b"a/b", b"x", 1, False, False, 7),  # QoS 1: packet id, QoS differ
+        b"\x30\x86\x00\x00\x03a/bx",  # remaining length 6 padded to 2 bytes (not minimal)
+    ],
+)
+def test_next_item_does_not_forward_what_would_differ(raw: bytes) -> None:
+    item = _item(raw)
+    assert isinstance(item, tuple)
+    assert item[0] == "a/b" and item[6] == b"x" and item[7] is None
+
+
+def test_next_item_other_packets_and_partial_input() -> None:
+    assert _item(encode(Puback(5))) == Puback(5)
+    assert _item(encode_publish(b"t", b"payload")[:-1]) is None
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b"\x36\x05\x00\x01ax\x01",  # QoS 3
+        b"\x38\x04\x00\x01ax",  # DUP on QoS 0
+        b"\x30\x03\x00\x01+",  # wildcard topic name
+        b"\x32\x05\x00\x01a\x00\x00",  # packet id 0
+        b"\x30\x03\x00\x05a",  # truncated topic
+    ],
+)
+def test_next_item_rejects_what_next_packet_rejects(raw: bytes) -> None:
+    dec = Decoder()
+    dec.feed(raw)
+    with pytest.raises(ProtocolError):
+        dec.next_item()
+    with pytest.raises(ProtocolError):
+        decode_all(raw)
+    with pytest.raises(ProtocolError, match="already failed"):
+        dec.next_item()

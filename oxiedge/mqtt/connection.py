@@ -13,7 +13,11 @@ record) only kicks the committer.
 
 The *writer* owns the socket's send side. Everything - replies, deliveries from other
 connections' publishes, re-sends - is appended to ``_out`` and coalesced into one
-``send_all`` per wake-up. ``out_bytes`` (buffered + in transit) is what sessions check to
+``send_all`` per wake-up. One exception: the replies of a burst go straight to the socket
+from the reader (one non-blocking ``os.write``) when the writer has nothing queued and
+nothing in transit - nothing can then be overtaken, and a lone PUBLISH -> PUBACK round
+trip saves waking a second task. What the socket does not take goes to the writer.
+``out_bytes`` (buffered + in transit) is what sessions check to
 hold back QoS 1/2 messages and to drop QoS 0 ones on a slow consumer; the reader itself
 stops reading while the output is far over that bound (a client that publishes but never
 reads cannot make us buffer its acknowledgements without limit).
@@ -26,6 +30,7 @@ published when the connection ends without DISCONNECT (MQTT-3.1.2-8, MQTT-3.14.4
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -91,6 +96,9 @@ class Connection:
         self._drain: trio.Event | None = None
         self._out: list[bytes] = []
         self._wake = trio.Event()
+        self._sending = False  # the writer is inside send_all (bytes in transit)
+        sock = getattr(stream, "socket", None)
+        self._fd = sock.fileno() if sock is not None else -1  # -1: no direct replies
         self._replies: list[bytes] = []
         self._after_burst: list[Session] = []  # sessions with retained sends pending
         self._retained_for: list[list[tuple[str, int]]] = []
@@ -120,7 +128,9 @@ class Connection:
                 while self._out:
                     chunks, self._out = self._out, []
                     data = chunks[0] if len(chunks) == 1 else b"".join(chunks)
+                    self._sending = True
                     await stream.send_all(data)
+                    self._sending = False
                     self.out_bytes -= len(data)
                     drain = self._drain
                     if drain is not None and self.out_bytes <= self._read_pause_at:
@@ -135,6 +145,20 @@ class Connection:
             self._abnormal = True
             self.close_reason = self.close_reason or f"connection lost: {exc}"
             self._scope.cancel()
+
+    def _send_replies(self, data: bytes) -> None:
+        """Release a burst's replies (after its commit). Directly when the writer is idle
+        with an empty queue, so they cannot overtake anything; otherwise, and for what the
+        socket does not take at once, through the writer."""
+        if not self._out and not self._sending and self._fd >= 0 and not self._scope.cancel_called:
+            try:
+                n = os.write(self._fd, data)  # the socket is non-blocking (trio)
+            except OSError:
+                n = 0  # full (EAGAIN) or broken: the writer waits or meets the error
+            if n == len(data):
+                return
+            data = data[n:]
+        self.write(data)
 
     def take_over(self) -> None:
         """Another CONNECT with our client id won (MQTT-3.1.4-2): end this connection."""
@@ -274,7 +298,7 @@ class Connection:
             self.store.kick()
         self._kick = False
         if self._replies:
-            self.write(b"".join(self._replies))
+            self._send_replies(b"".join(self._replies))
             self._replies.clear()
         if self._after_burst:
             # Retained messages go out after the SUBACK that establishes the subscription.

@@ -9,10 +9,10 @@ from collections.abc import Callable
 import pytest
 
 from oxiedge.mqtt.codec import encode
-from oxiedge.mqtt.packets import Publish, Subscribe
+from oxiedge.mqtt.packets import Puback, Publish, Subscribe
 from tests.conftest import ServerProcess
 
-from .rawclient import RawClient
+from .rawclient import RawClient, RawSession
 
 CONNECT_C2 = b"\x10\x0e\x00\x04MQTT\x04\x02\x00\x3c\x00\x02c2"
 BAD_AFTER_CONNECT = {
@@ -110,3 +110,28 @@ def test_slow_consumer_drops_qos0_and_stays_bounded(
     assert status["dropped_qos0"] > 5_000  # at most ~1 MiB was buffered for "slow"
     assert status["messages_out"] + status["dropped_qos0"] == 10_000
     assert srv.stop() == 0  # SIGTERM ends cleanly with a stuck consumer connected
+
+
+def test_own_deliveries_precede_their_pubacks(shared_mqtt: ServerProcess) -> None:
+    """A client subscribed to what it publishes: each delivery of a message goes out
+    before that message's PUBACK, and PUBACKs keep their order - whether the replies
+    leave straight from the reader (idle writer) or through the writer (busy)."""
+    c = RawSession(shared_mqtt.mqtt_port)
+    c.connect("echo-order")
+    assert c.subscribe(1, ("echo/order", 0)) == (0,)
+    for batch in (1, 40):  # one at a time (writer idle), then a pipelined burst
+        c.send(b"".join(encode(Publish("echo/order", b"m%d" % i, 1, False, False, i + 1))
+                        for i in range(batch)))  # fmt: skip
+        seen: list[bytes] = []
+        acked: list[int] = []
+        while len(acked) < batch:
+            p = c.next()
+            if isinstance(p, Publish):
+                seen.append(p.payload)
+            else:
+                assert isinstance(p, Puback), p
+                assert len(seen) >= p.packet_id, "PUBACK overtook the message's delivery"
+                acked.append(p.packet_id)
+        assert acked == list(range(1, batch + 1))
+        assert seen == [b"m%d" % i for i in range(batch)]
+    c.close()

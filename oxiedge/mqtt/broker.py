@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import itertools
 import secrets
-from collections.abc import Callable, Iterable
-from typing import Any
+from collections.abc import Callable, Iterable, Sized
+from typing import Any, Protocol
 
 from oxiedge.mqtt import persist
 from oxiedge.mqtt.persist import CF, RawStore
@@ -24,6 +24,16 @@ from oxiedge.mqtt.topics import RetainedTrie, TopicTrie, valid_topic_filter
 
 #: ``on_publish(topic, payload, qos, retain) -> bool``: True if it staged durable work.
 PublishHook = Callable[[str, bytes, int, bool], bool]
+
+
+class IngestStep(Protocol):
+    """The ingest bridge as the router sees it: documents staged per publish."""
+
+    @property
+    def routes(self) -> Sized: ...
+
+    def stage_publish(self, topic: str, payload: bytes) -> bool: ...
+
 
 #: Topics whose merged subscriber list is cached (``Broker._routes``). When full the cache
 #: is cleared wholesale: a publisher cycling through more topics than this pays one trie
@@ -55,6 +65,9 @@ class Broker:
         self.subscriptions: TopicTrie[Session, int] = TopicTrie()
         self.retained: RetainedTrie[Retained] = RetainedTrie()
         self.on_publish: list[PublishHook] = []
+        # Called directly, not as an ``on_publish`` hook: with no ingest routes (the
+        # common case) it costs one attribute test per publish instead of two calls.
+        self.ingest: IngestStep | None = None
         self._owners = itertools.count(1)
         # topic -> merged subscribers. Publishers repeat their topics, so the trie walk and
         # the MQTT-3.3.5-1 merge run once per topic, not once per PUBLISH. Every change of
@@ -212,6 +225,9 @@ class Broker:
             for hook in self.on_publish:
                 if hook is not skip and hook(topic, payload, qos, retain):
                     staged = True
+        ingest = self.ingest
+        if ingest is not None and ingest.routes and ingest.stage_publish(topic, payload):
+            staged = True
         return staged
 
     def _route_of(self, topic: str) -> Route:

@@ -79,12 +79,7 @@ class MqttService:
         ingest = self.app.extensions.get("ingest")
         if ingest is None or self._ingest_hooked:
             return
-        stage = ingest.stage_publish
-
-        def ingest_hook(topic: str, payload: bytes, qos: int, retain: bool) -> bool:
-            return bool(stage(topic, payload))
-
-        self.broker.on_publish.append(ingest_hook)
+        self.broker.ingest = ingest  # Broker.route stages its documents (routes or not)
         self._ingest_hooked = True
 
     # --------------------------------------------------------------- lifecycle

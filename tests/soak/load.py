@@ -28,7 +28,7 @@ def payload(src: str, n: int, rng: random.Random) -> bytes:
     return json.dumps({"src": src, "n": n, "pad": "x" * rng.randrange(0, 300)}).encode()
 
 
-def ident(body: bytes | str) -> tuple[str, int]:
+def ident(body: bytes | bytearray | str) -> tuple[str, int]:
     """The ``(src, n)`` id in a payload."""
     doc = json.loads(body)
     return str(doc["src"]), int(doc["n"])
@@ -60,8 +60,17 @@ class MqttPublisher(threading.Thread):
     """A paho client (clean session) publishing ``count`` ids to ``topic`` at ``rate``/s,
     pipelined (up to 20 in flight), until ``stop`` is set or the connection is lost."""
 
-    def __init__(self, port: int, src: str, topic: str, qos: int, count: int, rate: float,
-                 stop: threading.Event, seed: int) -> None:
+    def __init__(
+        self,
+        port: int,
+        src: str,
+        topic: str,
+        qos: int,
+        count: int,
+        rate: float,
+        stop: threading.Event,
+        seed: int,
+    ) -> None:
         super().__init__(daemon=True, name=f"mqtt-pub-{src}")
         self.port, self.topic, self.qos, self.count, self.rate = port, topic, qos, count, rate
         self.stop_event = stop
@@ -71,8 +80,9 @@ class MqttPublisher(threading.Thread):
         self._acked_mids: set[int] = set()
         self._lock = threading.Lock()
         self._connected = threading.Event()
-        self.client = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id=src,
-                                  clean_session=True)
+        self.client = mqtt.Client(
+            mqtt.CallbackAPIVersion.VERSION2, client_id=src, clean_session=True
+        )
         self.client.max_inflight_messages_set(20)
         self.client.on_connect = lambda *_a: self._connected.set()
         self.client.on_publish = self._on_publish
@@ -93,8 +103,9 @@ class MqttPublisher(threading.Thread):
                 _pace(start, n, self.rate, self.stop_event)
                 if self.stop_event.is_set() or not self.client.is_connected():
                     break
-                info = self.client.publish(self.topic, payload(self.source.name, n, self.rng),
-                                           self.qos)
+                info = self.client.publish(
+                    self.topic, payload(self.source.name, n, self.rng), self.qos
+                )
                 if info.rc != mqtt.MQTT_ERR_SUCCESS:
                     break
                 self.source.attempted.append(n)
@@ -118,19 +129,38 @@ class MqttPublisher(threading.Thread):
 
 
 def amqp_params(port: int) -> pika.ConnectionParameters:
-    return pika.ConnectionParameters("127.0.0.1", port, socket_timeout=5,
-                                     blocked_connection_timeout=10, connection_attempts=1,
-                                     heartbeat=30)
+    return pika.ConnectionParameters(
+        "127.0.0.1",
+        port,
+        socket_timeout=5,
+        blocked_connection_timeout=10,
+        connection_attempts=1,
+        heartbeat=30,
+    )
 
 
 class AmqpPublisher(threading.Thread):
     """pika with publisher confirms: persistent messages, one confirm awaited per publish."""
 
-    def __init__(self, port: int, src: str, exchange: str, routing_key: str, count: int,
-                 rate: float, stop: threading.Event, seed: int) -> None:
+    def __init__(
+        self,
+        port: int,
+        src: str,
+        exchange: str,
+        routing_key: str,
+        count: int,
+        rate: float,
+        stop: threading.Event,
+        seed: int,
+    ) -> None:
         super().__init__(daemon=True, name=f"amqp-pub-{src}")
         self.port, self.exchange, self.key, self.count, self.rate = (
-            port, exchange, routing_key, count, rate)
+            port,
+            exchange,
+            routing_key,
+            count,
+            rate,
+        )
         self.stop_event = stop
         self.rng = random.Random(seed)
         self.source = Source(src)
@@ -149,8 +179,9 @@ class AmqpPublisher(threading.Thread):
                     break
                 self.source.attempted.append(n)
                 # returns after the broker's basic.ack; raises on nack or a lost connection
-                ch.basic_publish(self.exchange, self.key, payload(self.source.name, n, self.rng),
-                                 props)
+                ch.basic_publish(
+                    self.exchange, self.key, payload(self.source.name, n, self.rng), props
+                )
                 self.source.acked.add(n)
         except Exception as exc:
             self.source.error = repr(exc)
@@ -176,8 +207,15 @@ class AmqpConsumer(threading.Thread):
     asserted never to come back; a pending ack may or may not survive the kill.
     """
 
-    def __init__(self, port: int, queue: str, ack_share: float, stop: threading.Event,
-                 seed: int, sync_every: float = 0.25) -> None:
+    def __init__(
+        self,
+        port: int,
+        queue: str,
+        ack_share: float,
+        stop: threading.Event,
+        seed: int,
+        sync_every: float = 0.25,
+    ) -> None:
         super().__init__(daemon=True, name=f"amqp-consumer-{queue}")
         self.port, self.queue, self.ack_share = port, queue, ack_share
         self.stop_event = stop
@@ -226,3 +264,48 @@ class AmqpConsumer(threading.Thread):
     def finish(self) -> AmqpConsumer:
         self.join(40)
         return self
+
+
+class SlowAmqpConsumer(threading.Thread):
+    """A consumer slower than the publishers: prefetch ``prefetch``, ``delay`` s per message,
+    then ack. ``acked`` counts the acks sent."""
+
+    def __init__(
+        self, port: int, queue: str, prefetch: int, delay: float, stop: threading.Event
+    ) -> None:
+        super().__init__(daemon=True, name=f"slow-consumer-{queue}")
+        self.port, self.queue, self.prefetch, self.delay = port, queue, prefetch, delay
+        self.stop_event = stop
+        self.acked = 0
+        self.ids: list[tuple[str, int]] = []
+        self.redelivered = 0
+        self.error: str | None = None
+        self.conn: pika.BlockingConnection | None = None
+
+    def run(self) -> None:
+        try:
+            self.conn = pika.BlockingConnection(amqp_params(self.port))
+            ch = self.conn.channel()
+            ch.basic_qos(prefetch_count=self.prefetch)
+
+            def on_message(chan: Any, method: Any, _props: Any, body: bytes) -> None:
+                if self.stop_event.is_set():
+                    # pika keeps dispatching inside one process_data_events call while the
+                    # server keeps sending: stop acking so the prefetch window closes
+                    return
+                self.ids.append(ident(body))
+                self.redelivered += bool(method.redelivered)
+                time.sleep(self.delay)  # the slowness under test
+                chan.basic_ack(method.delivery_tag)
+                self.acked += 1
+
+            ch.basic_consume(self.queue, on_message)
+            while not self.stop_event.is_set():
+                self.conn.process_data_events(time_limit=0.1)
+        except Exception as exc:
+            self.error = repr(exc)
+
+    def close(self) -> None:
+        self.join(30)
+        if self.conn is not None and self.conn.is_open:
+            self.conn.close()

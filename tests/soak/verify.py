@@ -37,13 +37,16 @@ class Subscriber:
         self._connack: queue.Queue[bool] = queue.Queue()
         self._subacks: queue.Queue[list[int]] = queue.Queue()
         self._gone = threading.Event()
-        self.c = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id=client_id,
-                             clean_session=False)
+        self.c = mqtt.Client(
+            mqtt.CallbackAPIVersion.VERSION2, client_id=client_id, clean_session=False
+        )
         self.c.on_message = lambda _c, _u, m: self.messages.put(m)
         self.c.on_connect = lambda _c, _u, flags, _rc, _p: self._connack.put(
-            bool(flags.session_present))
+            bool(flags.session_present)
+        )
         self.c.on_subscribe = lambda _c, _u, _mid, codes, _p: self._subacks.put(
-            [int(c.value) for c in codes])
+            [int(c.value) for c in codes]
+        )
         self.c.on_disconnect = lambda *_a: self._gone.set()
         self.c.connect("127.0.0.1", port, keepalive=30)
         self.c.loop_start()
@@ -158,6 +161,8 @@ def summary(ids: Iterable[Id], limit: int = 8) -> str:
     by: dict[str, list[int]] = defaultdict(list)
     for src, n in sorted(ids):
         by[src].append(n)
-    parts = [f"{src}: {ns[:limit]}{'...' if len(ns) > limit else ''} ({len(ns)})"
-             for src, ns in by.items()]
+    parts = [
+        f"{src}: {ns[:limit]}{'...' if len(ns) > limit else ''} ({len(ns)})"
+        for src, ns in by.items()
+    ]
     return "; ".join(parts)

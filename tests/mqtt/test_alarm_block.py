@@ -11,7 +11,8 @@ import paho.mqtt.client as mqtt
 from tests.conftest import ServerProcess
 
 
-def _client(port: int, cid: str) -> mqtt.Client:
+def _client(port: int | None, cid: str) -> mqtt.Client:
+    assert port is not None
     c = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id=cid)
     c.connect("127.0.0.1", port, keepalive=60)
     c.loop_start()
@@ -24,7 +25,7 @@ def test_publisher_blocked_then_resumes(server: ServerProcess) -> None:
     sub = _client(server.mqtt_port, "alarm-sub")
 
     def on_message(_c: object, _u: object, msg: mqtt.MQTTMessage) -> None:
-        got.append(msg.payload)
+        got.append(bytes(msg.payload))
         arrived.set()
 
     sub.on_message = on_message

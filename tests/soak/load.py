@@ -309,3 +309,52 @@ class SlowAmqpConsumer(threading.Thread):
         self.join(30)
         if self.conn is not None and self.conn.is_open:
             self.conn.close()
+
+
+class RawQos2Publisher(threading.Thread):
+    """QoS 2 over a raw socket, one message at a time, so the ack recorded is the PUBREC
+    itself - the moment the promise is made (paho only reports PUBCOMP)."""
+
+    def __init__(
+        self,
+        port: int,
+        src: str,
+        topic: str,
+        count: int,
+        rate: float,
+        stop: threading.Event,
+        seed: int,
+    ) -> None:
+        super().__init__(daemon=True, name=f"raw-qos2-{src}")
+        self.port, self.topic, self.count, self.rate = port, topic, count, rate
+        self.stop_event = stop
+        self.rng = random.Random(seed)
+        self.source = Source(src)
+
+    def run(self) -> None:
+        from oxiedge.mqtt.codec import encode
+        from oxiedge.mqtt.packets import Pubcomp, Publish, Pubrec, Pubrel
+        from tests.mqtt.rawclient import RawSession
+
+        try:
+            s = RawSession(self.port)
+            s.connect(self.source.name)
+            start = time.monotonic()
+            for n in range(self.count):
+                _pace(start, n, self.rate, self.stop_event)
+                if self.stop_event.is_set():
+                    break
+                pid = n % 65535 + 1
+                body = payload(self.source.name, n, self.rng)
+                self.source.attempted.append(n)
+                s.send(encode(Publish(self.topic, body, 2, False, False, pid)))
+                assert s.next() == Pubrec(pid)
+                self.source.acked.add(n)  # PUBREC: every durable copy is on disk
+                s.send(encode(Pubrel(pid)))
+                assert s.next() == Pubcomp(pid)
+        except Exception as exc:  # the kill
+            self.source.error = repr(exc)
+
+    def finish(self) -> Source:
+        self.join(40)
+        return self.source

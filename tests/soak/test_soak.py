@@ -21,7 +21,14 @@ import pytest
 
 from tests.conftest import ServerProcess
 
-from .load import AmqpConsumer, AmqpPublisher, MqttPublisher, Source, ident
+from .load import (
+    AmqpConsumer,
+    AmqpPublisher,
+    MqttPublisher,
+    RawQos2Publisher,
+    Source,
+    ident,
+)
 from .verify import (
     Id,
     Subscriber,
@@ -108,7 +115,13 @@ def setup(srv: ServerProcess) -> None:
 
 def run_load(
     srv: ServerProcess, cycle: int, rng: random.Random, kill_after: float
-) -> tuple[list[MqttPublisher], list[AmqpPublisher], AmqpPublisher, list[AmqpConsumer], list[Id]]:
+) -> tuple[
+    list[MqttPublisher | RawQos2Publisher],
+    list[AmqpPublisher],
+    AmqpPublisher,
+    list[AmqpConsumer],
+    list[Id],
+]:
     """Start every load thread, SIGKILL the server after ``kill_after`` s, stop the threads."""
     assert srv.mqtt_port is not None and srv.amqp_port is not None
     stop = threading.Event()
@@ -125,6 +138,15 @@ def run_load(
         )
         for i in range(4)
     ]
+    raw = RawQos2Publisher(
+        srv.mqtt_port,
+        f"rq{cycle}",
+        f"soak/rq{cycle}/data",
+        800,
+        rng.uniform(150, 300),
+        stop,
+        rng.randrange(1 << 30),
+    )
     amqp_pubs = [
         AmqpPublisher(
             srv.amqp_port,
@@ -159,7 +181,7 @@ def run_load(
         )
         for q in (QUEUES[0], BRIDGED)
     ]
-    threads: list[threading.Thread] = [*consumers, *mqtt_pubs, *amqp_pubs, cmd]
+    threads: list[threading.Thread] = [*consumers, *mqtt_pubs, raw, *amqp_pubs, cmd]
     live = Subscriber(srv.mqtt_port, LIVE)
     assert live.session_present
     for t in threads:
@@ -173,11 +195,12 @@ def run_load(
         live_ids.append(ident(live.messages.get_nowait().payload))
     for p in mqtt_pubs:
         p.finish()
+    raw.finish()
     for a in [*amqp_pubs, cmd]:
         a.finish()
     for c in consumers:
         c.finish()
-    return mqtt_pubs, amqp_pubs, cmd, consumers, live_ids
+    return [*mqtt_pubs, raw], amqp_pubs, cmd, consumers, live_ids
 
 
 @pytest.mark.slow
@@ -395,7 +418,10 @@ def test_steady_state_memory_and_bounds(start_server: Start) -> None:
             if q.startswith("steady")
         )
     )
-    rss_ok = max(rss) <= rss[0] + RSS_CEILING_MB and last_low <= first_peak
+    window = samples[-1][0] - samples[0][0]
+    # The saw-tooth period is ~60 s at this load: a shorter window cannot tell a tooth's
+    # rising edge from growth, so only the ceiling applies then.
+    rss_ok = max(rss) <= rss[0] + RSS_CEILING_MB and (window < 90 or last_low <= first_peak)
 
     # The bounds held, and every message the bounds removed was counted (exact).
     n_in = st["mqtt"]["messages_in"]

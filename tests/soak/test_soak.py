@@ -193,6 +193,9 @@ def run_load(
     live_ids = []
     while not live.messages.empty():
         live_ids.append(ident(live.messages.get_nowait().payload))
+    sock = live.c.socket()
+    if sock is not None:
+        sock.close()  # the peer is dead; just release the descriptor
     for p in mqtt_pubs:
         p.finish()
     raw.finish()
@@ -289,11 +292,13 @@ def test_crash_loop_loses_nothing_acknowledged(start_server: Start) -> None:
 
 STEADY_S = float(os.environ.get("OXIEDGE_SOAK_STEADY_S", "120"))
 MQTT_LIMIT, AMQP_LIMIT = 500, 500
-# RSS saw-tooths once the bounds are full (measured: +0.6 MB per 3 s, then a drop of
-# ~12 MB about once a minute - RocksDB memtables filling and being flushed). The bounds:
+# RSS saw-tooths once the bounds are full (measured: +0.6 MB per 3 s for about a minute,
+# then a drop of ~13 MB - RocksDB memtables filling and being flushed), and in longer runs
+# settles on a plateau ~2 MB above the first tooth's peak. The bounds:
 RSS_CEILING_MB = 32.0  # peak <= RSS when the bounds filled + the 32 MB memtable/WAL cap
-# and no monotonic growth: the lowest RSS of the last third of the window is not above the
-# highest RSS of its first third (a leak outgrowing one saw-tooth fails this)
+# and no sustained growth: the peak of the last third of the window is at most this much
+# above the peak of the first two thirds (a leak of r MB/min fails once r * window/3 > 4 MB)
+RSS_LATE_GROWTH_MB = 4.0
 
 
 def slope_per_min(points: list[tuple[float, float]]) -> float:
@@ -394,13 +399,13 @@ def test_steady_state_memory_and_bounds(start_server: Start) -> None:
     assert len(samples) >= 6, f"bounds full only at {warm_at}s: run longer (STEADY_S)"
     rss = [v for _t, v in samples]
     third = len(samples) // 3
-    first_peak, last_low = max(rss[:third]), min(rss[-third:])
+    early_peak, late_peak = max(rss[:-third]), max(rss[-third:])
     slope = slope_per_min(samples)
     print(
         f"\nsteady state {STEADY_S:.0f}s, bounds full at {warm_at:.0f}s: {len(samples)} "
         f"samples after that, RSS MB at fill "
-        f"{rss[0]:.1f}, peak {max(rss):.1f}, min {min(rss):.1f}, first-third peak "
-        f"{first_peak:.1f}, last-third low {last_low:.1f}, overall slope {slope:+.2f} MB/min, "
+        f"{rss[0]:.1f}, peak {max(rss):.1f}, min {min(rss):.1f}, peak of the first two thirds "
+        f"{early_peak:.1f}, of the last third {late_peak:.1f}, slope {slope:+.2f} MB/min, "
         f"worst status latency {worst_latency:.2f}s"
     )
     print("RSS series (s, MB): " + " ".join(f"{t:.0f}:{v:.1f}" for t, v in samples))
@@ -419,9 +424,11 @@ def test_steady_state_memory_and_bounds(start_server: Start) -> None:
         )
     )
     window = samples[-1][0] - samples[0][0]
-    # The saw-tooth period is ~60 s at this load: a shorter window cannot tell a tooth's
-    # rising edge from growth, so only the ceiling applies then.
-    rss_ok = max(rss) <= rss[0] + RSS_CEILING_MB and (window < 90 or last_low <= first_peak)
+    # The saw-tooth period is ~60 s at this load: a shorter window may not hold one whole
+    # tooth and cannot tell its rising edge from growth, so only the ceiling applies then.
+    rss_ok = max(rss) <= rss[0] + RSS_CEILING_MB and (
+        window < 90 or late_peak <= early_peak + RSS_LATE_GROWTH_MB
+    )
 
     # The bounds held, and every message the bounds removed was counted (exact).
     n_in = st["mqtt"]["messages_in"]

@@ -223,11 +223,13 @@ def latency(t: Target, o: Options) -> Result:
     lat: list[int] = []
     ready = threading.Event()
     errors: list[BaseException] = []
+    consumer: dict[str, Any] = {}
 
     def consume() -> None:
         try:
             conn = pika.BlockingConnection(_pika_params(t))
             ch = conn.channel()
+            consumer["conn"], consumer["ch"] = conn, ch
             ch.basic_qos(prefetch_count=o.prefetch)
 
             def on_msg(ch: Any, method: Any, _props: Any, body: bytes) -> None:
@@ -277,8 +279,15 @@ def latency(t: Target, o: Options) -> Result:
         if th.is_alive() and len(lat) >= sent:
             pass
     finally:
+        # Stop the consumer before deleting its queue: a server-side cancel (queue deleted)
+        # racing pika's own basic.cancel makes pika raise KeyError on the consumer tag.
+        if th.is_alive() and "conn" in consumer:
+            try:
+                consumer["conn"].add_callback_threadsafe(consumer["ch"].stop_consuming)
+            except Exception:  # the consumer connection is already gone
+                pass
+        th.join(o.duration + o.idle_timeout + 10)
         q.delete()
-    th.join(o.duration + o.idle_timeout + 10)
     if errors:
         raise errors[0]
     r = Result("amqp-latency", t.name, elapsed=t1 - t0)

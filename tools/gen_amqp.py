@@ -162,6 +162,7 @@ def generate(spec: dict[str, Any]) -> str:
         "from __future__ import annotations",
         "",
         "import struct",
+        "from abc import ABC, abstractmethod",
         "from dataclasses import dataclass, field",
         "from typing import Any, ClassVar",
         "",
@@ -191,7 +192,7 @@ def generate(spec: dict[str, Any]) -> str:
         "",
         "",
         "@dataclass(frozen=True, slots=True)",
-        "class Method:",
+        "class Method(ABC):",
         '    """Base of every generated method: ids, flags and the argument codec."""',
         "",
         "    CLASS_ID: ClassVar[int] = 0",
@@ -203,14 +204,14 @@ def generate(spec: dict[str, Any]) -> str:
         "    #: timestamp, shortstr, longstr, table).",
         "    ARGUMENTS: ClassVar[tuple[tuple[str, str], ...]] = ()",
         "",
+        "    @abstractmethod",
         "    def encode_args(self) -> bytes:",
         '        """The method\'s argument bytes (after the class and method ids)."""',
-        "        raise NotImplementedError",
         "",
         "    @classmethod",
+        "    @abstractmethod",
         "    def decode_args(cls, buf: bytes, off: int = 0) -> Method:",
         '        """Decode the arguments that start at ``off``."""',
-        "        raise NotImplementedError",
     ]
     registry: list[tuple[int, int, str]] = []
     for klass in spec["classes"]:

@@ -8,6 +8,7 @@ re-run the generator.  Decoders may raise IndexError/struct.error on truncated i
 from __future__ import annotations
 
 import struct
+from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -58,7 +59,7 @@ INTERNAL_ERROR = 541
 
 
 @dataclass(frozen=True, slots=True)
-class Method:
+class Method(ABC):
     """Base of every generated method: ids, flags and the argument codec."""
 
     CLASS_ID: ClassVar[int] = 0
@@ -70,14 +71,14 @@ class Method:
     #: timestamp, shortstr, longstr, table).
     ARGUMENTS: ClassVar[tuple[tuple[str, str], ...]] = ()
 
+    @abstractmethod
     def encode_args(self) -> bytes:
         """The method's argument bytes (after the class and method ids)."""
-        raise NotImplementedError
 
     @classmethod
+    @abstractmethod
     def decode_args(cls, buf: bytes, off: int = 0) -> Method:
         """Decode the arguments that start at ``off``."""
-        raise NotImplementedError
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,7 +9,6 @@ and it is also when systemd hears READY=1.
 from __future__ import annotations
 
 import errno
-import importlib
 import os
 import signal
 from pathlib import Path
@@ -19,15 +18,20 @@ import trio
 
 from . import sdnotify
 from .admin.server import AdminServer, core_handlers
+from .amqp.service import AmqpService
 from .app import App, make_logger
 from .auth import UserFileError, UserStore
+from .bridge.amqp_mqtt import start_topic_bridge
+from .bridge.ingest import IngestBridge
+from .bridge.routes import Route, parse_routes
 from .config import Config, ConfigError
-from .service import Service
+from .mqtt.service import MqttService
 from .store import Store, StoreLockedError
 
-_SERVICES = {
-    "mqtt": ("oxiedge.mqtt.service", "MqttService", "MQTT"),
-    "amqp": ("oxiedge.amqp.service", "AmqpService", "AMQP"),
+#: key → (service class, label in the log lines), in start-up order.
+_SERVICES: dict[str, tuple[type[MqttService] | type[AmqpService], str]] = {
+    "mqtt": (MqttService, "MQTT"),
+    "amqp": (AmqpService, "AMQP"),
 }
 
 
@@ -68,18 +72,6 @@ def _open_store(config: Config) -> Store:
         raise StartupError(f"cannot open the store in {config.db_path}: {exc}") from None
 
 
-def _load_service(key: str, app: App) -> Service | None:
-    module_name, class_name, _label = _SERVICES[key]
-    try:
-        module = importlib.import_module(module_name)
-    except ModuleNotFoundError as exc:
-        if exc.name is not None and module_name.startswith(exc.name):
-            return None
-        raise
-    service: Service = getattr(module, class_name)(app)
-    return service
-
-
 async def _bind(config: Config, port: int, label: str) -> list[trio.SocketListener]:
     try:
         return await trio.open_tcp_listeners(port, host=config.bind)
@@ -113,8 +105,7 @@ def _format_host(host: str) -> str:
 async def serve(config: Config) -> None:
     """Open, recover, listen, announce ready; shut down cleanly on SIGTERM/SIGINT."""
     log = make_logger()
-    bridge = importlib.import_module("oxiedge.bridge.routes")
-    routes = bridge.parse_routes(config.ingest)  # invalid routes: exit before listening
+    routes = parse_routes(config.ingest)  # invalid routes: exit before listening
     try:
         users = UserStore.load(config.users_path, config.allow_anonymous)
     except (UserFileError, OSError) as exc:
@@ -128,18 +119,12 @@ async def serve(config: Config) -> None:
         log.info("oxiedge stopped")
 
 
-async def _serve_app(app: App, routes: list[Any]) -> None:
+async def _serve_app(app: App, routes: list[Route]) -> None:
     config, log = app.config, app.log
     ports = {"mqtt": config.mqtt_port, "amqp": config.amqp_port}
-    for key in _SERVICES:
-        if ports[key] is None:
-            continue
-        service = _load_service(key, app)
-        if service is None:
-            log.warning("%s broker is not part of this build; its port stays closed",
-                        _SERVICES[key][2])
-            continue
-        app.services[key] = service
+    for key, (service_class, _label) in _SERVICES.items():
+        if ports[key] is not None:
+            app.services[key] = service_class(app)
     handlers = core_handlers(app)
     with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
         async with trio.open_nursery() as nursery:
@@ -155,23 +140,23 @@ async def _stop_on_signal(signals: Any, scope: trio.CancelScope, log: Any) -> No
         return
 
 
-async def _start(app: App, nursery: trio.Nursery, handlers: dict[str, Any], routes: list[Any],
+async def _start(app: App, nursery: trio.Nursery, handlers: dict[str, Any], routes: list[Route],
                  ports: dict[str, int | None]) -> None:
     config, log = app.config, app.log
     await nursery.start(app.store.committer.run)
     await nursery.start(app.alarms.run)
-    ingest = importlib.import_module("oxiedge.bridge.ingest").IngestBridge(app, routes)
+    ingest = IngestBridge(app, routes)
     app.extensions["ingest"] = ingest
     await ingest.start()
     handlers.update(ingest.admin_handlers())
     await nursery.start(ingest.run)  # retention, resumed index builds
-    await importlib.import_module("oxiedge.bridge.amqp_mqtt").start_topic_bridge(app, nursery)
+    await start_topic_bridge(app, nursery)
     # Recovery of everything before any port opens (DESIGN.md: "Recovery runs before any
     # listener accepts a connection").
     for service in app.services.values():
         await service.recover()
     for key, service in app.services.items():
-        label = _SERVICES[key][2]
+        label = _SERVICES[key][1]
         port = ports[key]
         assert port is not None
         listeners = await _bind(config, port, label)

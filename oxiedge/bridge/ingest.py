@@ -85,7 +85,7 @@ def _route_doc(route: Route, policy: Policy) -> dict[str, Any]:
 
 
 def _stage_add(store: Store, stored: list[tuple[int, Route, Policy]], route: Route,
-               policy: Policy) -> tuple[str, int | None]:
+               policy: Policy) -> tuple[str, int]:
     """Stage the route's document; ``("added"|"updated"|"present", doc id)``."""
     for doc_id, existing, old in stored:
         if existing == route:
@@ -209,10 +209,14 @@ class IngestBridge:
         route = parse_route(str(args.get("route", "")))
         policy = validate_policy(args.get("max_docs"), args.get("max_age"))
         store = self.app.store
-        state, _doc_id = _stage_add(store, self.stored, route, policy)
+        state, doc_id = _stage_add(store, self.stored, route, policy)
         if state != "present":
             await store.commit()
-            self.stored = stored_routes(store)
+            # the committed change, without re-reading _config (a new id is the largest)
+            if state == "added":
+                self.stored = [*self.stored, (doc_id, route, policy)]
+            else:
+                self.stored = [(i, r, policy if i == doc_id else p) for i, r, p in self.stored]
             self._rebuild()
             self.app.log.info("ingest route %s: %s %s", state, route, policy.row() or "")
         return _result(route, policy, state)

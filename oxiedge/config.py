@@ -117,10 +117,6 @@ class Config:
             setattr(cfg, f.name, _PARSERS[f.name](f.name, raw[f.name]))
         return cfg
 
-    def describe(self) -> dict[str, Any]:
-        return {f.name: (str(v) if isinstance(v := getattr(self, f.name), Path) else v)
-                for f in fields(self)}
-
 
 def _label(name: str) -> str:
     opt = OPTIONS_BY_NAME[name]

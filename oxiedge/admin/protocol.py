@@ -11,7 +11,6 @@ import json
 from typing import Any
 
 MAX_REQUEST = 1 << 20
-SOCKET_NAME = "admin.sock"
 
 
 class AdminError(RuntimeError):

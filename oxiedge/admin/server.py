@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import errno
 import inspect
-import json
 import os
 import stat
 import time
@@ -178,7 +177,3 @@ async def _read_line(stream: trio.SocketStream) -> bytes:
             if len(buf) > MAX_REQUEST:
                 raise AdminError("request too large")
     return bytes(buf.split(b"\n", 1)[0])
-
-
-def dumps(obj: Any) -> str:
-    return json.dumps(obj, default=str)

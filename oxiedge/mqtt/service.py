@@ -15,13 +15,11 @@ from typing import Any
 import trio
 
 from oxiedge.app import App
-from oxiedge.mqtt import persist
 from oxiedge.mqtt.broker import Broker, PublishHook
 from oxiedge.mqtt.connection import Connection
 from oxiedge.mqtt.session import Limits
 from oxiedge.mqtt.topics import valid_topic_name
-
-VIEW_COLLECTION = "_mqtt"
+from oxiedge.mqtt.views import register_views
 
 
 class MqttService:
@@ -37,8 +35,7 @@ class MqttService:
         self.broker = Broker(app.store if self.persist else None, self.limits)
         self._lines: list[str] = []
         self._ingest_hooked = False
-        store = app.store
-        app.store.register_view(VIEW_COLLECTION, lambda: persist.view_documents(store))
+        register_views(app.store)
 
     # ----------------------------------------------------------------- bridges
     @property

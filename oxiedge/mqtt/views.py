@@ -12,7 +12,7 @@ from oxiedge.mqtt.persist import RawStore
 
 
 def register_views(store: Any) -> None:
-    """Show the raw MQTT records as the ``_mqtt`` collection of ``store`` (offline CLI)."""
+    """Show the raw MQTT records as the ``_mqtt`` collection of ``store`` (CLI and server)."""
     store.register_view("_mqtt", lambda: persist.view_documents(store))
 
 

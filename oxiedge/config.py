@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import ipaddress
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
+
+from .sizes import parse_memory_watermark, parse_size
 
 
 class ConfigError(ValueError):
@@ -184,26 +186,18 @@ def parse_routes(name: str, value: Any) -> list[str]:
     return out
 
 
-def _memory(name: str, value: Any) -> int:
-    from .alarms import parse_memory_watermark
+def _byte_parser(parse: Callable[[str], int]) -> Callable[[str, Any], int]:
+    """Wrap a ``sizes`` parser: ints pass through, errors name the option."""
 
-    if isinstance(value, int):
-        return value
-    try:
-        return parse_memory_watermark(str(value))
-    except ValueError as exc:
-        raise ConfigError(f"{_label(name)}: {exc}") from None
+    def parse_option(name: str, value: Any) -> int:
+        if isinstance(value, int):
+            return value
+        try:
+            return parse(str(value))
+        except ValueError as exc:
+            raise ConfigError(f"{_label(name)}: {exc}") from None
 
-
-def _size(name: str, value: Any) -> int:
-    from .alarms import parse_size
-
-    if isinstance(value, int):
-        return value
-    try:
-        return parse_size(str(value))
-    except ValueError as exc:
-        raise ConfigError(f"{_label(name)}: {exc}") from None
+    return parse_option
 
 
 def _path(name: str, value: Any) -> Path:
@@ -230,8 +224,8 @@ _PARSERS: dict[str, Any] = {
     "amqp_heartbeat": lambda n, v: parse_positive_int(n, v, 0),
     "amqp_frame_max": lambda n, v: parse_positive_int(n, v, 4096),
     "amqp_channel_max": parse_positive_int,
-    "memory_high_watermark": _memory,
-    "disk_free_limit": _size,
+    "memory_high_watermark": _byte_parser(parse_memory_watermark),
+    "disk_free_limit": _byte_parser(parse_size),
     "password_file": _optional_path,
     "allow_anonymous": parse_optional_bool,
 }

@@ -19,6 +19,7 @@ import trio
 
 from .. import __version__
 from ..app import App
+from ..sizes import parse_memory_watermark, parse_size
 from ..store import QueryError, StoreError
 from .protocol import MAX_REQUEST, AdminError, decode_request, encode
 
@@ -46,8 +47,6 @@ def core_handlers(app: App) -> dict[str, Handler]:
 
     def alarms_set(args: dict[str, Any]) -> dict[str, Any]:
         """Change the alarm limits at run time (like rabbitmqctl set_disk_free_limit)."""
-        from ..alarms import parse_memory_watermark, parse_size
-
         alarms = app.alarms
         if args.get("memory_high_watermark") is not None:
             alarms.memory_limit = parse_memory_watermark(str(args["memory_high_watermark"]))

@@ -6,8 +6,9 @@ from pathlib import Path
 import pytest
 import trio
 
-from oxiedge.alarms import ResourceAlarms, parse_memory_watermark, parse_size, total_memory
+from oxiedge.alarms import ResourceAlarms
 from oxiedge.config import Config, ConfigError
+from oxiedge.sizes import parse_memory_watermark, parse_size, total_memory
 
 
 def test_sizes() -> None:

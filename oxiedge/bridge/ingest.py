@@ -138,7 +138,6 @@ class IngestBridge:
         self.stored: list[tuple[int, Route, Policy]] = []
         self.routes: list[Route] = []
         self.retention = Retention(app.store)
-        self._policies: dict[str, Policy] = {}
         self.ingested = 0
         self.failed = 0
 
@@ -163,7 +162,6 @@ class IngestBridge:
             if policy:
                 policies[route.collection] = policies.get(route.collection, Policy()).merge(policy)
         self.routes = routes
-        self._policies = policies
         self.retention.set_policies(policies)
 
     def startup_line(self) -> str:
@@ -191,7 +189,7 @@ class IngestBridge:
                 self.failed += 1
                 continue
             self.ingested += 1
-            if self._policies:
+            if self.retention.policies:
                 self.retention.after_insert(route.collection)
         return len(done) > 0
 

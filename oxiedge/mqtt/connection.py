@@ -100,8 +100,8 @@ class Connection:
         sock = getattr(stream, "socket", None)
         self._fd = sock.fileno() if sock is not None else -1  # -1: no direct replies
         self._replies: list[bytes] = []
-        self._after_burst: list[Session] = []  # sessions with retained sends pending
-        self._retained_for: list[list[tuple[str, int]]] = []
+        # (session, newly accepted filters): retained sends pending after the SUBACK
+        self._after_burst: list[tuple[Session, list[tuple[str, int]]]] = []
         self._need_commit = False
         self._kick = False
         self._published = False  # publishers are held while a resource alarm is on
@@ -303,11 +303,10 @@ class Connection:
         if self._after_burst:
             # Retained messages go out after the SUBACK that establishes the subscription.
             staged = False
-            for s, accepted in zip(self._after_burst, self._retained_for, strict=True):
+            for s, accepted in self._after_burst:
                 if s.conn is self:
                     staged |= self.broker.send_retained(s, accepted)
             self._after_burst.clear()
-            self._retained_for.clear()
             if staged:
                 self.store.kick()
 
@@ -424,8 +423,7 @@ class Connection:
         self._replies.append(bytes((0x90, 2 + len(codes), p.packet_id >> 8, p.packet_id & 0xFF))
                              + bytes(codes))  # fmt: skip
         if accepted:
-            self._after_burst.append(s)
-            self._retained_for.append(accepted)
+            self._after_burst.append((s, accepted))
         return False
 
     def _on_unsubscribe(self, p: Unsubscribe) -> bool:

@@ -155,12 +155,6 @@ class Broker:
             q.published = 0
         return len(by_qid), messages
 
-    def queue_name_of(self, qid: int) -> str | None:
-        for q in self.queues.values():
-            if q.qid == qid:
-                return q.name
-        return None
-
     # -- queues ------------------------------------------------------------------------
 
     def _new_queue(self, name: str, qid: int, **kw: Any) -> Queue:

@@ -61,17 +61,10 @@ def payload_document(topic: str, payload: bytes, received_ms: int) -> dict[str, 
 
 
 # ------------------------------------------------------------ stored routes
-def _route_of(doc: dict[str, Any]) -> tuple[Route, Policy]:
-    policy = Policy(doc.get("max_docs"), doc.get("max_age"))
-    return Route(doc["filter"], doc["collection"]), policy
-
-
 def stored_routes(store: Store) -> list[tuple[int, Route, Policy]]:
-    out = []
-    for doc in store.find(CONFIG, {"_kind": "route"}):
-        route, policy = _route_of(doc)
-        out.append((int(doc["_id"]), route, policy))
-    return out
+    return [(int(doc["_id"]), Route(doc["filter"], doc["collection"]),
+             Policy(doc.get("max_docs"), doc.get("max_age")))
+            for doc in store.find(CONFIG, {"_kind": "route"})]
 
 
 def _route_doc(route: Route, policy: Policy) -> dict[str, Any]:

@@ -34,7 +34,6 @@ class MqttService:
         self.limits = Limits(queue_limit=config.mqtt_queue_limit)
         self.broker = Broker(app.store if self.persist else None, self.limits)
         self._lines: list[str] = []
-        self._ingest_hooked = False
         register_views(app.store)
 
     # ----------------------------------------------------------------- bridges
@@ -73,11 +72,9 @@ class MqttService:
             await self.app.store.commit()
 
     def _hook_ingest(self) -> None:
-        ingest = self.app.extensions.get("ingest")
-        if ingest is None or self._ingest_hooked:
-            return
-        self.broker.ingest = ingest  # Broker.route stages its documents (routes or not)
-        self._ingest_hooked = True
+        if self.broker.ingest is None:
+            # Broker.route stages its documents (routes or not).
+            self.broker.ingest = self.app.extensions.get("ingest")
 
     # --------------------------------------------------------------- lifecycle
     async def recover(self) -> None:

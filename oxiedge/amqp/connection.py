@@ -531,10 +531,12 @@ class AmqpConnection:
         props = cmd.properties or b"\x00\x00"
         body = cmd.body or b""
         if m.exchange:
-            queues = (x.route(rk) if not x.xbindings and x.type != "headers"
-                      else broker.route(x, rk, props))
-            if not queues and x.alternate is not None:
-                queues = broker.route_alternate(x, rk, props)
+            if not x.xbindings and x.type != "headers":
+                queues = x.route(rk)  # the common case, inlined
+                if not queues and x.alternate is not None:
+                    queues = broker.route_alternate(x, rk, props)
+            else:  # Broker.route already falls back to the alternate exchange
+                queues = broker.route(x, rk, props)
         else:
             q = broker.queues.get(rk)
             queues = [q] if q is not None else []

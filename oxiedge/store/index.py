@@ -265,8 +265,7 @@ class IndexCatalog:
             return False
         self._remove(idef)
         self.store.stage_delete_key("meta", meta_key(idef.iid))
-        prefix = _U32.pack(idef.iid)
-        self.store.stage_delete_range("idx", prefix, _prefix_end(prefix))
+        self._stage_clear(idef)
         return True
 
     def build_chunk(self, idef: IndexDef, start_id: int, limit: int = BUILD_CHUNK) -> int | None:
@@ -289,6 +288,11 @@ class IndexCatalog:
         prefix, suffix = _U32.pack(idef.iid), _U64.pack(doc_id)
         for enc in entry_values(doc, idef.field):
             self.store.stage_delete_key("idx", prefix + enc + suffix)
+
+    def _stage_clear(self, idef: IndexDef) -> None:
+        """Stage the deletion of every entry of ``idef``."""
+        prefix = _U32.pack(idef.iid)
+        self.store.stage_delete_range("idx", prefix, _prefix_end(prefix))
 
     def has(self, collection: str) -> bool:
         return self.active and collection in self.by_collection
@@ -316,8 +320,7 @@ class IndexCatalog:
     def on_drop(self, collection: str) -> None:
         """The collection's documents go: so do its entries (definitions stay)."""
         for idef in self.by_collection.get(collection, ()):
-            prefix = _U32.pack(idef.iid)
-            self.store.stage_delete_range("idx", prefix, _prefix_end(prefix))
+            self._stage_clear(idef)
 
     # ----------------------------------------------------------------- reads
     def candidate_ids(self, collection: str, spec: Any) -> list[int] | None:

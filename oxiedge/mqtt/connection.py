@@ -36,8 +36,9 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
-from oxiedge.mqtt.codec import Decoder, ProtocolError, RawPublish
+from oxiedge.mqtt.codec import Decoder, ProtocolError, RawPublish, encode
 from oxiedge.mqtt.packets import (
+    Connack,
     Connect,
     Disconnect,
     Packet,
@@ -46,6 +47,7 @@ from oxiedge.mqtt.packets import (
     Pubcomp,
     Pubrec,
     Pubrel,
+    Suback,
     Subscribe,
     Unsubscribe,
     Will,
@@ -67,7 +69,7 @@ def _id_packet(first: int, pid: int) -> bytes:
 
 
 def _connack(code: int, present: bool = False) -> bytes:
-    return bytes((0x20, 2, 1 if present else 0, code))
+    return encode(Connack(code, present))
 
 
 class _Close(Exception):
@@ -420,8 +422,8 @@ class Connection:
         codes, accepted, staged = self.broker.subscribe(s, p.topics)
         if staged:
             self._need_commit = True
-        self._replies.append(bytes((0x90, 2 + len(codes), p.packet_id >> 8, p.packet_id & 0xFF))
-                             + bytes(codes))  # fmt: skip
+        # encode() writes the remaining length as a varint: > 125 filters need 2 bytes.
+        self._replies.append(encode(Suback(p.packet_id, tuple(codes))))
         if accepted:
             self._after_burst.append((s, accepted))
         return False

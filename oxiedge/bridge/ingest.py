@@ -77,15 +77,21 @@ def _route_doc(route: Route, policy: Policy) -> dict[str, Any]:
     return doc
 
 
+def _find(stored: list[tuple[int, Route, Policy]], route: Route) -> tuple[int, Policy] | None:
+    """The doc id and policy of ``route``'s stored document, if it has one."""
+    return next(((i, p) for i, r, p in stored if r == route), None)
+
+
 def _stage_add(store: Store, stored: list[tuple[int, Route, Policy]], route: Route,
                policy: Policy) -> tuple[str, int]:
     """Stage the route's document; ``("added"|"updated"|"present", doc id)``."""
-    for doc_id, existing, old in stored:
-        if existing == route:
-            if old == policy:
-                return "present", doc_id
-            store.stage_update(CONFIG, doc_id, _route_doc(route, policy), replace=True)
-            return "updated", doc_id
+    found = _find(stored, route)
+    if found is not None:
+        doc_id, old = found
+        if old == policy:
+            return "present", doc_id
+        store.stage_update(CONFIG, doc_id, _route_doc(route, policy), replace=True)
+        return "updated", doc_id
     doc = store.stage_insert(CONFIG, _route_doc(route, policy))
     return "added", int(doc["_id"])
 
@@ -110,12 +116,12 @@ def add_route_offline(store: Store, text: str, max_docs: int | None = None,
 
 def remove_route_offline(store: Store, text: str) -> dict[str, Any]:
     route = parse_route(text)
-    for doc_id, existing, _policy in stored_routes(store):
-        if existing == route:
-            store.stage_delete(CONFIG, doc_id)
-            store.commit_blocking()
-            return {"route": str(route), "removed": True}
-    raise RouteError(f"no stored ingest route {text!r}")
+    found = _find(stored_routes(store), route)
+    if found is None:
+        raise RouteError(f"no stored ingest route {text!r}")
+    store.stage_delete(CONFIG, found[0])
+    store.commit_blocking()
+    return {"route": str(route), "removed": True}
 
 
 def list_routes_offline(store: Store) -> list[dict[str, Any]]:
@@ -214,14 +220,15 @@ class IngestBridge:
 
     async def _remove(self, args: dict[str, Any]) -> dict[str, Any]:
         route = parse_route(str(args.get("route", "")))
-        for doc_id, existing, _policy in list(self.stored):
-            if existing == route:
-                self.app.store.stage_delete(CONFIG, doc_id)
-                await self.app.store.commit()
-                self.stored = [s for s in self.stored if s[0] != doc_id]
-                self._rebuild()
-                self.app.log.info("ingest route removed: %s", route)
-                return {"route": str(route), "removed": True}
+        found = _find(self.stored, route)
+        if found is not None:
+            doc_id = found[0]
+            self.app.store.stage_delete(CONFIG, doc_id)
+            await self.app.store.commit()
+            self.stored = [s for s in self.stored if s[0] != doc_id]
+            self._rebuild()
+            self.app.log.info("ingest route removed: %s", route)
+            return {"route": str(route), "removed": True}
         if route in self.config_routes:
             raise RouteError(f"ingest route {str(route)!r} comes from --ingest/OXIEDGE_MQTT_INGEST;"
                              " change the server's configuration to remove it")

@@ -27,7 +27,7 @@ def _is_str(v: Any) -> bool:
 
 def text(v: Any) -> str:
     """A field-table string value (longstr may arrive as bytes) as ``str``."""
-    return v.decode("utf-8", "replace") if isinstance(v, bytes) else str(v)
+    return bytes(v).decode("utf-8", "replace") if isinstance(v, (bytes, bytearray)) else str(v)
 
 
 OVERFLOW_MODES = ("drop-head", "reject-publish", "reject-publish-dlx")

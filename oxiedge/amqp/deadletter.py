@@ -28,18 +28,13 @@ import dataclasses
 from typing import Any
 
 from oxiedge.amqp import spec
+from oxiedge.amqp.arguments import text
 from oxiedge.amqp.fields import Long, Timestamp
 
 REJECTED = "rejected"
 EXPIRED = "expired"
 MAXLEN = "maxlen"
 DELIVERY_LIMIT = "delivery_limit"
-
-
-def _text(value: Any) -> str:
-    if isinstance(value, (bytes, bytearray)):
-        return bytes(value).decode("utf-8", "replace")
-    return str(value)
 
 
 def mark_dead(properties: bytes, queue: str, reason: str, exchange: str,
@@ -55,7 +50,7 @@ def mark_dead(properties: bytes, queue: str, reason: str, exchange: str,
         if isinstance(raw_deaths, list) else []
     entry: dict[str, Any] | None = None
     for i, d in enumerate(deaths):
-        if _text(d.get("queue")) == queue and _text(d.get("reason")) == reason:
+        if text(d.get("queue")) == queue and text(d.get("reason")) == reason:
             entry = dict(deaths.pop(i))
             count = entry.get("count")
             entry["count"] = Long((count if isinstance(count, int) else 0) + 1)
@@ -82,9 +77,9 @@ def mark_dead(properties: bytes, queue: str, reason: str, exchange: str,
 def is_cycle(target: str, deaths: list[dict[str, Any]]) -> bool:
     """Would reaching queue ``target`` close an automatic dead-letter cycle?"""
     for d in deaths:  # most recent first
-        if _text(d.get("reason")) == REJECTED:
+        if text(d.get("reason")) == REJECTED:
             return False
-        if _text(d.get("queue")) == target:
+        if text(d.get("queue")) == target:
             return True
     return False
 

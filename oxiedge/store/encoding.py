@@ -68,3 +68,11 @@ def encode_counters(next_id: int, count: int) -> bytes:
 def decode_counters(value: bytes) -> tuple[int, int]:
     next_id, count = _COUNTERS.unpack(value)
     return int(next_id), int(count)
+
+
+def prefix_end(prefix: bytes) -> bytes | None:
+    """The smallest key greater than every key starting with ``prefix`` (None: no bound)."""
+    stripped = prefix.rstrip(b"\xff")
+    if not stripped:
+        return None
+    return stripped[:-1] + bytes([stripped[-1] + 1])

@@ -37,6 +37,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from .encoding import prefix_end
 from .query import MISSING, get_path
 
 if TYPE_CHECKING:
@@ -112,8 +113,9 @@ def entry_values(doc: dict[str, Any], field: str) -> set[bytes]:
 
 
 def _prefix_end(prefix: bytes) -> bytes:
-    stripped = prefix.rstrip(b"\xff")
-    return stripped[:-1] + bytes([stripped[-1] + 1])
+    end = prefix_end(prefix)
+    assert end is not None  # index keys start with a 4-byte index id: never all 0xff
+    return end
 
 
 @dataclass(slots=True)

@@ -340,7 +340,7 @@ class Store:
                  ) -> Iterator[tuple[bytes, bytes]]:
         """``(key, value)`` pairs of ``cf`` whose key starts with ``prefix``, in key order."""
         ro = ReadOptions()
-        upper = _prefix_end(prefix)
+        upper = enc.prefix_end(prefix)
         if upper is not None:
             ro.set_iterate_upper_bound(upper)
         first = start if start is not None and start > prefix else prefix
@@ -393,11 +393,3 @@ class Store:
         if n:
             await self.commit()
         return n
-
-
-def _prefix_end(prefix: bytes) -> bytes | None:
-    """The smallest key greater than every key starting with ``prefix``."""
-    stripped = prefix.rstrip(b"\xff")
-    if not stripped:
-        return None
-    return stripped[:-1] + bytes([stripped[-1] + 1])

@@ -61,6 +61,15 @@ class _Node(Generic[K, V]):
         self.subs: dict[K, V] = {}
 
 
+def _prune(path: list[tuple[_Node[K, V], str]]) -> None:
+    """Drop the nodes left empty at the end of ``path`` ((parent, level) pairs, root first)."""
+    for parent, level in reversed(path):
+        child = parent.children[level]
+        if child.subs or child.children:
+            break
+        del parent.children[level]
+
+
 class TopicTrie(Generic[K, V]):
     """Subscriptions: filter -> {subscriber key: value} (e.g. client id -> granted QoS)."""
 
@@ -101,11 +110,7 @@ class TopicTrie(Generic[K, V]):
             return False
         del node.subs[key]
         self._count -= 1
-        for parent, level in reversed(path):
-            child = parent.children[level]
-            if child.subs or child.children:
-                break
-            del parent.children[level]
+        _prune(path)
         return True
 
     def match(self, topic: str) -> Iterator[tuple[K, V]]:
@@ -198,11 +203,7 @@ class RetainedTrie(Generic[V]):
         if node.subs.pop(topic, None) is None:
             return False
         self._count -= 1
-        for parent, level in reversed(path):
-            child = parent.children[level]
-            if child.subs or child.children:
-                break
-            del parent.children[level]
+        _prune(path)
         return True
 
     def match(self, topic_filter: str) -> Iterator[tuple[str, V]]:

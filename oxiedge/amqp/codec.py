@@ -391,8 +391,3 @@ def encode_content(
         piece = body[start : start + chunk]
         parts += [_FRAME_HDR.pack(FRAME_BODY, channel, len(piece)), piece, b"\xce"]
     return b"".join(parts)
-
-
-def encode_properties(props: spec.BasicProperties | None) -> bytes:
-    """Raw property bytes for :func:`encode_content` (``None`` → no properties)."""
-    return b"\x00\x00" if props is None else props.encode()

@@ -31,6 +31,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from oxiedge.store.encoding import prefix_end
+
 CF = "mqtt"
 SESSION = b"s"
 MSG = b"m"
@@ -113,17 +115,14 @@ def decode_session(value: bytes) -> tuple[int, dict[str, int]]:
     return owner, subs
 
 
-def range_end(prefix: bytes) -> bytes:
-    """The first key after every key starting with ``prefix`` (prefix must not end in 0xff)."""
-    return prefix[:-1] + bytes((prefix[-1] + 1,))
-
-
 def stage_delete_session(store: RawStore, client_id: str, owner: int) -> None:
     """Stage removal of a session and every record it owns."""
     ob = owner_bytes(owner)
     store.stage_delete_key(CF, session_key(client_id))
     for kind in (MSG, REL, RX2):
-        store.stage_delete_range(CF, kind + ob, range_end(kind + ob))
+        end = prefix_end(kind + ob)
+        assert end is not None  # the kind byte is never 0xff
+        store.stage_delete_range(CF, kind + ob, end)
 
 
 @dataclass

@@ -84,10 +84,6 @@ class Binding:
         self.arguments = arguments
         self.doc_id: int | None = None
 
-    @property
-    def key(self) -> tuple[str, str, str]:
-        return (self.exchange, self.queue.name, self.routing_key)
-
 
 class ExchangeBinding:
     """An exchange-to-exchange binding (RabbitMQ extension): messages routed by the source

@@ -166,3 +166,15 @@ async def test_find_in_thread_does_not_stall_the_loop(tmp_path: Path) -> None:
     assert rows == []
     assert ticks > 0
     s.close()
+
+
+def test_prefix_end_with_trailing_ff() -> None:
+    """Owner ids ending in 0xff (255, 511, ...) still get a correct key range."""
+    from oxiedge.store.encoding import prefix_end
+
+    prefix = b"m" + (255).to_bytes(8, "big")
+    end = prefix_end(prefix)
+    assert end is not None
+    assert prefix + b"\xff" * 8 < end <= b"m" + (256).to_bytes(8, "big")
+    assert not end.startswith(prefix)
+    assert prefix_end(b"\xff\xff") is None

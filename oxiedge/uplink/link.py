@@ -1,0 +1,198 @@
+"""What one uplink connection (a *link*) gets from the uplink manager, and gives back.
+
+An uplink forwards local messages to an upstream broker (RabbitMQ over AMQP 0-9-1, or any
+MQTT 3.1.1 broker) and brings commands back. The manager (``manager.py``) owns the durable
+outbox, the in-flight window, reconnects and back-off; a *link* is one connection attempt to
+one upstream node and knows only its protocol:
+
+``run_amqp_link(endpoint, options, io)`` / ``run_mqtt_link(endpoint, options, io)``
+    Connect (TLS when the scheme ends in ``s``), handshake, call ``io.up()``, then until the
+    connection fails: send what ``await io.take(n)`` hands out, call ``io.confirmed(seq)``
+    when the upstream confirms exactly that message (AMQP publisher confirm / MQTT PUBACK),
+    and for inbound commands ``await io.deliver(topic, payload)`` (returns once the message
+    is durable locally) *before* acknowledging it upstream. A dead peer (no heartbeat /
+    PINGRESP within the bound) or any failure raises ``LinkError`` with a one-line reason;
+    the function never returns normally. Cancellation closes the socket.
+
+Names: a local topic ``T`` is ``prefix + T`` upstream; for AMQP that topic becomes the
+routing key with ``/`` → ``.`` (``upstream_name``). Inbound names are translated back and the
+prefix stripped (``local_topic``). Topics that cannot be translated are never staged.
+"""
+
+from __future__ import annotations
+
+import ssl
+from dataclasses import dataclass
+from typing import Protocol
+from urllib.parse import unquote, urlsplit
+
+from ..bridge.amqp_mqtt import mqtt_to_routing_key, routing_key_to_mqtt
+from ..config import ConfigError
+
+SCHEMES = {"amqp": 5672, "amqps": 5671, "mqtt": 1883, "mqtts": 8883}
+
+
+class UplinkError(ConfigError):
+    """A bad uplink definition (URL, filter, option); the message names it."""
+
+
+class LinkError(Exception):
+    """The connection to the upstream node failed or died; the message says why."""
+
+
+@dataclass(frozen=True, slots=True)
+class Endpoint:
+    """One upstream node, parsed from ``amqp[s]://user:pass@host:port/vhost`` or
+    ``mqtt[s]://user:pass@host:port``."""
+
+    scheme: str
+    host: str
+    port: int
+    username: str | None = None
+    password: str | None = None
+    vhost: str = "/"
+
+    @property
+    def protocol(self) -> str:
+        """``amqp`` or ``mqtt``."""
+        return self.scheme.rstrip("s")
+
+    @property
+    def tls(self) -> bool:
+        return self.scheme.endswith("s")
+
+    def redacted(self) -> str:
+        """The URL with the password hidden (for logs, ``uplink list`` and status)."""
+        user = ""
+        if self.username is not None:
+            user = self.username + (":***" if self.password is not None else "") + "@"
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        path = ""
+        if self.protocol == "amqp" and self.vhost != "/":
+            path = "/" + self.vhost.replace("/", "%2F")
+        return f"{self.scheme}://{user}{host}:{self.port}{path}"
+
+
+def parse_endpoint(url: str) -> Endpoint:
+    """Parse one upstream URL; raises ``UplinkError`` naming the URL (password hidden)."""
+    try:
+        parts = urlsplit(url.strip())
+        port = parts.port
+    except ValueError as exc:
+        raise UplinkError(f"uplink URL {_hide(url)!r}: {exc}") from None
+    scheme = parts.scheme.lower()
+    if scheme not in SCHEMES:
+        raise UplinkError(f"uplink URL {_hide(url)!r}: scheme must be one of "
+                          f"{', '.join(sorted(SCHEMES))}")
+    if not parts.hostname:
+        raise UplinkError(f"uplink URL {_hide(url)!r}: no host")
+    vhost = "/"
+    if parts.path not in ("", "/"):
+        if scheme.startswith("mqtt"):
+            raise UplinkError(f"uplink URL {_hide(url)!r}: an MQTT URL has no path")
+        vhost = unquote(parts.path[1:])  # amqp://h/%2F is the vhost "/" (RabbitMQ's rule)
+    return Endpoint(scheme, parts.hostname, port or SCHEMES[scheme],
+                    unquote(parts.username) if parts.username is not None else None,
+                    unquote(parts.password) if parts.password is not None else None, vhost)
+
+
+def _hide(url: str) -> str:
+    """``url`` with any password replaced by ``***`` (never log a secret)."""
+    head, sep, rest = url.partition("://")
+    if not sep or "@" not in rest.split("/", 1)[0]:
+        return url
+    cred, _, tail = rest.partition("@")
+    user = cred.split(":", 1)[0]
+    return f"{head}://{user}:***@{tail}" if ":" in cred else url
+
+
+@dataclass(frozen=True, slots=True)
+class LinkOptions:
+    """Per-uplink settings a link needs (the manager fills them from the definition)."""
+
+    name: str
+    device_id: str
+    prefix: str = ""                  # upstream topic prefix, e.g. "site/dev1/"
+    exchange: str = "amq.topic"       # AMQP: where outbound messages go, inbound queue binds
+    inbound: tuple[str, ...] = ()     # --in filters, MQTT syntax, relative to the prefix
+    window: int = 256                 # most unconfirmed outbound messages
+    heartbeat: float = 30.0           # AMQP heartbeat / MQTT keep-alive, seconds
+    connect_timeout: float = 10.0     # TCP + TLS + protocol handshake
+    ca_file: str | None = None        # TLS: trust these CAs instead of the system's
+    queue_type: str = "quorum"        # AMQP inbound queue: quorum | classic
+
+    @property
+    def client_id(self) -> str:
+        """MQTT client id upstream (persistent session: commands wait while offline)."""
+        return f"oxiedge-{self.device_id}-{self.name}"[:64]
+
+    @property
+    def queue(self) -> str:
+        """AMQP inbound queue name upstream (durable, one per device and uplink)."""
+        return f"oxiedge.{self.device_id}.{self.name}"
+
+
+@dataclass(slots=True)
+class OutMessage:
+    """One outbox entry handed to a link: ``seq`` identifies it in ``io.confirmed``."""
+
+    seq: int
+    topic: str        # the LOCAL topic; the link applies ``upstream_name``
+    payload: bytes
+
+
+class LinkIO(Protocol):
+    """The manager's side of one connection (see the module docstring)."""
+
+    async def take(self, limit: int) -> list[OutMessage]:
+        """Wait until a message may be sent (outbox not empty, window not full); return
+        1..``limit`` messages in outbox order. The window is counted by the manager."""
+
+    def confirmed(self, seq: int) -> None:
+        """The upstream confirmed ``seq``: the manager deletes it from the outbox."""
+
+    async def deliver(self, topic: str, payload: bytes) -> None:
+        """Publish an inbound message locally at QoS 1 under the LOCAL ``topic``; returns
+        once it is on disk. Raises ``LinkError`` if it cannot be published (bad topic)."""
+
+    def up(self, endpoint: Endpoint, detail: str = "") -> None:
+        """The handshake with ``endpoint`` completed (state → connected)."""
+
+
+# ------------------------------------------------------------------- names
+def upstream_name(protocol: str, prefix: str, topic: str) -> str | None:
+    """The upstream name of local ``topic``: MQTT topic ``prefix+topic``, or for AMQP that
+    topic as a routing key (``/`` → ``.``). ``None`` if it cannot be expressed."""
+    name = prefix + topic
+    if protocol == "amqp":
+        return mqtt_to_routing_key(name)
+    return name
+
+
+def upstream_filter(protocol: str, prefix: str, topic_filter: str) -> str:
+    """An ``--in`` filter as the upstream sees it: MQTT ``prefix+filter``; AMQP a topic
+    binding key (``+`` → ``*``, ``#`` stays, ``/`` → ``.``)."""
+    name = prefix + topic_filter
+    if protocol == "amqp":
+        return ".".join("*" if level == "+" else level for level in name.split("/"))
+    return name
+
+
+def local_topic(protocol: str, prefix: str, name: str) -> str | None:
+    """The local topic of an inbound upstream name (routing key or topic), prefix stripped;
+    ``None`` if it cannot be translated or lies outside the prefix."""
+    topic = routing_key_to_mqtt(name) if protocol == "amqp" else name
+    if topic is None or not topic.startswith(prefix):
+        return None
+    topic = topic[len(prefix):]
+    return topic or None
+
+
+def tls_context(endpoint: Endpoint, ca_file: str | None) -> ssl.SSLContext:
+    """Certificate-verifying client context (hostname checked); ``ca_file`` replaces the
+    system trust store when given."""
+    ctx = ssl.create_default_context(cafile=ca_file) if ca_file else \
+        ssl.create_default_context()
+    ctx.check_hostname = True
+    ctx.verify_mode = ssl.CERT_REQUIRED
+    return ctx

@@ -80,13 +80,14 @@ class ResourceAlarms:
         self.disk_free = 0
         self.fired = 0  # how many times an alarm went off
         self.trims = 0  # malloc_trim calls made because a sample was over the watermark
+        self.external: dict[str, str] = {}  # alarms raised by other parts: kind -> detail
         self._listeners: list[Listener] = []
         self._clear = trio.Event()
         self._clear.set()
 
     @property
     def blocked(self) -> bool:
-        return self.memory_alarm or self.disk_alarm
+        return self.memory_alarm or self.disk_alarm or bool(self.external)
 
     @property
     def reason(self) -> str:
@@ -95,7 +96,10 @@ class ResourceAlarms:
             parts.append("memory")
         if self.disk_alarm:
             parts.append("disk")
-        return "low on " + " and ".join(parts) if parts else ""
+        text = "low on " + " and ".join(parts) if parts else ""
+        if self.external:
+            text = "; ".join([*([text] if text else []), *self.external.values()])
+        return text
 
     def subscribe(self, listener: Listener) -> Callable[[], None]:
         """Call ``listener(blocked, reason)`` on every change; returns an unsubscribe."""
@@ -132,6 +136,22 @@ class ResourceAlarms:
             self._log(disk, "disk", f"{self.disk_free >> 20} MB free in {self.data_dir}, limit "
                       f"{self.disk_free_limit >> 20} MB")
         self.memory_alarm, self.disk_alarm = memory, disk
+        self._changed(was)
+
+    def set_alarm(self, kind: str, detail: str | None) -> None:
+        """Raise (``detail`` given) or clear (None) an alarm of another part, e.g. a full
+        uplink outbox with the ``block`` policy: publishers wait while it is raised."""
+        if (detail is None) == (kind not in self.external):
+            return  # no change
+        was = self.blocked
+        if detail is None:
+            del self.external[kind]
+        else:
+            self.external[kind] = detail
+        self._log(detail is not None, kind, detail or "")
+        self._changed(was)
+
+    def _changed(self, was: bool) -> None:
         if self.blocked != was:
             if self.blocked:
                 self.fired += 1
@@ -166,6 +186,7 @@ class ResourceAlarms:
             "memory_watermark_mb": round(self.memory_limit / (1 << 20), 1),
             "disk_free_mb": round(self.disk_free / (1 << 20), 1),
             "disk_free_limit_mb": round(self.disk_free_limit / (1 << 20), 1),
+            "other_alarms": dict(self.external),
             "alarms_fired": self.fired,
             "malloc_trims": self.trims,
         }

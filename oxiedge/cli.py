@@ -32,6 +32,9 @@ app.add_typer(ingest_app, name="ingest")
 index_app = typer.Typer(no_args_is_help=True, help="Secondary indexes on collections.")
 app.add_typer(index_app, name="index")
 app.add_typer(user_app, name="user")
+uplink_app = typer.Typer(no_args_is_help=True,
+                         help="Store-and-forward to an upstream RabbitMQ or MQTT broker.")
+app.add_typer(uplink_app, name="uplink")
 
 
 
@@ -166,6 +169,8 @@ def serve(
     disk_free_limit: Annotated[str | None, typer.Option(help=_flag_help("disk_free_limit"))] = None,
     password_file: Annotated[Path | None, typer.Option(help=_flag_help("password_file"))] = None,
     allow_anonymous: Annotated[bool | None, typer.Option("--allow-anonymous/--no-allow-anonymous", help=_flag_help("allow_anonymous"))] = None,  # noqa: E501
+    device_id: Annotated[str | None, typer.Option("--device-id", help=_flag_help("device_id"))] = None,  # noqa: E501
+    config_file: Annotated[Path | None, typer.Option("--config", help=_flag_help("config_file"))] = None,  # noqa: E501
 ) -> None:
     """Run the broker (MQTT + AMQP + document store) in the foreground."""
     from . import server
@@ -463,6 +468,93 @@ def user_list(data: DataOpt = None, password_file: PwFileOpt = None, as_json: Js
 
     path = _users_path(data, password_file)
     _print_rows([{"user": n} for n in sorted(read_user_file(path))], as_json, "users")
+
+
+# --------------------------------------------------------------------- uplink
+NameArg = Annotated[str, typer.Argument(help="uplink name")]
+
+
+@uplink_app.command("add")
+def uplink_add(
+    name: NameArg,
+    urls: Annotated[list[str], typer.Argument(help="amqp[s]://user:pass@host:port/vhost or mqtt[s]://user:pass@host:port; several = a cluster's nodes, tried in turn", show_default=False)],  # noqa: E501
+    out: Annotated[list[str] | None, typer.Option("--out", help="forward local messages matching this topic filter (repeatable)")] = None,  # noqa: E501
+    inbound: Annotated[list[str] | None, typer.Option("--in", help="bring upstream messages matching this filter here (repeatable)")] = None,  # noqa: E501
+    exchange: Annotated[str | None, typer.Option(help="AMQP exchange to publish to and bind --in to [default: amq.topic]")] = None,  # noqa: E501
+    prefix: Annotated[str | None, typer.Option(help="upstream topic prefix, e.g. 'site/{device}/'")] = None,  # noqa: E501
+    ca_file: Annotated[Path | None, typer.Option(help="TLS: trust this CA file instead of the system's")] = None,  # noqa: E501
+    window: Annotated[int | None, typer.Option(help="most unconfirmed messages in flight [default: 256]")] = None,  # noqa: E501
+    heartbeat: Annotated[float | None, typer.Option(help="AMQP heartbeat / MQTT keep-alive, seconds [default: 30]")] = None,  # noqa: E501
+    max_messages: Annotated[int | None, typer.Option(help="outbox bound in messages [default: 1000000]")] = None,  # noqa: E501
+    max_bytes: Annotated[str | None, typer.Option(help="outbox bound in bytes, e.g. 512MB [default: 512MB]")] = None,  # noqa: E501
+    policy: Annotated[str | None, typer.Option(help="when the outbox is full: drop-oldest (counted) or block (back-pressure on local publishers)")] = None,  # noqa: E501
+    queue_type: Annotated[str | None, typer.Option(help="AMQP --in queue type upstream: quorum or classic [default: quorum]")] = None,  # noqa: E501
+    data: DataOpt = None,
+) -> None:
+    """Add (or change) an uplink: live on a running server, else in the data dir."""
+    from .uplink.definitions import parse_definition
+    from .uplink.link import UplinkError
+    from .uplink.manager import add_offline
+
+    spec: dict[str, Any] = {"name": name, "urls": urls, "out": out or [], "in": inbound or []}
+    for key, value in (("exchange", exchange), ("prefix", prefix), ("window", window),
+                       ("heartbeat", heartbeat), ("max_messages", max_messages),
+                       ("max_bytes", max_bytes), ("policy", policy), ("queue_type", queue_type),
+                       ("ca_file", str(ca_file.expanduser().resolve()) if ca_file else None)):
+        if value is not None:
+            spec[key] = value
+    try:
+        parse_definition(spec)
+    except UplinkError as exc:
+        _fail(str(exc), 2)
+    result = _request(data, "uplink.add", {"definition": spec}, lambda s: add_offline(s, spec),
+                      write=True)
+    verb = {"added": "added", "updated": "updated"}.get(result.get("state", ""), "already present")
+    _print_line(f"uplink {name} {verb}")
+
+
+@uplink_app.command("remove")
+def uplink_remove(name: NameArg, data: DataOpt = None) -> None:
+    """Remove an uplink and discard its unsent messages."""
+    from .uplink.manager import remove_offline
+
+    result = _request(data, "uplink.remove", {"name": name},
+                      lambda s: remove_offline(s, name), write=True)
+    _print_line(f"uplink {name} removed ({result.get('discarded', 0)} unsent message(s) "
+                "discarded)")
+
+
+@uplink_app.command("list")
+def uplink_list(data: DataOpt = None, as_json: JsonOpt = False) -> None:
+    """List uplinks (passwords hidden)."""
+    from .uplink.manager import list_offline
+
+    rows = _request(data, "uplink.list", {}, list_offline)
+    if not as_json:  # the table: what identifies an uplink; --json has every option
+        rows = [{k: r.get(k) for k in ("name", "urls", "out", "in", "prefix", "policy", "source")}
+                for r in rows]
+    _print_rows(rows, as_json, "uplinks")
+
+
+@uplink_app.command("status")
+def uplink_status(name: Annotated[str | None, typer.Argument(help="one uplink")] = None,
+                  data: DataOpt = None, as_json: JsonOpt = False) -> None:
+    """Connection state, backlog, lag, rate and last error of each uplink."""
+    from .uplink.manager import status_offline
+
+    result = _request(data, "uplink.status", {"name": name} if name else {},
+                      lambda s: status_offline(s, name))
+    if as_json:
+        sys.stdout.write(json.dumps(result, default=str) + "\n")
+        return
+    keys = ("state", "node", "backlog_messages", "backlog_bytes", "lag_seconds", "rate",
+            "dropped", "received", "last_error")
+    _print_rows([{"name": n, **{k: row[k] for k in keys if k in row}}
+                 for n, row in result.items()], False, "uplinks")
+
+
+def _print_line(text: str) -> None:
+    out.print(text, highlight=False, markup=False)
 
 
 @app.command()

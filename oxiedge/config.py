@@ -63,6 +63,11 @@ OPTIONS: tuple[Option, ...] = (
     Option("allow_anonymous", "--allow-anonymous/--no-allow-anonymous",
            "OXIEDGE_ALLOW_ANONYMOUS", "",
            "accept clients without credentials (default: only when no users exist)"),
+    Option("device_id", "--device-id", "OXIEDGE_DEVICE_ID", "",
+           "this device's name upstream (uplink prefix {device}, queue and client ids;"
+           " default: the host name)"),
+    Option("config_file", "--config", "OXIEDGE_CONFIG", "",
+           "TOML file with [uplink.NAME] tables"),
 )
 OPTIONS_BY_NAME = {o.name: o for o in OPTIONS}
 
@@ -87,6 +92,8 @@ class Config:
     disk_free_limit: int = 200 << 20
     password_file: Path | None = None
     allow_anonymous: bool | None = None
+    device_id: str = ""
+    config_file: Path | None = None
 
     @property
     def db_path(self) -> Path:
@@ -228,4 +235,6 @@ _PARSERS: dict[str, Any] = {
     "disk_free_limit": _byte_parser(parse_size),
     "password_file": _optional_path,
     "allow_anonymous": parse_optional_bool,
+    "device_id": lambda _n, v: str(v).strip(),
+    "config_file": _optional_path,
 }

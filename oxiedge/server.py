@@ -27,6 +27,8 @@ from .bridge.routes import Route, parse_routes
 from .config import Config, ConfigError
 from .mqtt.service import MqttService
 from .store import Store, StoreLockedError
+from .uplink.definitions import UplinkDef, check_device_id, load_config_file
+from .uplink.manager import UplinkManager, default_device_id
 
 #: key → (service class, label in the log lines), in start-up order.
 _SERVICES: dict[str, tuple[type[MqttService] | type[AmqpService], str]] = {
@@ -106,6 +108,8 @@ async def serve(config: Config) -> None:
     """Open, recover, listen, announce ready; shut down cleanly on SIGTERM/SIGINT."""
     log = make_logger()
     routes = parse_routes(config.ingest)  # invalid routes: exit before listening
+    uplinks = load_config_file(config.config_file) if config.config_file else []
+    config.device_id = check_device_id(config.device_id or default_device_id())
     try:
         users = UserStore.load(config.users_path, config.allow_anonymous)
     except (UserFileError, OSError) as exc:
@@ -113,13 +117,13 @@ async def serve(config: Config) -> None:
     store = _open_store(config)
     try:
         app = App(config=config, store=store, users=users, log=log)
-        await _serve_app(app, routes)
+        await _serve_app(app, routes, uplinks)
     finally:
         store.close()
         log.info("oxiedge stopped")
 
 
-async def _serve_app(app: App, routes: list[Route]) -> None:
+async def _serve_app(app: App, routes: list[Route], uplinks: list[UplinkDef]) -> None:
     config, log = app.config, app.log
     ports = {"mqtt": config.mqtt_port, "amqp": config.amqp_port}
     for key, (service_class, _label) in _SERVICES.items():
@@ -129,7 +133,7 @@ async def _serve_app(app: App, routes: list[Route]) -> None:
     with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(_stop_on_signal, signals, nursery.cancel_scope, log)
-            await _start(app, nursery, handlers, routes, ports)
+            await _start(app, nursery, handlers, routes, uplinks, ports)
 
 
 async def _stop_on_signal(signals: Any, scope: trio.CancelScope, log: Any) -> None:
@@ -141,7 +145,7 @@ async def _stop_on_signal(signals: Any, scope: trio.CancelScope, log: Any) -> No
 
 
 async def _start(app: App, nursery: trio.Nursery, handlers: dict[str, Any], routes: list[Route],
-                 ports: dict[str, int | None]) -> None:
+                 uplink_defs: list[UplinkDef], ports: dict[str, int | None]) -> None:
     config, log = app.config, app.log
     await nursery.start(app.store.committer.run)
     await nursery.start(app.alarms.run)
@@ -155,6 +159,11 @@ async def _start(app: App, nursery: trio.Nursery, handlers: dict[str, Any], rout
     # listener accepts a connection").
     for service in app.services.values():
         await service.recover()
+    # Uplink outboxes are recovered here too; links connect on their own schedule.
+    uplinks = UplinkManager(app, uplink_defs, config.device_id)
+    app.extensions["uplink"] = uplinks
+    await uplinks.start(nursery)
+    handlers.update(uplinks.admin_handlers())
     for key, service in app.services.items():
         label = _SERVICES[key][1]
         port = ports[key]
@@ -170,6 +179,7 @@ async def _start(app: App, nursery: trio.Nursery, handlers: dict[str, Any], rout
         if key == "mqtt":
             log.info("%s", ingest.startup_line())
         handlers.update(service.admin_handlers())
+    log.info("%s", uplinks.startup_line())
     admin = AdminServer(app, handlers, config.admin_socket, admin_socket_mode(config.data))
     await nursery.start(admin.run)
     log.info("oxiedge ready")

@@ -11,6 +11,7 @@ families multiply memtables and RSS, see STORAGE-NOTES.md):
 ``idx``   secondary index entries (reserved for the ingest indexes)
 ``mqtt``  the MQTT broker's hot records (queued / in-flight messages)
 ``amqp``  the AMQP broker's hot records (persistent messages of durable queues)
+``uplink`` the uplinks' outboxes (messages waiting for the upstream's confirm)
 
 All column families share one WAL, so one ``WriteBatch`` plus one ``flush_wal(True)`` commits
 across them atomically. The memory profile (8 MB block cache shared by every family, 8 MB
@@ -32,9 +33,9 @@ from rocksdict import (
     Rdict,
 )
 
-COLUMN_FAMILIES: tuple[str, ...] = ("meta", "docs", "idx", "mqtt", "amqp")
+COLUMN_FAMILIES: tuple[str, ...] = ("meta", "docs", "idx", "mqtt", "amqp", "uplink")
 # Families whose records churn (insert, ack, delete): tombstones must not pile up.
-_CHURNING = frozenset({"mqtt", "amqp"})
+_CHURNING = frozenset({"mqtt", "amqp", "uplink"})
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,7 +20,7 @@ from . import encoding as enc
 from .committer import GroupCommitter
 from .index import IndexCatalog
 from .query import compile_filter, parse_sort, sort_docs
-from .rocks import SMALL, MemoryProfile, open_db
+from .rocks import COLUMN_FAMILIES, SMALL, MemoryProfile, open_db
 
 _COLLECTION_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.\-]{0,99}$")
 
@@ -58,8 +58,7 @@ class Store:
         self.path = Path(path)
         self.read_only = read_only
         self.db = open_db(self.path, profile, read_only=read_only)
-        self._cf = {name: self.db.get_column_family_handle(name) for name in
-                    ("meta", "docs", "idx", "mqtt", "amqp")}
+        self._cf = {name: self.db.get_column_family_handle(name) for name in COLUMN_FAMILIES}
         self._cf_read = {name: self.db.get_column_family(name) for name in self._cf}
         self._collections: dict[str, _Collection] = {}
         self._dirty: set[str] = set()

@@ -1,0 +1,204 @@
+"""Uplink definitions: parsing and validation, the stored form and the config file.
+
+An uplink comes from ``oxiedge uplink add`` (a ``{"_kind": "uplink"}`` document in
+``_config``, live and persistent) or from the ``[uplink.NAME]`` tables of the TOML file named
+by ``--config`` / ``OXIEDGE_CONFIG`` (configuration, not stored; it wins over a stored
+uplink of the same name). Every source goes through ``parse_definition``, so a bad value is
+reported the same way everywhere: ``UplinkError`` naming the uplink and the option.
+"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..bridge.routes import validate_topic_filter
+from ..sizes import parse_size
+from ..store import Store
+from .link import Endpoint, UplinkError, parse_endpoint
+
+CONFIG = "_config"
+KIND = "uplink"
+POLICIES = ("drop-oldest", "block")
+QUEUE_TYPES = ("quorum", "classic")
+_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.\-]{0,63}$")
+DEVICE_ID = re.compile(r"^[A-Za-z0-9_\-]{1,64}$")
+
+
+@dataclass(frozen=True, slots=True)
+class UplinkDef:
+    """One uplink as configured (validated)."""
+
+    name: str
+    urls: tuple[str, ...]
+    out: tuple[str, ...] = ()
+    inbound: tuple[str, ...] = ()
+    exchange: str = "amq.topic"
+    prefix: str = ""
+    ca_file: str | None = None
+    window: int = 256
+    heartbeat: float = 30.0
+    max_messages: int = 1_000_000
+    max_bytes: int = 512 << 20
+    policy: str = "drop-oldest"
+    queue_type: str = "quorum"
+    source: str = field(default="store", compare=False)
+
+    @property
+    def endpoints(self) -> list[Endpoint]:
+        return [parse_endpoint(u) for u in self.urls]
+
+    @property
+    def protocol(self) -> str:
+        return self.endpoints[0].protocol
+
+    def document(self) -> dict[str, Any]:
+        """The stored ``_config`` document."""
+        doc = {k: v for k, v in asdict(self).items() if k != "source"}
+        doc["in"] = list(doc.pop("inbound"))
+        doc["urls"], doc["out"] = list(self.urls), list(self.out)
+        return {"_kind": KIND, **doc}
+
+    def row(self) -> dict[str, Any]:
+        """What ``uplink list`` shows (passwords hidden)."""
+        return {"name": self.name, "urls": [e.redacted() for e in self.endpoints],
+                "out": list(self.out), "in": list(self.inbound), "prefix": self.prefix,
+                "exchange": self.exchange if self.protocol == "amqp" else None,
+                "window": self.window, "heartbeat": self.heartbeat,
+                "max_messages": self.max_messages, "max_bytes": self.max_bytes,
+                "policy": self.policy, "source": self.source}
+
+
+_KEYS = {"name", "urls", "url", "out", "in", "inbound", "exchange", "prefix", "ca_file",
+         "window", "heartbeat", "max_messages", "max_bytes", "policy", "queue_type"}
+
+
+def _strings(name: str, key: str, value: Any) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    if isinstance(value, str):
+        value = [value]
+    if not isinstance(value, list | tuple) or not all(isinstance(v, str) for v in value):
+        raise UplinkError(f"uplink {name!r}: {key} must be a list of strings")
+    out: list[str] = []
+    for v in value:
+        if v not in out:
+            out.append(v)
+    return tuple(out)
+
+
+def _number(name: str, key: str, value: Any, lo: float, hi: float, kind: type) -> Any:
+    try:
+        number = kind(value)
+        if isinstance(value, bool) or (kind is int and float(value) != number):
+            raise ValueError
+    except (TypeError, ValueError):
+        raise UplinkError(f"uplink {name!r}: {key} must be a number, not {value!r}") from None
+    if not lo <= number <= hi:
+        raise UplinkError(f"uplink {name!r}: {key} {number} out of range {lo}-{hi}")
+    return number
+
+
+def parse_definition(spec: dict[str, Any], source: str = "store") -> UplinkDef:
+    """Validate a definition from the CLI, the admin socket, a document or the config file."""
+    name = spec.get("name")
+    if not isinstance(name, str) or not _NAME.match(name):
+        raise UplinkError(f"invalid uplink name {name!r}: 1-64 characters from A-Z a-z 0-9 "
+                          "_ . -, not starting with . or -")
+    unknown = sorted(set(spec) - _KEYS - {"_kind", "_id", "_version"})
+    if unknown:
+        raise UplinkError(f"uplink {name!r}: unknown option(s) {', '.join(unknown)}")
+    urls = _strings(name, "urls", spec.get("urls")) + _strings(name, "url", spec.get("url"))
+    if not urls:
+        raise UplinkError(f"uplink {name!r}: no upstream URL")
+    endpoints = [parse_endpoint(u) for u in urls]
+    if len({e.protocol for e in endpoints}) > 1:
+        raise UplinkError(f"uplink {name!r}: all URLs must use one protocol (amqp or mqtt)")
+    out = _strings(name, "out", spec.get("out"))
+    inbound = _strings(name, "in", spec.get("in", spec.get("inbound")))
+    if not out and not inbound:
+        raise UplinkError(f"uplink {name!r}: give at least one --out or --in topic filter")
+    for key, filters in (("out", out), ("in", inbound)):
+        for f in filters:
+            problem = validate_topic_filter(f)
+            if problem is not None:
+                raise UplinkError(f"uplink {name!r}: invalid --{key} filter {f!r}: {problem}")
+    prefix = spec.get("prefix") or ""
+    if not isinstance(prefix, str) or any(c in prefix for c in "+#\x00"):
+        raise UplinkError(f"uplink {name!r}: prefix {prefix!r} must be text without + # or NUL")
+    exchange = spec.get("exchange") or "amq.topic"
+    if not isinstance(exchange, str) or len(exchange.encode()) > 255:
+        raise UplinkError(f"uplink {name!r}: invalid exchange {exchange!r}")
+    ca_file = spec.get("ca_file") or None
+    if ca_file is not None and not Path(str(ca_file)).expanduser().is_file():
+        raise UplinkError(f"uplink {name!r}: CA file {ca_file!r} does not exist")
+    policy = spec.get("policy") or "drop-oldest"
+    if policy not in POLICIES:
+        raise UplinkError(f"uplink {name!r}: policy must be one of {', '.join(POLICIES)}")
+    queue_type = spec.get("queue_type") or "quorum"
+    if queue_type not in QUEUE_TYPES:
+        raise UplinkError(f"uplink {name!r}: queue_type must be one of {', '.join(QUEUE_TYPES)}")
+    max_bytes: Any = spec.get("max_bytes")
+    if isinstance(max_bytes, str):
+        try:
+            max_bytes = parse_size(max_bytes)
+        except ValueError as exc:
+            raise UplinkError(f"uplink {name!r}: max_bytes: {exc}") from None
+    defaults = UplinkDef(name, urls)
+    return UplinkDef(
+        name=name, urls=urls, out=out, inbound=inbound, exchange=exchange, prefix=prefix,
+        ca_file=str(Path(str(ca_file)).expanduser()) if ca_file else None,
+        window=_number(name, "window", spec.get("window", defaults.window), 1, 65535, int),
+        heartbeat=_number(name, "heartbeat", spec.get("heartbeat", defaults.heartbeat), 0.5,
+                          3600, float),
+        max_messages=_number(name, "max_messages",
+                             spec.get("max_messages") or defaults.max_messages, 1, 1 << 40, int),
+        max_bytes=_number(name, "max_bytes", max_bytes or defaults.max_bytes, 1024, 1 << 50, int),
+        policy=policy, queue_type=queue_type, source=source)
+
+
+def check_device_id(device_id: str) -> str:
+    """``device_id`` if valid (it becomes part of queue names, client ids and topics)."""
+    if not DEVICE_ID.match(device_id):
+        raise UplinkError(f"--device-id (OXIEDGE_DEVICE_ID): invalid device id {device_id!r}: "
+                          "1-64 characters from A-Z a-z 0-9 _ -")
+    return device_id
+
+
+# ------------------------------------------------------------------ stored
+def stored_definitions(store: Store) -> list[tuple[int, UplinkDef]]:
+    """``(doc id, definition)`` of every stored uplink; a broken one is skipped."""
+    out = []
+    for doc in store.find(CONFIG, {"_kind": KIND}):
+        try:
+            out.append((int(doc["_id"]), parse_definition(doc)))
+        except UplinkError:
+            continue
+    return out
+
+
+def load_config_file(path: Path) -> list[UplinkDef]:
+    """The ``[uplink.NAME]`` tables of a TOML config file (other tables are an error)."""
+    try:
+        with open(path, "rb") as f:
+            data = tomllib.load(f)
+    except OSError as exc:
+        raise UplinkError(f"config file {path}: {exc.strerror}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise UplinkError(f"config file {path}: {exc}") from None
+    unknown = sorted(set(data) - {"uplink"})
+    if unknown:
+        raise UplinkError(f"config file {path}: unknown table(s) {', '.join(unknown)} "
+                          "(supported: [uplink.NAME])")
+    tables = data.get("uplink", {})
+    if not isinstance(tables, dict):
+        raise UplinkError(f"config file {path}: [uplink] must hold [uplink.NAME] tables")
+    defs = []
+    for name, table in tables.items():
+        if not isinstance(table, dict):
+            raise UplinkError(f"config file {path}: uplink.{name} must be a table")
+        defs.append(parse_definition({**table, "name": name}, source="config"))
+    return defs

@@ -1,0 +1,492 @@
+"""The uplink manager: local messages into durable outboxes, out over links, commands back.
+
+Theory of operation
+-------------------
+``on_publish`` is an MQTT ``on_publish`` hook (or, without MQTT, an AMQP ``amq.topic`` hook).
+For every uplink whose ``--out`` filters match, it stages the message into that uplink's
+outbox (``outbox.py``) and returns True, so the publishing connection awaits the same group
+commit before its PUBACK / confirm: a locally acknowledged message is already queued for
+upstream. Which uplinks a topic goes to is cached per topic.
+
+Each uplink runs one task: connect to its nodes in turn (``run_amqp_link`` /
+``run_mqtt_link``), and after a failure wait with exponential back-off and jitter. A
+``_Connection`` is the link's ``LinkIO``: ``take`` hands out committed outbox records in seq
+order while fewer than ``window`` are unconfirmed; ``confirmed`` stages the record's delete
+and kicks the committer; ``deliver`` publishes an inbound command locally (skipping this
+uplink's own ``--out``, so a command is never echoed back) and awaits its commit before the
+link acknowledges it upstream. A new connection starts again from the oldest record, so what
+was in flight when a link died is sent again: duplicates upstream, at most one window
+(counted in ``resent``), never a loss.
+
+Bounds: ``max_messages`` / ``max_bytes`` per outbox. ``drop-oldest`` deletes the oldest
+records (counted in ``dropped``); ``block`` raises a resource alarm that stops every
+publishing connection from reading until the upstream has drained the outbox below the bound.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import socket
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import trio
+
+from ..app import App
+from ..mqtt.topics import topic_matches
+from .definitions import (
+    CONFIG,
+    UplinkDef,
+    check_device_id,
+    parse_definition,
+    stored_definitions,
+)
+from .link import Endpoint, LinkError, LinkOptions, OutMessage, UplinkError, upstream_name
+from .outbox import Outbox, stored_outbox_names
+
+LinkRunner = Callable[[Endpoint, LinkOptions, Any], Awaitable[None]]
+_TOPIC_CACHE = 4096
+BACKOFF_FIRST = 0.5
+BACKOFF_MAX = 30.0
+
+
+def default_device_id() -> str:
+    """The host name's first label, reduced to the characters a device id may hold."""
+    label = socket.gethostname().split(".")[0]
+    cleaned = "".join(c if c.isalnum() or c in "_-" else "-" for c in label)[:64]
+    return cleaned or "oxiedge"
+
+
+def _runner(protocol: str) -> LinkRunner:
+    if protocol == "amqp":
+        from .amqp_link import run_amqp_link
+        return run_amqp_link
+    from .mqtt_link import run_mqtt_link
+    return run_mqtt_link
+
+
+class _Connection:
+    """``LinkIO`` for one connection attempt of one uplink."""
+
+    def __init__(self, uplink: Uplink, endpoint: Endpoint) -> None:
+        self.uplink = uplink
+        self.endpoint = endpoint
+        oldest = uplink.outbox.oldest()
+        self.next_seq = oldest if oldest is not None else uplink.outbox.next_seq
+        self.inflight: set[int] = set()
+        self.up_at: float | None = None
+
+    async def take(self, limit: int) -> list[OutMessage]:
+        u = self.uplink
+        while True:
+            room = min(limit, u.definition.window - len(self.inflight))
+            staged_end = u.outbox.next_seq
+            if room > 0 and self.next_seq < staged_end:
+                if u.durable_end < staged_end:
+                    # Only what is on disk here goes upstream.
+                    await u.app.store.commit()
+                    u.durable_end = max(u.durable_end, staged_end)
+                batch = list(u.outbox.read(self.next_seq, room, before=u.durable_end))
+                if batch:
+                    self.next_seq = batch[-1].seq + 1
+                    for m in batch:
+                        self.inflight.add(m.seq)
+                        if m.seq < u.sent_end:
+                            u.resent += 1
+                    u.sent_end = max(u.sent_end, self.next_seq)
+                    u.forwarded += len(batch)
+                    return batch
+                self.next_seq = u.durable_end  # the rest was confirmed or dropped meanwhile
+                continue
+            await u.lot.park()
+
+    def confirmed(self, seq: int) -> None:
+        u = self.uplink
+        self.inflight.discard(seq)
+        if u.outbox.remove(seq):
+            u.confirmed += 1
+            u.app.store.kick()  # the delete rides the next round; it need not wait
+        u.after_removal()
+        u.lot.unpark_all()
+
+    async def deliver(self, topic: str, payload: bytes) -> None:
+        await self.uplink.manager.deliver(self.uplink, topic, payload)
+
+    def up(self, endpoint: Endpoint, detail: str = "") -> None:
+        u = self.uplink
+        self.up_at = time.monotonic()
+        u.state, u.node = "connected", endpoint.redacted()
+        u.connected_since = time.time()
+        u.app.log.info("uplink %s connected to %s%s", u.name, endpoint.redacted(),
+                       f" ({detail})" if detail else "")
+
+
+class Uplink:
+    """One configured uplink: its outbox, its link task and its counters."""
+
+    def __init__(self, manager: UplinkManager, definition: UplinkDef) -> None:
+        self.manager = manager
+        self.app = manager.app
+        self.definition = definition
+        self.name = definition.name
+        self.endpoints = definition.endpoints
+        self.protocol = self.endpoints[0].protocol
+        self.prefix = definition.prefix.replace("{device}", manager.device_id)
+        self.options = LinkOptions(
+            name=self.name, device_id=manager.device_id, prefix=self.prefix,
+            exchange=definition.exchange, inbound=definition.inbound, window=definition.window,
+            heartbeat=definition.heartbeat, ca_file=definition.ca_file,
+            queue_type=definition.queue_type)
+        self.outbox = Outbox(self.app.store, self.name)
+        self.lot = trio.lowlevel.ParkingLot()
+        self.durable_end = self.outbox.next_seq  # seqs below this are on disk
+        self.sent_end = self.outbox.oldest() or self.outbox.next_seq
+        self.scope = trio.CancelScope()
+        self.state = "connecting"
+        self.node: str | None = None
+        self.connected_since: float | None = None
+        self.last_error = ""
+        self.reconnects = 0
+        self.enqueued = self.forwarded = self.confirmed = self.resent = 0
+        self.dropped = self.received = self.skipped = 0
+        self.rate = 0.0
+        self._rate_last = (time.monotonic(), 0)
+        self._alarm = False
+        self.conn: _Connection | None = None
+
+    # --------------------------------------------------------------- outbound
+    def enqueue(self, topic: str, payload: bytes) -> bool:
+        """Stage one local message; True if it was staged (the caller commits)."""
+        if upstream_name(self.protocol, self.prefix, topic) is None:
+            self.skipped += 1  # e.g. a topic with '.' cannot be an AMQP routing key
+            return False
+        self.outbox.stage(topic, payload)
+        self.enqueued += 1
+        d = self.definition
+        box = self.outbox
+        if box.messages > d.max_messages or box.bytes > d.max_bytes:
+            if d.policy == "drop-oldest":
+                while (box.messages > d.max_messages or box.bytes > d.max_bytes) \
+                        and box.messages > 1:
+                    box.drop_oldest()
+                    self.dropped += 1
+            elif not self._alarm:
+                self._alarm = True
+                self.app.alarms.set_alarm(
+                    f"uplink {self.name}",
+                    f"uplink {self.name} outbox full ({box.messages} messages, {box.bytes} "
+                    "bytes)")
+        self.lot.unpark_all()
+        return True
+
+    def after_removal(self) -> None:
+        """Clear the ``block`` alarm once the outbox is back under its bounds."""
+        if self._alarm:
+            d, box = self.definition, self.outbox
+            if box.messages <= d.max_messages and box.bytes <= d.max_bytes:
+                self._alarm = False
+                self.app.alarms.set_alarm(f"uplink {self.name}", None)
+
+    # --------------------------------------------------------------- the task
+    async def run(self) -> None:
+        with self.scope:
+            try:
+                await self._run()
+            finally:
+                if self._alarm:
+                    self._alarm = False
+                    self.app.alarms.set_alarm(f"uplink {self.name}", None)
+
+    async def _run(self) -> None:
+        log = self.app.log
+        failures = 0
+        index = 0
+        while True:
+            endpoint = self.endpoints[index % len(self.endpoints)]
+            index += 1
+            self.state, self.node = "connecting", endpoint.redacted()
+            conn = self.conn = _Connection(self, endpoint)
+            try:
+                await _runner(self.protocol)(endpoint, self.options, conn)
+                reason = "link ended"
+            except LinkError as exc:
+                reason = str(exc) or type(exc).__name__
+            except (OSError, trio.BrokenResourceError, trio.ClosedResourceError) as exc:
+                reason = f"{type(exc).__name__}: {exc}"
+            except Exception as exc:  # a bug in a link must not stop the uplink for good
+                reason = f"internal error: {exc!r}"
+                log.exception("uplink %s: link failed", self.name)
+            self.last_error = reason
+            self.connected_since = None
+            self.conn = None
+            if conn.up_at is not None:
+                self.reconnects += 1
+                log.warning("uplink %s lost %s: %s", self.name, endpoint.redacted(), reason)
+                failures = 0 if time.monotonic() - conn.up_at > 10 else failures
+            elif failures == 0 or failures % 10 == 0:
+                log.warning("uplink %s cannot connect to %s: %s", self.name,
+                            endpoint.redacted(), reason)
+            failures += 1
+            self.state = "backoff"
+            if index % len(self.endpoints):
+                await trio.sleep(0.05)  # try the cluster's next node at once
+                continue
+            rounds = failures // len(self.endpoints)
+            delay = min(BACKOFF_MAX, BACKOFF_FIRST * 2 ** max(0, rounds - 1))
+            await trio.sleep(delay * random.uniform(0.5, 1.0))
+
+    # ----------------------------------------------------------------- status
+    def tick(self, now: float) -> None:
+        """Update the forwarding rate (confirmed messages per second, smoothed)."""
+        last_t, last_n = self._rate_last
+        if now - last_t >= 1.0:
+            current = (self.confirmed - last_n) / (now - last_t)
+            self.rate = current if self.rate == 0 else 0.5 * self.rate + 0.5 * current
+            self._rate_last = (now, self.confirmed)
+
+    def status(self) -> dict[str, Any]:
+        box = self.outbox
+        return {
+            "state": self.state, "node": self.node, "protocol": self.protocol,
+            "source": self.definition.source,
+            "backlog_messages": box.messages, "backlog_bytes": box.bytes,
+            "inflight": len(self.conn.inflight) if self.conn is not None else 0,
+            "enqueued": self.enqueued, "forwarded": self.forwarded,
+            "confirmed": self.confirmed, "resent": self.resent, "dropped": self.dropped,
+            "skipped": self.skipped, "received": self.received,
+            "lag_seconds": round(box.oldest_age(), 3), "rate": round(self.rate, 1),
+            "last_error": self.last_error, "reconnects": self.reconnects,
+            "connected_since": self.connected_since, "blocking": self._alarm,
+        }
+
+
+class UplinkManager:
+    """Every uplink of one server, the publish hook and the admin operations."""
+
+    def __init__(self, app: App, config_defs: list[UplinkDef], device_id: str) -> None:
+        self.app = app
+        self.device_id = check_device_id(device_id)
+        self.config_defs = {d.name: d for d in config_defs}
+        self.stored: dict[str, tuple[int, UplinkDef]] = {}
+        self.uplinks: dict[str, Uplink] = {}
+        self._cache: dict[str, tuple[Uplink, ...]] = {}
+        self._source: Uplink | None = None  # the uplink whose command is being delivered
+        self._nursery: trio.Nursery | None = None
+        self.log: logging.Logger = app.log
+
+    # ------------------------------------------------------------- lifecycle
+    async def start(self, nursery: trio.Nursery) -> None:
+        """Load definitions, attach the hook, start every uplink's task."""
+        self._nursery = nursery
+        for doc_id, d in stored_definitions(self.app.store):
+            self.stored[d.name] = (doc_id, d)
+        defs = {name: d for name, (_i, d) in self.stored.items()}
+        for name, d in self.config_defs.items():
+            if name in defs:
+                self.log.warning("uplink %s: the config file's definition replaces the stored "
+                                 "one", name)
+            defs[name] = d
+        # Outboxes of uplinks removed while the server was down hold nothing anyone sends.
+        for name in stored_outbox_names(self.app.store) - set(defs):
+            Outbox(self.app.store, name).clear()
+        for d in defs.values():
+            self._start(d)
+        self._attach()
+        nursery.start_soon(self._ticker)
+
+    def _attach(self) -> None:
+        mqtt: Any = self.app.services.get("mqtt")
+        amqp: Any = self.app.services.get("amqp")
+        if mqtt is not None:
+            mqtt.on_publish.append(self.on_publish)
+        elif amqp is not None:
+            amqp.topic_hooks.append(self.on_amqp_publish)
+
+    def _start(self, d: UplinkDef) -> Uplink:
+        uplink = Uplink(self, d)
+        self.uplinks[d.name] = uplink
+        self._cache.clear()
+        assert self._nursery is not None
+        self._nursery.start_soon(uplink.run)
+        return uplink
+
+    def _stop(self, name: str) -> Uplink | None:
+        uplink = self.uplinks.pop(name, None)
+        self._cache.clear()
+        if uplink is not None:
+            uplink.scope.cancel()
+        return uplink
+
+    async def _ticker(self) -> None:
+        while True:
+            await trio.sleep(1.0)
+            now = time.monotonic()
+            for uplink in self.uplinks.values():
+                uplink.tick(now)
+
+    def startup_line(self) -> str:
+        if not self.uplinks:
+            return "uplink off - no uplinks"
+        return (f"uplink on - {len(self.uplinks)} uplink(s), device id {self.device_id}: "
+                + ", ".join(f"{u.name} -> {u.endpoints[0].redacted()}"
+                            for u in self.uplinks.values()))
+
+    # ------------------------------------------------------------------ hooks
+    def on_publish(self, topic: str, payload: bytes, qos: int, retain: bool) -> bool:
+        """MQTT ``on_publish`` hook: stage into matching outboxes; True if anything was."""
+        if not self.uplinks:
+            return False
+        targets = self._cache.get(topic)
+        if targets is None:
+            targets = tuple(u for u in self.uplinks.values()
+                            if any(topic_matches(f, topic) for f in u.definition.out))
+            if len(self._cache) >= _TOPIC_CACHE:
+                self._cache.clear()
+            self._cache[topic] = targets
+        if not targets or (retain and not payload):
+            return False  # clearing a retained message is not a message (MQTT-3.3.1-10)
+        staged = False
+        for uplink in targets:
+            if uplink is not self._source and uplink.enqueue(topic, payload):
+                staged = True
+        return staged
+
+    def on_amqp_publish(self, routing_key: str, _props: bytes, body: bytes,
+                        persistent: bool) -> bool:
+        """AMQP ``amq.topic`` hook, used when the server runs without MQTT."""
+        from ..bridge.amqp_mqtt import routing_key_to_mqtt
+
+        topic = routing_key_to_mqtt(routing_key)
+        if topic is None:
+            return False
+        return self.on_publish(topic, body, 1 if persistent else 0, False)
+
+    async def deliver(self, uplink: Uplink, topic: str, payload: bytes) -> None:
+        """Publish an inbound command locally and wait until it is durable."""
+        mqtt: Any = self.app.services.get("mqtt")
+        amqp: Any = self.app.services.get("amqp")
+        self._source = uplink
+        try:
+            if mqtt is not None:
+                staged = mqtt.publish_from_bridge(topic, payload, 1, False)
+            elif amqp is not None:
+                from ..bridge.amqp_mqtt import mqtt_to_routing_key
+
+                key = mqtt_to_routing_key(topic)
+                if key is None:
+                    raise ValueError(topic)
+                staged = amqp.publish_from_bridge("amq.topic", key, payload, True).needs_commit
+            else:
+                staged = False
+        except ValueError:
+            raise LinkError(f"inbound topic {topic!r} cannot be published locally") from None
+        finally:
+            self._source = None
+        if staged:
+            await self.app.store.commit()
+        uplink.received += 1
+
+    # ------------------------------------------------------------------ admin
+    def admin_handlers(self) -> dict[str, Any]:
+        return {"uplink.list": self._list, "uplink.add": self._add,
+                "uplink.remove": self._remove, "uplink.status": self._status}
+
+    def _list(self, _args: dict[str, Any]) -> list[dict[str, Any]]:
+        return [u.definition.row() for u in self.uplinks.values()]
+
+    async def _add(self, args: dict[str, Any]) -> dict[str, Any]:
+        d = parse_definition(dict(args.get("definition") or {}))
+        if d.name in self.config_defs:
+            raise UplinkError(f"uplink {d.name!r} comes from the config file; change it there")
+        store = self.app.store
+        old = self.stored.get(d.name)
+        if old is not None and old[1] == d:
+            return {"name": d.name, "state": "present"}
+        if old is not None:
+            store.stage_update(CONFIG, old[0], d.document(), replace=True)
+            doc_id, state = old[0], "updated"
+        else:
+            doc_id, state = int(store.stage_insert(CONFIG, d.document())["_id"]), "added"
+        await store.commit()
+        self.stored[d.name] = (doc_id, d)
+        self._stop(d.name)
+        self._start(d)
+        self.log.info("uplink %s %s: %s", d.name, state,
+                      ", ".join(e.redacted() for e in d.endpoints))
+        return {"name": d.name, "state": state}
+
+    async def _remove(self, args: dict[str, Any]) -> dict[str, Any]:
+        name = str(args.get("name", ""))
+        if name in self.config_defs:
+            raise UplinkError(f"uplink {name!r} comes from the config file; remove it there")
+        found = self.stored.get(name)
+        if found is None:
+            raise UplinkError(f"no uplink {name!r}")
+        uplink = self._stop(name)
+        store = self.app.store
+        discarded = 0
+        box = uplink.outbox if uplink is not None else Outbox(store, name)
+        discarded = box.messages
+        box.clear()
+        store.stage_delete(CONFIG, found[0])
+        await store.commit()
+        del self.stored[name]
+        self.log.info("uplink %s removed (%d unsent message(s) discarded)", name, discarded)
+        return {"name": name, "removed": True, "discarded": discarded}
+
+    def _status(self, args: dict[str, Any]) -> dict[str, Any]:
+        name = args.get("name")
+        if name:
+            if name not in self.uplinks:
+                raise UplinkError(f"no uplink {name!r}")
+            return {name: self.uplinks[name].status()}
+        return self.status()
+
+    def status(self) -> dict[str, Any]:
+        return {name: u.status() for name, u in self.uplinks.items()}
+
+
+# ------------------------------------------------------------- offline (CLI)
+def add_offline(store: Any, spec: dict[str, Any]) -> dict[str, Any]:
+    d = parse_definition(spec)
+    for doc_id, old in stored_definitions(store):
+        if old.name == d.name:
+            if old == d:
+                return {"name": d.name, "state": "present"}
+            store.stage_update(CONFIG, doc_id, d.document(), replace=True)
+            store.commit_blocking()
+            return {"name": d.name, "state": "updated"}
+    store.stage_insert(CONFIG, d.document())
+    store.commit_blocking()
+    return {"name": d.name, "state": "added"}
+
+
+def remove_offline(store: Any, name: str) -> dict[str, Any]:
+    for doc_id, d in stored_definitions(store):
+        if d.name == name:
+            box = Outbox(store, name)
+            discarded = box.messages
+            box.clear()
+            store.stage_delete(CONFIG, doc_id)
+            store.commit_blocking()
+            return {"name": name, "removed": True, "discarded": discarded}
+    raise UplinkError(f"no uplink {name!r}")
+
+
+def list_offline(store: Any) -> list[dict[str, Any]]:
+    return [d.row() for _i, d in stored_definitions(store)]
+
+
+def status_offline(store: Any, name: str | None = None) -> dict[str, Any]:
+    out = {}
+    for _i, d in stored_definitions(store):
+        if name and d.name != name:
+            continue
+        box = Outbox(store, d.name)
+        out[d.name] = {"state": "server not running", "backlog_messages": box.messages,
+                       "backlog_bytes": box.bytes, "lag_seconds": round(box.oldest_age(), 3)}
+    if name and name not in out:
+        raise UplinkError(f"no uplink {name!r}")
+    return out

@@ -1,0 +1,247 @@
+"""The durable outbox of one uplink: messages waiting for the upstream's confirm.
+
+Theory of operation
+-------------------
+Records live in the ``uplink`` column family, key ``b"o" + NAME + b"\\0" + seq (8 bytes BE)``,
+value ``enqueued_ms (8 bytes BE) + topic length (2 bytes BE) + topic + payload``. ``seq`` grows
+by one per message and is never reused (the next one is recovered from the last key), so key
+order is publish order and the upstream sees each topic's messages in order.
+
+``stage`` puts a record into the group-commit batch of the publish that produced it: the
+local PUBACK / confirm waits for that same commit, so "acknowledged locally" already covers
+the copy for upstream. ``confirm(seq)`` stages the record's delete once the upstream confirmed
+exactly that message; a crash before that commit only means the message is sent again (an
+upstream duplicate, bounded by the in-flight window), never that it is lost.
+
+Links read records back from RocksDB (``read``), never from the pending batch, so nothing is
+sent upstream before it is durable here. Sizes stay in memory as 4 bytes per waiting message
+(``_Sizes``), which is what the byte/message bounds and the drop-oldest policy need; the
+payloads themselves are only on disk.
+"""
+
+from __future__ import annotations
+
+import struct
+import time
+from array import array
+from collections.abc import Iterator
+
+from ..store import Store
+from ..store.encoding import prefix_end
+from .link import OutMessage
+
+CF = "uplink"
+_SEQ = struct.Struct(">Q")
+_HEAD = struct.Struct(">QH")
+_CHUNK = 4096
+
+
+class _Sizes:
+    """Record sizes (+1, so 0 means "gone") by seq, from the oldest waiting seq on.
+
+    Chunked ``array('I')``: 4 bytes per message, O(1) append, lookup and head advance."""
+
+    __slots__ = ("_chunks", "_head", "_used", "first")
+
+    def __init__(self, first: int) -> None:
+        self.first = first          # seq of the first slot of _chunks[0]
+        self._head = 0              # slots of _chunks[0] already released
+        self._used = 0              # slots in all chunks
+        self._chunks: list[array[int]] = []
+
+    @property
+    def end(self) -> int:
+        """One past the last seq appended."""
+        return self.first + self._used
+
+    def append(self, seq: int, size: int) -> None:
+        if not self._chunks:
+            self.first, self._head, self._used = seq, 0, 0
+        gap = seq - self.end
+        for _ in range(gap):  # seqs skipped (records never staged): mark them gone
+            self._push(0)
+        self._push(size + 1)
+
+    def _push(self, value: int) -> None:
+        if not self._chunks or len(self._chunks[-1]) >= _CHUNK:
+            self._chunks.append(array("I"))
+        self._chunks[-1].append(value)
+        self._used += 1
+
+    def get(self, seq: int) -> int | None:
+        """The size of ``seq`` if it is still waiting, else None."""
+        offset = seq - self.first
+        if offset < self._head or not self._chunks:
+            return None
+        index, slot = divmod(offset, _CHUNK)
+        if index >= len(self._chunks) or slot >= len(self._chunks[index]):
+            return None
+        value = self._chunks[index][slot]
+        return value - 1 if value else None
+
+    def release(self, seq: int) -> None:
+        offset = seq - self.first
+        index, slot = divmod(offset, _CHUNK)
+        self._chunks[index][slot] = 0
+        self._trim()
+
+    def _trim(self) -> None:
+        """Advance past released slots at the head; free whole chunks."""
+        while self._chunks:
+            chunk = self._chunks[0]
+            while self._head < len(chunk) and chunk[self._head] == 0:
+                self._head += 1
+            if self._head < _CHUNK:
+                return
+            self._chunks.pop(0)
+            self.first += _CHUNK
+            self._used -= _CHUNK
+            self._head = 0
+
+    def oldest(self) -> int | None:
+        """The oldest waiting seq."""
+        if not self._chunks:
+            return None
+        self._trim()
+        chunk = self._chunks[0]
+        if self._head < len(chunk):
+            return self.first + self._head
+        return None
+
+
+def _prefix(name: str) -> bytes:
+    return b"o" + name.encode() + b"\x00"
+
+
+def encode_record(topic: str, payload: bytes, now_ms: int) -> bytes:
+    raw = topic.encode()
+    return _HEAD.pack(now_ms, len(raw)) + raw + payload
+
+
+def decode_record(value: bytes) -> tuple[int, str, bytes]:
+    """``(enqueued_ms, topic, payload)``."""
+    enqueued, length = _HEAD.unpack_from(value)
+    start = _HEAD.size
+    return enqueued, value[start:start + length].decode(), value[start + length:]
+
+
+class Outbox:
+    """One uplink's outbox: stage, read back, confirm, drop, bound."""
+
+    def __init__(self, store: Store, name: str) -> None:
+        self.store = store
+        self.name = name
+        self.prefix = _prefix(name)
+        self.messages = 0
+        self.bytes = 0
+        self.next_seq = 1
+        self.sizes = _Sizes(1)
+        self._recover()
+
+    def _key(self, seq: int) -> bytes:
+        return self.prefix + _SEQ.pack(seq)
+
+    def _seq(self, key: bytes) -> int:
+        return int(_SEQ.unpack_from(key, len(self.prefix))[0])
+
+    def _recover(self) -> None:
+        """Count what a previous run left (one scan at start-up)."""
+        for key, value in self.store.iter_raw(CF, self.prefix):
+            seq = self._seq(key)
+            self.sizes.append(seq, len(value))
+            self.messages += 1
+            self.bytes += len(value)
+            self.next_seq = seq + 1
+
+    # ------------------------------------------------------------------ writes
+    def stage(self, topic: str, payload: bytes) -> int:
+        """Stage one message into the current group-commit batch; returns its seq."""
+        seq = self.next_seq
+        self.next_seq += 1
+        value = encode_record(topic, payload, int(time.time() * 1000))
+        self.store.stage_put(CF, self._key(seq), value)
+        self.sizes.append(seq, len(value))
+        self.messages += 1
+        self.bytes += len(value)
+        return seq
+
+    def remove(self, seq: int) -> bool:
+        """Stage the delete of ``seq`` (confirmed upstream, or dropped); False if it was
+        already gone (a confirm after a drop, or a duplicate confirm)."""
+        size = self.sizes.get(seq)
+        if size is None:
+            return False
+        self.store.stage_delete_key(CF, self._key(seq))
+        self.sizes.release(seq)
+        self.messages -= 1
+        self.bytes -= size
+        return True
+
+    def drop_oldest(self) -> int | None:
+        """Remove the oldest waiting message; its seq, or None if the outbox is empty."""
+        seq = self.sizes.oldest()
+        if seq is None:
+            return None
+        self.remove(seq)
+        return seq
+
+    def clear(self) -> None:
+        """Stage the removal of every record (the uplink is being deleted)."""
+        end = prefix_end(self.prefix)
+        assert end is not None
+        self.store.stage_delete_range(CF, self.prefix, end)
+        self.messages = self.bytes = 0
+        self.sizes = _Sizes(self.next_seq)
+
+    # ------------------------------------------------------------------- reads
+    def waiting(self, seq: int) -> bool:
+        return self.sizes.get(seq) is not None
+
+    def oldest(self) -> int | None:
+        return self.sizes.oldest()
+
+    def read(self, from_seq: int, limit: int, before: int | None = None
+             ) -> Iterator[OutMessage]:
+        """Still-waiting records with ``from_seq <= seq < before``, in order, from disk."""
+        if limit <= 0:
+            return
+        n = 0
+        for key, value in self.store.iter_raw(CF, self.prefix, start=self._key(from_seq)):
+            seq = self._seq(key)
+            if before is not None and seq >= before:
+                return
+            if not self.waiting(seq):
+                continue  # confirmed or dropped; its delete is not committed yet
+            _ms, topic, payload = decode_record(value)
+            yield OutMessage(seq, topic, payload)
+            n += 1
+            if n >= limit:
+                return
+
+    def oldest_age(self) -> float:
+        """Seconds since the oldest waiting message was enqueued (0 when empty)."""
+        seq = self.oldest()
+        if seq is None:
+            return 0.0
+        value = self.store.get_raw(CF, self._key(seq))
+        if value is None:  # staged, not yet committed: brand new
+            return 0.0
+        enqueued, _len = _HEAD.unpack_from(value)
+        return max(0.0, time.time() - enqueued / 1000)
+
+
+def stored_outbox_names(store: Store) -> set[str]:
+    """Names that have outbox records (to clean up after uplinks removed offline)."""
+    names: set[str] = set()
+    start = b"o"
+    while True:
+        item = next(iter(store.iter_raw(CF, b"o", start=start)), None)
+        if item is None:
+            return names
+        key = item[0]
+        name = key[1:key.index(b"\x00")].decode()
+        names.add(name)
+        nxt = prefix_end(_prefix(name))
+        if nxt is None:
+            return names
+        start = nxt

@@ -1,0 +1,478 @@
+"""The MQTT 3.1.1 uplink: one client connection from this device to an upstream broker
+(Mosquitto, EMQX, RabbitMQ's MQTT plugin), on trio.
+
+Theory of operation
+-------------------
+``run_mqtt_link`` opens TCP (or TLS, verifying the certificate and host name), sends
+CONNECT with ``clean_session=0`` - the upstream keeps a *persistent session* for our client
+id, so commands published while the device is offline wait there - SUBSCRIBEs the ``--in``
+filters at QoS 1 and reports ``io.up``. All of that is bounded by ``connect_timeout``.
+Packets are encoded and decoded by the broker's own sans-IO codec (``oxiedge.mqtt.codec``);
+this module only moves bytes and keeps the client-side state.
+
+Then four tasks share the connection until it fails:
+
+* the *sender* takes outbox messages (``io.take``) and PUBLISHes them at QoS 1 with packet
+  ids 1..65535, cycling and skipping ids still in flight (MQTT-2.3.1-2). ``inflight`` maps
+  id -> outbox seq; the PUBACK for an id confirms exactly that seq (``io.confirmed``).
+* the *reader* decodes everything the upstream sends. It never waits for the local store:
+  inbound PUBLISHes go through a bounded channel to
+* the *deliverer*, which ``await io.deliver`` s each inbound message (durable locally) and
+  only then acknowledges it upstream - PUBACK for QoS 1, PUBREC for QoS 2 - in the order
+  received (MQTT-4.6.0-2). A crash between the two means the upstream redelivers: at least
+  once, never lost.
+* the *watchdog* implements keep-alive (3.1.2.10): a PINGREQ when we sent nothing, or heard
+  nothing, for ``keep_alive`` seconds, and a ``LinkError`` when nothing at all arrived for
+  1.5 x ``keep_alive`` (the same bound the server applies to us, MQTT-3.1.2-24). A silently
+  dead link - TCP open, nothing flowing - is therefore detected within 1.5 x keep-alive.
+
+Every failure - EOF, OSError, TLS, timeout, a malformed or unexpected packet - ends the
+function with ``LinkError`` and a one-line reason; it never returns. Cancellation closes
+the socket at once (after a DISCONNECT if no write was interrupted).
+
+Decisions
+---------
+* Inbound messages outside the prefix (``local_topic`` is None) are acknowledged and
+  dropped with a warning: they can never be delivered, and not acknowledging them would
+  have the upstream redeliver them on every connection.
+* When ``io.deliver`` raises ``LinkError`` (the local broker refuses the message) the
+  message is logged and *not* acknowledged, and the connection stays up: the upstream keeps
+  it in its session and redelivers it on the next connection, when the cause may be gone.
+  Dropping the connection instead would also stop the outbound direction and, for a
+  message that can never be published, loop forever. Each such message holds one slot of
+  the upstream's per-client in-flight window (Mosquitto: 20) until the next connection.
+* SUBSCRIBE is sent on every connection, even when the session was resumed, so changed
+  ``--in`` filters take effect. The upstream then re-sends *retained* messages matching
+  them (MQTT-3.8.4-3): retained commands are delivered again after each reconnect.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import ssl
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
+from typing import NoReturn
+
+import trio
+
+from ..mqtt.codec import Decoder, ProtocolError, encode, encode_publish
+from ..mqtt.packets import (
+    Connack,
+    Connect,
+    Disconnect,
+    Packet,
+    Pingreq,
+    Pingresp,
+    Puback,
+    Pubcomp,
+    Publish,
+    Pubrec,
+    Pubrel,
+    Suback,
+    Subscribe,
+)
+from .link import (
+    Endpoint,
+    LinkError,
+    LinkIO,
+    LinkOptions,
+    local_topic,
+    tls_context,
+    upstream_filter,
+    upstream_name,
+)
+
+log = logging.getLogger("oxiedge.uplink")
+
+#: Packet identifiers are 16-bit and non-zero (2.3.1): at most this many QoS 1 PUBLISHes
+#: can be unacknowledged at once, whatever the manager's window.
+MAX_PACKET_ID = 65535
+#: Largest packet accepted from the upstream; a bigger one is a LinkError.
+MAX_INBOUND_PACKET = 16 << 20
+#: Bytes per read from the socket.
+READ_SIZE = 65536
+#: Inbound messages decoded but not yet delivered locally. When full, the reader stops
+#: reading (TCP pushes back on the upstream) - the watchdog does not count that as dead.
+INBOUND_BUFFER = 256
+#: Most outbox messages asked for per ``io.take`` (written with one ``send_all``).
+TAKE_LIMIT = 128
+#: A link is dead when nothing arrived for this many keep-alive periods (MQTT-3.1.2-24).
+DEAD_AFTER = 1.5
+#: Most upstream topic names kept encoded (a device publishes to few topics, forever).
+TOPIC_CACHE_MAX = 1024
+
+#: CONNACK return codes (3.2.2.3) as reasons.
+CONNACK_REASONS = {
+    1: "unacceptable protocol version",
+    2: "client identifier rejected",
+    3: "server unavailable",
+    4: "bad user name or password",
+    5: "not authorized",
+}
+
+_DISCONNECT = encode(Disconnect())
+_PINGREQ = encode(Pingreq())
+
+
+def keep_alive_seconds(heartbeat: float) -> int:
+    """The CONNECT keep-alive for ``--heartbeat``: whole seconds (the field is 16-bit),
+    rounded up; 0 (or less) disables keep-alive and dead-link detection."""
+    if heartbeat <= 0:
+        return 0
+    return min(0xFFFF, max(1, math.ceil(heartbeat)))
+
+
+async def run_mqtt_link(endpoint: Endpoint, options: LinkOptions, io: LinkIO) -> NoReturn:
+    """Run one MQTT connection to ``endpoint`` until it fails (see the module docstring).
+
+    Raises ``LinkError`` with a one-line reason; never returns."""
+    where = endpoint.redacted()
+    phase = ["TLS connection" if endpoint.tls else "TCP connection"]
+    stream: trio.abc.Stream | None = None
+    link: _Link | None = None
+    orderly = True
+    try:
+        with _as_link_error(where):
+            try:
+                with trio.fail_after(options.connect_timeout):
+                    stream = await _open(endpoint, options)
+                    link = _Link(stream, endpoint, options, io, phase)
+                    detail = await link.handshake()
+            except trio.TooSlowError:
+                raise LinkError(f"{where}: timed out after {options.connect_timeout:g} s "
+                                f"waiting for the {phase[0]} (connect timeout)") from None
+        io.up(endpoint, detail)
+        await link.run()
+    except LinkError:
+        orderly = False
+        raise
+    finally:
+        if stream is not None:
+            await _close(stream, link if orderly else None)
+    raise AssertionError("unreachable: _Link.run only ends by raising")  # pragma: no cover
+
+
+async def _open(endpoint: Endpoint, options: LinkOptions) -> trio.abc.Stream:
+    """TCP, or TLS with certificate and host name verification; the TLS handshake is done
+    here so its failure is reported as such."""
+    if not endpoint.tls:
+        return await trio.open_tcp_stream(endpoint.host, endpoint.port)
+    ctx = tls_context(endpoint, options.ca_file)
+    tls = await trio.open_ssl_over_tcp_stream(endpoint.host, endpoint.port, ssl_context=ctx)
+    try:
+        await tls.do_handshake()
+    except BaseException:
+        await trio.aclose_forcefully(tls)
+        raise
+    return tls
+
+
+async def _close(stream: trio.abc.Stream, link: _Link | None) -> None:
+    """Close promptly. On an orderly shutdown (``link`` given: cancelled, not failed) a
+    DISCONNECT (3.14) first, only if the handshake completed and no write was cut off
+    mid-packet (else the upstream would read garbage), bounded
+    and shielded so a cancelled caller still gets its socket closed at once."""
+    if link is not None and link.connected and not link.writing:
+        with trio.move_on_after(0.5) as scope:
+            scope.shield = True
+            try:
+                await stream.send_all(_DISCONNECT)
+            except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+                pass
+    await trio.aclose_forcefully(stream)
+
+
+@contextmanager
+def _as_link_error(where: str) -> Iterator[None]:
+    """Turn the I/O and protocol errors of one connection into ``LinkError``."""
+    try:
+        yield
+    except LinkError:
+        raise
+    except ProtocolError as exc:
+        raise LinkError(f"malformed packet from upstream: {exc}") from None
+    except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
+        raise LinkError(f"{where}: {_reason(exc)}") from None
+
+
+def _reason(exc: BaseException) -> str:
+    """A one-line reason for an I/O error (trio wraps TLS errors in BrokenResourceError;
+    a failed connect has one error per address tried as its cause)."""
+    cause = exc.__cause__
+    if isinstance(exc, trio.BrokenResourceError) and isinstance(cause, BaseException):
+        exc = cause
+    if isinstance(exc, ssl.SSLCertVerificationError):
+        return f"TLS certificate verification failed: {exc.verify_message}"
+    if isinstance(exc, ssl.SSLError):
+        return f"TLS error: {exc.reason or exc}"
+    if isinstance(exc, OSError):
+        group = exc.__cause__
+        if isinstance(group, BaseExceptionGroup) and group.exceptions:
+            first = group.exceptions[0]
+            detail = first.strerror if isinstance(first, OSError) else None
+            return f"{exc} ({detail or first})"
+        if exc.strerror:
+            return exc.strerror[0].lower() + exc.strerror[1:]
+    text = str(exc).strip().splitlines()
+    return text[0] if text else type(exc).__name__
+
+
+def _first_link_error(group: BaseExceptionGroup) -> LinkError | None:
+    """The first ``LinkError`` anywhere in a (nested) exception group."""
+    for exc in group.exceptions:
+        if isinstance(exc, LinkError):
+            return exc
+        if isinstance(exc, BaseExceptionGroup):
+            found = _first_link_error(exc)
+            if found is not None:
+                return found
+    return None
+
+
+class _Link:
+    """The client-side state of one connection (see the module docstring)."""
+
+    def __init__(self, stream: trio.abc.Stream, endpoint: Endpoint, options: LinkOptions,
+                 io: LinkIO, phase: list[str]) -> None:
+        self.stream = stream
+        self.phase = phase            # what the handshake waits for (timeout message)
+        self.endpoint = endpoint
+        self.where = endpoint.redacted()
+        self.options = options
+        self.io = io
+        self.decoder = Decoder(MAX_INBOUND_PACKET)
+        self.keep_alive = keep_alive_seconds(options.heartbeat)
+        self.connected = False
+        self._send_lock = trio.Lock()
+        self.writing = False          # a send_all is in progress (cut off if cancelled)
+        now = trio.current_time()
+        self.last_sent = now
+        self.last_received = now
+        self.ping_outstanding = False
+        self.stalled = False          # the reader waits for room in the inbound channel
+        self.inflight: dict[int, int] = {}   # packet id -> outbox seq, awaiting PUBACK
+        self._next_id = 1
+        self._ids_freed = trio.Event()
+        self._early: list[Packet] = []       # PUBLISH/PUBREL that arrived before SUBACK
+        self._topics: dict[str, bytes] = {}  # local topic -> encoded upstream name
+
+    # ------------------------------------------------------------ wire
+    async def send(self, data: bytes) -> None:
+        """Write whole packets; one writer at a time (trio streams are not shareable)."""
+        async with self._send_lock:
+            self.writing = True
+            await self.stream.send_all(data)
+            self.writing = False
+            self.last_sent = trio.current_time()
+
+    async def next_packet(self) -> Packet:
+        """The next packet from the upstream; EOF is a ``LinkError``."""
+        while True:
+            packet = self.decoder.next_packet()
+            if packet is not None:
+                self.last_received = trio.current_time()
+                return packet
+            data = await self.stream.receive_some(READ_SIZE)
+            if not data:
+                raise LinkError("connection closed by upstream")
+            self.decoder.feed(data)
+
+    # ------------------------------------------------------------ handshake
+    async def handshake(self) -> str:
+        """CONNECT/CONNACK, then SUBSCRIBE/SUBACK for the ``--in`` filters. Returns the
+        detail for ``io.up``."""
+        ep, opts = self.endpoint, self.options
+        self.phase[0] = "CONNACK"
+        await self.send(encode(Connect(
+            client_id=opts.client_id,
+            clean_session=False,  # persistent session: commands wait while we are away
+            keep_alive=self.keep_alive,
+            username=ep.username,
+            password=ep.password.encode("utf-8") if ep.password is not None else None,
+        )))
+        connack = await self._expect(Connack)
+        assert isinstance(connack, Connack)
+        if connack.return_code:
+            reason = CONNACK_REASONS.get(connack.return_code, "refused")
+            raise LinkError(f"{self.where} refused the connection: {reason} "
+                            f"(CONNACK return code {connack.return_code})")
+        detail = "session resumed" if connack.session_present else "new session"
+        if opts.inbound:
+            filters = [upstream_filter("mqtt", opts.prefix, f) for f in opts.inbound]
+            self.phase[0] = "SUBACK"
+            # Packet id 1 is free: no PUBLISH is in flight before the SUBACK.
+            await self.send(encode(Subscribe(1, tuple((f, 1) for f in filters))))
+            suback = await self._expect(Suback)
+            assert isinstance(suback, Suback)
+            if suback.packet_id != 1 or len(suback.return_codes) != len(filters):
+                raise LinkError(f"SUBACK from upstream does not match the SUBSCRIBE "
+                                f"({len(suback.return_codes)} codes for {len(filters)} "
+                                "filters)")
+            refused = [f for f, code in zip(filters, suback.return_codes, strict=True)
+                       if code == 0x80]
+            if refused:
+                raise LinkError(f"{self.where} refused the subscription to "
+                                f"{', '.join(map(repr, refused))} (SUBACK 0x80)")
+            detail += f", subscribed to {len(filters)} filter(s)"
+        self.connected = True
+        return detail
+
+    async def _expect(self, kind: type[Connack] | type[Suback]) -> Packet:
+        """Read until a ``kind`` packet arrives. A resumed session may start delivering
+        (PUBLISH, PUBREL) before the SUBACK: those are kept for the reader."""
+        while True:
+            packet = await self.next_packet()
+            if isinstance(packet, kind):
+                return packet
+            if isinstance(packet, Publish | Pubrel) and kind is Suback:
+                self._early.append(packet)
+                continue
+            raise LinkError(f"unexpected {type(packet).__name__.upper()} from upstream "
+                            f"while waiting for {kind.__name__.upper()}")
+
+    # ------------------------------------------------------------ running
+    async def run(self) -> NoReturn:
+        """Run the reader, deliverer, sender and watchdog until one fails."""
+        try:
+            with _as_link_error(self.where):
+                send_ch, recv_ch = trio.open_memory_channel[Publish](INBOUND_BUFFER)
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(self._guarded, self._reader, send_ch)
+                    nursery.start_soon(self._guarded, self._deliverer, recv_ch)
+                    nursery.start_soon(self._guarded, self._sender)
+                    if self.keep_alive:
+                        nursery.start_soon(self._guarded, self._watchdog)
+        except BaseExceptionGroup as group:
+            found = _first_link_error(group)
+            if found is None:
+                raise
+            raise found from None
+        raise LinkError("link tasks ended")  # pragma: no cover - they loop forever
+
+    async def _guarded(self, task: Callable[..., Awaitable[None]], *args: object) -> None:
+        with _as_link_error(self.where):
+            await task(*args)
+
+    async def _reader(self, inbound: trio.MemorySendChannel[Publish]) -> None:
+        early, self._early = self._early, []
+        for packet in early:
+            await self._dispatch(packet, inbound)
+        while True:
+            await self._dispatch(await self.next_packet(), inbound)
+
+    async def _dispatch(self, packet: Packet, inbound: trio.MemorySendChannel[Publish]
+                        ) -> None:
+        if isinstance(packet, Puback):
+            seq = self.inflight.pop(packet.packet_id, None)
+            if seq is None:
+                # Not ours (a stale id): nothing to confirm. Never confirm a guess.
+                log.debug("uplink %s: PUBACK for unknown packet id %d",
+                          self.options.name, packet.packet_id)
+                return
+            self.io.confirmed(seq)
+            self._ids_freed.set()
+        elif isinstance(packet, Publish):
+            self.stalled = True
+            try:
+                await inbound.send(packet)
+            finally:
+                self.stalled = False
+                self.last_received = trio.current_time()
+        elif isinstance(packet, Pubrel):
+            # QoS 2 inbound, second half (4.3.3): the message was delivered before our
+            # PUBREC; answer every PUBREL, also for ids of an earlier connection.
+            await self.send(encode(Pubcomp(packet.packet_id)))
+        elif isinstance(packet, Pingresp):
+            self.ping_outstanding = False
+        else:
+            raise LinkError(f"unexpected {type(packet).__name__.upper()} from upstream")
+
+    async def _deliverer(self, inbound: trio.MemoryReceiveChannel[Publish]) -> None:
+        name, prefix = self.options.name, self.options.prefix
+        async for msg in inbound:
+            topic = local_topic("mqtt", prefix, msg.topic)
+            if topic is None:
+                log.warning("uplink %s: dropped inbound message on %r: outside the prefix "
+                            "%r", name, msg.topic, prefix)
+            else:
+                try:
+                    await self.io.deliver(topic, msg.payload)
+                except LinkError as exc:
+                    # Not acknowledged: the upstream redelivers it on the next connection
+                    # (see "Decisions" in the module docstring).
+                    log.warning("uplink %s: inbound message on %r not published locally, "
+                                "left unacknowledged upstream: %s", name, msg.topic, exc)
+                    continue
+            # Acknowledge only now, after the local durable commit (MQTT-4.3.2-2/4.3.3-2).
+            if msg.qos == 1:
+                assert msg.packet_id is not None
+                await self.send(encode(Puback(msg.packet_id)))
+            elif msg.qos == 2:
+                assert msg.packet_id is not None
+                await self.send(encode(Pubrec(msg.packet_id)))
+
+    async def _sender(self) -> None:
+        while True:
+            free = MAX_PACKET_ID - len(self.inflight)
+            if free <= 0:
+                self._ids_freed = trio.Event()
+                await self._ids_freed.wait()
+                continue
+            batch = await self.io.take(min(free, TAKE_LIMIT))
+            frames = []
+            for msg in batch:
+                pid = self._allocate_id()
+                self.inflight[pid] = msg.seq
+                frames.append(encode_publish(self._upstream_topic(msg.topic), msg.payload,
+                                             1, False, False, pid))
+            if frames:
+                await self.send(b"".join(frames))
+
+    def _allocate_id(self) -> int:
+        """The next packet id not in flight, cycling 1..65535 (MQTT-2.3.1-2: an id is
+        free again only once its PUBACK arrived). Caller checks there is one."""
+        pid = self._next_id
+        while pid in self.inflight:
+            pid = pid % MAX_PACKET_ID + 1
+        self._next_id = pid % MAX_PACKET_ID + 1
+        return pid
+
+    def _upstream_topic(self, topic: str) -> bytes:
+        raw = self._topics.get(topic)
+        if raw is None:
+            name = upstream_name("mqtt", self.options.prefix, topic)
+            raw = name.encode("utf-8") if name else b""
+            if not raw or len(raw) > 0xFFFF:
+                raise LinkError(f"local topic {topic!r} has no valid upstream MQTT name")
+            if len(self._topics) >= TOPIC_CACHE_MAX:
+                self._topics.clear()
+            self._topics[topic] = raw
+        return raw
+
+    async def _watchdog(self) -> None:
+        """Keep-alive (3.1.2.10): PINGREQ after ``keep_alive`` s without sending or without
+        hearing anything; dead after ``DEAD_AFTER`` x that without receiving anything."""
+        period = float(self.keep_alive)
+        bound = DEAD_AFTER * period
+        while True:
+            now = trio.current_time()
+            if self.stalled:
+                # Our own local delivery is slow; the upstream is not to blame.
+                self.last_received = now
+            dead_at = self.last_received + bound
+            if now >= dead_at:
+                raise LinkError(f"no PINGRESP from upstream in {bound:g} s "
+                                f"(keep-alive {self.keep_alive} s)")
+            if not self.ping_outstanding and (now >= self.last_sent + period
+                                              or now >= self.last_received + period):
+                self.ping_outstanding = True
+                # A write blocked by a stuck peer must not stop the dead-link check.
+                with trio.move_on_at(dead_at):
+                    await self.send(_PINGREQ)
+                continue
+            wake = dead_at
+            if not self.ping_outstanding:
+                wake = min(wake, self.last_sent + period, self.last_received + period)
+            await trio.sleep_until(wake)

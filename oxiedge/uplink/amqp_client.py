@@ -1,0 +1,205 @@
+"""Sans-IO pieces of the uplink's AMQP 0-9-1 *client*: what to say, and what was meant.
+
+The broker side of ``oxiedge.amqp`` already has the frame codec and the generated method
+classes; this module adds what only a client needs, with no I/O and no trio (the link in
+``amqp_link.py`` moves the bytes):
+
+* the handshake answers: ``start_ok`` (SASL PLAIN, client properties and capabilities) and
+  ``tune_ok`` (heartbeat and frame-max negotiation);
+* ``UpstreamFrames``: the codec's :class:`FrameParser` used client-side (the server sends
+  no protocol header, so ``expect_header=False``), with every malformed input turned into
+  :class:`UpstreamFailure`, and RabbitMQ's "wrong protocol" reply recognised;
+* ``publish_bytes``: one outbox message as Basic.Publish + content frames;
+* ``ConfirmTracker``: publisher-confirm delivery tags → outbox sequence numbers;
+* ``close_reason``: a one-line reason for a Connection.Close / Channel.Close.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from oxiedge import __version__
+from oxiedge.amqp import spec
+from oxiedge.amqp.codec import (
+    PROTOCOL_HEADER,
+    Command,
+    FrameParser,
+    Heartbeat,
+    encode_content,
+)
+from oxiedge.amqp.errors import ACCESS_REFUSED, AmqpError
+
+#: Largest frame we accept and propose (RabbitMQ's default); the server may lower it.
+FRAME_MAX = 131072
+#: The only channel the link opens: publishes, confirms and the inbound consumer.
+CHANNEL = 1
+
+
+class UpstreamFailure(Exception):
+    """The upstream broke the protocol or refused us; the message is a one-line reason."""
+
+
+# ----------------------------------------------------------------- handshake
+def client_properties(connection_name: str) -> dict[str, Any]:
+    """Connection.Start-Ok ``client-properties``.
+
+    The capabilities tell RabbitMQ which of its extensions we understand: it then sends
+    Basic.Nack, Connection.Blocked/Unblocked, Basic.Cancel for a deleted queue, and closes
+    with 403 (instead of silently dropping the socket) when the login is refused."""
+    return {
+        "product": "oxiedge",
+        "version": __version__,
+        "platform": "Python/trio",
+        "connection_name": connection_name,
+        "capabilities": {
+            "publisher_confirms": True,
+            "connection.blocked": True,
+            "consumer_cancel_notify": True,
+            "basic.nack": True,
+            "authentication_failure_close": True,
+        },
+    }
+
+
+def start_ok(start: spec.ConnectionStart, username: str, password: str,
+             connection_name: str) -> spec.ConnectionStartOk:
+    """Answer Connection.Start with PLAIN credentials (spec 4.2.3; RFC 4616 response
+    ``\\0user\\0password``)."""
+    if (start.version_major, start.version_minor) != (0, 9):
+        raise UpstreamFailure(f"upstream speaks AMQP {start.version_major}-"
+                              f"{start.version_minor}, not 0-9-1")
+    mechanisms = start.mechanisms.decode("utf-8", "replace").split()
+    if "PLAIN" not in mechanisms:
+        raise UpstreamFailure(f"upstream offers no PLAIN login (only {' '.join(mechanisms)})")
+    response = b"\0" + username.encode() + b"\0" + password.encode()
+    return spec.ConnectionStartOk(client_properties(connection_name), "PLAIN", response,
+                                  "en_US")
+
+
+def negotiate(ours: int, theirs: int) -> int:
+    """Negotiate a limit where 0 means "none": the lower of two real limits, else the one
+    that is set (what RabbitMQ's own clients do for heartbeat, frame-max and channel-max)."""
+    if ours == 0 or theirs == 0:
+        return max(ours, theirs)
+    return min(ours, theirs)
+
+
+def tune_ok(tune: spec.ConnectionTune, heartbeat: float,
+            frame_max: int = FRAME_MAX) -> spec.ConnectionTuneOk:
+    """Connection.Tune-Ok: heartbeat in whole seconds (ours rounded up), frame-max the
+    smaller of both (never below the spec's 4096 minimum), one channel is enough."""
+    want_hb = max(0, math.ceil(heartbeat)) if heartbeat > 0 else 0
+    hb = min(negotiate(want_hb, tune.heartbeat), 0xFFFF)
+    fmax = max(negotiate(frame_max, tune.frame_max), spec.FRAME_MIN_SIZE)
+    channels = negotiate(CHANNEL, tune.channel_max)
+    return spec.ConnectionTuneOk(channels, fmax, hb)
+
+
+def close_reason(method: spec.ConnectionClose | spec.ChannelClose) -> str:
+    """A one-line reason for a close the upstream sent (403 reads "access refused ...")."""
+    what = "connection" if isinstance(method, spec.ConnectionClose) else "channel"
+    text = method.reply_text
+    if method.reply_code == ACCESS_REFUSED:
+        return f"access refused by upstream: {text}"
+    failed = spec.METHODS.get((method.class_id << 16) | method.method_id)
+    on = f" (after {failed.NAME})" if failed is not None else ""
+    return f"upstream closed the {what}: {method.reply_code} {text}{on}"
+
+
+# ----------------------------------------------------------------- frames in
+class UpstreamFrames:
+    """Bytes from the upstream → commands and heartbeats, client side."""
+
+    def __init__(self) -> None:
+        # The server does not send a protocol header (spec 4.2.2: only the client does);
+        # if it rejects ours it writes its own header instead and closes (checked below).
+        self._parser = FrameParser(FRAME_MAX, expect_header=False)
+        self._started = False
+
+    @property
+    def frame_max(self) -> int:
+        return self._parser.frame_max
+
+    @frame_max.setter
+    def frame_max(self, value: int) -> None:
+        self._parser.frame_max = value
+
+    def feed(self, data: bytes | bytearray) -> None:
+        """Append bytes received from the upstream."""
+        self._parser.feed(bytes(data) if isinstance(data, bytearray) else data)
+
+    def next_event(self) -> Command | Heartbeat | None:
+        """The next complete command or heartbeat; ``None`` until more bytes arrive.
+
+        Raises :class:`UpstreamFailure` for anything malformed (never ``IndexError`` &c.)."""
+        if not self._started:
+            head = self._parser.unconsumed()[:8]
+            if head[:1] == PROTOCOL_HEADER[:1]:  # "A" (65) is no frame type: a header
+                if len(head) < 8:
+                    return None
+                raise UpstreamFailure(f"upstream refused AMQP 0-9-1 (it answered {head!r})")
+        try:
+            event = self._parser.next_event()
+        except AmqpError as exc:
+            raise UpstreamFailure(f"malformed frame from upstream: {exc}") from None
+        if event is not None:
+            self._started = True
+        return event
+
+
+# ----------------------------------------------------------------- frames out
+def publish_bytes(exchange: str, routing_key: str, payload: bytes, *, seq: int, topic: str,
+                  device_id: str, link_name: str, timestamp: int, frame_max: int) -> bytes:
+    """One outbox message as Basic.Publish + content header + body frames ≤ ``frame_max``.
+
+    Persistent (``delivery-mode`` 2) and ``mandatory`` (an unroutable message comes back
+    as Basic.Return instead of vanishing); ``message-id`` ``device/link/seq`` lets the
+    consumer drop the duplicates an at-least-once resend after a reconnect produces."""
+    props = spec.BasicProperties(
+        headers={"x-oxiedge-device": device_id, "x-oxiedge-topic": topic},
+        delivery_mode=2,
+        message_id=f"{device_id}/{link_name}/{seq}",
+        timestamp=timestamp,
+        app_id="oxiedge",
+    )
+    try:
+        method = spec.BasicPublish(0, exchange, routing_key, True, False)
+        return encode_content(CHANNEL, method, props.encode(), payload, frame_max)
+    except AmqpError as exc:  # a name longer than a shortstr's 255 bytes
+        raise ValueError(str(exc)) from None
+
+
+class ConfirmTracker:
+    """Publisher confirms (RabbitMQ extension): after Confirm.Select the broker numbers
+    every publish on the channel 1, 2, 3, ... and acks (or nacks) by that number, possibly
+    several at once (``multiple``: every tag up to and including it)."""
+
+    def __init__(self) -> None:
+        self._next_tag = 1
+        self._seqs: dict[int, int] = {}  # tag → seq, insertion (= tag) ordered
+
+    def __len__(self) -> int:
+        return len(self._seqs)
+
+    def published(self, seq: int) -> int:
+        """Record the next publish (call before its bytes are sent); returns its tag."""
+        tag = self._next_tag
+        self._next_tag += 1
+        self._seqs[tag] = seq
+        return tag
+
+    def settle(self, tag: int, multiple: bool) -> list[int]:
+        """The seqs an ack/nack of ``tag`` settles, in publish order (removed here).
+
+        A tag we never used or already settled settles nothing (a duplicate ack must not
+        confirm a later message)."""
+        if not multiple:
+            seq = self._seqs.pop(tag, None)
+            return [] if seq is None else [seq]
+        done = []
+        for t in self._seqs:
+            if t > tag:
+                break
+            done.append(t)
+        return [self._seqs.pop(t) for t in done]

@@ -1,0 +1,449 @@
+"""One uplink connection to an upstream RabbitMQ node: an AMQP 0-9-1 client on trio.
+
+Theory of operation
+-------------------
+``run_amqp_link`` connects (TCP, or TLS with certificate and host name checks), performs
+the handshake, opens channel 1 in confirm mode, declares what it needs, calls
+``io.up()`` and then runs four tasks until one of them fails:
+
+reader
+    The only task that reads the socket. It answers what needs an answer at once
+    (Channel.Flow, Connection.Close, Channel.Close), turns publisher confirms into
+    ``io.confirmed(seq)`` and queues inbound deliveries for the deliverer. It never awaits
+    the manager, so heartbeats and confirms keep flowing while a command is being committed
+    locally. No bytes for two heartbeat intervals means the peer (or the path to it) is
+    dead, even when TCP still looks open.
+publisher
+    ``await io.take(n)`` → Basic.Publish frames. The manager bounds the window; this task
+    only pauses while the upstream says Connection.Blocked or Channel.Flow(active=false).
+heartbeat
+    Sends a heartbeat frame when nothing was sent for half the negotiated interval.
+deliverer
+    Inbound deliveries in order: ``await io.deliver(topic, body)`` (returns once durable
+    locally), then Basic.Ack. A crash before the ack leaves the message unacked upstream,
+    so RabbitMQ redelivers it on the next connection: at-least-once, never lost.
+
+A failure anywhere ends all four and raises :class:`LinkError` with a one-line reason; the
+manager reconnects (possibly to another node) and resends what was not confirmed.
+Protocol details that need no I/O live in ``amqp_client.py``.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import ssl
+import time
+from collections.abc import Awaitable, Callable
+from typing import NoReturn
+
+import trio
+
+from oxiedge.amqp import spec
+from oxiedge.amqp.codec import HEARTBEAT_FRAME, PROTOCOL_HEADER, Command, encode_method
+from oxiedge.uplink.amqp_client import (
+    CHANNEL,
+    ConfirmTracker,
+    UpstreamFailure,
+    UpstreamFrames,
+    close_reason,
+    publish_bytes,
+    start_ok,
+    tune_ok,
+)
+from oxiedge.uplink.link import (
+    Endpoint,
+    LinkError,
+    LinkIO,
+    LinkOptions,
+    local_topic,
+    tls_context,
+    upstream_filter,
+    upstream_name,
+)
+
+log = logging.getLogger("oxiedge")
+
+#: Most messages taken from the outbox per publish write (the manager's window still rules).
+TAKE_BATCH = 64
+#: How long a stopping link spends on a polite Connection.Close before dropping the socket.
+CLOSE_GRACE = 0.5
+
+
+async def run_amqp_link(endpoint: Endpoint, options: LinkOptions, io: LinkIO) -> NoReturn:
+    """Run one connection to ``endpoint`` until it fails (see the module docstring).
+
+    Raises :class:`LinkError` with a one-line reason (never containing the password);
+    cancellation closes the socket at once."""
+    stream: trio.abc.Stream | None = None
+    link: _Link | None = None
+    phase = "connect"
+    try:
+        with trio.move_on_after(options.connect_timeout) as deadline:
+            stream = await _open_stream(endpoint, options)
+            phase = "handshake"
+            link = _Link(endpoint, options, io, stream)
+            detail = await link.handshake()
+        if deadline.cancelled_caught:
+            raise LinkError(f"{endpoint.redacted()}: {phase} timed out after "
+                            f"{options.connect_timeout:g} s")
+        assert link is not None
+        io.up(endpoint, detail)
+        await link.run()
+        raise AssertionError("unreachable: _Link.run returns only by raising")
+    except BaseException:
+        # Cancelled (possibly inside an exception group): the manager stops this link.
+        if link is not None and link.ready and link.failure is None:
+            await link.close_politely()
+        raise
+    finally:
+        if stream is not None:
+            await trio.aclose_forcefully(stream)
+
+
+async def _open_stream(endpoint: Endpoint, options: LinkOptions) -> trio.abc.Stream:
+    """TCP (or TLS over TCP, handshake completed here so certificate errors surface now)."""
+    where = endpoint.redacted()
+    try:
+        tcp = await trio.open_tcp_stream(endpoint.host, endpoint.port)
+    except OSError as exc:
+        raise LinkError(f"{where}: cannot connect: {_oneline(exc)}") from None
+    if not endpoint.tls:
+        return tcp
+    try:
+        ctx = tls_context(endpoint, options.ca_file)
+    except (OSError, ssl.SSLError) as exc:  # unreadable CA file
+        await trio.aclose_forcefully(tcp)
+        raise LinkError(f"{where}: TLS setup: {_oneline(exc)}") from None
+    tls = trio.SSLStream(tcp, ctx, server_hostname=endpoint.host)
+    try:
+        await tls.do_handshake()
+    except (trio.BrokenResourceError, OSError, ssl.SSLError) as exc:
+        await trio.aclose_forcefully(tls)
+        raise LinkError(f"{where}: TLS handshake failed: {_oneline(exc)}") from None
+    return tls
+
+
+def _oneline(exc: BaseException) -> str:
+    """The most telling one-line text of a socket/TLS error (trio wraps the real cause)."""
+    while isinstance(exc, trio.BrokenResourceError) and exc.__cause__ is not None:
+        exc = exc.__cause__
+    text = str(exc) or type(exc).__name__
+    return " ".join(text.split())
+
+
+class _Closed(LinkError):
+    """The upstream closed the TCP connection (EOF)."""
+
+
+class _Link:
+    """The state of one established (or establishing) connection."""
+
+    def __init__(self, endpoint: Endpoint, options: LinkOptions, io: LinkIO,
+                 stream: trio.abc.Stream) -> None:
+        self.endpoint = endpoint
+        self.options = options
+        self.io = io
+        self.stream = stream
+        self.frames = UpstreamFrames()
+        self.frame_max = self.frames.frame_max
+        self.heartbeat = 0
+        self.send_lock = trio.Lock()
+        self.last_sent = trio.current_time()
+        self.confirms = ConfirmTracker()
+        self.paused: set[str] = set()   # "blocked" (connection) and/or "flow" (channel)
+        self.resumed = trio.Event()
+        self.returned = 0               # Basic.Return (unroutable) on this connection
+        self.broken = False             # a send was interrupted: the stream is unusable
+        self.failure: BaseException | None = None
+        self.ready = False              # handshake complete
+        self.deliveries_in, self.deliveries_out = \
+            trio.open_memory_channel[Command](math.inf)
+
+    # -------------------------------------------------------------- bytes
+    async def send(self, data: bytes) -> None:
+        async with self.send_lock:
+            self.broken = True  # until send_all completes: cancelled mid-frame = unusable
+            try:
+                await self.stream.send_all(data)
+            except (trio.BrokenResourceError, trio.ClosedResourceError, OSError,
+                    ssl.SSLError) as exc:
+                raise LinkError(f"{self.endpoint.redacted()}: send failed: "
+                                f"{_oneline(exc)}") from None
+            self.broken = False
+            self.last_sent = trio.current_time()
+
+    async def send_method(self, method: spec.Method, channel: int = CHANNEL) -> None:
+        await self.send(encode_method(channel, method))
+
+    async def receive(self) -> Command:
+        """The next command; heartbeats only count as traffic. No bytes for two heartbeat
+        intervals (once negotiated) → LinkError."""
+        while True:
+            try:
+                event = self.frames.next_event()
+            except UpstreamFailure as exc:
+                raise LinkError(str(exc)) from None
+            if isinstance(event, Command):
+                return event
+            if event is not None:  # a heartbeat: its arrival already reset the timer
+                continue
+            timeout = 2 * self.heartbeat if self.heartbeat else math.inf
+            with trio.move_on_after(timeout):
+                try:
+                    data = await self.stream.receive_some(65536)
+                except (trio.BrokenResourceError, trio.ClosedResourceError, OSError,
+                        ssl.SSLError) as exc:
+                    raise LinkError(f"{self.endpoint.redacted()}: receive failed: "
+                                    f"{_oneline(exc)}") from None
+                if not data:
+                    raise _Closed("connection closed by upstream")
+                self.frames.feed(data)
+                continue
+            raise LinkError(f"no heartbeat from upstream in {timeout:g} s")
+
+    async def rpc(self, method: spec.Method, reply: type[spec.Method],
+                  channel: int = CHANNEL) -> spec.Method:
+        """Send a synchronous method and wait for its reply (setup only: nothing else
+        is in flight yet, so any other command is a failure or a close)."""
+        await self.send_method(method, channel)
+        return await self.expect(reply)
+
+    async def expect(self, reply: type[spec.Method]) -> spec.Method:
+        while True:
+            cmd = await self.receive()
+            if isinstance(cmd.method, reply):
+                return cmd.method
+            if not await self.handle_control(cmd):
+                raise LinkError(f"unexpected {cmd.method.NAME} from upstream "
+                                f"(waiting for {reply.NAME})")
+
+    async def handle_control(self, cmd: Command) -> bool:
+        """Connection-level commands that may come at any time; True if handled.
+        A close from the upstream is answered (spec 4.2.4, 4.5.6) and then raised."""
+        m = cmd.method
+        if isinstance(m, spec.ConnectionClose):
+            await self._try_send(encode_method(0, spec.ConnectionCloseOk()))
+            raise LinkError(close_reason(m))
+        if isinstance(m, spec.ChannelClose):
+            await self._try_send(encode_method(cmd.channel, spec.ChannelCloseOk()))
+            raise LinkError(close_reason(m))
+        if isinstance(m, spec.ConnectionBlocked):
+            log.warning("uplink %s: upstream %s blocked publishing: %s", self.options.name,
+                        self.endpoint.redacted(), m.reason)
+            self.pause("blocked")
+            return True
+        if isinstance(m, spec.ConnectionUnblocked):
+            self.unpause("blocked")
+            return True
+        if isinstance(m, spec.ChannelFlow):  # old-style flow control: obey, then answer
+            if m.active:
+                self.unpause("flow")
+            else:
+                self.pause("flow")
+            await self.send_method(spec.ChannelFlowOk(m.active), cmd.channel)
+            return True
+        return False
+
+    async def _try_send(self, data: bytes) -> None:
+        """Best effort (the peer is closing anyway)."""
+        try:
+            with trio.move_on_after(CLOSE_GRACE):
+                await self.send(data)
+        except LinkError:
+            pass
+
+    def pause(self, why: str) -> None:
+        if not self.paused:
+            self.resumed = trio.Event()
+        self.paused.add(why)
+
+    def unpause(self, why: str) -> None:
+        self.paused.discard(why)
+        if not self.paused:
+            self.resumed.set()
+
+    # -------------------------------------------------------------- handshake
+    async def handshake(self) -> str:
+        """Connection → channel 1 in confirm mode → declarations → consumer.
+        Returns a short detail for ``io.up`` (server product/version)."""
+        ep, opts = self.endpoint, self.options
+        await self.send(PROTOCOL_HEADER)
+        try:
+            first = await self.receive()
+        except _Closed:
+            raise LinkError("connection closed by upstream before connection.start "
+                            "(not an AMQP 0-9-1 server?)") from None
+        if not isinstance(first.method, spec.ConnectionStart):
+            raise LinkError(f"expected connection.start, got {first.method.NAME}")
+        server = first.method.server_properties
+        name = f"oxiedge {opts.device_id} uplink {opts.name}"
+        user = ep.username if ep.username is not None else "guest"
+        password = ep.password if ep.password is not None else "guest"
+        try:
+            answer = start_ok(first.method, user, password, name)
+        except UpstreamFailure as exc:
+            raise LinkError(str(exc)) from None
+        await self.send_method(answer, 0)
+        try:
+            tune = await self.expect(spec.ConnectionTune)
+        except _Closed:  # a broker that drops refused logins without a Connection.Close
+            raise LinkError(f"access refused: connection closed after login as "
+                            f"{user!r}") from None
+        assert isinstance(tune, spec.ConnectionTune)
+        ok = tune_ok(tune, opts.heartbeat)
+        self.heartbeat, self.frame_max = ok.heartbeat, ok.frame_max
+        self.frames.frame_max = ok.frame_max
+        await self.send_method(ok, 0)
+        await self.rpc(spec.ConnectionOpen(ep.vhost), spec.ConnectionOpenOk, 0)
+        await self.rpc(spec.ChannelOpen(), spec.ChannelOpenOk)
+        await self.rpc(spec.ConfirmSelect(), spec.ConfirmSelectOk)
+        if opts.exchange and not opts.exchange.startswith("amq."):
+            await self.rpc(spec.ExchangeDeclare(0, opts.exchange, "topic", durable=True,
+                                                arguments={}), spec.ExchangeDeclareOk)
+        if opts.inbound:
+            args = {} if opts.queue_type == "classic" else {"x-queue-type": opts.queue_type}
+            await self.rpc(spec.QueueDeclare(0, opts.queue, durable=True, arguments=args),
+                           spec.QueueDeclareOk)
+            for topic_filter in opts.inbound:
+                key = upstream_filter("amqp", opts.prefix, topic_filter)
+                await self.rpc(spec.QueueBind(0, opts.queue, opts.exchange, key,
+                                              arguments={}), spec.QueueBindOk)
+            await self.rpc(spec.BasicQos(0, max(1, min(opts.window, 0xFFFF))),
+                           spec.BasicQosOk)
+            await self.rpc(spec.BasicConsume(0, opts.queue, "", no_ack=False, arguments={}),
+                           spec.BasicConsumeOk)
+        product = server.get("product", "?")
+        version = server.get("version", "?")
+        if isinstance(product, bytes):
+            product = product.decode("utf-8", "replace")
+        if isinstance(version, bytes):
+            version = version.decode("utf-8", "replace")
+        self.ready = True
+        return f"{product} {version}, heartbeat {self.heartbeat} s, frame_max {self.frame_max}"
+
+    # -------------------------------------------------------------- running
+    async def run(self) -> NoReturn:
+        tasks: list[Callable[[], Awaitable[None]]] = [self.reader, self.publisher]
+        if self.heartbeat:
+            tasks.append(self.heartbeater)
+        if self.options.inbound:
+            tasks.append(self.deliverer)
+        async with trio.open_nursery() as nursery:
+            for task in tasks:
+                nursery.start_soon(self._guard, task, nursery.cancel_scope)
+        # Only reached after a task failed and cancelled the others.
+        assert self.failure is not None
+        raise self.failure
+
+    async def _guard(self, task: Callable[[], Awaitable[None]],
+                     scope: trio.CancelScope) -> None:
+        """Run a task; its failure (the first one wins) ends the connection."""
+        try:
+            await task()
+        except Exception as exc:  # LinkError, or a manager bug: re-raised as is by run()
+            self._fail(exc, scope)
+
+    def _fail(self, exc: BaseException, scope: trio.CancelScope) -> None:
+        if self.failure is None:
+            self.failure = exc
+        scope.cancel()
+
+    async def reader(self) -> None:
+        while True:
+            cmd = await self.receive()
+            m = cmd.method
+            if isinstance(m, spec.BasicAck):
+                for seq in self.confirms.settle(m.delivery_tag, m.multiple):
+                    self.io.confirmed(seq)
+            elif isinstance(m, spec.BasicDeliver):
+                self.deliveries_in.send_nowait(cmd)  # bounded by Basic.Qos prefetch
+            elif isinstance(m, spec.BasicNack):
+                seqs = self.confirms.settle(m.delivery_tag, m.multiple)
+                raise LinkError(f"upstream refused to store message(s) {seqs} "
+                                "(basic.nack); reconnecting to resend")
+            elif isinstance(m, spec.BasicReturn):
+                # mandatory + no queue bound: RabbitMQ returns the message, then acks it.
+                # The ack confirms it (nothing to resend: it would be unroutable again).
+                self.returned += 1
+                level = logging.WARNING if self.returned == 1 else logging.DEBUG
+                log.log(level, "uplink %s: upstream has no queue for routing key %r on "
+                        "exchange %r (%s); message dropped upstream (%d on this connection)",
+                        self.options.name, m.routing_key, m.exchange, m.reply_text,
+                        self.returned)
+            elif isinstance(m, spec.BasicCancel):
+                raise LinkError(f"upstream cancelled the consumer of {self.options.queue} "
+                                "(queue deleted?)")
+            elif not await self.handle_control(cmd):
+                raise LinkError(f"unexpected {m.NAME} from upstream")
+
+    async def publisher(self) -> None:
+        opts = self.options
+        while True:
+            while self.paused:
+                await self.resumed.wait()
+            batch = await self.io.take(TAKE_BATCH)
+            now = int(time.time())
+            frames = []
+            for msg in batch:
+                key = upstream_name("amqp", opts.prefix, msg.topic)
+                try:
+                    if key is None:
+                        raise ValueError("no AMQP routing key for it")
+                    data = publish_bytes(opts.exchange, key, msg.payload, seq=msg.seq,
+                                         topic=msg.topic, device_id=opts.device_id,
+                                         link_name=opts.name, timestamp=now,
+                                         frame_max=self.frame_max)
+                except ValueError as exc:
+                    # Never staged by the manager; if it happens, resending cannot help.
+                    log.warning("uplink %s: dropping message %d on topic %r: %s",
+                                opts.name, msg.seq, msg.topic, exc)
+                    self.io.confirmed(msg.seq)
+                    continue
+                self.confirms.published(msg.seq)  # before sending: the ack may beat us
+                frames.append(data)
+            if frames:
+                await self.send(b"".join(frames))
+
+    async def heartbeater(self) -> None:
+        interval = self.heartbeat / 2
+        while True:
+            idle_until = self.last_sent + interval
+            now = trio.current_time()
+            if now < idle_until:
+                await trio.sleep(idle_until - now)
+                continue
+            await self.send(HEARTBEAT_FRAME)
+
+    async def deliverer(self) -> None:
+        opts = self.options
+        async for cmd in self.deliveries_out:
+            m = cmd.method
+            assert isinstance(m, spec.BasicDeliver)
+            topic = local_topic("amqp", opts.prefix, m.routing_key)
+            if topic is None:
+                # Not ours to translate: reject without requeue (an upstream DLX keeps it).
+                log.warning("uplink %s: rejecting inbound message with routing key %r "
+                            "(no local topic)", opts.name, m.routing_key)
+                await self.send_method(spec.BasicReject(m.delivery_tag, requeue=False))
+                continue
+            try:
+                await self.io.deliver(topic, cmd.body or b"")
+            except LinkError as exc:
+                log.warning("uplink %s: rejecting inbound message for %r: %s",
+                            opts.name, topic, exc)
+                await self.send_method(spec.BasicReject(m.delivery_tag, requeue=False))
+                continue
+            await self.send_method(spec.BasicAck(m.delivery_tag))
+
+    async def close_politely(self) -> None:
+        """On cancellation: tell the upstream we leave (Connection.Close), bounded."""
+        if self.broken or self.send_lock.locked():
+            return
+        with trio.CancelScope(shield=True), trio.move_on_after(CLOSE_GRACE):
+            try:
+                await self.stream.send_all(encode_method(0, spec.ConnectionClose(
+                    spec.REPLY_SUCCESS, "oxiedge uplink stopping")))
+            except (trio.BrokenResourceError, trio.ClosedResourceError, OSError,
+                    ssl.SSLError):
+                pass

@@ -1,0 +1,512 @@
+"""The AMQP uplink link against a real RabbitMQ node (and, for failures, tiny loopback peers).
+
+``RecordingIO`` below is a real (in-memory) implementation of the manager's side of a link:
+an outbox list it hands out, the confirms and inbound deliveries it records. Everything on
+the wire is real: RabbitMQ from Debian's package, TLS with a trustme CA, a TCP forwarder
+that can freeze, and raw sockets that answer garbage.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import subprocess
+import sys
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+
+from oxiedge.amqp import spec
+from oxiedge.amqp.codec import Command, FrameParser
+from oxiedge.uplink.amqp_client import (
+    ConfirmTracker,
+    negotiate,
+    publish_bytes,
+    tune_ok,
+)
+from oxiedge.uplink.amqp_link import run_amqp_link
+from oxiedge.uplink.link import Endpoint, LinkError, LinkOptions, OutMessage, parse_endpoint
+
+from .rabbit import Rabbit
+
+
+# ----------------------------------------------------------------------------- helpers
+class RecordingIO:
+    """The manager's side of one link, in memory: an outbox, confirms, deliveries."""
+
+    def __init__(self, deliver: str = "ok") -> None:
+        self.pending: list[OutMessage] = []
+        self.confirmed_seqs: list[int] = []
+        self.delivered: list[tuple[str, bytes]] = []
+        self.deliver_calls = 0
+        self.deliver_mode = deliver  # ok | hang | crash | refuse
+        self.up_calls: list[tuple[Endpoint, str]] = []
+        self.changed = trio.Event()
+        self._seq = 0
+
+    def _poke(self) -> None:
+        self.changed.set()
+        self.changed = trio.Event()
+
+    def add(self, topic: str, payload: bytes) -> int:
+        self._seq += 1
+        self.pending.append(OutMessage(self._seq, topic, payload))
+        self._poke()
+        return self._seq
+
+    async def take(self, limit: int) -> list[OutMessage]:
+        while not self.pending:
+            await self.changed.wait()
+        out, self.pending = self.pending[:limit], self.pending[limit:]
+        return out
+
+    def confirmed(self, seq: int) -> None:
+        self.confirmed_seqs.append(seq)
+        self._poke()
+
+    async def deliver(self, topic: str, payload: bytes) -> None:
+        self.deliver_calls += 1
+        self._poke()
+        if self.deliver_mode == "hang":
+            await trio.sleep_forever()
+        if self.deliver_mode == "crash":
+            raise RuntimeError("local store exploded")
+        if self.deliver_mode == "refuse":
+            raise LinkError(f"cannot publish locally on {topic!r}")
+        self.delivered.append((topic, payload))
+        self._poke()
+
+    def up(self, endpoint: Endpoint, detail: str = "") -> None:
+        self.up_calls.append((endpoint, detail))
+        self._poke()
+
+    async def until(self, cond: Callable[[], bool], timeout: float = 10.0) -> None:
+        with trio.fail_after(timeout):
+            while not cond():
+                await self.changed.wait()
+
+
+def opts(**kw: Any) -> LinkOptions:
+    kw.setdefault("name", "up")
+    kw.setdefault("device_id", "dev-" + uuid.uuid4().hex[:8])
+    kw.setdefault("connect_timeout", 5.0)
+    return LinkOptions(**kw)
+
+
+def token() -> str:
+    return "t" + uuid.uuid4().hex[:10]
+
+
+async def sync(fn: Callable[..., Any], *args: Any, **kw: Any) -> Any:
+    """A blocking pika helper, off the trio thread."""
+    return await trio.to_thread.run_sync(lambda: fn(*args, **kw))
+
+
+async def fails_with(endpoint: Endpoint, options: LinkOptions, io: RecordingIO,
+                     timeout: float = 10.0) -> LinkError:
+    with trio.fail_after(timeout), pytest.raises(LinkError) as info:
+        await run_amqp_link(endpoint, options, io)
+    return info.value
+
+
+class RunningLink:
+    """``run_amqp_link`` in a background task; ``.error`` is what it raised."""
+
+    def __init__(self, nursery: trio.Nursery, endpoint: Endpoint, options: LinkOptions,
+                 io: RecordingIO) -> None:
+        self.scope = trio.CancelScope()
+        self.error: BaseException | None = None
+        self.done = trio.Event()
+        nursery.start_soon(self._run, endpoint, options, io)
+
+    async def _run(self, endpoint: Endpoint, options: LinkOptions, io: RecordingIO) -> None:
+        try:
+            with self.scope:
+                await run_amqp_link(endpoint, options, io)
+        except Exception as exc:
+            self.error = exc
+        finally:
+            self.done.set()
+
+    async def stop(self) -> None:
+        self.scope.cancel()
+        with trio.fail_after(5):
+            await self.done.wait()
+
+
+class FreezableProxy:
+    """Loopback TCP forwarder; ``frozen = True`` stops moving bytes but keeps sockets open
+    (the silent dead link). ``client_closed`` is set when the link side closes."""
+
+    def __init__(self, target_port: int) -> None:
+        self.target_port = target_port
+        self.frozen = False
+        self.port = 0
+        self.client_closed = trio.Event()
+
+    async def serve(self, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+        listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
+        self.port = listeners[0].socket.getsockname()[1]
+        task_status.started()
+        await trio.serve_listeners(self._handle, listeners)
+
+    async def _handle(self, client: trio.SocketStream) -> None:
+        upstream = await trio.open_tcp_stream("127.0.0.1", self.target_port)
+        async with client, upstream, trio.open_nursery() as nursery:
+            nursery.start_soon(self._pump, client, upstream, True, nursery.cancel_scope)
+            nursery.start_soon(self._pump, upstream, client, False, nursery.cancel_scope)
+
+    async def _pump(self, src: trio.SocketStream, dst: trio.SocketStream, from_client: bool,
+                    scope: trio.CancelScope) -> None:
+        try:
+            while True:
+                data = await src.receive_some(65536)
+                if not data:
+                    break
+                if self.frozen:
+                    await trio.sleep_forever()  # hold the bytes and the socket
+                await dst.send_all(data)
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            pass
+        if from_client:
+            self.client_closed.set()
+        scope.cancel()
+
+
+async def one_shot_server(nursery: trio.Nursery, answer: bytes | None) -> int:
+    """A listener that reads the client's protocol header, writes ``answer`` (``None``:
+    nothing, ever) and keeps the socket open; returns its port."""
+
+    async def handle(stream: trio.SocketStream) -> None:
+        async with stream:
+            await stream.receive_some(8)
+            if answer is not None:
+                await stream.send_all(answer)
+            await trio.sleep_forever()
+
+    listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
+    nursery.start_soon(trio.serve_listeners, handle, listeners)
+    return int(listeners[0].socket.getsockname()[1])
+
+
+# ----------------------------------------------------------------------------- sans-IO
+def test_client_module_does_not_import_trio() -> None:
+    code = ("import sys, oxiedge.uplink.amqp_client; "
+            "sys.exit(1 if 'trio' in sys.modules else 0)")
+    assert subprocess.run([sys.executable, "-c", code]).returncode == 0
+
+
+def test_confirm_tracker_single_multiple_and_duplicates() -> None:
+    tracker = ConfirmTracker()
+    tags = [tracker.published(seq) for seq in (10, 11, 12, 13, 14)]
+    assert tags == [1, 2, 3, 4, 5]
+    assert tracker.settle(2, multiple=False) == [11]
+    assert tracker.settle(4, multiple=True) == [10, 12, 13]
+    assert tracker.settle(4, multiple=True) == []     # duplicate: nothing more
+    assert tracker.settle(2, multiple=False) == []
+    assert tracker.settle(99, multiple=False) == []   # never used
+    assert len(tracker) == 1 and tracker.settle(5, multiple=False) == [14]
+
+
+def test_tune_negotiation_follows_rabbitmq_clients() -> None:
+    assert negotiate(30, 60) == 30 and negotiate(0, 60) == 60 and negotiate(30, 0) == 30
+    ok = tune_ok(spec.ConnectionTune(2047, 131072, 60), heartbeat=1.5, frame_max=131072)
+    assert (ok.channel_max, ok.frame_max, ok.heartbeat) == (1, 131072, 2)
+    ok = tune_ok(spec.ConnectionTune(0, 0, 0), heartbeat=0)
+    assert ok.heartbeat == 0 and ok.frame_max == 131072
+    assert tune_ok(spec.ConnectionTune(0, 1024, 0), heartbeat=5).frame_max == 4096
+
+
+def test_publish_bytes_split_into_frames_no_larger_than_frame_max() -> None:
+    body = os.urandom(10_000)
+    raw = publish_bytes("amq.topic", "a.b", body, seq=7, topic="a/b", device_id="d1",
+                        link_name="up", timestamp=1_700_000_000, frame_max=4096)
+    # Frames: method, header, then ceil(10000 / 4088) = 3 bodies, each ≤ frame_max.
+    sizes, pos = [], 0
+    while pos < len(raw):
+        size = int.from_bytes(raw[pos + 3 : pos + 7], "big")
+        sizes.append(size + 8)
+        pos += size + 8
+    assert len(sizes) == 5 and max(sizes) <= 4096
+    parser = FrameParser(4096, expect_header=False)
+    parser.feed(raw)
+    cmd = parser.next_event()
+    assert isinstance(cmd, Command) and cmd.body == body and cmd.properties is not None
+    method = cmd.method
+    assert isinstance(method, spec.BasicPublish)
+    assert (method.exchange, method.routing_key, method.mandatory) == ("amq.topic", "a.b", True)
+    props, _ = spec.BasicProperties.decode(cmd.properties)
+    assert props.delivery_mode == 2 and props.message_id == "d1/up/7"
+    assert props.app_id == "oxiedge" and props.timestamp == 1_700_000_000
+    assert props.headers == {"x-oxiedge-device": "d1", "x-oxiedge-topic": "a/b"}
+
+
+# ----------------------------------------------------------------------------- outbound
+async def test_publish_confirmed_once_each_and_in_queue_in_order(rabbit: Rabbit) -> None:
+    tok = token()
+    queue = f"sink.{tok}"
+    await sync(rabbit.declare_sink, queue, f"{tok}.#")
+    endpoint = parse_endpoint(rabbit.url())
+    options = opts()
+    io = RecordingIO()
+    seqs = [io.add(f"{tok}/sensor/{i}", f"reading {i}".encode()) for i in range(50)]
+    async with trio.open_nursery() as nursery:
+        link = RunningLink(nursery, endpoint, options, io)
+        await io.until(lambda: len(io.confirmed_seqs) >= 50)
+        await link.stop()
+    assert link.error is None
+    assert sorted(io.confirmed_seqs) == seqs and len(io.confirmed_seqs) == 50
+    assert io.up_calls and io.up_calls[0][0] == endpoint
+    assert "RabbitMQ" in io.up_calls[0][1]
+    got = await sync(rabbit.drain, queue, expect=50)
+    assert [rk for rk, _, _ in got] == [f"{tok}.sensor.{i}" for i in range(50)]
+    assert [body for _, body, _ in got] == [f"reading {i}".encode() for i in range(50)]
+    info = got[3][2]
+    assert info["delivery_mode"] == 2 and info["app_id"] == "oxiedge"
+    assert info["message_id"] == f"{options.device_id}/up/{seqs[3]}"
+    assert info["x-oxiedge-device"] == options.device_id
+    assert info["x-oxiedge-topic"] == f"{tok}/sensor/3"
+    assert isinstance(info["timestamp"], int) and info["timestamp"] > 1_600_000_000
+
+
+async def test_prefix_custom_exchange_and_unroutable_return(
+        rabbit: Rabbit, caplog: pytest.LogCaptureFixture) -> None:
+    tok = token()
+    exchange = f"oxiedge.test.{tok}"
+    options = opts(prefix=f"site/{tok}/", exchange=exchange)
+    io = RecordingIO()
+    caplog.set_level(logging.WARNING, logger="oxiedge")
+    async with trio.open_nursery() as nursery:
+        link = RunningLink(nursery, parse_endpoint(rabbit.url()), options, io)
+        await io.until(lambda: bool(io.up_calls))
+        # The link declared the exchange (durable topic): nothing is bound yet, so the
+        # first message comes back as Basic.Return, and its ack still confirms it.
+        first = io.add("temp", b"lost")
+        await io.until(lambda: first in io.confirmed_seqs)
+        await sync(rabbit.declare_sink, f"sink.{tok}", "#", exchange)
+        second = io.add("temp", b"21.5")
+        await io.until(lambda: second in io.confirmed_seqs)
+        await link.stop()
+    assert link.error is None
+    assert any("no queue for routing key" in r.getMessage() for r in caplog.records)
+    got = await sync(rabbit.drain, f"sink.{tok}", expect=1)
+    assert [(rk, body) for rk, body, _ in got] == [(f"site.{tok}.temp", b"21.5")]
+    assert got[0][2]["x-oxiedge-topic"] == "temp"  # the LOCAL topic
+
+
+async def test_large_body_spans_many_frames(rabbit: Rabbit) -> None:
+    tok = token()
+    await sync(rabbit.declare_sink, f"sink.{tok}", f"{tok}.#")
+    body = os.urandom(1_000_000)  # > frame_max (131072): ~8 body frames
+    io = RecordingIO()
+    seq = io.add(f"{tok}/blob", body)
+    async with trio.open_nursery() as nursery:
+        link = RunningLink(nursery, parse_endpoint(rabbit.url()), opts(), io)
+        await io.until(lambda: seq in io.confirmed_seqs)
+        await link.stop()
+    got = await sync(rabbit.drain, f"sink.{tok}", expect=1)
+    assert len(got) == 1 and got[0][1] == body
+
+
+# ----------------------------------------------------------------------------- inbound
+async def test_inbound_acked_only_after_deliver_returns(rabbit: Rabbit) -> None:
+    tok = token()
+    options = opts(prefix=f"site/{tok}/", inbound=("cmd/#",), window=8)
+    endpoint = parse_endpoint(rabbit.url())
+    # 1) deliver never returns: the message stays unacked; the link is stopped.
+    io = RecordingIO(deliver="hang")
+    async with trio.open_nursery() as nursery:
+        link = RunningLink(nursery, endpoint, options, io)
+        await io.until(lambda: bool(io.up_calls))
+        await sync(rabbit.publish, f"site.{tok}.cmd.reboot", b"now")
+        await io.until(lambda: io.deliver_calls == 1)
+        assert await sync(rabbit.count, options.queue) == 0  # delivered, not acked
+        await link.stop()
+    # 2) deliver crashes (a manager bug): the link ends with it, still no ack.
+    io = RecordingIO(deliver="crash")
+    async with trio.open_nursery() as nursery:
+        link = RunningLink(nursery, endpoint, options, io)
+        with trio.fail_after(10):
+            await link.done.wait()
+    assert isinstance(link.error, RuntimeError) and io.deliver_calls == 1
+    # 3) the next connection gets it again; acked once deliver returned.
+    io = RecordingIO()
+    async with trio.open_nursery() as nursery:
+        link = RunningLink(nursery, endpoint, options, io)
+        await io.until(lambda: len(io.delivered) == 1)
+        assert io.delivered == [("cmd/reboot", b"now")]
+        # Acked (the ack is sent right after deliver returns): wait for RabbitMQ to know.
+        with trio.fail_after(10):
+            while await sync(rabbit.count, options.queue) != 0:
+                await trio.sleep(0.05)
+        await link.stop()
+    assert link.error is None
+    assert await sync(rabbit.count, options.queue) == 0  # not requeued: it was acked
+
+
+async def test_inbound_refused_or_untranslatable_is_rejected(rabbit: Rabbit) -> None:
+    tok = token()
+    options = opts(prefix=f"site/{tok}/", inbound=("cmd/+",), queue_type="classic")
+    io = RecordingIO(deliver="refuse")
+    async with trio.open_nursery() as nursery:
+        link = RunningLink(nursery, parse_endpoint(rabbit.url()), options, io)
+        await io.until(lambda: bool(io.up_calls))
+        await sync(rabbit.publish, f"site.{tok}.cmd.a", b"1")
+        await io.until(lambda: io.deliver_calls == 1)
+        # Straight into the queue by its name: no local topic for it → rejected unseen.
+        await sync(rabbit.publish, options.queue, b"2", exchange="")
+        io.deliver_mode = "ok"
+        await sync(rabbit.publish, f"site.{tok}.cmd.b", b"3")
+        await io.until(lambda: len(io.delivered) == 1)
+        await link.stop()
+    assert link.error is None
+    assert io.delivered == [("cmd/b", b"3")] and io.deliver_calls == 2
+    assert await sync(rabbit.count, options.queue) == 0  # both rejected without requeue
+
+
+# ----------------------------------------------------------------------------- TLS, auth
+async def test_tls_with_the_test_ca(rabbit: Rabbit) -> None:
+    tok = token()
+    await sync(rabbit.declare_sink, f"sink.{tok}", f"{tok}.#")
+    io = RecordingIO()
+    seq = io.add(f"{tok}/x", b"over tls")
+    endpoint = parse_endpoint(rabbit.url(tls=True))
+    assert endpoint.tls and endpoint.host == "localhost"
+    async with trio.open_nursery() as nursery:
+        link = RunningLink(nursery, endpoint, opts(ca_file=rabbit.ca_file), io)
+        await io.until(lambda: seq in io.confirmed_seqs)
+        await link.stop()
+    assert link.error is None
+    got = await sync(rabbit.drain, f"sink.{tok}", expect=1)
+    assert got[0][1] == b"over tls"
+
+
+async def test_tls_without_the_ca_fails_certificate_verification(rabbit: Rabbit) -> None:
+    endpoint = parse_endpoint(rabbit.url(tls=True, password="s3cret"))
+    err = await fails_with(endpoint, opts(), RecordingIO())
+    assert "certificate verify failed" in str(err)
+    assert endpoint.redacted() in str(err) and "s3cret" not in str(err)
+
+
+async def test_wrong_password_is_access_refused(rabbit: Rabbit) -> None:
+    io = RecordingIO()
+    err = await fails_with(parse_endpoint(rabbit.url(password="wrong")), opts(), io)
+    assert str(err).startswith("access refused") and "wrong" not in str(err)
+    assert io.up_calls == []
+
+
+async def test_unknown_vhost_is_refused(rabbit: Rabbit) -> None:
+    url = rabbit.url().rstrip("/") + "/nosuchvhost"
+    err = await fails_with(parse_endpoint(url), opts(), RecordingIO())
+    assert "530" in str(err) and "vhost nosuchvhost not found" in str(err)
+
+
+# ----------------------------------------------------------------------------- failures
+async def test_silent_link_detected_within_two_heartbeats(rabbit: Rabbit) -> None:
+    proxy = FreezableProxy(rabbit.port)
+    io = RecordingIO()
+    async with trio.open_nursery() as nursery:
+        await nursery.start(proxy.serve)
+        endpoint = Endpoint("amqp", "127.0.0.1", proxy.port, "guest", "guest")
+        link = RunningLink(nursery, endpoint, opts(heartbeat=1), io)
+        await io.until(lambda: bool(io.up_calls))
+        assert "heartbeat 1 s" in io.up_calls[0][1]
+        proxy.frozen = True
+        frozen_at = trio.current_time()
+        with trio.fail_after(6):
+            await link.done.wait()
+        elapsed = trio.current_time() - frozen_at
+        nursery.cancel_scope.cancel()
+    assert isinstance(link.error, LinkError)
+    assert "no heartbeat from upstream in 2 s" in str(link.error)
+    assert elapsed <= 2 * 1 + 0.5
+
+
+async def test_cancellation_closes_the_socket_promptly(rabbit: Rabbit) -> None:
+    proxy = FreezableProxy(rabbit.port)
+    io = RecordingIO()
+    async with trio.open_nursery() as nursery:
+        await nursery.start(proxy.serve)
+        endpoint = Endpoint("amqp", "127.0.0.1", proxy.port)
+        link = RunningLink(nursery, endpoint, opts(), io)
+        await io.until(lambda: bool(io.up_calls))
+        await link.stop()
+        with trio.fail_after(1):
+            await proxy.client_closed.wait()
+        nursery.cancel_scope.cancel()
+    assert link.error is None
+
+
+async def test_refused_connect_and_handshake_timeout_name_the_endpoint() -> None:
+    async with trio.open_nursery() as nursery:
+        silent = await one_shot_server(nursery, None)
+        with trio.socket.socket() as s:  # a port nothing listens on
+            await s.bind(("127.0.0.1", 0))
+            closed_port = s.getsockname()[1]
+        err = await fails_with(Endpoint("amqp", "127.0.0.1", closed_port, "u", "pw"),
+                               opts(), RecordingIO())
+        assert f"amqp://u:***@127.0.0.1:{closed_port}" in str(err) and "pw" not in str(err)
+        assert "cannot connect" in str(err)
+        t0 = trio.current_time()
+        err = await fails_with(Endpoint("amqp", "127.0.0.1", silent),
+                               opts(connect_timeout=0.5), RecordingIO())
+        assert "handshake timed out after 0.5 s" in str(err)
+        assert trio.current_time() - t0 < 2
+        nursery.cancel_scope.cancel()
+
+
+@pytest.mark.parametrize(("answer", "expected"), [
+    (b"AMQP\x00\x00\x09\x01", "refused AMQP 0-9-1"),
+    (b"\x01\x00\x00\x00\x00\x00\x02\x00\x0a\xce", "malformed frame"),          # 2-byte method
+    (b"\x01\x00\x00\x00\x00\x00\x04\x00\x0a\x00\x0a\x00", "malformed frame"),  # bad frame end
+    (b"\x09\x00\x00\x00\x00\x00\x00\xce", "malformed frame"),                  # frame type 9
+    (b"\x01\x00\x00\x00\x00\x00\x05\x00\x0a\x00\x0a\x00\xce", "malformed frame"),
+    (b"", "connection closed by upstream"),
+])
+async def test_garbage_from_upstream_is_a_link_error(answer: bytes, expected: str) -> None:
+    async with trio.open_nursery() as nursery:
+        if answer:
+            port = await one_shot_server(nursery, answer)
+        else:  # accept, read the header, close
+            async def close_at_once(stream: trio.SocketStream) -> None:
+                await stream.receive_some(8)
+                await stream.aclose()
+            listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
+            port = listeners[0].socket.getsockname()[1]
+            nursery.start_soon(trio.serve_listeners, close_at_once, listeners)
+        err = await fails_with(Endpoint("amqp", "127.0.0.1", port), opts(connect_timeout=2),
+                               RecordingIO(), timeout=5)
+        assert expected in str(err)
+        nursery.cancel_scope.cancel()
+
+
+@pytest.fixture(scope="module")
+def own_rabbit(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    node = Rabbit.start(Path(tmp_path_factory.mktemp("rabbit-own")))
+    try:
+        yield node
+    finally:
+        node.stop()
+
+
+async def test_upstream_stopped_mid_stream(own_rabbit: Rabbit) -> None:
+    tok = token()
+    await sync(own_rabbit.declare_sink, f"sink.{tok}", f"{tok}.#")
+    io = RecordingIO()
+    async with trio.open_nursery() as nursery:
+        link = RunningLink(nursery, parse_endpoint(own_rabbit.url()), opts(heartbeat=5), io)
+        first = io.add(f"{tok}/a", b"1")
+        await io.until(lambda: first in io.confirmed_seqs)
+        await sync(own_rabbit.stop)
+        with trio.fail_after(10):
+            await link.done.wait()
+    assert isinstance(link.error, LinkError)
+    assert ("CONNECTION_FORCED" in str(link.error)
+            or "closed by upstream" in str(link.error)), link.error
+    await sync(own_rabbit.start_again)
+    got = await sync(own_rabbit.drain, f"sink.{tok}", expect=1)
+    assert [body for _, body, _ in got] == [b"1"]  # confirmed = it survived the restart

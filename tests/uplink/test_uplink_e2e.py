@@ -7,11 +7,20 @@ expected messages arrived or the deadline passed.
 
 from __future__ import annotations
 
+import contextlib
+import json
+import queue
 import socket
 import threading
 import time
-from collections.abc import Iterator
+import uuid
+from collections import Counter
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
 
+import paho.mqtt.client as mqtt
+import pika
 import pytest
 
 from .proxy import Proxy
@@ -160,3 +169,533 @@ def test_proxy_to_a_dead_target_closes_the_client() -> None:
         while proxy.live and time.monotonic() < deadline:
             time.sleep(0.05)
         assert proxy.live == 0
+
+
+# ===================================================================== helpers
+def unique(tag: str) -> str:
+    """A device id / queue name no other test (in this session's shared RabbitMQ) uses."""
+    return f"{tag}-{uuid.uuid4().hex[:8]}"
+
+
+class Local:
+    """A paho client (v2 API) on a local oxiedge: QoS 1 publishes with their PUBACKs, and a
+    subscription whose messages land in ``messages``."""
+
+    def __init__(self, port: int, client_id: str = "", clean: bool = True) -> None:
+        self.messages: queue.Queue[tuple[str, bytes]] = queue.Queue()
+        self._acked: set[int] = set()
+        self._cond = threading.Condition()
+        self._connected = threading.Event()
+        self._subacked = threading.Event()
+        self.c = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id=client_id,
+                             clean_session=clean, protocol=mqtt.MQTTv311)
+        self.c.max_inflight_messages_set(100)
+        self.c.max_queued_messages_set(0)
+        self.c.on_connect = lambda *_a: self._connected.set()
+        self.c.on_publish = self._on_publish
+        self.c.on_subscribe = lambda *_a: self._subacked.set()
+        self.c.on_message = lambda _c, _u, m: self.messages.put((m.topic, bytes(m.payload)))
+        self.c.connect("127.0.0.1", port, keepalive=30)
+        self.c.loop_start()
+        if not self._connected.wait(TIMEOUT):
+            self.close()
+            raise AssertionError(f"no CONNACK from oxiedge on port {port}")
+
+    def _on_publish(self, _c: Any, _u: Any, mid: int, _rc: Any, _p: Any) -> None:
+        with self._cond:
+            self._acked.add(mid)
+            self._cond.notify_all()
+
+    def publish(self, topic: str, payload: bytes) -> int:
+        """Send one QoS 1 PUBLISH; returns its packet id (see ``wait_acked``)."""
+        info = self.c.publish(topic, payload, qos=1)
+        assert info.rc == mqtt.MQTT_ERR_SUCCESS, info.rc
+        return int(info.mid)
+
+    def acked(self, mids: list[int]) -> list[int]:
+        with self._cond:
+            return [m for m in mids if m in self._acked]
+
+    def wait_acked(self, mids: list[int], timeout: float = TIMEOUT) -> bool:
+        with self._cond:
+            return self._cond.wait_for(lambda: set(mids) <= self._acked, timeout)
+
+    def publish_all(self, messages: list[tuple[str, bytes]], timeout: float = 20.0) -> None:
+        """Publish every ``(topic, payload)`` at QoS 1 and wait for all PUBACKs."""
+        mids = [self.publish(t, p) for t, p in messages]
+        assert self.wait_acked(mids, timeout), \
+            f"{len(self.acked(mids))} of {len(mids)} PUBACKs within {timeout}s"
+
+    def subscribe(self, topic_filter: str) -> None:
+        self._subacked.clear()
+        self.c.subscribe(topic_filter, qos=1)
+        assert self._subacked.wait(TIMEOUT), f"no SUBACK for {topic_filter!r}"
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception):
+            self.c.disconnect()
+        self.c.loop_stop()
+
+    def __enter__(self) -> Local:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def uplink_status(server: Any, name: str) -> dict[str, Any]:
+    """``oxiedge uplink status --json``'s entry for ``name``."""
+    res = server.cli("uplink", "status", "--json")
+    result = json.loads(res.stdout)
+    assert name in result, f"uplink {name} not in status: {res.stdout}"
+    return dict(result[name])
+
+
+def wait_status(server: Any, name: str, pred: Callable[[dict[str, Any]], bool], what: str,
+                timeout: float = 30.0) -> dict[str, Any]:
+    """Poll the uplink's status until ``pred`` holds; fail naming ``what`` and the last one."""
+    deadline = time.monotonic() + timeout
+    while True:
+        st = uplink_status(server, name)
+        if pred(st):
+            return st
+        if time.monotonic() > deadline:
+            tail = "\n".join(server.log_lines[-25:])
+            raise AssertionError(f"uplink {name}: not {what} within {timeout}s; status {st}\n"
+                                 f"server log tail:\n{tail}")
+        time.sleep(0.2)  # polling the CLI: the status has no event to await from here
+
+
+def connected(st: dict[str, Any]) -> bool:
+    return st.get("state") == "connected"
+
+
+def not_connected(st: dict[str, Any]) -> bool:
+    return st.get("state") != "connected"
+
+
+def drained(st: dict[str, Any]) -> bool:
+    return st.get("state") == "connected" and st.get("backlog_messages") == 0 \
+        and st.get("inflight", 0) == 0
+
+
+def wait_log(server: Any, needle: str, timeout: float = TIMEOUT) -> str:
+    """Wait until a server log line contains ``needle``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        hit = next((ln for ln in list(server.log_lines) if needle in ln), None)
+        if hit is not None:
+            return hit
+        if time.monotonic() > deadline:
+            raise AssertionError(f"no log line with {needle!r} within {timeout}s:\n"
+                                 + "\n".join(server.log_lines[-25:]))
+        time.sleep(0.1)
+
+
+class RabbitSink:
+    """A durable quorum queue on a RabbitMQ node bound to ``amq.topic``, deleted at the end."""
+
+    def __init__(self, rabbit: Any, binding: str = "#") -> None:
+        self.rabbit = rabbit
+        self.queue = unique("sink")
+        rabbit.declare_sink(self.queue, binding)
+        self.got: list[tuple[str, bytes, dict[str, Any]]] = []
+
+    def collect(self, expected: set[bytes], timeout: float = 30.0) -> Counter[bytes]:
+        """Drain until every payload in ``expected`` arrived (duplicates kept); the count of
+        every payload received so far."""
+        deadline = time.monotonic() + timeout
+        while True:
+            self.got += self.rabbit.drain(self.queue, timeout=0.5)
+            seen = Counter(body for _, body, _ in self.got)
+            if expected <= set(seen):
+                return seen
+            if time.monotonic() > deadline:
+                missing = sorted(expected - set(seen))
+                raise AssertionError(f"{len(missing)} of {len(expected)} messages never "
+                                     f"reached {self.queue} within {timeout}s: "
+                                     f"{missing[:10]!r}...")
+
+    def delete(self) -> None:
+        with contextlib.suppress(Exception):
+            conn = pika.BlockingConnection(pika.ConnectionParameters(
+                "127.0.0.1", self.rabbit.port, socket_timeout=5))
+            try:
+                conn.channel().queue_delete(self.queue)
+            finally:
+                conn.close()
+
+
+@pytest.fixture
+def sinks() -> Iterator[Callable[..., RabbitSink]]:
+    made: list[RabbitSink] = []
+
+    def make(rabbit: Any, binding: str = "#") -> RabbitSink:
+        sink = RabbitSink(rabbit, binding)
+        made.append(sink)
+        return sink
+
+    yield make
+    for sink in made:
+        sink.delete()
+
+
+def mqtt_collect(sub: Any, expected: set[bytes], timeout: float = 30.0) -> Counter[bytes]:
+    """Wait until a Mosquitto ``Subscriber`` got every payload in ``expected``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        seen = Counter(payload for _, payload in list(sub.messages))
+        if expected <= set(seen):
+            return seen
+        if time.monotonic() > deadline:
+            missing = sorted(expected - set(seen))
+            raise AssertionError(f"{len(missing)} of {len(expected)} messages never reached "
+                                 f"the upstream subscriber within {timeout}s: {missing[:10]!r}")
+        time.sleep(0.1)
+
+
+def duplicates(seen: Counter[bytes]) -> int:
+    return sum(n - 1 for n in seen.values())
+
+
+def sensor_batch(tag: str, start: int, count: int) -> list[tuple[str, bytes]]:
+    """``count`` messages ``sensors/roomK/temp`` with unique payloads ``TAG-000N``."""
+    return [(f"sensors/room{i % 3}/temp", f"{tag}-{i:05d}".encode())
+            for i in range(start, start + count)]
+
+
+# ===================================================================== (a) RabbitMQ upstream
+def test_rabbit_upstream_forwards_matching_topics(rabbit: Any, start_server: Any,
+                                                  sinks: Callable[..., RabbitSink]) -> None:
+    dev = unique("a")
+    sink = sinks(rabbit, "#")
+    srv = start_server("--device-id", dev)
+    srv.cli("uplink", "add", "up1", rabbit.url(), "--out", "sensors/#")
+    wait_status(srv, "up1", connected, "connected")
+    wait_log(srv, "uplink up1 connected to amqp://guest:***@127.0.0.1:")
+
+    first, second = sensor_batch(dev, 0, 30), sensor_batch(dev, 30, 30)
+    with Local(srv.mqtt_port) as pub:
+        pub.publish_all(first)
+        pub.publish_all([("other/topic", f"{dev}-not-forwarded".encode())])
+        pub.publish_all(second)
+    expected = {p for _, p in first + second}
+    seen = sink.collect(expected)
+    # Forwarding is in order, so the unmatched message would be here by now.
+    assert set(seen) == expected, set(seen) - expected
+    assert duplicates(seen) == 0  # nothing was resent on a healthy link
+    by_body = {body: (key, info) for key, body, info in sink.got}
+    for topic, payload in first + second:
+        key, info = by_body[payload]
+        assert key == topic.replace("/", "."), (topic, key)
+        assert info.get("delivery_mode") == 2, info  # persistent upstream
+    st = wait_status(srv, "up1", drained, "drained")
+    assert st["confirmed"] >= 60 and st["dropped"] == 0, st
+    assert st["node"].startswith("amqp://guest:***@127.0.0.1:"), st
+
+
+# ===================================================================== (b) outage, SIGKILL
+def test_rabbit_outage_and_sigkill_lose_nothing(tmp_path: Path, start_server: Any) -> None:
+    from .rabbit import Rabbit
+
+    rb = Rabbit.start(tmp_path / "rabbit")
+    try:
+        sink = RabbitSink(rb, "sensors.#")
+        dev = unique("b")
+        srv = start_server("--device-id", dev, data=tmp_path / "data")
+        srv.cli("uplink", "add", "up1", rb.url(), "--out", "sensors/#", "--window", "16")
+        wait_status(srv, "up1", connected, "connected")
+        warm = sensor_batch(dev, 0, 20)
+        with Local(srv.mqtt_port) as pub:
+            pub.publish_all(warm)
+        sink.collect({p for _, p in warm})
+        wait_status(srv, "up1", drained, "drained")
+
+        rb.stop()
+        st = wait_status(srv, "up1", not_connected, "disconnected")
+        wait_log(srv, "uplink up1 lost amqp://guest:***@127.0.0.1:")
+        n = 100
+        batch = sensor_batch(dev, 20, n)
+        with Local(srv.mqtt_port) as pub:
+            pub.publish_all(batch)  # every one PUBACKed although the upstream is down
+        st = wait_status(srv, "up1", lambda s: s["backlog_messages"] == n, f"backlog {n}")
+        assert st["state"] != "connected" and st["last_error"], st
+
+        srv.kill()  # power cut with the whole backlog only on disk
+        srv.start()
+        st = uplink_status(srv, "up1")
+        assert st["backlog_messages"] == n, st  # the outbox survived the SIGKILL
+        rb.start_again()
+        seen = sink.collect({p for _, p in batch}, timeout=60)
+        wait_status(srv, "up1", drained, "drained", timeout=30)
+        assert set(seen) == {p for _, p in warm + batch}
+        assert duplicates(seen) <= 16, seen.most_common(3)  # at most one window resent
+    finally:
+        rb.stop()
+
+
+# ===================================================================== (c) Mosquitto upstream
+def test_mosquitto_upstream_with_prefix_outage_and_sigkill(tmp_path: Path,
+                                                           start_server: Any) -> None:
+    from .mosquitto import Mosquitto
+
+    mq = Mosquitto.start(tmp_path / "mosquitto")
+    sub = None
+    try:
+        dev = unique("c")
+        sub_id = f"sink-{dev}"
+        sub = mq.subscriber(f"site/{dev}/#", sub_id)
+        srv = start_server("--device-id", dev, data=tmp_path / "data")
+        srv.cli("uplink", "add", "up1", mq.url(), "--out", "sensors/#",
+                "--prefix", "site/{device}/", "--window", "16")
+        wait_status(srv, "up1", connected, "connected")
+        wait_log(srv, "uplink up1 connected to mqtt://127.0.0.1:")
+        warm = sensor_batch(dev, 0, 20)
+        with Local(srv.mqtt_port) as pub:
+            pub.publish_all(warm)
+            pub.publish_all([("other/x", b"not forwarded")])
+        mqtt_collect(sub, {p for _, p in warm})
+        for topic, payload in warm:
+            assert (f"site/{dev}/{topic}", payload) in sub.messages
+        wait_status(srv, "up1", drained, "drained")
+
+        sub.close()  # its persistent session keeps collecting on the broker
+        mq.stop()
+        wait_status(srv, "up1", not_connected, "disconnected")
+        wait_log(srv, "uplink up1 lost mqtt://127.0.0.1:")
+        n = 100
+        batch = sensor_batch(dev, 20, n)
+        with Local(srv.mqtt_port) as pub:
+            pub.publish_all(batch)
+        st = wait_status(srv, "up1", lambda s: s["backlog_messages"] == n, f"backlog {n}")
+        assert st["state"] != "connected" and st["last_error"], st
+
+        srv.kill()
+        srv.start()
+        assert uplink_status(srv, "up1")["backlog_messages"] == n
+        mq.start_again()
+        sub = mq.subscriber(f"site/{dev}/#", sub_id)
+        seen = mqtt_collect(sub, {p for _, p in batch}, timeout=60)
+        wait_status(srv, "up1", drained, "drained", timeout=30)
+        assert b"not forwarded" not in seen
+        assert {t for t, _ in sub.messages} <= {f"site/{dev}/sensors/room{k}/temp"
+                                                 for k in range(3)}
+        assert duplicates(seen) <= 16, seen.most_common(3)
+    finally:
+        if sub is not None:
+            sub.close()
+        mq.stop()
+
+
+# ===================================================================== (d) silent link
+@pytest.mark.parametrize("protocol", ["amqp", "mqtt"])
+def test_silent_dead_link_is_detected_by_heartbeats(protocol: str, request: Any,
+                                                    start_server: Any,
+                                                    sinks: Callable[..., RabbitSink]) -> None:
+    dev = unique("d")
+    if protocol == "amqp":
+        upstream = request.getfixturevalue("rabbit")
+        sink = sinks(upstream, "sensors.#")
+        proxy = Proxy("127.0.0.1", upstream.port)
+        url = f"amqp://guest:guest@127.0.0.1:{proxy.port}/"
+
+        def collect(expected: set[bytes]) -> Counter[bytes]:
+            return sink.collect(expected, timeout=45)
+    else:
+        upstream = request.getfixturevalue("mosquitto")
+        sub = upstream.subscriber(f"{dev}/#", f"sink-{dev}")
+        request.addfinalizer(sub.close)
+        proxy = Proxy("127.0.0.1", upstream.port)
+        url = f"mqtt://127.0.0.1:{proxy.port}"
+
+        def collect(expected: set[bytes]) -> Counter[bytes]:
+            return mqtt_collect(sub, expected, timeout=45)
+    request.addfinalizer(proxy.close)
+    srv = start_server("--device-id", dev)
+    srv.cli("uplink", "add", "up1", url, "--out", "sensors/#", "--heartbeat", "1",
+            *(["--prefix", "{device}/"] if protocol == "mqtt" else []))
+    wait_status(srv, "up1", connected, "connected")
+    warm = sensor_batch(dev, 0, 5)
+    with Local(srv.mqtt_port) as pub:
+        pub.publish_all(warm)
+    collect({p for _, p in warm})
+
+    proxy.freeze()
+    frozen_at = time.monotonic()
+    batch = sensor_batch(dev, 5, 20)
+    with Local(srv.mqtt_port) as pub:
+        pub.publish_all(batch)
+    # Heartbeat 1 s: a link that hears nothing must give up within a few heartbeats.
+    st = wait_status(srv, "up1", not_connected, "disconnected", timeout=10)
+    line = wait_log(srv, "uplink up1 lost", timeout=5)
+    detected = time.monotonic() - frozen_at
+    assert detected < 10, detected
+    assert st["last_error"], st
+    assert proxy.port and str(proxy.port) in line, line
+
+    proxy.thaw()
+    seen = collect({p for _, p in batch})
+    assert set(seen) == {p for _, p in warm + batch}
+    st = wait_status(srv, "up1", drained, "drained", timeout=30)
+    assert st["reconnects"] >= 1, st
+
+
+# ===================================================================== (e) --in commands
+def test_commands_from_upstream_reach_local_subscribers(rabbit: Any, mosquitto: Any,
+                                                        start_server: Any) -> None:
+    dev = unique("e")
+    srv = start_server("--device-id", dev)
+    srv.cli("uplink", "add", "rmq", rabbit.url(), "--out", "sensors/#", "--in", "cmd/#")
+    srv.cli("uplink", "add", "mq", mosquitto.url(), "--out", "sensors/#", "--in", "cmd/#",
+            "--prefix", "site/{device}/")
+    with Local(srv.mqtt_port) as local:
+        local.subscribe("cmd/#")
+        wait_status(srv, "rmq", connected, "connected")
+        wait_status(srv, "mq", connected, "connected")
+
+        rabbit.publish(f"cmd.{dev}.reboot", b"from-rabbit")
+        topic, payload = local.messages.get(timeout=TIMEOUT)
+        assert (topic, payload) == (f"cmd/{dev}/reboot", b"from-rabbit")
+
+        mosquitto.publish(f"site/{dev}/cmd/restart", b"from-mosquitto")
+        topic, payload = local.messages.get(timeout=TIMEOUT)
+        assert (topic, payload) == ("cmd/restart", b"from-mosquitto")
+        # Outside the prefix (another device's commands) never arrives here.
+        mosquitto.publish("site/other-device/cmd/restart", b"not-for-us")
+        mosquitto.publish(f"site/{dev}/cmd/stop", b"marker")
+        assert local.messages.get(timeout=TIMEOUT) == ("cmd/stop", b"marker")
+        with pytest.raises(queue.Empty):
+            local.messages.get_nowait()
+    assert uplink_status(srv, "rmq")["received"] == 1
+    assert uplink_status(srv, "mq")["received"] == 2
+
+
+# ===================================================================== (f) bounds
+def test_drop_oldest_keeps_the_newest(rabbit: Any, start_server: Any,
+                                      sinks: Callable[..., RabbitSink]) -> None:
+    dev = unique("f")
+    sink = sinks(rabbit, "sensors.#")
+    with Proxy("127.0.0.1", rabbit.port) as proxy:
+        srv = start_server("--device-id", dev)
+        srv.cli("uplink", "add", "up1", f"amqp://guest:guest@127.0.0.1:{proxy.port}/",
+                "--out", "sensors/#", "--max-messages", "10", "--policy", "drop-oldest")
+        wait_status(srv, "up1", connected, "connected")
+        proxy.freeze()  # upstream unreachable: new connections hang, the current one dies
+        proxy.drop()
+        wait_status(srv, "up1", not_connected, "disconnected")
+        batch = sensor_batch(dev, 0, 30)
+        with Local(srv.mqtt_port) as pub:
+            pub.publish_all(batch)  # drop-oldest never blocks a publisher
+        st = wait_status(srv, "up1", lambda s: s["backlog_messages"] == 10, "backlog 10")
+        assert st["dropped"] == 20, st
+        proxy.thaw()
+        newest = {p for _, p in batch[20:]}
+        seen = sink.collect(newest, timeout=45)
+        wait_status(srv, "up1", drained, "drained", timeout=30)
+        seen = sink.collect(newest)
+        assert set(seen) == newest, sorted(set(seen) - newest)[:5]  # the 20 oldest dropped
+        assert uplink_status(srv, "up1")["dropped"] == 20
+
+
+def test_block_policy_holds_publishers_until_the_upstream_drains(
+        rabbit: Any, start_server: Any, sinks: Callable[..., RabbitSink]) -> None:
+    dev = unique("f")
+    sink = sinks(rabbit, "sensors.#")
+    with Proxy("127.0.0.1", rabbit.port) as proxy:
+        srv = start_server("--device-id", dev)
+        srv.cli("uplink", "add", "up1", f"amqp://guest:guest@127.0.0.1:{proxy.port}/",
+                "--out", "sensors/#", "--max-messages", "10", "--policy", "block")
+        wait_status(srv, "up1", connected, "connected")
+        proxy.freeze()
+        proxy.drop()
+        wait_status(srv, "up1", not_connected, "disconnected")
+        full = sensor_batch(dev, 0, 10)
+        more = sensor_batch(dev, 10, 5)
+        with Local(srv.mqtt_port) as pub:
+            pub.publish_all(full)  # up to the bound: accepted
+            mids = [pub.publish(t, p) for t, p in more]
+            # Over the bound: the publisher is held, so some PUBACKs do not come.
+            assert not pub.wait_acked(mids, timeout=2.0)
+            held = len(mids) - len(pub.acked(mids))
+            assert held >= 1
+            st = uplink_status(srv, "up1")
+            assert st["blocking"] and st["backlog_messages"] <= 11, st
+            assert st["dropped"] == 0, st
+            proxy.thaw()  # the upstream drains the outbox: publishers resume
+            assert pub.wait_acked(mids, timeout=45), \
+                f"{len(pub.acked(mids))} of {len(mids)} PUBACKs after the upstream returned"
+        seen = sink.collect({p for _, p in full + more}, timeout=45)
+        assert set(seen) == {p for _, p in full + more}
+        st = wait_status(srv, "up1", drained, "drained")
+        assert not st["blocking"] and st["dropped"] == 0, st
+
+
+# ===================================================================== (g) CLI
+def test_cli_add_list_remove_status_and_errors(start_server: Any) -> None:
+    srv = start_server("--device-id", unique("g"))
+    with socket.create_server(("127.0.0.1", 0)) as s:
+        dead = int(s.getsockname()[1])  # nothing listens: the uplink keeps retrying
+    url = f"amqp://alice:s3cret-pw@127.0.0.1:{dead}/"
+    res = srv.cli("uplink", "add", "up1", url, "--out", "sensors/#", "--in", "cmd/#",
+                  "--prefix", "site/{device}/", "--window", "32")
+    assert "up1" in res.stdout
+    table = srv.cli("uplink", "list").stdout
+    rows = [json.loads(ln) for ln in srv.cli("uplink", "list", "--json").stdout.splitlines()]
+    status = srv.cli("uplink", "status").stdout + srv.cli("uplink", "status", "--json").stdout
+    for text in (table, json.dumps(rows), status, "\n".join(srv.log_lines)):
+        assert "s3cret-pw" not in text  # the password is never shown nor logged
+    assert "up1" in table and "alice" in table
+    (row,) = rows
+    assert row["name"] == "up1" and row["out"] == ["sensors/#"] and row["in"] == ["cmd/#"]
+    assert "***" in json.dumps(row["urls"]) and row["window"] == 32, row
+    st = wait_status(srv, "up1", lambda s: bool(s["last_error"]), "failing", timeout=20)
+    assert st["state"] in ("connecting", "backoff"), st
+
+    bad = srv.cli("uplink", "add", "bad", "http://127.0.0.1:80/", "--out", "a/#", check=False)
+    assert bad.returncode == 2, bad
+    assert "scheme" in bad.stderr + bad.stdout, bad
+    bad = srv.cli("uplink", "add", "bad", "amqp://127.0.0.1/", "--out", "a/#/b", check=False)
+    assert bad.returncode != 0 and "a/#/b" in bad.stderr + bad.stdout, bad
+    assert [r["name"] for r in map(json.loads,
+            srv.cli("uplink", "list", "--json").stdout.splitlines())] == ["up1"]
+
+    res = srv.cli("uplink", "status", "nope", check=False)
+    assert res.returncode != 0 and "nope" in res.stderr + res.stdout, res
+    res = srv.cli("uplink", "remove", "nope", check=False)
+    assert res.returncode != 0 and "nope" in res.stderr + res.stdout, res
+
+    srv.cli("uplink", "remove", "up1")
+    assert srv.cli("uplink", "list", "--json").stdout.strip() == ""
+    assert json.loads(srv.cli("uplink", "status", "--json").stdout) == {}
+
+
+def test_config_file_uplink_and_offline_cli(rabbit: Any, tmp_path: Path, start_server: Any,
+                                            sinks: Callable[..., RabbitSink]) -> None:
+    dev = unique("g")
+    sink = sinks(rabbit, f"{dev}.#")
+    conf = tmp_path / "oxiedge.toml"
+    conf.write_text(f'[uplink.fromconf]\nurl = "{rabbit.url()}"\nout = ["sensors/#"]\n'
+                    f'prefix = "{{device}}/"\nheartbeat = 5\n')
+    data = tmp_path / "data"
+    # Added while no server runs: written to the data dir, used at the next start.
+    srv_args = ("--device-id", dev, "--config", str(conf))
+    from tests.conftest import ServerProcess
+
+    offline = ServerProcess(data, srv_args, None)
+    offline.cli("uplink", "add", "offline1", rabbit.url(), "--out", "alerts/#",
+                "--prefix", "{device}/")
+    srv = start_server(*srv_args, data=data)
+    rows = {r["name"]: r for r in map(json.loads,
+                                      srv.cli("uplink", "list", "--json").stdout.splitlines())}
+    assert set(rows) == {"fromconf", "offline1"}, rows
+    assert rows["fromconf"]["source"] == "config", rows
+    assert rows["offline1"]["source"] != "config", rows
+    wait_status(srv, "fromconf", connected, "connected")
+    wait_status(srv, "offline1", connected, "connected")
+    msgs = [*sensor_batch(dev, 0, 10), ("alerts/fire", f"{dev}-alert".encode())]
+    with Local(srv.mqtt_port) as pub:
+        pub.publish_all(msgs)
+    seen = sink.collect({p for _, p in msgs})
+    keys = {key for key, _, _ in sink.got}
+    assert f"{dev}.alerts.fire" in keys and f"{dev}.sensors.room0.temp" in keys, keys
+    assert duplicates(seen) == 0

@@ -50,6 +50,7 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 import ssl
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
@@ -159,7 +160,11 @@ async def _open(endpoint: Endpoint, options: LinkOptions) -> trio.abc.Stream:
     here so its failure is reported as such."""
     if not endpoint.tls:
         return await trio.open_tcp_stream(endpoint.host, endpoint.port)
-    ctx = tls_context(endpoint, options.ca_file)
+    try:
+        ctx = tls_context(endpoint, options.ca_file)
+    except (OSError, ValueError) as exc:  # ssl.SSLError is an OSError
+        raise LinkError(f"{endpoint.redacted()}: cannot use CA file {options.ca_file!r}: "
+                        f"{_reason(exc)}") from None
     tls = await trio.open_ssl_over_tcp_stream(endpoint.host, endpoint.port, ssl_context=ctx)
     try:
         await tls.do_handshake()
@@ -210,9 +215,12 @@ def _reason(exc: BaseException) -> str:
     if isinstance(exc, OSError):
         group = exc.__cause__
         if isinstance(group, BaseExceptionGroup) and group.exceptions:
+            # trio.open_tcp_stream: "all attempts to connect to H:P failed", one error per
+            # address as the cause; the first one's errno says why.
             first = group.exceptions[0]
-            detail = first.strerror if isinstance(first, OSError) else None
-            return f"{exc} ({detail or first})"
+            if isinstance(first, OSError) and first.errno:
+                return f"{os.strerror(first.errno).lower()} ({exc})"
+            return f"{exc} ({first})"
         if exc.strerror:
             return exc.strerror[0].lower() + exc.strerror[1:]
     text = str(exc).strip().splitlines()

@@ -74,7 +74,7 @@ class FakeIO:
     async def take(self, limit: int) -> list[OutMessage]:
         await self.wait(lambda: bool(self.outbox) and len(self.inflight) < self.window,
                         timeout=3600)
-        batch = []
+        batch: list[OutMessage] = []
         while self.outbox and len(batch) < min(limit, self.window - len(self.inflight)):
             msg = self.outbox.popleft()
             batch.append(msg)
@@ -269,6 +269,9 @@ async def test_tls_without_ca_file_fails_verification(mosquitto: Mosquitto) -> N
     err = await expect_link_error(mosquitto.url(tls=True), opts("tls2"), FakeIO())
     assert "certificate verification failed" in str(err)
     assert f"localhost:{mosquitto.tls_port}" in str(err)
+    err = await expect_link_error(mosquitto.url(tls=True),
+                                  opts("tls3", ca_file="/nonexistent/ca.pem"), FakeIO())
+    assert "cannot use CA file '/nonexistent/ca.pem'" in str(err)
 
 
 async def test_bad_credentials_refused(tmp_path: Path) -> None:
@@ -553,3 +556,62 @@ async def test_qos2_inbound_and_orderly_disconnect() -> None:
         # Cancelled = orderly shutdown: DISCONNECT, then the socket is closed.
         assert await script.read() == Disconnect()
         assert await script.read() is None
+
+
+# --------------------------------------------------------------------------- RabbitMQ
+@pytest.mark.slow
+async def test_rabbitmq_mqtt_plugin_interop() -> None:
+    """The same link against RabbitMQ's MQTT plugin (boots RabbitMQ: slow)."""
+    import paho.mqtt.client as mqtt
+
+    from bench.brokers import start_rabbitmq
+
+    from .mosquitto import Subscriber
+
+    if not Path("/usr/lib/rabbitmq/bin/rabbitmq-server").exists():
+        pytest.skip("rabbitmq-server is not installed")
+    node = await in_thread(lambda: start_rabbitmq(with_mqtt=True))
+    try:
+        assert node.target.mqtt is not None
+        port = node.target.mqtt[1]
+        url = f"mqtt://guest:guest@127.0.0.1:{port}"
+
+        def paho(client_id: str, clean: bool) -> Any:
+            client = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id=client_id,
+                                 clean_session=clean, protocol=mqtt.MQTTv311)
+            client.username_pw_set("guest", "guest")
+            return client
+
+        def publish(topic: str, payload: bytes) -> None:
+            client = paho("rmq-pub", True)
+            client.connect("127.0.0.1", port)
+            client.loop_start()
+            try:
+                client.publish(topic, payload, qos=1).wait_for_publish(10)
+                client.disconnect()
+            finally:
+                client.loop_stop()
+
+        sub = await in_thread(lambda: Subscriber(paho("rmq-sub", False), port, "site/d/#", 10))
+        options = opts("rmq", prefix="site/d/", inbound=("cmd/#",), heartbeat=1)
+        io = FakeIO([(f"t/{i}", b"%d" % i) for i in range(300)], window=50)
+        try:
+            async with running(url, options, io):
+                await io.wait(lambda: len(io.confirms) == 300)
+                await in_thread(publish, "site/d/cmd/x", b"hello")
+                await io.wait(lambda: len(io.delivered) == 1)
+                await trio.sleep(2.5)  # idle past 1.5 x keep-alive: PINGRESPs keep it up
+            assert sorted(io.confirms) == list(range(1, 301))
+            got = await in_thread(sub.wait_for, 300)
+            assert got[:300] == [(f"site/d/t/{i}", b"%d" % i) for i in range(300)]
+        finally:
+            await in_thread(sub.close)
+        await in_thread(publish, "site/d/cmd/y", b"while offline")
+        io2 = FakeIO()
+        async with running(url, options, io2):
+            await io2.wait(lambda: len(io2.delivered) >= 1)
+        assert io2.delivered[-1] == ("cmd/y", b"while offline")
+        err = await expect_link_error(f"mqtt://guest:bad@127.0.0.1:{port}", options, FakeIO())
+        assert "bad user name or password" in str(err)
+    finally:
+        await in_thread(node.stop)

@@ -44,6 +44,14 @@ Decisions
 * SUBSCRIBE is sent on every connection, even when the session was resumed, so changed
   ``--in`` filters take effect. The upstream then re-sends *retained* messages matching
   them (MQTT-3.8.4-3): retained commands are delivered again after each reconnect.
+* Messages the previous connection left unconfirmed come back from the manager as new
+  PUBLISHes with fresh packet ids and DUP=0, not the original ids (MQTT-4.4.0-1): for
+  QoS 1 the upstream keeps no state per id, so the outcome is the same - at least once.
+* Liveness is judged on bytes *received* only. ``--heartbeat`` 0 disables keep-alive and
+  with it dead-link detection (only TCP errors end the link then). Sending one message
+  that takes longer than 1.5 x keep-alive to upload also ends the link, since the PINGREQ
+  waits behind it: keep the keep-alive above the upload time of the largest message.
+* An inbound packet larger than ``MAX_INBOUND_PACKET`` is a ``LinkError``.
 """
 
 from __future__ import annotations
@@ -208,6 +216,9 @@ def _reason(exc: BaseException) -> str:
     cause = exc.__cause__
     if isinstance(exc, trio.BrokenResourceError) and isinstance(cause, BaseException):
         exc = cause
+    if isinstance(exc, ssl.SSLEOFError) or (isinstance(exc, ssl.SSLError)
+                                            and "EOF" in str(exc.reason)):
+        return "connection closed by upstream (without TLS close_notify)"
     if isinstance(exc, ssl.SSLCertVerificationError):
         return f"TLS certificate verification failed: {exc.verify_message}"
     if isinstance(exc, ssl.SSLError):
@@ -280,11 +291,12 @@ class _Link:
         while True:
             packet = self.decoder.next_packet()
             if packet is not None:
-                self.last_received = trio.current_time()
                 return packet
             data = await self.stream.receive_some(READ_SIZE)
             if not data:
                 raise LinkError("connection closed by upstream")
+            # Any bytes prove the upstream alive, also part of a big packet on a slow link.
+            self.last_received = trio.current_time()
             self.decoder.feed(data)
 
     # ------------------------------------------------------------ handshake

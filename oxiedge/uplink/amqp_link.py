@@ -234,6 +234,8 @@ class _Link:
             self.pause("blocked")
             return True
         if isinstance(m, spec.ConnectionUnblocked):
+            log.info("uplink %s: upstream %s unblocked publishing", self.options.name,
+                     self.endpoint.redacted())
             self.unpause("blocked")
             return True
         if isinstance(m, spec.ChannelFlow):  # old-style flow control: obey, then answer
@@ -257,6 +259,11 @@ class _Link:
         if not self.paused:
             self.resumed = trio.Event()
         self.paused.add(why)
+
+    async def unpaused(self) -> None:
+        """Return once neither Connection.Blocked nor Channel.Flow(false) is in force."""
+        while self.paused:
+            await self.resumed.wait()
 
     def unpause(self, why: str) -> None:
         self.paused.discard(why)
@@ -380,8 +387,7 @@ class _Link:
     async def publisher(self) -> None:
         opts = self.options
         while True:
-            while self.paused:
-                await self.resumed.wait()
+            await self.unpaused()
             batch = await self.io.take(TAKE_BATCH)
             now = int(time.time())
             frames = []
@@ -402,6 +408,9 @@ class _Link:
                     continue
                 self.confirms.published(msg.seq)  # before sending: the ack may beat us
                 frames.append(data)
+            # A block that arrived while we waited in take(): hold what we have (the
+            # manager counts it in flight; a reconnect resends it) and send it later.
+            await self.unpaused()
             if frames:
                 await self.send(b"".join(frames))
 

@@ -28,6 +28,7 @@ from typing import Any
 import pytest
 
 SERVER = Path("/usr/lib/rabbitmq/bin/rabbitmq-server")
+CTL = Path("/usr/lib/rabbitmq/bin/rabbitmqctl")
 EPMD = "epmd"
 START_TIMEOUT = 90.0      # a cold first boot on a slow 2-core board takes ~10-20 s
 STOP_TIMEOUT = 30.0
@@ -201,7 +202,7 @@ class Rabbit:
                                    + self.log_tail())
             if all(_port_open(p) for p in ports):
                 try:
-                    self._connection(timeout=5).close()
+                    self.connection(timeout=5).close()
                     return
                 except Exception as exc:  # not ready yet (booting, boot steps running)
                     last = exc
@@ -217,6 +218,17 @@ class Rabbit:
                 out += path.read_text(errors="replace").splitlines()[-lines:]
         return "\n".join(out)
 
+    def ctl(self, *args: str, timeout: float = 60.0) -> str:
+        """Run ``rabbitmqctl ARGS`` against this node; returns its stdout (raises on error).
+        E.g. ``ctl("set_vm_memory_high_watermark", "0")`` raises a memory alarm, which
+        blocks publishers (Connection.Blocked) until the watermark is raised again."""
+        proc = subprocess.run([str(CTL), "-n", self.node, *args], env=self._env(),
+                              capture_output=True, text=True, timeout=timeout)
+        if proc.returncode != 0:
+            raise RuntimeError(f"rabbitmqctl {' '.join(args)} failed: "
+                               f"{proc.stderr.strip() or proc.stdout.strip()}")
+        return proc.stdout
+
     # ------------------------------------------------------------------ clients
     def url(self, tls: bool = False, user: str = "guest", password: str = "guest") -> str:
         """The node's AMQP URL (``amqps://...@localhost`` matches the TLS certificate)."""
@@ -226,7 +238,8 @@ class Rabbit:
             return f"amqps://{user}:{password}@localhost:{self.tls_port}/"
         return f"amqp://{user}:{password}@127.0.0.1:{self.port}/"
 
-    def _connection(self, timeout: float = 10.0) -> Any:
+    def connection(self, timeout: float = 10.0) -> Any:
+        """A pika ``BlockingConnection`` to the node as guest (the caller closes it)."""
         import pika
 
         params = pika.ConnectionParameters(
@@ -235,12 +248,15 @@ class Rabbit:
             connection_attempts=1)
         return pika.BlockingConnection(params)
 
-    def declare_sink(self, queue: str, binding: str = "#", exchange: str = "amq.topic") -> None:
-        """A durable quorum ``queue`` bound to ``exchange`` with ``binding``."""
-        conn = self._connection()
+    def declare_sink(self, queue: str, binding: str = "#", exchange: str = "amq.topic",
+                     arguments: dict[str, Any] | None = None) -> None:
+        """A durable quorum ``queue`` bound to ``exchange`` with ``binding``; extra queue
+        ``arguments`` (e.g. ``x-max-length``) are added to ``x-queue-type``."""
+        conn = self.connection()
         try:
             ch = conn.channel()
-            ch.queue_declare(queue, durable=True, arguments={"x-queue-type": "quorum"})
+            ch.queue_declare(queue, durable=True,
+                             arguments={"x-queue-type": "quorum", **(arguments or {})})
             ch.queue_bind(queue, exchange, routing_key=binding)
         finally:
             conn.close()
@@ -255,7 +271,7 @@ class Rabbit:
         until that many arrived or ``timeout`` passed (then returns what it has)."""
         deadline = time.monotonic() + timeout
         out: list[tuple[str, bytes, dict[str, Any]]] = []
-        conn = self._connection(timeout)
+        conn = self.connection(timeout)
         try:
             ch = conn.channel()
             while True:
@@ -276,7 +292,7 @@ class Rabbit:
 
     def count(self, queue: str) -> int:
         """Messages ready in ``queue`` (passive declare; does not consume)."""
-        conn = self._connection()
+        conn = self.connection()
         try:
             ok = conn.channel().queue_declare(queue, passive=True)
             return int(ok.method.message_count)
@@ -287,7 +303,7 @@ class Rabbit:
         """Publish one persistent message and wait for the broker's confirm."""
         import pika
 
-        conn = self._connection()
+        conn = self.connection()
         try:
             ch = conn.channel()
             ch.confirm_delivery()

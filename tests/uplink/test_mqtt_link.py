@@ -72,6 +72,7 @@ class FakeIO:
 
     # -- LinkIO
     async def take(self, limit: int) -> list[OutMessage]:
+        assert limit >= 1
         await self.wait(lambda: bool(self.outbox) and len(self.inflight) < self.window,
                         timeout=3600)
         batch: list[OutMessage] = []
@@ -146,6 +147,14 @@ async def test_publishes_confirmed_once_in_order_with_prefix(mosquitto: Mosquitt
         assert got[:n] == [(f"site/dev1/sensors/t{i % 7}", b"%d" % i) for i in range(n)]
     finally:
         await in_thread(sub.close)
+
+
+async def test_packet_ids_wrap_past_65535(mosquitto: Mosquitto) -> None:
+    n = MAX_PACKET_ID + 3000
+    io = FakeIO(((f"w/{i % 10}", b"") for i in range(n)), window=1000)
+    async with running(mosquitto.url(), opts("wrap"), io):
+        await io.wait(lambda: len(io.confirms) == n, timeout=40)
+    assert sorted(io.confirms) == list(range(1, n + 1))
 
 
 def test_packet_ids_cycle_and_skip_ids_in_flight() -> None:
@@ -366,7 +375,7 @@ async def test_silent_link_detected_within_keep_alive_bound(mosquitto: Mosquitto
         nursery.cancel_scope.cancel()
     when, err = failed[0]
     assert "no PINGRESP from upstream in 1.5 s" in str(err)
-    assert when - frozen_at <= 1.5 + 0.5
+    assert when - frozen_at <= 1.5 + 1.0  # the bound, plus scheduling slack
     assert io.confirms == [1]
 
 

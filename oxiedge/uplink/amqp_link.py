@@ -77,11 +77,14 @@ async def run_amqp_link(endpoint: Endpoint, options: LinkOptions, io: LinkIO) ->
     cancellation closes the socket at once."""
     stream: trio.abc.Stream | None = None
     link: _Link | None = None
-    phase = "connect"
+    phase = "TCP connect"
     try:
         with trio.move_on_after(options.connect_timeout) as deadline:
-            stream = await _open_stream(endpoint, options)
-            phase = "handshake"
+            stream = await _connect_tcp(endpoint)
+            if endpoint.tls:
+                phase = "TLS handshake"
+                stream = await _start_tls(stream, endpoint, options)
+            phase = "AMQP handshake"
             link = _Link(endpoint, options, io, stream)
             detail = await link.handshake()
         if deadline.cancelled_caught:
@@ -101,18 +104,21 @@ async def run_amqp_link(endpoint: Endpoint, options: LinkOptions, io: LinkIO) ->
             await trio.aclose_forcefully(stream)
 
 
-async def _open_stream(endpoint: Endpoint, options: LinkOptions) -> trio.abc.Stream:
-    """TCP (or TLS over TCP, handshake completed here so certificate errors surface now)."""
+async def _connect_tcp(endpoint: Endpoint) -> trio.SocketStream:
+    try:
+        return await trio.open_tcp_stream(endpoint.host, endpoint.port)
+    except OSError as exc:
+        raise LinkError(f"{endpoint.redacted()}: cannot connect: {_oneline(exc)}") from None
+
+
+async def _start_tls(tcp: trio.abc.Stream, endpoint: Endpoint,
+                     options: LinkOptions) -> trio.SSLStream[trio.abc.Stream]:
+    """TLS over ``tcp`` with certificate and host name verification; the handshake is
+    completed here so a certificate error is reported as such. Closes ``tcp`` on failure."""
     where = endpoint.redacted()
     try:
-        tcp = await trio.open_tcp_stream(endpoint.host, endpoint.port)
-    except OSError as exc:
-        raise LinkError(f"{where}: cannot connect: {_oneline(exc)}") from None
-    if not endpoint.tls:
-        return tcp
-    try:
         ctx = tls_context(endpoint, options.ca_file)
-    except (OSError, ssl.SSLError) as exc:  # unreadable CA file
+    except (OSError, ssl.SSLError) as exc:  # unreadable or invalid CA file
         await trio.aclose_forcefully(tcp)
         raise LinkError(f"{where}: TLS setup: {_oneline(exc)}") from None
     tls = trio.SSLStream(tcp, ctx, server_hostname=endpoint.host)
@@ -121,6 +127,9 @@ async def _open_stream(endpoint: Endpoint, options: LinkOptions) -> trio.abc.Str
     except (trio.BrokenResourceError, OSError, ssl.SSLError) as exc:
         await trio.aclose_forcefully(tls)
         raise LinkError(f"{where}: TLS handshake failed: {_oneline(exc)}") from None
+    except BaseException:  # cancelled (timeout): the caller never sees this stream
+        await trio.aclose_forcefully(tls)
+        raise
     return tls
 
 

@@ -107,6 +107,8 @@ READ_SIZE = 65536
 INBOUND_BUFFER = 256
 #: Most outbox messages asked for per ``io.take`` (written with one ``send_all``).
 TAKE_LIMIT = 128
+#: Encoded PUBLISHes are written once this many bytes are gathered (or the batch ends).
+WRITE_CHUNK = 64 * 1024
 #: A link is dead when nothing arrived for this many keep-alive periods (MQTT-3.1.2-24).
 DEAD_AFTER = 1.5
 #: Most upstream topic names kept encoded (a device publishes to few topics, forever).
@@ -441,12 +443,18 @@ class _Link:
                 await self._ids_freed.wait()
                 continue
             batch = await self.io.take(min(free, TAKE_LIMIT))
-            frames = []
+            frames: list[bytes] = []
+            size = 0
             for msg in batch:
                 pid = self._allocate_id()
                 self.inflight[pid] = msg.seq
-                frames.append(encode_publish(self._upstream_topic(msg.topic), msg.payload,
-                                             1, False, False, pid))
+                frame = encode_publish(self._upstream_topic(msg.topic), msg.payload,
+                                       1, False, False, pid)
+                frames.append(frame)
+                size += len(frame)
+                if size >= WRITE_CHUNK:  # big payloads: do not copy the whole batch
+                    await self.send(b"".join(frames))
+                    frames, size = [], 0
             if frames:
                 await self.send(b"".join(frames))
 

@@ -18,6 +18,7 @@ broken broker fails a test instead of hanging it.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import os
 import shutil
@@ -26,6 +27,7 @@ import socket
 import subprocess
 import threading
 import time
+import weakref
 from pathlib import Path
 from typing import Any
 
@@ -49,6 +51,25 @@ def _executable() -> str:
         pytest.skip("mosquitto is not installed (Debian package 'mosquitto': "
                     f"{MOSQUITTO} not found)")
     return exe
+
+
+def _relisten(line: str, port: int, new_port: int, tls_port: int | None,
+              new_tls_port: int | None) -> str:
+    if line == f"listener {port} 127.0.0.1":
+        return f"listener {new_port} 127.0.0.1"
+    if tls_port is not None and line == f"listener {tls_port} 127.0.0.1":
+        return f"listener {new_tls_port} 127.0.0.1"
+    return line
+
+
+#: Brokers started and not yet stopped: stopped at interpreter exit if a test forgot.
+_RUNNING: weakref.WeakSet[Mosquitto] = weakref.WeakSet()
+
+
+@atexit.register
+def _stop_leftovers() -> None:
+    for node in list(_RUNNING):
+        node.stop()
 
 
 class Mosquitto:
@@ -122,9 +143,22 @@ class Mosquitto:
             ca_file = str(ca_path)
             lines += [f"listener {tls_port} 127.0.0.1", f"cafile {ca_path}",
                       f"certfile {cert_path}", f"keyfile {key_path}"]
-        (workdir / "mosquitto.conf").write_text("\n".join(lines) + "\n")
         node = cls(workdir, exe, port, tls_port, ca_file, users)
-        node._spawn()
+        for attempt in range(3):
+            (workdir / "mosquitto.conf").write_text("\n".join(lines) + "\n")
+            try:
+                node._spawn()
+                break
+            except RuntimeError as exc:
+                # Another process took a "free" port between probing and binding.
+                if "Address already in use" not in str(exc) or attempt == 2:
+                    raise
+                node.port = _free_port()
+                node.tls_port = _free_port() if tls else None
+                lines = [_relisten(line, port, node.port, tls_port, node.tls_port)
+                         for line in lines]
+                port, tls_port = node.port, node.tls_port
+        _RUNNING.add(node)
         return node
 
     def _spawn(self, timeout: float = 15.0) -> None:
@@ -160,6 +194,7 @@ class Mosquitto:
         """Stop the broker (SIGTERM: it saves its persistence file), SIGKILL if it does not
         exit within 10 s. Idempotent."""
         proc, self.proc = self.proc, None
+        _RUNNING.discard(self)
         if proc is None:
             return
         if proc.poll() is None:
@@ -180,6 +215,7 @@ class Mosquitto:
         if self.proc is not None and self.proc.poll() is None:
             raise RuntimeError("mosquitto is still running")
         self._spawn()
+        _RUNNING.add(self)
 
     @property
     def running(self) -> bool:

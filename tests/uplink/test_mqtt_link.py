@@ -24,6 +24,8 @@ from oxiedge.mqtt.packets import (
     Connect,
     Disconnect,
     Packet,
+    Pingreq,
+    Pingresp,
     Puback,
     Pubcomp,
     Publish,
@@ -624,3 +626,59 @@ async def test_rabbitmq_mqtt_plugin_interop() -> None:
         assert "bad user name or password" in str(err)
     finally:
         await in_thread(node.stop)
+
+
+async def test_inbound_outside_prefix_is_acked_and_dropped(caplog: pytest.LogCaptureFixture
+                                                           ) -> None:
+    io = FakeIO()
+    with caplog.at_level(logging.WARNING, "oxiedge.uplink"):
+        async with scripted(opts(prefix="site/d1/", inbound=("cmd/#",)), io) as script:
+            await io.wait(lambda: len(io.ups) == 1)
+            await script.stream.send_all(encode(Publish("site/d2/cmd/x", b"no", 1,
+                                                        packet_id=3)))
+            assert await script.read() == Puback(3)  # never redelivered, never delivered
+            await script.stream.send_all(encode(Publish("site/d1/cmd/x", b"yes", 1,
+                                                        packet_id=4)))
+            assert await script.read() == Puback(4)
+    assert io.delivered == [("cmd/x", b"yes")]
+    assert "outside the prefix" in caplog.text
+
+
+async def test_slow_local_delivery_is_not_a_dead_link() -> None:
+    """More inbound messages than the inbound buffer while the local store is slow: the
+    reader stops reading (so PINGRESPs wait unread), which must not count as dead."""
+    release = trio.Event()
+
+    async def slow(topic: str, payload: bytes) -> None:
+        await release.wait()
+
+    io = FakeIO(deliver=slow)
+    n = 600
+    async with scripted(opts(heartbeat=1, inbound=("c/#",)), io) as script:
+        await io.wait(lambda: len(io.ups) == 1)
+        await script.stream.send_all(b"".join(encode(Publish(f"c/{i}", b"", 1, packet_id=i))
+                                              for i in range(1, n + 1)))
+        acks: list[int] = []
+        all_acked = trio.Event()
+
+        async def peer() -> None:  # answer PINGREQs, collect PUBACKs
+            while (packet := await read_packet(script.stream, script.decoder)) is not None:
+                if isinstance(packet, Puback):
+                    acks.append(packet.packet_id)
+                    if len(acks) == n:
+                        all_acked.set()
+                elif isinstance(packet, Pingreq):
+                    await script.stream.send_all(encode(Pingresp()))
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(peer)
+            with trio.move_on_after(3.0):  # 3 x keep-alive with the reader stalled
+                await io.wait(lambda: bool(script.errors))
+            assert not script.errors
+            release.set()
+            await io.wait(lambda: len(io.delivered) == n)
+            with trio.fail_after(5):
+                await all_acked.wait()
+            nursery.cancel_scope.cancel()
+        assert acks == list(range(1, n + 1))
+        assert not script.errors

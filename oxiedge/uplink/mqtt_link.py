@@ -35,12 +35,11 @@ Decisions
 * Inbound messages outside the prefix (``local_topic`` is None) are acknowledged and
   dropped with a warning: they can never be delivered, and not acknowledging them would
   have the upstream redeliver them on every connection.
-* When ``io.deliver`` raises ``LinkError`` (the local broker refuses the message) the
-  message is logged and *not* acknowledged, and the connection stays up: the upstream keeps
-  it in its session and redelivers it on the next connection, when the cause may be gone.
-  Dropping the connection instead would also stop the outbound direction and, for a
-  message that can never be published, loop forever. Each such message holds one slot of
-  the upstream's per-client in-flight window (Mosquitto: 20) until the next connection.
+* When ``io.deliver`` raises ``LinkError`` the local side refused the message for good (a
+  topic that cannot be published here): it is acknowledged and dropped with a warning, like
+  a message outside the prefix, so it neither loops nor holds one of the upstream's
+  per-client in-flight slots. A transient local failure (a failed commit) is not a
+  ``LinkError``: it ends the connection unacknowledged and the upstream redelivers it.
 * SUBSCRIBE is sent on every connection, even when the session was resumed, so changed
   ``--in`` filters take effect. The upstream then re-sends *retained* messages matching
   them (MQTT-3.8.4-3): retained commands are delivered again after each reconnect.
@@ -422,11 +421,9 @@ class _Link:
                 try:
                     await self.io.deliver(topic, msg.payload)
                 except LinkError as exc:
-                    # Not acknowledged: the upstream redelivers it on the next connection
-                    # (see "Decisions" in the module docstring).
-                    log.warning("uplink %s: inbound message on %r not published locally, "
-                                "left unacknowledged upstream: %s", name, msg.topic, exc)
-                    continue
+                    # Refused for good: acknowledged and dropped (module docstring).
+                    log.warning("uplink %s: inbound message on %r dropped, it cannot be "
+                                "published locally: %s", name, msg.topic, exc)
             # Acknowledge only now, after the local durable commit (MQTT-4.3.2-2/4.3.3-2).
             if msg.qos == 1:
                 assert msg.packet_id is not None

@@ -221,7 +221,7 @@ async def test_inbound_acked_only_after_deliver_returns(mosquitto: Mosquitto) ->
     assert again.delivered == [("cmd/b", b"2")]
 
 
-async def test_deliver_refusal_leaves_message_unacked(mosquitto: Mosquitto,
+async def test_deliver_refusal_is_acked_and_dropped(mosquitto: Mosquitto,
                                                       caplog: pytest.LogCaptureFixture
                                                       ) -> None:
     options = opts("cmd3", inbound=("cmd3/#",))
@@ -236,11 +236,13 @@ async def test_deliver_refusal_leaves_message_unacked(mosquitto: Mosquitto,
             await io.wait(lambda: io.deliver_calls == 1)
             io.add("out/still-works", b"y")
             await io.wait(lambda: len(io.confirms) == 1)  # the link stayed up
-    assert "left unacknowledged upstream" in caplog.text
+    assert "cannot be published locally" in caplog.text
+    # Acknowledged: the next connection of the same session gets only new commands.
     ok = FakeIO()
     async with running(mosquitto.url(), options, ok):
+        await in_thread(mosquitto.publish, "cmd3/y", b"2")
         await ok.wait(lambda: len(ok.delivered) == 1)
-    assert ok.delivered == [("cmd3/x", b"1")]
+    assert ok.delivered == [("cmd3/y", b"2")]
 
 
 async def test_commands_sent_while_down_survive_broker_restart(tmp_path: Path) -> None:

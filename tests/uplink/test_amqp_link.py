@@ -19,11 +19,15 @@ from typing import Any
 
 import pytest
 import trio
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from oxiedge.amqp import spec
-from oxiedge.amqp.codec import Command, FrameParser
+from oxiedge.amqp.codec import Command, FrameParser, encode_method
 from oxiedge.uplink.amqp_client import (
     ConfirmTracker,
+    UpstreamFailure,
+    UpstreamFrames,
     negotiate,
     publish_bytes,
     tune_ok,
@@ -245,6 +249,21 @@ def test_publish_bytes_split_into_frames_no_larger_than_frame_max() -> None:
     assert props.headers == {"x-oxiedge-device": "d1", "x-oxiedge-topic": "a/b"}
 
 
+@settings(max_examples=300, deadline=None)
+@given(st.binary(max_size=64), st.lists(st.integers(1, 7), max_size=8))
+def test_garbage_frames_raise_upstream_failure_only(data: bytes, cuts: list[int]) -> None:
+    frames = UpstreamFrames()
+    pos = 0
+    try:
+        for cut in [*cuts, len(data)]:
+            frames.feed(data[pos : pos + cut])
+            pos += cut
+            while frames.next_event() is not None:
+                pass
+    except UpstreamFailure:
+        pass
+
+
 # ----------------------------------------------------------------------------- outbound
 async def test_publish_confirmed_once_each_and_in_queue_in_order(rabbit: Rabbit) -> None:
     tok = token()
@@ -430,7 +449,7 @@ async def test_silent_link_detected_within_two_heartbeats(rabbit: Rabbit) -> Non
         nursery.cancel_scope.cancel()
     assert isinstance(link.error, LinkError)
     assert "no heartbeat from upstream in 2 s" in str(link.error)
-    assert elapsed <= 2 * 1 + 0.5
+    assert elapsed <= 2 * 1 + 1.0  # the bound, plus scheduling slack on a busy box
 
 
 async def test_cancellation_closes_the_socket_promptly(rabbit: Rabbit) -> None:
@@ -614,3 +633,125 @@ async def test_blocked_upstream_stops_taking_until_unblocked(own_rabbit: Rabbit)
     assert link.error is None and sorted(io.confirmed_seqs) == [a, b, c]
     got = await sync(own_rabbit.drain, f"sink.{tok}", expect=3)
     assert [body for _, body, _ in got] == [b"a", b"b", b"c"]
+
+
+# ----------------------------------------------------------------------------- scripted peer
+class ScriptedUpstream:
+    """A minimal AMQP server written with the broker's codec, for what RabbitMQ does not
+    do on demand (Channel.Flow, a spontaneous Basic.Cancel, a bogus method)."""
+
+    def __init__(self) -> None:
+        self.port = 0
+        self.stream: trio.SocketStream | None = None
+        self.parser = FrameParser(131072, expect_header=True)
+        self.connected = trio.Event()
+
+    async def serve(self, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+        listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
+        self.port = listeners[0].socket.getsockname()[1]
+        task_status.started()
+        await trio.serve_listeners(self._accept, listeners)
+
+    async def _accept(self, stream: trio.SocketStream) -> None:
+        self.stream = stream
+        self.connected.set()
+        await trio.sleep_forever()
+
+    async def send(self, method: spec.Method, channel: int = 1) -> None:
+        assert self.stream is not None
+        await self.stream.send_all(encode_method(channel, method))
+
+    async def expect(self, kind: type[spec.Method]) -> Command:
+        assert self.stream is not None
+        with trio.fail_after(5):
+            while True:
+                event = self.parser.next_event()
+                if isinstance(event, Command):
+                    assert isinstance(event.method, kind), event
+                    return event
+                if event is None:
+                    data = await self.stream.receive_some(65536)
+                    assert data, "client closed"
+                    self.parser.feed(data)
+
+    async def handshake(self) -> None:
+        await self.connected.wait()
+        await self.send(spec.ConnectionStart(0, 9, {"product": "scripted"}, b"PLAIN",
+                                             b"en_US"), 0)
+        ok = await self.expect(spec.ConnectionStartOk)
+        assert isinstance(ok.method, spec.ConnectionStartOk)
+        assert ok.method.response == b"\0guest\0guest"
+        caps = ok.method.client_properties["capabilities"]
+        assert caps["publisher_confirms"] and caps["connection.blocked"]
+        await self.send(spec.ConnectionTune(0, 131072, 0), 0)
+        await self.expect(spec.ConnectionTuneOk)
+        await self.expect(spec.ConnectionOpen)
+        await self.send(spec.ConnectionOpenOk(), 0)
+        await self.expect(spec.ChannelOpen)
+        await self.send(spec.ChannelOpenOk())
+        await self.expect(spec.ConfirmSelect)
+        await self.send(spec.ConfirmSelectOk())
+
+
+async def test_channel_flow_pauses_publishing() -> None:
+    peer = ScriptedUpstream()
+    io = RecordingIO()
+    async with trio.open_nursery() as nursery:
+        await nursery.start(peer.serve)
+        link = RunningLink(nursery, Endpoint("amqp", "127.0.0.1", peer.port), opts(), io)
+        await peer.handshake()
+        await io.until(lambda: bool(io.up_calls))
+        await peer.send(spec.ChannelFlow(False))
+        ok = await peer.expect(spec.ChannelFlowOk)
+        assert isinstance(ok.method, spec.ChannelFlowOk) and ok.method.active is False
+        a = io.add("t/a", b"a")    # taken by the take() already waiting, then held
+        with trio.move_on_after(0.3):  # negative checks: there is no event to await
+            await io.until(lambda: not io.pending)
+        b = io.add("t/b", b"b")
+        with trio.move_on_after(0.3):
+            await io.until(lambda: not io.pending)
+        assert [m.seq for m in io.pending] == [b]
+        await peer.send(spec.ChannelFlow(True))
+        await peer.expect(spec.ChannelFlowOk)
+        first = await peer.expect(spec.BasicPublish)
+        assert first.body == b"a"
+        second = await peer.expect(spec.BasicPublish)
+        assert second.body == b"b"
+        await peer.send(spec.BasicAck(2, multiple=True))
+        await io.until(lambda: len(io.confirmed_seqs) == 2)
+        assert io.confirmed_seqs == [a, b]
+        # A spontaneous Basic.Cancel (queue deleted upstream) ends the link.
+        await peer.send(spec.BasicCancel("ctag", nowait=True))
+        with trio.fail_after(5):
+            await link.done.wait()
+        nursery.cancel_scope.cancel()
+    assert isinstance(link.error, LinkError) and "cancelled the consumer" in str(link.error)
+
+
+@pytest.mark.parametrize(("method", "expected"), [
+    (spec.QueueDeclareOk("q", 0, 0), "unexpected queue.declare-ok from upstream"),
+    (spec.ConnectionClose(320, "CONNECTION_FORCED - broker forced connection closure with "
+                          "reason 'shutdown'"),
+     "upstream closed the connection: 320 CONNECTION_FORCED"),
+    (spec.ChannelClose(404, "NOT_FOUND - no exchange 'x'", 60, 40),
+     "upstream closed the channel: 404 NOT_FOUND - no exchange 'x' (after basic.publish)"),
+])
+async def test_unexpected_method_and_closes_from_upstream(method: spec.Method,
+                                                          expected: str) -> None:
+    peer = ScriptedUpstream()
+    io = RecordingIO()
+    async with trio.open_nursery() as nursery:
+        await nursery.start(peer.serve)
+        link = RunningLink(nursery, Endpoint("amqp", "127.0.0.1", peer.port), opts(), io)
+        await peer.handshake()
+        await io.until(lambda: bool(io.up_calls))
+        channel = 0 if isinstance(method, spec.ConnectionClose) else 1
+        await peer.send(method, channel)
+        if isinstance(method, spec.ConnectionClose):
+            await peer.expect(spec.ConnectionCloseOk)  # answered before giving up
+        if isinstance(method, spec.ChannelClose):
+            await peer.expect(spec.ChannelCloseOk)
+        with trio.fail_after(5):
+            await link.done.wait()
+        nursery.cancel_scope.cancel()
+    assert isinstance(link.error, LinkError) and expected in str(link.error)

@@ -56,6 +56,7 @@ from oxiedge.uplink.link import (
     LinkError,
     LinkIO,
     LinkOptions,
+    OutMessage,
     local_topic,
     tls_context,
     upstream_filter,
@@ -64,8 +65,11 @@ from oxiedge.uplink.link import (
 
 log = logging.getLogger("oxiedge")
 
-#: Most messages taken from the outbox per publish write (the manager's window still rules).
+#: Most messages taken from the outbox at once (the manager's window still rules).
 TAKE_BATCH = 64
+#: Publish frames are written in chunks of about this many bytes (one syscall for many
+#: small messages; no multi-megabyte buffer for a batch of big ones).
+WRITE_CHUNK = 65536
 #: How long a stopping link spends on a polite Connection.Close before dropping the socket.
 CLOSE_GRACE = 0.5
 
@@ -394,34 +398,49 @@ class _Link:
                 raise LinkError(f"unexpected {m.NAME} from upstream")
 
     async def publisher(self) -> None:
-        opts = self.options
         while True:
             await self.unpaused()
             batch = await self.io.take(TAKE_BATCH)
             now = int(time.time())
-            frames = []
+            chunk: list[bytes] = []
+            size = 0
             for msg in batch:
-                key = upstream_name("amqp", opts.prefix, msg.topic)
-                try:
-                    if key is None:
-                        raise ValueError("no AMQP routing key for it")
-                    data = publish_bytes(opts.exchange, key, msg.payload, seq=msg.seq,
-                                         topic=msg.topic, device_id=opts.device_id,
-                                         link_name=opts.name, timestamp=now,
-                                         frame_max=self.frame_max)
-                except ValueError as exc:
-                    # Never staged by the manager; if it happens, resending cannot help.
-                    log.warning("uplink %s: dropping message %d on topic %r: %s",
-                                opts.name, msg.seq, msg.topic, exc)
-                    self.io.confirmed(msg.seq)
+                data = self._encode(msg, now)
+                if data is None:
                     continue
                 self.confirms.published(msg.seq)  # before sending: the ack may beat us
-                frames.append(data)
-            # A block that arrived while we waited in take(): hold what we have (the
-            # manager counts it in flight; a reconnect resends it) and send it later.
-            await self.unpaused()
-            if frames:
-                await self.send(b"".join(frames))
+                chunk.append(data)
+                size += len(data)
+                if size >= WRITE_CHUNK:  # big bodies: don't build one huge buffer
+                    await self._write(chunk)
+                    chunk, size = [], 0
+            if chunk:
+                await self._write(chunk)
+
+    def _encode(self, msg: OutMessage, now: int) -> bytes | None:
+        """Basic.Publish frames for ``msg``; ``None`` (and confirmed, i.e. dropped) if it
+        cannot be expressed upstream. The manager never stages such topics, and resending
+        could not help, so it must not block the outbox."""
+        opts = self.options
+        key = upstream_name("amqp", opts.prefix, msg.topic)
+        try:
+            if key is None:
+                raise ValueError("no AMQP routing key for it")
+            return publish_bytes(opts.exchange, key, msg.payload, seq=msg.seq,
+                                 topic=msg.topic, device_id=opts.device_id,
+                                 link_name=opts.name, timestamp=now,
+                                 frame_max=self.frame_max)
+        except ValueError as exc:
+            log.warning("uplink %s: dropping message %d on topic %r: %s",
+                        opts.name, msg.seq, msg.topic, exc)
+            self.io.confirmed(msg.seq)
+            return None
+
+    async def _write(self, chunk: list[bytes]) -> None:
+        # A block that arrived while we waited in take(): hold what we have (the manager
+        # counts it in flight; a reconnect resends it) and send it once unblocked.
+        await self.unpaused()
+        await self.send(b"".join(chunk))
 
     async def heartbeater(self) -> None:
         interval = self.heartbeat / 2

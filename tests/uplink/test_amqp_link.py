@@ -317,6 +317,23 @@ async def test_prefix_custom_exchange_and_unroutable_return(
     assert got[0][2]["x-oxiedge-topic"] == "temp"  # the LOCAL topic
 
 
+async def test_untranslatable_topic_is_dropped_not_stuck(
+        rabbit: Rabbit, caplog: pytest.LogCaptureFixture) -> None:
+    tok = token()
+    await sync(rabbit.declare_sink, f"sink.{tok}", f"{tok}.#")
+    io = RecordingIO()
+    bad = io.add(f"{tok}/v1.2", b"a dot has no routing-key form")
+    good = io.add(f"{tok}/ok", b"fine")
+    caplog.set_level(logging.WARNING, logger="oxiedge")
+    async with trio.open_nursery() as nursery:
+        link = RunningLink(nursery, parse_endpoint(rabbit.url()), opts(), io)
+        await io.until(lambda: good in io.confirmed_seqs and bad in io.confirmed_seqs)
+        await link.stop()
+    assert any(f"dropping message {bad}" in r.getMessage() for r in caplog.records)
+    got = await sync(rabbit.drain, f"sink.{tok}", expect=1)
+    assert [(rk, body) for rk, body, _ in got] == [(f"{tok}.ok", b"fine")]
+
+
 async def test_large_body_spans_many_frames(rabbit: Rabbit) -> None:
     tok = token()
     await sync(rabbit.declare_sink, f"sink.{tok}", f"{tok}.#")

@@ -360,7 +360,10 @@ async def test_inbound_acked_only_after_deliver_returns(rabbit: Rabbit) -> None:
         await io.until(lambda: bool(io.up_calls))
         await sync(rabbit.publish, f"site.{tok}.cmd.reboot", b"now")
         await io.until(lambda: io.deliver_calls == 1)
-        assert await sync(rabbit.count, options.queue) == 0  # delivered, not acked
+        assert await sync(rabbit.count, options.queue) == 0   # delivered ...
+        with trio.fail_after(5):  # ... and not acked (queue stats are refreshed
+            while await sync(rabbit.unacked, options.queue) != 1:  # periodically: poll)
+                await trio.sleep(0.1)
         await link.stop()
     # 2) deliver crashes (a manager bug): the link ends with it, still no ack.
     io = RecordingIO(deliver="crash")

@@ -379,9 +379,13 @@ class _Link:
             elif isinstance(m, spec.BasicDeliver):
                 self.deliveries_in.send_nowait(cmd)  # bounded by Basic.Qos prefetch
             elif isinstance(m, spec.BasicNack):
+                # The broker could not take responsibility (e.g. a full queue with
+                # overflow=reject-publish): they stay in the outbox; a new connection
+                # resends them.
                 seqs = self.confirms.settle(m.delivery_tag, m.multiple)
-                raise LinkError(f"upstream refused to store message(s) {seqs} "
-                                "(basic.nack); reconnecting to resend")
+                shown = ", ".join(map(str, seqs[:5])) + (", ..." if len(seqs) > 5 else "")
+                raise LinkError(f"upstream refused {len(seqs)} message(s) (basic.nack; "
+                                f"seq {shown})")
             elif isinstance(m, spec.BasicReturn):
                 # mandatory + no queue bound: RabbitMQ returns the message, then acks it.
                 # The ack confirms it (nothing to resend: it would be unroutable again).

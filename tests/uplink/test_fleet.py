@@ -15,7 +15,6 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import pika
 import pytest
 
 from .proxy import Proxy
@@ -24,6 +23,7 @@ from .test_uplink_e2e import (
     Local,
     RabbitSink,
     connected,
+    delete_queues,
     drained,
     unique,
     uplink_status,
@@ -93,18 +93,6 @@ class Device:
                     client.close()
         except BaseException as exc:  # reported by join()
             self.error = exc
-
-
-def _delete_queues(rabbit: Any, names: list[str]) -> None:
-    with contextlib.suppress(Exception):
-        conn = pika.BlockingConnection(pika.ConnectionParameters(
-            "127.0.0.1", rabbit.port, socket_timeout=5))
-        try:
-            ch = conn.channel()
-            for name in names:
-                ch.queue_delete(name)
-        finally:
-            conn.close()
 
 
 @pytest.fixture
@@ -218,7 +206,7 @@ def _run_fleet(rabbit: Any, sink: RabbitSink, start_server: Any, tmp_path: Path,
             dev.proxy.close()
             with contextlib.suppress(Exception):
                 dev.server.kill()
-        _delete_queues(rabbit, inbound_queues)
+        delete_queues(rabbit, inbound_queues)
 
 
 def test_fleet_forwards_every_acked_message_while_links_flap(

@@ -317,13 +317,20 @@ class RabbitSink:
                                      f"{missing[:10]!r}...")
 
     def delete(self) -> None:
-        with contextlib.suppress(Exception):
-            conn = pika.BlockingConnection(pika.ConnectionParameters(
-                "127.0.0.1", self.rabbit.port, socket_timeout=5))
-            try:
-                conn.channel().queue_delete(self.queue)
-            finally:
-                conn.close()
+        delete_queues(self.rabbit, [self.queue])
+
+
+def delete_queues(rabbit: Any, names: list[str]) -> None:
+    """Delete queues a test left on a shared RabbitMQ node (best effort)."""
+    with contextlib.suppress(Exception):
+        conn = pika.BlockingConnection(pika.ConnectionParameters(
+            "127.0.0.1", rabbit.port, socket_timeout=5))
+        try:
+            ch = conn.channel()
+            for name in names:
+                ch.queue_delete(name)
+        finally:
+            conn.close()
 
 
 @pytest.fixture
@@ -543,9 +550,11 @@ def test_silent_dead_link_is_detected_by_heartbeats(protocol: str, request: Any,
 
 # ===================================================================== (e) --in commands
 def test_commands_from_upstream_reach_local_subscribers(rabbit: Any, mosquitto: Any,
-                                                        start_server: Any) -> None:
+                                                        start_server: Any, request: Any
+                                                        ) -> None:
     dev = unique("e")
     srv = start_server("--device-id", dev)
+    request.addfinalizer(lambda: delete_queues(rabbit, [f"oxiedge.{dev}.rmq"]))
     srv.cli("uplink", "add", "rmq", rabbit.url(), "--out", "sensors/#", "--in", "cmd/#")
     srv.cli("uplink", "add", "mq", mosquitto.url(), "--out", "sensors/#", "--in", "cmd/#",
             "--prefix", "site/{device}/")
@@ -569,6 +578,34 @@ def test_commands_from_upstream_reach_local_subscribers(rabbit: Any, mosquitto: 
             local.messages.get_nowait()
     assert uplink_status(srv, "rmq")["received"] == 1
     assert uplink_status(srv, "mq")["received"] == 2
+
+
+@pytest.mark.parametrize("protocol", ["amqp", "mqtt"])
+def test_commands_wait_upstream_while_the_device_is_down(protocol: str, request: Any,
+                                                         start_server: Any) -> None:
+    """A command published while the device is off (SIGKILLed) waits upstream (durable
+    queue / persistent session) and reaches a local persistent subscriber after restart."""
+    dev = unique("e")
+    upstream = request.getfixturevalue("rabbit" if protocol == "amqp" else "mosquitto")
+    srv = start_server("--device-id", dev)
+    if protocol == "amqp":
+        request.addfinalizer(lambda: delete_queues(upstream, [f"oxiedge.{dev}.up1"]))
+    srv.cli("uplink", "add", "up1", upstream.url(), "--in", "cmd/#", "--prefix", "{device}/")
+    app_id = f"app-{dev}"
+    with Local(srv.mqtt_port, client_id=app_id, clean=False) as app:
+        app.subscribe("cmd/#")
+    wait_status(srv, "up1", connected, "connected")
+
+    srv.kill()
+    if protocol == "amqp":
+        upstream.publish(f"{dev}.cmd.open", b"while-down")
+    else:
+        upstream.publish(f"{dev}/cmd/open", b"while-down")
+    srv.start()
+    with Local(srv.mqtt_port, client_id=app_id, clean=False) as app:
+        assert app.messages.get(timeout=30) == ("cmd/open", b"while-down")
+    st = wait_status(srv, "up1", lambda s: s["received"] == 1, "received 1")
+    assert st["state"] == "connected", st
 
 
 # ===================================================================== (f) bounds

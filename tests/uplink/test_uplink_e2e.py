@@ -608,6 +608,26 @@ def test_commands_wait_upstream_while_the_device_is_down(protocol: str, request:
     assert st["state"] == "connected", st
 
 
+def test_command_is_not_echoed_back_upstream(rabbit: Any, start_server: Any, request: Any,
+                                            sinks: Callable[..., RabbitSink]) -> None:
+    """--out '#' also matches the commands --in brings: they must not go back upstream."""
+    dev = unique("e")
+    sink = sinks(rabbit, f"{dev}.#")  # sees the command itself once, and any echo
+    srv = start_server("--device-id", dev)
+    request.addfinalizer(lambda: delete_queues(rabbit, [f"oxiedge.{dev}.up1"]))
+    srv.cli("uplink", "add", "up1", rabbit.url(), "--out", "#", "--in", "cmd/#",
+            "--prefix", "{device}/")
+    with Local(srv.mqtt_port) as local:
+        local.subscribe("cmd/#")
+        wait_status(srv, "up1", connected, "connected")
+        rabbit.publish(f"{dev}.cmd.go", b"the-command")
+        assert local.messages.get(timeout=TIMEOUT) == ("cmd/go", b"the-command")
+        local.publish_all([("sensors/marker", b"marker")])
+    # An echo would have been queued before the marker, so it would be here by now.
+    seen = sink.collect({b"marker", b"the-command"})
+    assert seen == Counter({b"marker": 1, b"the-command": 1}), seen
+
+
 # ===================================================================== (f) bounds
 def test_drop_oldest_keeps_the_newest(rabbit: Any, start_server: Any,
                                       sinks: Callable[..., RabbitSink]) -> None:
@@ -633,6 +653,35 @@ def test_drop_oldest_keeps_the_newest(rabbit: Any, start_server: Any,
         seen = sink.collect(newest)
         assert set(seen) == newest, sorted(set(seen) - newest)[:5]  # the 20 oldest dropped
         assert uplink_status(srv, "up1")["dropped"] == 20
+
+
+def test_drop_oldest_by_bytes(rabbit: Any, start_server: Any,
+                              sinks: Callable[..., RabbitSink]) -> None:
+    from oxiedge.sizes import parse_size
+
+    dev = unique("f")
+    sink = sinks(rabbit, "sensors.#")
+    with Proxy("127.0.0.1", rabbit.port) as proxy:
+        srv = start_server("--device-id", dev)
+        srv.cli("uplink", "add", "up1", f"amqp://guest:guest@127.0.0.1:{proxy.port}/",
+                "--out", "sensors/#", "--max-bytes", "4KB", "--policy", "drop-oldest")
+        wait_status(srv, "up1", connected, "connected")
+        proxy.freeze()
+        proxy.drop()
+        wait_status(srv, "up1", not_connected, "disconnected")
+        batch = [(t, p + b"." * 200) for t, p in sensor_batch(dev, 0, 40)]
+        with Local(srv.mqtt_port) as pub:
+            pub.publish_all(batch)
+        st = wait_status(srv, "up1", lambda s: s["dropped"] + s["backlog_messages"] == 40,
+                         "40 accounted for")
+        kept = st["backlog_messages"]
+        assert 0 < kept < 40 and st["backlog_bytes"] <= parse_size("4KB"), st
+        proxy.thaw()
+        newest = {p for _, p in batch[40 - kept:]}
+        sink.collect(newest, timeout=45)
+        wait_status(srv, "up1", drained, "drained", timeout=30)
+        seen = sink.collect(newest)
+        assert set(seen) == newest
 
 
 def test_block_policy_holds_publishers_until_the_upstream_drains(
@@ -674,6 +723,35 @@ def test_block_policy_holds_publishers_until_the_upstream_drains(
         assert not st["blocking"] and st["dropped"] == 0, st
 
 
+def test_live_update_takes_effect_and_server_status_shows_uplinks(
+        rabbit: Any, start_server: Any, sinks: Callable[..., RabbitSink]) -> None:
+    dev = unique("u")
+    sink = sinks(rabbit, f"{dev}.#")
+    srv = start_server("--device-id", dev)
+    res = srv.cli("uplink", "add", "up1", rabbit.url(), "--out", "a/#", "--prefix", "{device}/")
+    assert "added" in res.stdout, res.stdout
+    wait_status(srv, "up1", connected, "connected")
+    with Local(srv.mqtt_port) as pub:
+        pub.publish_all([("a/1", b"a1"), ("b/1", b"b1")])
+        sink.collect({b"a1"})
+        res = srv.cli("uplink", "add", "up1", rabbit.url(), "--out", "b/#",
+                      "--prefix", "{device}/")
+        assert "updated" in res.stdout, res.stdout
+        res = srv.cli("uplink", "add", "up1", rabbit.url(), "--out", "b/#",
+                      "--prefix", "{device}/")
+        assert "already present" in res.stdout, res.stdout
+        wait_status(srv, "up1", connected, "connected")
+        pub.publish_all([("a/2", b"a2"), ("b/2", b"b2"), ("b/3", b"b3")])
+    seen = sink.collect({b"b2", b"b3"})
+    assert set(seen) == {b"a1", b"b2", b"b3"}, seen  # the new filter only, from now on
+    status = json.loads(srv.cli("status", "--json").stdout)
+    up = status["uplink"]["up1"]
+    for key in ("state", "node", "backlog_messages", "backlog_bytes", "inflight", "forwarded",
+                "confirmed", "resent", "dropped", "received", "lag_seconds", "rate",
+                "last_error", "reconnects"):
+        assert key in up, (key, up)
+
+
 # ===================================================================== (g) CLI
 def test_cli_add_list_remove_status_and_errors(start_server: Any) -> None:
     srv = start_server("--device-id", unique("g"))
@@ -708,7 +786,11 @@ def test_cli_add_list_remove_status_and_errors(start_server: Any) -> None:
     res = srv.cli("uplink", "remove", "nope", check=False)
     assert res.returncode != 0 and "nope" in res.stderr + res.stdout, res
 
-    srv.cli("uplink", "remove", "up1")
+    with Local(srv.mqtt_port) as pub:  # a backlog the upstream never took
+        pub.publish_all(sensor_batch("g", 0, 3))
+    wait_status(srv, "up1", lambda s: s["backlog_messages"] == 3, "backlog 3")
+    res = srv.cli("uplink", "remove", "up1")
+    assert "3 unsent" in res.stdout, res.stdout
     assert srv.cli("uplink", "list", "--json").stdout.strip() == ""
     assert json.loads(srv.cli("uplink", "status", "--json").stdout) == {}
 

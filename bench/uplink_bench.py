@@ -166,12 +166,12 @@ class OxiedgePeer(Peer):
     name = "oxiedge"
     _lost_re = re.compile(r"uplink up lost")
 
-    def __init__(self, upstream_port: int) -> None:
+    def __init__(self, upstream_port: int, window: int) -> None:
         self.tmp = Path(tempfile.mkdtemp(prefix="bench-uplink-oxi-"))
         data = self.tmp / "data"
         subprocess.run([*brokers.oxiedge_command(), "uplink", "add", "up",
                         f"mqtt://127.0.0.1:{upstream_port}", "--out", "bench/#",
-                        "--window", str(LINK_WINDOW), "--data", str(data)],
+                        "--window", str(window), "--data", str(data)],
                        check=True, stdout=subprocess.DEVNULL, cwd=self.tmp,
                        env=brokers._with_repo_on_path(None))
         self.st = brokers.start_oxiedge(["--device-id", "bench"], data=data)
@@ -191,7 +191,7 @@ class MosquittoBridgePeer(Peer):
     _lost_re = re.compile(r"Client local\.\S+ (closed its connection|disconnected)"
                           r"|Socket error on client local\.")
 
-    def __init__(self, upstream_port: int, messages: int) -> None:
+    def __init__(self, upstream_port: int, messages: int, window: int) -> None:
         self.tmp = _mosquitto_dir("bench-uplink-mosq-")
         port = brokers.free_port()
         self.log_path = self.tmp / "mosquitto.log"
@@ -199,7 +199,7 @@ class MosquittoBridgePeer(Peer):
             f"listener {port} 127.0.0.1\nallow_anonymous true\npersistence false\n"
             # The bridge's queue must hold the whole backlog (default 1000 would drop).
             f"max_queued_messages {max(100_000, 2 * messages)}\n"
-            f"max_inflight_messages {LINK_WINDOW}\n"
+            f"max_inflight_messages {window}\n"
             f"log_dest file {self.log_path}\n"
             "connection up\n"
             f"address 127.0.0.1:{upstream_port}\n"
@@ -228,10 +228,10 @@ class MosquittoBridgePeer(Peer):
         shutil.rmtree(self.tmp, ignore_errors=True)
 
 
-def start_peer(name: str, upstream_port: int, messages: int) -> Peer:
+def start_peer(name: str, upstream_port: int, messages: int, window: int) -> Peer:
     if name == "oxiedge":
-        return OxiedgePeer(upstream_port)
-    return MosquittoBridgePeer(upstream_port, messages)
+        return OxiedgePeer(upstream_port, window)
+    return MosquittoBridgePeer(upstream_port, messages, window)
 
 
 # ------------------------------------------------------------------ clients
@@ -468,6 +468,7 @@ class Run:
     noticed_loss: bool | None = None
     session_present: bool | None = None
     profiled: bool = False
+    load1: float | None = None           # 1-minute load average when the run started
     error: str | None = None
     notes: list[str] = field(default_factory=list)
 
@@ -539,7 +540,7 @@ def run_one(scenario: str, peer_name: str, repeat: int, args: argparse.Namespace
             packets: tuple[bytes, int]) -> Run:
     """Fresh upstream + peer, then one measured scenario; everything stopped at the end."""
     n = args.messages
-    r = Run(scenario, peer_name, repeat, n, args.payload)
+    r = Run(scenario, peer_name, repeat, n, args.payload, load1=os.getloadavg()[0])
     up = Upstream()
     peer: Peer | None = None
     drv: Driver | None = None
@@ -551,7 +552,7 @@ def run_one(scenario: str, peer_name: str, repeat: int, args: argparse.Namespace
         brokers.wait_port("127.0.0.1", up.port, 10)
         sub, _present = connect_subscriber(up.port, 10)
         sub.subscribe("bench/#", 1)
-        peer = start_peer(peer_name, up.port, n)
+        peer = start_peer(peer_name, up.port, n, args.window)
         drv = Driver(sink)
         drv.attach_sub(sub)
         pubc = RawMqtt(*peer.mqtt)
@@ -731,7 +732,8 @@ def run_line(r: Run) -> str:
            if r.peer_cpu_us_per_msg is not None else "")
     return (f"{head} {r.rate:>9,.0f} msgs/s over {r.seconds:.2f} s, local "
             f"{r.local_rate or 0:,.0f}/s, dup {r.duplicates}, missing {r.missing}{extra}{cpu}, "
-            f"gen {r.gen_cpu_pct or 0:.0f}%" + (" [py-spy]" if r.profiled else ""))
+            f"gen {r.gen_cpu_pct or 0:.0f}%, load {r.load1 or 0:.1f}"
+            + (" [py-spy]" if r.profiled else ""))
 
 
 # -------------------------------------------------------------------- main
@@ -739,12 +741,15 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.uplink_bench",
                                 description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--messages", type=int, default=30_000, help="messages per run")
-    p.add_argument("--repeats", type=int, default=3, help="repeats (median reported)")
+    p.add_argument("--messages", type=int, default=50_000, help="messages per run")
+    p.add_argument("--repeats", type=int, default=5, help="repeats (median reported)")
     p.add_argument("--payload", type=int, default=100, help="payload bytes (>= 8)")
     p.add_argument("--scenario", action="append", choices=SCENARIOS,
                    help="only these scenarios (repeatable)")
     p.add_argument("--peer", action="append", choices=PEERS, help="only these peers")
+    p.add_argument("--window", type=int, default=LINK_WINDOW,
+                   help="unacknowledged messages on the link, both peers (oxiedge --window, "
+                        "Mosquitto max_inflight_messages)")
     p.add_argument("--timeout", type=float, default=120.0, help="seconds per measured phase")
     p.add_argument("--grace", type=float, default=0.3,
                    help="seconds to keep reading for late duplicates after each run")
@@ -786,7 +791,8 @@ def main(argv: list[str] | None = None) -> int:
             f", {time.time() - started:.0f} s")
     settings = (
         f"Settings: local publisher QoS 1 with {PUB_WINDOW} in flight; oxiedge uplink window "
-        f"{LINK_WINDOW} (default), Mosquitto bridge max_inflight_messages {LINK_WINDOW}, "
+        f"{a.window} (default {LINK_WINDOW}), Mosquitto bridge max_inflight_messages "
+        f"{a.window}, "
         "cleansession false, restart_timeout 1 1 (constant 1 s; a lone '1' kept 2.0.11's "
         "default 5 s jittered back-off), keepalive 30 s; oxiedge "
         "back-off is built in (0.5 s doubling to 30 s, jitter 0.5-1x), not configurable. "
@@ -806,6 +812,7 @@ def main(argv: list[str] | None = None) -> int:
                "machine": info, "mosquitto": mosq_version, "settings": settings,
                "durability_note": DURABILITY_NOTE,
                "options": {"messages": a.messages, "repeats": a.repeats, "payload": a.payload,
+                           "window": a.window,
                            "scenarios": scenarios, "peers": peers},
                **data, "runs": [asdict(r) for r in runs]}
         a.out.with_suffix(".json").write_text(json.dumps(doc, indent=1) + "\n")

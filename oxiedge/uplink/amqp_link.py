@@ -390,6 +390,7 @@ class _Link:
                 # mandatory + no queue bound: RabbitMQ returns the message, then acks it.
                 # The ack confirms it (nothing to resend: it would be unroutable again).
                 self.returned += 1
+                self.io.unroutable()
                 level = logging.WARNING if self.returned == 1 else logging.DEBUG
                 log.log(level, "uplink %s: upstream has no queue for routing key %r on "
                         "exchange %r (%s); message dropped upstream (%d on this connection)",

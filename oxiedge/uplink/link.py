@@ -158,6 +158,10 @@ class LinkIO(Protocol):
     def up(self, endpoint: Endpoint, detail: str = "") -> None:
         """The handshake with ``endpoint`` completed (state → connected)."""
 
+    def unroutable(self) -> None:
+        """The upstream returned a message: nothing there takes its routing key (counted;
+        the confirm that follows still removes it from the outbox)."""
+
 
 # ------------------------------------------------------------------- names
 def upstream_name(protocol: str, prefix: str, topic: str) -> str | None:

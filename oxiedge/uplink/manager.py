@@ -114,6 +114,9 @@ class _Connection:
     async def deliver(self, topic: str, payload: bytes) -> None:
         await self.uplink.manager.deliver(self.uplink, topic, payload)
 
+    def unroutable(self) -> None:
+        self.uplink.unroutable += 1
+
     def up(self, endpoint: Endpoint, detail: str = "") -> None:
         u = self.uplink
         self.up_at = time.monotonic()
@@ -150,7 +153,7 @@ class Uplink:
         self.last_error = ""
         self.reconnects = 0
         self.enqueued = self.forwarded = self.confirmed = self.resent = 0
-        self.dropped = self.received = self.skipped = 0
+        self.dropped = self.received = self.skipped = self.unroutable = 0
         self.rate = 0.0
         self._rate_last = (time.monotonic(), 0)
         self._alarm = False
@@ -255,7 +258,7 @@ class Uplink:
             "inflight": len(self.conn.inflight) if self.conn is not None else 0,
             "enqueued": self.enqueued, "forwarded": self.forwarded,
             "confirmed": self.confirmed, "resent": self.resent, "dropped": self.dropped,
-            "skipped": self.skipped, "received": self.received,
+            "skipped": self.skipped, "unroutable": self.unroutable, "received": self.received,
             "lag_seconds": round(box.oldest_age(), 3), "rate": round(self.rate, 1),
             "last_error": self.last_error, "reconnects": self.reconnects,
             "connected_since": self.connected_since, "blocking": self._alarm,

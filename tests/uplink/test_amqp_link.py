@@ -45,6 +45,7 @@ class RecordingIO:
     def __init__(self, deliver: str = "ok") -> None:
         self.pending: list[OutMessage] = []
         self.confirmed_seqs: list[int] = []
+        self.returned = 0
         self.delivered: list[tuple[str, bytes]] = []
         self.deliver_calls = 0
         self.deliver_mode = deliver  # ok | hang | crash | refuse
@@ -87,6 +88,9 @@ class RecordingIO:
     def up(self, endpoint: Endpoint, detail: str = "") -> None:
         self.up_calls.append((endpoint, detail))
         self._poke()
+
+    def unroutable(self) -> None:
+        self.returned += 1
 
     async def until(self, cond: Callable[[], bool], timeout: float = 10.0) -> None:
         with trio.fail_after(timeout):
@@ -311,6 +315,7 @@ async def test_prefix_custom_exchange_and_unroutable_return(
         await io.until(lambda: second in io.confirmed_seqs)
         await link.stop()
     assert link.error is None
+    assert io.returned == 1  # the first message only
     assert any("no queue for routing key" in r.getMessage() for r in caplog.records)
     got = await sync(rabbit.drain, f"sink.{tok}", expect=1)
     assert [(rk, body) for rk, body, _ in got] == [(f"site.{tok}.temp", b"21.5")]

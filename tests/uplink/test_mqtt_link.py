@@ -102,6 +102,9 @@ class FakeIO:
         self.ups.append((endpoint, detail))
         self._changed()
 
+    def unroutable(self) -> None:  # AMQP only; MQTT has no returned messages
+        raise AssertionError("an MQTT link never reports unroutable messages")
+
     def add(self, topic: str, payload: bytes) -> None:
         self.outbox.append(OutMessage(self.next_seq, topic, payload))
         self.next_seq += 1

@@ -288,14 +288,7 @@ def status(data: DataOpt = None, as_json: JsonOpt = False) -> None:
     if as_json:
         sys.stdout.write(json.dumps(result, default=str) + "\n")
         return
-    from rich.table import Table
-
-    table = Table(title="oxiedge status", show_header=False)
-    table.add_column("key")
-    table.add_column("value", overflow="fold")
-    for key, value in _flatten(result):
-        table.add_row(key, _cell(value))
-    out.print(table)
+    _print_pairs(result, "oxiedge status")
 
 
 def _flatten(obj: dict[str, Any], prefix: str = "") -> list[tuple[str, Any]]:
@@ -547,10 +540,22 @@ def uplink_status(name: Annotated[str | None, typer.Argument(help="one uplink")]
     if as_json:
         sys.stdout.write(json.dumps(result, default=str) + "\n")
         return
-    keys = ("state", "node", "backlog_messages", "backlog_bytes", "lag_seconds", "rate",
-            "dropped", "received", "last_error")
-    _print_rows([{"name": n, **{k: row[k] for k in keys if k in row}}
-                 for n, row in result.items()], False, "uplinks")
+    if not result:
+        _print_line("no uplinks")
+    for uplink_name, row in result.items():
+        _print_pairs(row, f"uplink {uplink_name}")
+
+
+def _print_pairs(obj: dict[str, Any], title: str) -> None:
+    """A two-column key/value table (narrow terminals stay readable)."""
+    from rich.table import Table
+
+    table = Table(title=title, show_header=False)
+    table.add_column("key")
+    table.add_column("value", overflow="fold")
+    for key, value in _flatten(obj):
+        table.add_row(key, _cell(value))
+    out.print(table)
 
 
 def _print_line(text: str) -> None:

@@ -261,7 +261,9 @@ class Uplink:
             "skipped": self.skipped, "unroutable": self.unroutable, "received": self.received,
             "lag_seconds": round(box.oldest_age(), 3), "rate": round(self.rate, 1),
             "last_error": self.last_error, "reconnects": self.reconnects,
-            "connected_since": self.connected_since, "blocking": self._alarm,
+            "connected_since": None if self.connected_since is None else time.strftime(
+                "%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.connected_since)),
+            "blocking": self._alarm,
         }
 
 

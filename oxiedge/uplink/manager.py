@@ -36,6 +36,7 @@ import trio
 
 from ..app import App
 from ..mqtt.topics import topic_matches
+from ..store import CommitError
 from .definitions import (
     CONFIG,
     UplinkDef,
@@ -218,6 +219,8 @@ class Uplink:
                 reason = str(exc) or type(exc).__name__
             except (OSError, trio.BrokenResourceError, trio.ClosedResourceError) as exc:
                 reason = f"{type(exc).__name__}: {exc}"
+            except CommitError as exc:  # the local store failed: nothing is acked either
+                reason = f"local store: {exc}"
             except Exception as exc:  # a bug in a link must not stop the uplink for good
                 reason = f"internal error: {exc!r}"
                 log.exception("uplink %s: link failed", self.name)

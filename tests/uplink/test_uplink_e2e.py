@@ -881,3 +881,47 @@ def test_cluster_urls_are_tried_in_turn(rabbit: Any, start_server: Any,
     with Local(srv.mqtt_port) as pub:
         pub.publish_all(batch)
     assert set(sink.collect({p for _, p in batch})) == {p for _, p in batch}
+
+
+# ===================================================================== slow: big backlog
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_large_backlog_drains_through_flapping_link_and_sigkill(
+        rabbit: Any, start_server: Any, sinks: Callable[..., RabbitSink]) -> None:
+    dev = unique("big")
+    sink = sinks(rabbit, f"{dev}.#")
+    n, window = 20000, 256
+    with Proxy("127.0.0.1", rabbit.port) as proxy:
+        srv = start_server("--device-id", dev)
+        srv.cli("uplink", "add", "up1", f"amqp://guest:guest@127.0.0.1:{proxy.port}/",
+                "--out", "sensors/#", "--prefix", "{device}/", "--window", str(window),
+                "--heartbeat", "1")
+        wait_status(srv, "up1", connected, "connected")
+        proxy.freeze()
+        proxy.drop()
+        wait_status(srv, "up1", not_connected, "disconnected")
+        batch = sensor_batch(dev, 0, n)
+        with Local(srv.mqtt_port) as pub:
+            for i in range(0, n, 500):
+                pub.publish_all(batch[i:i + 500], timeout=60)
+        wait_status(srv, "up1", lambda s: s["backlog_messages"] == n, f"backlog {n}")
+        proxy.thaw()
+        thawed = time.monotonic()
+        breaks, killed_at = 0, None
+        while True:
+            st = uplink_status(srv, "up1")
+            if st["backlog_messages"] == 0 or time.monotonic() - thawed > 240:
+                break
+            if killed_at is None and st["backlog_messages"] < n * 2 // 3:
+                killed_at = st["backlog_messages"]
+                srv.kill()  # mid-drain: what was confirmed is gone, the rest is resent
+                srv.start()
+            else:
+                proxy.drop()
+            breaks += 1
+            time.sleep(0.3)  # the flapping schedule, not a wait for an event
+        assert killed_at is not None and 0 < killed_at < n and breaks >= 3, (killed_at, breaks)
+        seen = sink.collect({p for _, p in batch}, timeout=120)
+        wait_status(srv, "up1", drained, "drained", timeout=120)
+        assert set(seen) == {p for _, p in batch}
+        assert duplicates(seen) <= window * (breaks + 1), (duplicates(seen), breaks)

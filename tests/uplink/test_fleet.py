@@ -11,7 +11,6 @@ import random
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +24,7 @@ from .test_uplink_e2e import (
     connected,
     delete_queues,
     drained,
+    mqtt_collect,
     unique,
     uplink_status,
     wait_status,
@@ -95,31 +95,67 @@ class Device:
             self.error = exc
 
 
-@pytest.fixture
-def fleet_sink(rabbit: Any) -> Iterator[RabbitSink]:
-    sink = RabbitSink(rabbit, "sensors.#")
-    try:
-        yield sink
-    finally:
-        sink.delete()
+class Upstream:
+    """The one central broker of the fleet as the test sees it (RabbitMQ or Mosquitto)."""
+
+    def __init__(self, protocol: str, broker: Any, tag: str) -> None:
+        self.protocol = protocol
+        self.broker = broker
+        self.port: int = broker.port
+        self.inbound_queues: list[str] = []
+        self._sink: RabbitSink | None = None
+        self._sub: Any = None
+        if protocol == "amqp":
+            self._sink = RabbitSink(broker, "sensors.#")
+        else:
+            self._sub = broker.subscriber("sensors/#", f"sink-{tag}")
+
+    def url(self, port: int) -> str:
+        if self.protocol == "amqp":
+            return f"amqp://guest:guest@127.0.0.1:{port}/"
+        return f"mqtt://127.0.0.1:{port}"
+
+    def device_added(self, device: str, uplink: str) -> None:
+        if self.protocol == "amqp":
+            self.inbound_queues.append(f"oxiedge.{device}.{uplink}")
+
+    def collect(self, expected: set[bytes], timeout: float = 30.0) -> Counter[bytes]:
+        if self._sink is not None:
+            return self._sink.collect(expected, timeout)
+        return mqtt_collect(self._sub, expected, timeout)
+
+    def command(self, name: str, payload: bytes) -> None:
+        """Publish a command to ``cmd/NAME`` upstream (AMQP: routing key ``cmd.NAME``)."""
+        if self.protocol == "amqp":
+            self.broker.publish(f"cmd.{name}", payload)
+        else:
+            self.broker.publish(f"cmd/{name}", payload)
+
+    def close(self) -> None:
+        if self._sink is not None:
+            self._sink.delete()
+            delete_queues(self.broker, self.inbound_queues)
+        if self._sub is not None:
+            self._sub.close()
 
 
-def _run_fleet(rabbit: Any, sink: RabbitSink, start_server: Any, tmp_path: Path,
+def _run_fleet(protocol: str, request: Any, start_server: Any, tmp_path: Path,
                devices: int, seconds: float, kills: int, seed: int) -> None:
     rng = random.Random(seed)
     tag = unique("fleet")
+    up = Upstream(protocol, request.getfixturevalue("rabbit" if protocol == "amqp"
+                                                    else "mosquitto"), tag)
     fleet: list[Device] = []
-    inbound_queues: list[str] = []
     try:
         for i in range(1, devices + 1):
             name = f"{tag}-dev{i}"
-            proxy = Proxy("127.0.0.1", rabbit.port)
+            proxy = Proxy("127.0.0.1", up.port)
             srv = start_server("--device-id", name, data=tmp_path / f"dev{i}")
-            srv.cli("uplink", "add", "up", f"amqp://guest:guest@127.0.0.1:{proxy.port}/",
+            srv.cli("uplink", "add", "up", up.url(proxy.port),
                     "--out", "sensors/#", "--in", "cmd/#", "--heartbeat", "1",
                     "--window", str(WINDOW))
             fleet.append(Device(name, srv, proxy))
-            inbound_queues.append(f"oxiedge.{name}.up")
+            up.device_added(name, "up")
         for dev in fleet:
             wait_status(dev.server, "up", connected, "connected")
 
@@ -165,14 +201,14 @@ def _run_fleet(rabbit: Any, sink: RabbitSink, start_server: Any, tmp_path: Path,
         expected = {p for dev in fleet for p in dev.acked}
         for dev in fleet:
             assert len(dev.acked) >= 20, (dev.name, len(dev.acked))
-        seen = sink.collect(expected, timeout=60)
+        seen = up.collect(expected, timeout=60)
         reconnects = 0
         for dev in fleet:
             st = wait_status(dev.server, "up", drained, "drained", timeout=30)
             assert st["dropped"] == 0, st
             reconnects += st["reconnects"]
         assert reconnects >= 1, "the chaos never broke a link"
-        seen = sink.collect(expected)
+        seen = up.collect(expected)
         allowed = {p for dev in fleet for p in dev.acked + dev.unacked}
         assert set(seen) <= allowed, sorted(set(seen) - allowed)[:5]
         for dev in fleet:
@@ -191,7 +227,7 @@ def _run_fleet(rabbit: Any, sink: RabbitSink, start_server: Any, tmp_path: Path,
             # One device's link is silently dead while the command is published: it gets
             # the command from its durable upstream queue once the link is back.
             fleet[0].proxy.freeze()
-            rabbit.publish("cmd.all", f"{tag}-reboot".encode())
+            up.command("all", f"{tag}-reboot".encode())
             for local in locals_[1:]:
                 assert local.messages.get(timeout=TIMEOUT) == ("cmd/all", f"{tag}-reboot".encode())
             fleet[0].proxy.thaw()
@@ -206,18 +242,20 @@ def _run_fleet(rabbit: Any, sink: RabbitSink, start_server: Any, tmp_path: Path,
             dev.proxy.close()
             with contextlib.suppress(Exception):
                 dev.server.kill()
-        delete_queues(rabbit, inbound_queues)
+        up.close()
 
 
+@pytest.mark.parametrize("protocol", ["amqp", "mqtt"])
 def test_fleet_forwards_every_acked_message_while_links_flap(
-        rabbit: Any, fleet_sink: RabbitSink, start_server: Any, tmp_path: Path) -> None:
-    _run_fleet(rabbit, fleet_sink, start_server, tmp_path, devices=3, seconds=8, kills=1,
+        protocol: str, request: Any, start_server: Any, tmp_path: Path) -> None:
+    _run_fleet(protocol, request, start_server, tmp_path, devices=3, seconds=8, kills=1,
                seed=9)
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(600)
-def test_fleet_long_flapping(rabbit: Any, fleet_sink: RabbitSink, start_server: Any,
+@pytest.mark.parametrize("protocol", ["amqp", "mqtt"])
+def test_fleet_long_flapping(protocol: str, request: Any, start_server: Any,
                              tmp_path: Path) -> None:
-    _run_fleet(rabbit, fleet_sink, start_server, tmp_path, devices=5, seconds=90, kills=5,
+    _run_fleet(protocol, request, start_server, tmp_path, devices=5, seconds=90, kills=5,
                seed=99)

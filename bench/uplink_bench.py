@@ -506,17 +506,56 @@ class _Meter:
         r.gen_cpu_pct = 100 * (_own_cpu() - self.own) / wall
 
 
+def profile_summary(raw: Path, top: int = 30) -> str:
+    """py-spy collapsed stacks split by thread: the trio thread busy / idle in epoll, other
+    threads (the WAL-sync thread, mostly waiting in ``fdatasync``); then the oxiedge
+    functions on the busy trio thread's stacks (inclusive) and on top (own time)."""
+    import collections
+
+    parts: collections.Counter[str] = collections.Counter()
+    incl: collections.Counter[str] = collections.Counter()
+    own: collections.Counter[str] = collections.Counter()
+    total = 0
+    for line in raw.read_text().splitlines():
+        stack, _, count = line.rpartition(" ")
+        if not stack or not count.isdigit():
+            continue
+        n = int(count)
+        total += n
+        frames = stack.split(";")
+        if any("threading.py" in f for f in frames):
+            parts["other threads (WAL-sync thread: flush_wal)"] += n
+            continue
+        if "get_events" in frames[-1]:
+            parts["trio thread idle (epoll wait)"] += n
+            continue
+        parts["trio thread busy"] += n
+        own[frames[-1]] += n
+        for name in {f.split(" (")[0] for f in frames if "oxiedge/" in f}:
+            incl[name] += n
+    busy = max(1, parts["trio thread busy"])
+    lines = [f"{total} samples"]
+    lines += [f"  {100 * v / max(1, total):5.1f}%  {k}" for k, v in parts.most_common()]
+    lines += ["", "oxiedge functions on the busy trio thread's stack (% of its samples):"]
+    lines += [f"  {100 * v / busy:5.1f}%  {k}" for k, v in incl.most_common(top)
+              if k not in ("main", "serve", "run")]
+    lines += ["", "own time on the busy trio thread (% of its samples):"]
+    lines += [f"  {100 * v / busy:5.1f}%  {k}" for k, v in own.most_common(top)]
+    return "\n".join(lines)
+
+
 class _Spy:
     """py-spy attached to oxiedge for one phase (``--py-spy``)."""
 
-    def __init__(self, exe: str | None, pid: int | None, out: Path | None) -> None:
+    def __init__(self, exe: str | None, pid: int | None, out: Path | None,
+                 gil: bool = False) -> None:
         self.proc: subprocess.Popen[bytes] | None = None
         self.out = out
         if exe and pid and out:
             out.parent.mkdir(parents=True, exist_ok=True)
             self.proc = subprocess.Popen(
                 [exe, "record", "--pid", str(pid), "--format", "raw", "--rate", "250",
-                 "--output", str(out), "--nonblocking"],
+                 "--output", str(out), "--nonblocking", *(["--gil"] if gil else [])],
                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             time.sleep(1.0)  # attach before the phase starts
 
@@ -531,9 +570,7 @@ class _Spy:
             self.proc.wait(5)
         if not self.out.exists():
             return None
-        from bench.profile import summarize
-
-        return summarize(self.out, 30)
+        return profile_summary(self.out)
 
 
 def run_one(scenario: str, peer_name: str, repeat: int, args: argparse.Namespace,
@@ -568,7 +605,7 @@ def run_one(scenario: str, peer_name: str, repeat: int, args: argparse.Namespace
         up_pid = up.proc.pid if up.proc else None
         deadline = time.monotonic() + args.timeout
         if scenario == "live":
-            spy = _Spy(want_spy, peer.proc_pid, spy_out)
+            spy = _Spy(want_spy, peer.proc_pid, spy_out, args.py_spy_gil)
             meter = _Meter(peer.proc_pid, up_pid)
             t0 = time.monotonic()
             drv.start_publishing(pubc, *packets)
@@ -590,7 +627,7 @@ def run_one(scenario: str, peer_name: str, repeat: int, args: argparse.Namespace
                 raise RuntimeError(f"only {drv.acked} of {n} local PUBACKs with the upstream down")
             assert drv.acked_at is not None
             r.local_rate = n / (drv.acked_at - t0)
-            spy = _Spy(want_spy, peer.proc_pid, spy_out)
+            spy = _Spy(want_spy, peer.proc_pid, spy_out, args.py_spy_gil)
             meter = _Meter(peer.proc_pid, None)
             up.start()
             sub, present = connect_subscriber(up.port, 10)
@@ -758,6 +795,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--no-save", action="store_true", help="print only")
     p.add_argument("--py-spy", metavar="EXE",
                    help="profile oxiedge with py-spy during its measured phases")
+    p.add_argument("--py-spy-gil", action="store_true",
+                   help="py-spy --gil: sample only the thread holding the GIL")
     p.add_argument("--profile-dir", type=Path, default=RESULTS / "profiles",
                    help="where --py-spy writes uplink-SCENARIO-rN.stacks/.txt")
     a = p.parse_args(argv)

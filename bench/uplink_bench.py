@@ -56,6 +56,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -368,7 +369,7 @@ class Driver:
             with contextlib.suppress(BlockingIOError):
                 self.off += self.pub.send(memoryview(self.out)[self.off:want])
 
-    def _flush_acks(self) -> None:
+    def flush_acks(self) -> None:
         if self.pending_acks and self.sub is not None:
             try:
                 k = self.sub.send(self.pending_acks)
@@ -388,7 +389,7 @@ class Driver:
                 return False
             if self.pub is not None and self.off < len(self.out):
                 self._send_pub()
-            self._flush_acks()
+            self.flush_acks()
             for key, _ev in self.sel.select(min(0.05, max(0.0, deadline - now))):
                 sock = key.fileobj
                 assert isinstance(sock, socket.socket)
@@ -411,7 +412,7 @@ class Driver:
                     self._ackbuf = n % 4
                     if self.acked >= total and self.acked_at is None:
                         self.acked_at = time.monotonic()
-        self._flush_acks()
+        self.flush_acks()
         return True
 
     def close(self) -> None:
@@ -573,101 +574,139 @@ class _Spy:
         return profile_summary(self.out)
 
 
+class _Rig:
+    """One run's processes and clients: upstream, subscriber, peer, publisher."""
+
+    def __init__(self, peer_name: str, args: argparse.Namespace) -> None:
+        self.sink = Sink(args.messages)
+        self.drv = Driver(self.sink)
+        self.up = Upstream()
+        self.peer: Peer | None = None
+        self.pubc: RawMqtt | None = None
+        try:
+            self.up.start()
+            brokers.wait_port("127.0.0.1", self.up.port, 10)
+            sub, _present = connect_subscriber(self.up.port, 10)
+            sub.subscribe("bench/#", 1)
+            self.drv.attach_sub(sub)
+            self.peer = start_peer(peer_name, self.up.port, args.messages, args.window)
+            self.pubc = RawMqtt(*self.peer.mqtt)
+            self.pubc.connect(f"bench-uplink-pub-{os.getpid()}", clean=True)
+        except BaseException:
+            self.close()  # whatever was started so far
+            raise
+
+    def probe(self) -> None:
+        """One message end to end: the peer is connected upstream, the subscriber is in."""
+        assert self.pubc is not None
+        self.pubc.sock.sendall(publish_packet(PROBE_TOPIC, b"probe", 1, 1))
+        self.pubc.read_packet()
+        if not self.drv.run(lambda: self.sink.probes >= 1, time.monotonic() + 30):
+            raise RuntimeError("the probe never reached the upstream (peer not connected)")
+
+    def close(self) -> None:
+        self.drv.close()
+        if self.pubc is not None:
+            self.pubc.close()
+        if self.peer is not None:
+            self.peer.stop()
+        self.up.close()
+
+
+def _measure_live(rig: _Rig, r: Run, packets: tuple[bytes, int], deadline: float,
+                  spy: Callable[[], _Spy]) -> _Spy:
+    """Publish N with the link up; N / (first publish -> all N upstream)."""
+    drv, sink, n, peer = rig.drv, rig.sink, r.messages, rig.peer
+    assert peer is not None and rig.pubc is not None
+    up_pid = rig.up.proc.pid if rig.up.proc else None
+    profiler = spy()
+    meter = _Meter(peer.proc_pid, up_pid)
+    t0 = time.monotonic()
+    drv.start_publishing(rig.pubc, *packets)
+    ok = drv.run(lambda: sink.complete_at is not None and drv.acked >= n, deadline)
+    meter.finish(r, n, up_pid)
+    if ok and sink.complete_at is not None:
+        r.seconds = sink.complete_at - t0
+        r.rate = n / r.seconds
+    if drv.acked_at is not None:
+        r.local_rate = n / (drv.acked_at - t0)
+    return profiler
+
+
+def _measure_backlog(rig: _Rig, r: Run, packets: tuple[bytes, int], deadline: float,
+                     spy: Callable[[], _Spy]) -> _Spy:
+    """Upstream down, N published locally, upstream back: drain rate and time to drain."""
+    drv, sink, n, peer, up = rig.drv, rig.sink, r.messages, rig.peer, rig.up
+    assert peer is not None and rig.pubc is not None
+    drv.flush_acks()  # the probe's PUBACK, so the upstream does not redeliver it
+    up.stop()
+    drv.detach_sub()
+    r.noticed_loss = peer.wait_lost(10)
+    t0 = time.monotonic()
+    drv.start_publishing(rig.pubc, *packets)
+    if not drv.run(lambda: drv.acked >= n, deadline):
+        raise RuntimeError(f"only {drv.acked} of {n} local PUBACKs with the upstream down")
+    assert drv.acked_at is not None
+    r.local_rate = n / (drv.acked_at - t0)
+    profiler = spy()
+    meter = _Meter(peer.proc_pid, None)
+    up.start()
+    sub, present = connect_subscriber(up.port, 10)
+    r.session_present = present
+    if not present:
+        r.notes.append("upstream lost the subscriber's session: resubscribed")
+        sub.subscribe("bench/#", 1)
+    drv.attach_sub(sub)
+    ok = drv.run(lambda: sink.complete_at is not None, deadline)
+    meter.finish(r, n, up.proc.pid if up.proc else None)
+    if ok and sink.complete_at is not None and sink.first_at is not None:
+        r.seconds = sink.complete_at - sink.first_at
+        r.rate = n / r.seconds if r.seconds > 0 else None
+        r.time_to_drain = sink.complete_at - up.started_at
+        r.reconnect_delay = sink.first_at - up.started_at
+    return profiler
+
+
 def run_one(scenario: str, peer_name: str, repeat: int, args: argparse.Namespace,
             packets: tuple[bytes, int]) -> Run:
     """Fresh upstream + peer, then one measured scenario; everything stopped at the end."""
     n = args.messages
     r = Run(scenario, peer_name, repeat, n, args.payload, load1=os.getloadavg()[0])
-    up = Upstream()
-    peer: Peer | None = None
-    drv: Driver | None = None
-    spy: _Spy | None = None
-    pubc: RawMqtt | None = None
-    sink = Sink(n)
+    rig: _Rig | None = None
+    profiler: _Spy | None = None
     try:
-        up.start()
-        brokers.wait_port("127.0.0.1", up.port, 10)
-        sub, _present = connect_subscriber(up.port, 10)
-        sub.subscribe("bench/#", 1)
-        peer = start_peer(peer_name, up.port, n, args.window)
-        drv = Driver(sink)
-        drv.attach_sub(sub)
-        pubc = RawMqtt(*peer.mqtt)
-        pubc.connect(f"bench-uplink-pub-{os.getpid()}", clean=True)
-        # The probe proves the whole path is up (peer connected upstream, subscriber in).
-        pubc.sock.sendall(publish_packet(PROBE_TOPIC, b"probe", 1, 1))
-        pubc.read_packet()
-        if not drv.run(lambda: sink.probes >= 1, time.monotonic() + 30):
-            raise RuntimeError("the probe never reached the upstream (peer not connected)")
-        want_spy = args.py_spy if peer_name == "oxiedge" else None
-        spy_out = (args.profile_dir / f"uplink-{scenario}-r{repeat}.stacks"
-                   if want_spy and args.profile_dir else None)
-        up_pid = up.proc.pid if up.proc else None
-        deadline = time.monotonic() + args.timeout
-        if scenario == "live":
-            spy = _Spy(want_spy, peer.proc_pid, spy_out, args.py_spy_gil)
-            meter = _Meter(peer.proc_pid, up_pid)
-            t0 = time.monotonic()
-            drv.start_publishing(pubc, *packets)
-            ok = drv.run(lambda: sink.complete_at is not None and drv.acked >= n, deadline)
-            meter.finish(r, n, up_pid)
-            if ok and sink.complete_at is not None:
-                r.seconds = sink.complete_at - t0
-                r.rate = n / r.seconds
-            if drv.acked_at is not None:
-                r.local_rate = n / (drv.acked_at - t0)
-        else:
-            drv._flush_acks()
-            up.stop()
-            drv.detach_sub()
-            r.noticed_loss = peer.wait_lost(10)
-            t0 = time.monotonic()
-            drv.start_publishing(pubc, *packets)
-            if not drv.run(lambda: drv.acked >= n, deadline):
-                raise RuntimeError(f"only {drv.acked} of {n} local PUBACKs with the upstream down")
-            assert drv.acked_at is not None
-            r.local_rate = n / (drv.acked_at - t0)
-            spy = _Spy(want_spy, peer.proc_pid, spy_out, args.py_spy_gil)
-            meter = _Meter(peer.proc_pid, None)
-            up.start()
-            sub, present = connect_subscriber(up.port, 10)
-            r.session_present = present
-            if not present:
-                r.notes.append("upstream lost the subscriber's session: resubscribed")
-                sub.subscribe("bench/#", 1)
-            drv.attach_sub(sub)
-            ok = drv.run(lambda: sink.complete_at is not None, deadline)
-            meter.finish(r, n, up.proc.pid if up.proc else None)
-            if ok and sink.complete_at is not None and sink.first_at is not None:
-                r.seconds = sink.complete_at - sink.first_at
-                r.rate = n / r.seconds if r.seconds > 0 else None
-                r.time_to_drain = sink.complete_at - up.started_at
-                r.reconnect_delay = sink.first_at - up.started_at
-        if spy is not None:
-            summary = spy.stop()
-            spy = None
-            if summary and spy_out is not None:
-                r.profiled = True
-                spy_out.with_suffix(".txt").write_text(summary + "\n")
+        rig = _Rig(peer_name, args)
+        rig.probe()
+        assert rig.peer is not None
+        want = args.py_spy if peer_name == "oxiedge" else None
+        out = (args.profile_dir / f"uplink-{scenario}-r{repeat}.stacks"
+               if want and args.profile_dir else None)
+        pid = rig.peer.proc_pid
+
+        def spy() -> _Spy:
+            return _Spy(want, pid, out, args.py_spy_gil)
+
+        measure = _measure_live if scenario == "live" else _measure_backlog
+        profiler = measure(rig, r, packets, time.monotonic() + args.timeout, spy)
+        summary = profiler.stop()
+        profiler = None
+        if summary and out is not None:
+            r.profiled = True
+            out.with_suffix(".txt").write_text(summary + "\n")
         # Late duplicates: keep reading briefly (not part of any timing).
-        drv.run(lambda: False, time.monotonic() + args.grace)
-        r.unique, r.duplicates, r.foreign = sink.unique, sink.duplicates, sink.foreign
-        r.missing = n - sink.unique
+        rig.drv.run(lambda: False, time.monotonic() + args.grace)
         if r.rate is None:
-            r.error = f"timed out after {args.timeout:g} s: {sink.unique} of {n} arrived"
+            r.error = f"timed out after {args.timeout:g} s: {rig.sink.unique} of {n} arrived"
     except Exception as exc:  # one failed run must not lose the others
         r.error = f"{type(exc).__name__}: {exc}"
-        r.unique, r.duplicates, r.missing = sink.unique, sink.duplicates, n - sink.unique
     finally:
-        if spy is not None:
-            spy.stop()
-        if drv is not None:
-            drv.close()
-        if pubc is not None:
-            pubc.close()
-        if peer is not None:
-            peer.stop()
-        up.close()
+        if profiler is not None:
+            profiler.stop()
+        if rig is not None:
+            sink = rig.sink
+            r.unique, r.duplicates, r.foreign = sink.unique, sink.duplicates, sink.foreign
+            r.missing = n - sink.unique
+            rig.close()
     return r
 
 

@@ -16,7 +16,9 @@ and kicks the committer; ``deliver`` publishes an inbound command locally (skipp
 uplink's own ``--out``, so a command is never echoed back) and awaits its commit before the
 link acknowledges it upstream. A new connection starts again from the oldest record, so what
 was in flight when a link died is sent again: duplicates upstream, at most one window
-(counted in ``resent``), never a loss.
+(counted in ``resent``), never a loss. Deletes of confirmed records are committed in groups
+(half a window, or 50 ms after the first), not one synced round each, so a crash can add
+up to half a window of duplicates more.
 
 Bounds: ``max_messages`` / ``max_bytes`` per outbox. ``drop-oldest`` deletes the oldest
 records (counted in ``dropped``); ``block`` raises a resource alarm that stops every
@@ -81,10 +83,16 @@ class _Connection:
 
     async def take(self, limit: int) -> list[OutMessage]:
         u = self.uplink
+        window = u.definition.window
+        # Hand out batches, not a message per freed slot: each take is one outbox iterator
+        # and (for the link) one socket write.
+        batch_min = max(1, min(64, window // 4))
         while True:
-            room = min(limit, u.definition.window - len(self.inflight))
+            room = min(limit, window - len(self.inflight))
             staged_end = u.outbox.next_seq
-            if room > 0 and self.next_seq < staged_end:
+            waiting = staged_end - self.next_seq  # at most this many to send
+            if room > 0 and waiting > 0 and (room >= batch_min or waiting <= room
+                                             or not self.inflight):
                 if u.durable_end < staged_end:
                     # Only what is on disk here goes upstream.
                     await u.app.store.commit()
@@ -108,9 +116,15 @@ class _Connection:
         self.inflight.discard(seq)
         if u.outbox.remove(seq):
             u.confirmed += 1
-            u.app.store.kick()  # the delete rides the next round; it need not wait
+            u.deleted_unsynced += 1
+            if u.deleted_unsynced >= u.flush_every:
+                u.flush_deletes()
+            elif u.deleted_unsynced == 1:
+                u.manager.flush_soon.set()
         u.after_removal()
-        u.lot.unpark_all()
+        if len(self.inflight) <= u.definition.window - min(
+                64, max(1, u.definition.window // 4)) or not self.inflight:
+            u.lot.unpark_all()
 
     async def deliver(self, topic: str, payload: bytes) -> None:
         await self.uplink.manager.deliver(self.uplink, topic, payload)
@@ -159,6 +173,10 @@ class Uplink:
         self._rate_last = (time.monotonic(), 0)
         self._alarm = False
         self.conn: _Connection | None = None
+        # Confirmed deletes are committed in bounded groups, not one synced round each: a
+        # crash re-sends at most the unsynced ones (< window / 2) plus one window in flight.
+        self.deleted_unsynced = 0
+        self.flush_every = max(1, definition.window // 2)
 
     # --------------------------------------------------------------- outbound
     def enqueue(self, topic: str, payload: bytes) -> bool:
@@ -184,6 +202,12 @@ class Uplink:
                     "bytes)")
         self.lot.unpark_all()
         return True
+
+    def flush_deletes(self) -> None:
+        """Have the staged deletes of confirmed messages committed now."""
+        if self.deleted_unsynced:
+            self.deleted_unsynced = 0
+            self.app.store.kick()
 
     def after_removal(self) -> None:
         """Clear the ``block`` alarm once the outbox is back under its bounds."""
@@ -281,6 +305,7 @@ class UplinkManager:
         self.uplinks: dict[str, Uplink] = {}
         self._cache: dict[str, tuple[Uplink, ...]] = {}
         self._source: Uplink | None = None  # the uplink whose command is being delivered
+        self.flush_soon = trio.Event()  # some uplink has deletes waiting for a round
         self._nursery: trio.Nursery | None = None
         self.log: logging.Logger = app.log
 
@@ -303,6 +328,7 @@ class UplinkManager:
             self._start(d)
         self._attach()
         nursery.start_soon(self._ticker)
+        nursery.start_soon(self._flusher)
 
     def _attach(self) -> None:
         mqtt: Any = self.app.services.get("mqtt")
@@ -326,6 +352,15 @@ class UplinkManager:
         if uplink is not None:
             uplink.scope.cancel()
         return uplink
+
+    async def _flusher(self) -> None:
+        """Commit the tail of confirmed deletes shortly after a burst ends."""
+        while True:
+            await self.flush_soon.wait()
+            self.flush_soon = trio.Event()
+            await trio.sleep(0.05)
+            for uplink in self.uplinks.values():
+                uplink.flush_deletes()
 
     async def _ticker(self) -> None:
         while True:

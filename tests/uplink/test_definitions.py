@@ -6,6 +6,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -63,7 +64,7 @@ def test_definition_defaults_and_errors() -> None:
     d2 = parse_definition({"name": "up", "urls": ["mqtt://a", "mqtt://b"], "in": ["cmd/#"],
                            "max_bytes": "10MB", "policy": "block", "window": 10})
     assert d2.max_bytes == 10 * 1000 * 1000 or d2.max_bytes == 10 << 20
-    bad = [
+    bad: list[tuple[dict[str, Any], str]] = [
         ({"name": "-x", "url": "amqp://h", "out": ["a"]}, "invalid uplink name"),
         ({"name": "x", "out": ["a"]}, "no upstream URL"),
         ({"name": "x", "url": "amqp://h"}, "at least one"),
@@ -122,7 +123,7 @@ def test_cli_offline_add_list_status_remove(tmp_path: Path) -> None:
     assert _cli(data, "uplink", "list", "--json").stdout.strip() == ""
 
 
-def test_serve_rejects_a_bad_device_id_and_config(start_server, tmp_path: Path) -> None:
+def test_serve_rejects_a_bad_device_id_and_config(start_server: Any, tmp_path: Path) -> None:
     bad = start_server("--device-id", "has space", expect_ready=False)
     assert bad.proc.wait(timeout=30) == 2
     assert "invalid device id" in bad.wait_for_line("oxiedge: error", 10)

@@ -99,3 +99,24 @@ def test_memory_measures_rss_and_restart(tmp_path: Path) -> None:
         # Recovery after SIGKILL reports the pending messages it found.
         assert any("300" in line for line in r["log_after_sigkill"]), r
     assert 0 < r["ready_after_sigkill_s"] < 30
+
+
+@pytest.mark.timeout(120)
+def test_uplink_bench_forwards_every_message(tmp_path: Path) -> None:
+    """oxiedge's uplink and Mosquitto's bridge, a tiny run: both deliver everything."""
+    import shutil
+
+    if not (shutil.which("mosquitto") or Path("/usr/sbin/mosquitto").exists()):
+        pytest.skip("mosquitto (Debian package) is not installed")
+    out = tmp_path / "uplink"
+    r = subprocess.run([sys.executable, "-m", "bench.uplink_bench", "--messages", "2000",
+                        "--repeats", "1", "--out", str(out)], cwd=REPO, capture_output=True,
+                       text=True, timeout=110)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    text = (tmp_path / "uplink.txt").read_text()
+    assert "oxiedge" in text and "mosquitto" in text
+    runs = json.loads((tmp_path / "uplink.json").read_text())["runs"]
+    assert {(r["peer"], r["scenario"]) for r in runs} == {
+        (p, s) for p in ("oxiedge", "mosquitto") for s in ("live", "backlog")}
+    for r in runs:
+        assert r["missing"] == 0 and r["unique"] == 2000 and not r["error"], r

@@ -371,6 +371,13 @@ def sensor_batch(tag: str, start: int, count: int) -> list[tuple[str, bytes]]:
             for i in range(start, start + count)]
 
 
+def cut_link(srv: Any, proxy: Proxy, name: str = "up1") -> None:
+    """Make the upstream unreachable: new connections hang, the current one dies."""
+    proxy.freeze()
+    proxy.drop()
+    wait_status(srv, name, not_connected, "disconnected")
+
+
 # ===================================================================== (a) RabbitMQ upstream
 def test_rabbit_upstream_forwards_matching_topics(rabbit: Any, start_server: Any,
                                                   sinks: Callable[..., RabbitSink]) -> None:
@@ -638,9 +645,7 @@ def test_drop_oldest_keeps_the_newest(rabbit: Any, start_server: Any,
         srv.cli("uplink", "add", "up1", f"amqp://guest:guest@127.0.0.1:{proxy.port}/",
                 "--out", "sensors/#", "--max-messages", "10", "--policy", "drop-oldest")
         wait_status(srv, "up1", connected, "connected")
-        proxy.freeze()  # upstream unreachable: new connections hang, the current one dies
-        proxy.drop()
-        wait_status(srv, "up1", not_connected, "disconnected")
+        cut_link(srv, proxy)
         batch = sensor_batch(dev, 0, 30)
         with Local(srv.mqtt_port) as pub:
             pub.publish_all(batch)  # drop-oldest never blocks a publisher
@@ -666,9 +671,7 @@ def test_drop_oldest_by_bytes(rabbit: Any, start_server: Any,
         srv.cli("uplink", "add", "up1", f"amqp://guest:guest@127.0.0.1:{proxy.port}/",
                 "--out", "sensors/#", "--max-bytes", "4KB", "--policy", "drop-oldest")
         wait_status(srv, "up1", connected, "connected")
-        proxy.freeze()
-        proxy.drop()
-        wait_status(srv, "up1", not_connected, "disconnected")
+        cut_link(srv, proxy)
         batch = [(t, p + b"." * 200) for t, p in sensor_batch(dev, 0, 40)]
         with Local(srv.mqtt_port) as pub:
             pub.publish_all(batch)
@@ -693,9 +696,7 @@ def test_block_policy_holds_publishers_until_the_upstream_drains(
         srv.cli("uplink", "add", "up1", f"amqp://guest:guest@127.0.0.1:{proxy.port}/",
                 "--out", "sensors/#", "--max-messages", "10", "--policy", "block")
         wait_status(srv, "up1", connected, "connected")
-        proxy.freeze()
-        proxy.drop()
-        wait_status(srv, "up1", not_connected, "disconnected")
+        cut_link(srv, proxy)
         full = sensor_batch(dev, 0, 10)
         with Local(srv.mqtt_port) as pub:
             pub.publish_all(full)  # up to the bound: accepted
@@ -897,9 +898,7 @@ def test_large_backlog_drains_through_flapping_link_and_sigkill(
                 "--out", "sensors/#", "--prefix", "{device}/", "--window", str(window),
                 "--heartbeat", "1")
         wait_status(srv, "up1", connected, "connected")
-        proxy.freeze()
-        proxy.drop()
-        wait_status(srv, "up1", not_connected, "disconnected")
+        cut_link(srv, proxy)
         batch = sensor_batch(dev, 0, n)
         with Local(srv.mqtt_port) as pub:
             for i in range(0, n, 500):

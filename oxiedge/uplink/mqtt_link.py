@@ -51,6 +51,10 @@ Decisions
   that takes longer than 1.5 x keep-alive to upload also ends the link, since the PINGREQ
   waits behind it: keep the keep-alive above the upload time of the largest message.
 * An inbound packet larger than ``MAX_INBOUND_PACKET`` is a ``LinkError``.
+* An outbox message whose upstream name cannot exist (prefix + topic longer than 65535
+  bytes) is dropped with a warning and confirmed, as the AMQP link does with a routing key
+  it cannot express: failing the link instead would resend it first on every connection
+  and hold back everything queued behind it, forever.
 """
 
 from __future__ import annotations
@@ -443,10 +447,19 @@ class _Link:
             frames: list[bytes] = []
             size = 0
             for msg in batch:
+                topic = self._upstream_topic(msg.topic)
+                if topic is None:
+                    # It can never be sent: failing the link would resend it first on every
+                    # connection and hold back everything behind it for good. Dropped,
+                    # as the AMQP link drops a routing key it cannot express.
+                    log.warning("uplink %s: dropping message %d: local topic %.60r... has no "
+                                "valid upstream MQTT name (longer than 65535 bytes with the "
+                                "prefix)", self.options.name, msg.seq, msg.topic)
+                    self.io.confirmed(msg.seq)
+                    continue
                 pid = self._allocate_id()
                 self.inflight[pid] = msg.seq
-                frame = encode_publish(self._upstream_topic(msg.topic), msg.payload,
-                                       1, False, False, pid)
+                frame = encode_publish(topic, msg.payload, 1, False, False, pid)
                 frames.append(frame)
                 size += len(frame)
                 if size >= WRITE_CHUNK:  # big payloads: do not copy the whole batch
@@ -464,13 +477,14 @@ class _Link:
         self._next_id = pid % MAX_PACKET_ID + 1
         return pid
 
-    def _upstream_topic(self, topic: str) -> bytes:
+    def _upstream_topic(self, topic: str) -> bytes | None:
+        """The encoded upstream topic name; None if it has none (empty or > 65535 bytes)."""
         raw = self._topics.get(topic)
         if raw is None:
             name = upstream_name("mqtt", self.options.prefix, topic)
             raw = name.encode("utf-8") if name else b""
             if not raw or len(raw) > 0xFFFF:
-                raise LinkError(f"local topic {topic!r} has no valid upstream MQTT name")
+                return None
             if len(self._topics) >= TOPIC_CACHE_MAX:
                 self._topics.clear()
             self._topics[topic] = raw

@@ -25,6 +25,8 @@ Then four tasks share the connection until it fails:
   nothing, for ``keep_alive`` seconds, and a ``LinkError`` when nothing at all arrived for
   1.5 x ``keep_alive`` (the same bound the server applies to us, MQTT-3.1.2-24). A silently
   dead link - TCP open, nothing flowing - is therefore detected within 1.5 x keep-alive.
+  While the reader cannot read because the deliverer is busy *committing locally*, the
+  clock is held; while the deliverer waits to send an acknowledgement it is not.
 
 Every failure - EOF, OSError, TLS, timeout, a malformed or unexpected packet - ends the
 function with ``LinkError`` and a one-line reason; it never returns. Cancellation closes
@@ -276,6 +278,7 @@ class _Link:
         self.last_received = now
         self.ping_outstanding = False
         self.stalled = False          # the reader waits for room in the inbound channel
+        self.delivering = False       # the deliverer is in io.deliver (local work)
         self.inflight: dict[int, int] = {}   # packet id -> outbox seq, awaiting PUBACK
         self._next_id = 1
         self._ids_freed = trio.Event()
@@ -422,12 +425,17 @@ class _Link:
                 log.warning("uplink %s: dropped inbound message on %r: outside the prefix "
                             "%r", name, msg.topic, prefix)
             else:
+                self.delivering = True
                 try:
                     await self.io.deliver(topic, msg.payload)
                 except LinkError as exc:
                     # Refused for good: acknowledged and dropped (module docstring).
                     log.warning("uplink %s: inbound message on %r dropped, it cannot be "
                                 "published locally: %s", name, msg.topic, exc)
+                finally:
+                    self.delivering = False
+                    if self.stalled:  # the time spent on local work is excused in full
+                        self.last_received = trio.current_time()
             # Acknowledge only now, after the local durable commit (MQTT-4.3.2-2/4.3.3-2).
             if msg.qos == 1:
                 assert msg.packet_id is not None
@@ -497,8 +505,10 @@ class _Link:
         bound = DEAD_AFTER * period
         while True:
             now = trio.current_time()
-            if self.stalled:
-                # Our own local delivery is slow; the upstream is not to blame.
+            if self.stalled and self.delivering:
+                # Our own local delivery is slow; the upstream is not to blame. A deliverer
+                # waiting to *send* an acknowledgement is another matter: a dead upstream
+                # that stopped draining the socket stalls it, and so the reader, forever.
                 self.last_received = now
             dead_at = self.last_received + bound
             if now >= dead_at:

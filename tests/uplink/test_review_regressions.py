@@ -12,6 +12,7 @@ import time
 from typing import Any
 
 import pytest
+import trio
 
 from .test_uplink_e2e import (
     Local,
@@ -206,3 +207,29 @@ def test_bad_url_error_never_shows_the_password() -> None:
         with pytest.raises(UplinkError) as info:
             parse_endpoint(url)
         assert "s3cr3t" not in str(info.value), str(info.value)
+
+
+# ----------------------------------------------------------------- MQTT dead-link watchdog
+async def test_mqtt_dead_link_is_found_while_acks_are_stuck_behind_a_full_socket() -> None:
+    """The watchdog excused a stalled reader (local delivery slow) by treating the link as
+    alive. But the deliverer may be stalled *by the dead upstream*: its PUBACK waits behind
+    a send that a silent peer never drains. Then nothing ever ended the link (until the
+    kernel's TCP timeout, ~15 min). Only local delivery work excuses the reader now."""
+    from oxiedge.mqtt.codec import encode
+    from oxiedge.mqtt.packets import Publish
+
+    from .test_mqtt_link import FakeIO, opts, scripted
+
+    big = b"x" * (512 << 10)  # 64 x 512 KB in flight: far more than the socket buffers
+    io = FakeIO([("big/x", big)] * 64, window=64)
+    async with scripted(opts(heartbeat=1, inbound=("c/#",)), io) as script:
+        await io.wait(lambda: len(io.ups) == 1)
+        # The peer never reads again: the link's sender fills the socket and blocks.
+        await trio.sleep(0.5)  # let it get there (no event to await on the peer's side)
+        await script.stream.send_all(b"".join(
+            encode(Publish(f"c/{i}", b"", 1, packet_id=i)) for i in range(1, 601)))
+        # ... and then the peer falls silent: no PINGRESP, nothing at all.
+        with trio.move_on_after(8.0):
+            await io.wait(lambda: bool(script.errors))
+        assert script.errors, "a silent upstream was never declared dead"
+        assert "PINGRESP" in str(script.errors[0]), script.errors

@@ -218,8 +218,10 @@ def find(
         except QueryError as exc:
             _fail(f"bad filter: {exc}", 2)
     args = {"collection": collection, "filter": spec, "sort": sort, "limit": limit, "skip": skip}
-    rows = _request(data, "find", args,
-                    lambda s: s.find(collection, spec, sort, limit, skip))
+    from .uplink.definitions import redact_documents
+
+    rows = _request(data, "find", args, lambda s: redact_documents(
+        collection, s.find(collection, spec, sort, limit, skip)))
     _print_rows(rows, as_json, collection)
 
 

@@ -21,6 +21,7 @@ from .. import __version__
 from ..app import App
 from ..sizes import parse_memory_watermark, parse_size
 from ..store import QueryError, StoreError
+from ..uplink.definitions import redact_documents
 from .protocol import MAX_REQUEST, AdminError, decode_request, encode
 
 Handler = Callable[[dict[str, Any]], Any]
@@ -33,10 +34,11 @@ def core_handlers(app: App) -> dict[str, Handler]:
     async def find(args: dict[str, Any]) -> list[dict[str, Any]]:
         coll = _need_str(args, "collection")
         limit = args.get("limit")
-        return await trio.to_thread.run_sync(
+        docs = await trio.to_thread.run_sync(
             lambda: store.find(coll, args.get("filter"), args.get("sort"),
                                None if limit is None else int(limit), int(args.get("skip") or 0))
         )
+        return redact_documents(coll, docs)
 
     async def count(args: dict[str, Any]) -> int:
         coll = _need_str(args, "collection")

@@ -433,7 +433,9 @@ class _Link:
                 raise ValueError("no AMQP routing key for it")
             return publish_bytes(opts.exchange, key, msg.payload, seq=msg.seq,
                                  topic=msg.topic, device_id=opts.device_id,
-                                 link_name=opts.name, timestamp=now,
+                                 link_name=opts.name,
+                                 # when it was published HERE, not when a backlog drains
+                                 timestamp=msg.enqueued_ms // 1000 or now,
                                  frame_max=self.frame_max)
         except ValueError as exc:
             log.warning("uplink %s: dropping message %d on topic %r: %s",

@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..bridge.amqp_mqtt import mqtt_to_routing_key
 from ..bridge.routes import validate_topic_filter
 from ..sizes import parse_size
 from ..store import Store
@@ -76,6 +77,22 @@ _KEYS = {"name", "urls", "url", "out", "in", "inbound", "exchange", "prefix", "c
          "window", "heartbeat", "max_messages", "max_bytes", "policy", "queue_type"}
 
 
+def _check_amqp_names(name: str, prefix: str, out: tuple[str, ...],
+                      inbound: tuple[str, ...]) -> None:
+    """An AMQP uplink turns ``prefix + topic`` into a routing key (``/`` → ``.``): a prefix or
+    filter that has no such form would make the uplink forward nothing, silently."""
+    sample = prefix.replace("{device}", "device")
+    if mqtt_to_routing_key(sample + "x") is None:
+        raise UplinkError(f"uplink {name!r}: prefix {prefix!r} has no AMQP routing-key form "
+                          "(write it with / between words, e.g. 'site/{device}/'; no '.', "
+                          "no empty level)")
+    for key, filters in (("out", out), ("in", inbound)):
+        for f in filters:
+            if mqtt_to_routing_key(sample + f.replace("+", "w").replace("#", "w")) is None:
+                raise UplinkError(f"uplink {name!r}: --{key} filter {f!r} has no AMQP "
+                                  "routing-key form (no '.', no empty level)")
+
+
 def _strings(name: str, key: str, value: Any) -> tuple[str, ...]:
     if value is None:
         return ()
@@ -102,8 +119,13 @@ def _number(name: str, key: str, value: Any, lo: float, hi: float, kind: type) -
     return number
 
 
-def parse_definition(spec: dict[str, Any], source: str = "store") -> UplinkDef:
-    """Validate a definition from the CLI, the admin socket, a document or the config file."""
+def parse_definition(spec: dict[str, Any], source: str = "store",
+                     check_files: bool = True) -> UplinkDef:
+    """Validate a definition from the CLI, the admin socket, a document or the config file.
+
+    ``check_files=False`` (stored definitions at start-up) skips the CA file's existence
+    check: a file missing for a while must not make the uplink - and its backlog -
+    disappear; the link reports it on every connection attempt instead."""
     name = spec.get("name")
     if not isinstance(name, str) or not _NAME.match(name):
         raise UplinkError(f"invalid uplink name {name!r}: 1-64 characters from A-Z a-z 0-9 "
@@ -129,11 +151,13 @@ def parse_definition(spec: dict[str, Any], source: str = "store") -> UplinkDef:
     prefix = spec.get("prefix") or ""
     if not isinstance(prefix, str) or any(c in prefix for c in "+#\x00"):
         raise UplinkError(f"uplink {name!r}: prefix {prefix!r} must be text without + # or NUL")
+    if endpoints[0].protocol == "amqp":
+        _check_amqp_names(name, prefix, out, inbound)
     exchange = spec.get("exchange") or "amq.topic"
     if not isinstance(exchange, str) or len(exchange.encode()) > 255:
         raise UplinkError(f"uplink {name!r}: invalid exchange {exchange!r}")
     ca_file = spec.get("ca_file") or None
-    if ca_file is not None and not Path(str(ca_file)).expanduser().is_file():
+    if check_files and ca_file is not None and not Path(str(ca_file)).expanduser().is_file():
         raise UplinkError(f"uplink {name!r}: CA file {ca_file!r} does not exist")
     policy = spec.get("policy") or "drop-oldest"
     if policy not in POLICIES:
@@ -169,15 +193,42 @@ def check_device_id(device_id: str) -> str:
 
 
 # ------------------------------------------------------------------ stored
-def stored_definitions(store: Store) -> list[tuple[int, UplinkDef]]:
-    """``(doc id, definition)`` of every stored uplink; a broken one is skipped."""
+def stored_definitions(store: Store, log: Any = None) -> list[tuple[int, UplinkDef]]:
+    """``(doc id, definition)`` of every stored uplink; a broken one is skipped (and
+    logged when ``log`` is given); ``stored_names`` still lists it."""
     out = []
     for doc in store.find(CONFIG, {"_kind": KIND}):
         try:
-            out.append((int(doc["_id"]), parse_definition(doc)))
-        except UplinkError:
-            continue
+            out.append((int(doc["_id"]), parse_definition(doc, check_files=False)))
+        except UplinkError as exc:
+            if log is not None:
+                log.error("uplink %s: stored definition is invalid, not started (its "
+                          "outbox is kept): %s", doc.get("name"), exc)
     return out
+
+
+def redact_documents(coll: str, docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``docs`` as shown to `oxiedge find`: stored uplinks' URLs without their passwords."""
+    if coll != CONFIG:
+        return docs
+    out = []
+    for doc in docs:
+        if doc.get("_kind") == KIND and isinstance(doc.get("urls"), list):
+            doc = {**doc, "urls": [_redact_url(u) for u in doc["urls"]]}
+        out.append(doc)
+    return out
+
+
+def _redact_url(url: Any) -> Any:
+    try:
+        return parse_endpoint(str(url)).redacted()
+    except UplinkError as exc:
+        return f"<invalid URL: {exc}>"
+
+
+def stored_names(store: Store) -> set[str]:
+    """Names of every stored uplink document, valid or not."""
+    return {str(doc.get("name")) for doc in store.find(CONFIG, {"_kind": KIND})}
 
 
 def load_config_file(path: Path) -> list[UplinkDef]:

@@ -21,6 +21,7 @@ prefix stripped (``local_topic``). Topics that cannot be translated are never st
 
 from __future__ import annotations
 
+import hashlib
 import ssl
 from dataclasses import dataclass
 from typing import Protocol
@@ -78,8 +79,11 @@ def parse_endpoint(url: str) -> Endpoint:
     try:
         parts = urlsplit(url.strip())
         port = parts.port
-    except ValueError as exc:
-        raise UplinkError(f"uplink URL {_hide(url)!r}: {exc}") from None
+    except ValueError:
+        # The parser's own text may quote part of the password (an unescaped / # ? in it
+        # ends the host part early): say what is wrong without it.
+        raise UplinkError(f"uplink URL {_hide(url)!r}: invalid host or port (percent-encode "
+                          "/ # ? @ : in user names and passwords)") from None
     scheme = parts.scheme.lower()
     if scheme not in SCHEMES:
         raise UplinkError(f"uplink URL {_hide(url)!r}: scheme must be one of "
@@ -97,13 +101,14 @@ def parse_endpoint(url: str) -> Endpoint:
 
 
 def _hide(url: str) -> str:
-    """``url`` with any password replaced by ``***`` (never log a secret)."""
-    head, sep, rest = url.partition("://")
-    if not sep or "@" not in rest.split("/", 1)[0]:
+    """``url`` with everything between ``://`` and the LAST ``@`` reduced to the user name
+    and ``***`` (never show a secret, even one with unescaped / # ? @ in it)."""
+    head, sep, rest = url.strip().partition("://")
+    if not sep or "@" not in rest:
         return url
-    cred, _, tail = rest.partition("@")
-    user = cred.split(":", 1)[0]
-    return f"{head}://{user}:***@{tail}" if ":" in cred else url
+    cred, _, tail = rest.rpartition("@")
+    user = cred.split(":", 1)[0].split("/", 1)[0]
+    return f"{head}://{user}:***@{tail}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,7 +129,11 @@ class LinkOptions:
     @property
     def client_id(self) -> str:
         """MQTT client id upstream (persistent session: commands wait while offline)."""
-        return f"oxiedge-{self.device_id}-{self.name}"[:64]
+        full = f"oxiedge-{self.device_id}-{self.name}"
+        if len(full) <= 64:
+            return full
+        # Cut, but keep distinct uplinks distinct: a short hash of the whole id.
+        return f"{full[:55]}-{hashlib.sha1(full.encode()).hexdigest()[:8]}"
 
     @property
     def queue(self) -> str:
@@ -139,6 +148,8 @@ class OutMessage:
     seq: int
     topic: str        # the LOCAL topic; the link applies ``upstream_name``
     payload: bytes
+    enqueued_ms: int = 0   # when it was published here (ms since the epoch)
+    retain: bool = False   # MQTT: published with RETAIN here (kept upstream too)
 
 
 class LinkIO(Protocol):
@@ -170,7 +181,7 @@ def upstream_name(protocol: str, prefix: str, topic: str) -> str | None:
     name = prefix + topic
     if protocol == "amqp":
         return mqtt_to_routing_key(name)
-    return name
+    return name if len(name.encode()) <= 65535 else None
 
 
 def upstream_filter(protocol: str, prefix: str, topic_filter: str) -> str:

@@ -41,10 +41,12 @@ from ..mqtt.topics import topic_matches
 from ..store import CommitError
 from .definitions import (
     CONFIG,
+    KIND,
     UplinkDef,
     check_device_id,
     parse_definition,
     stored_definitions,
+    stored_names,
 )
 from .link import Endpoint, LinkError, LinkOptions, OutMessage, UplinkError, upstream_name
 from .outbox import Outbox, stored_outbox_names
@@ -144,7 +146,8 @@ class _Connection:
 class Uplink:
     """One configured uplink: its outbox, its link task and its counters."""
 
-    def __init__(self, manager: UplinkManager, definition: UplinkDef) -> None:
+    def __init__(self, manager: UplinkManager, definition: UplinkDef,
+                 previous: Uplink | None = None) -> None:
         self.manager = manager
         self.app = manager.app
         self.definition = definition
@@ -157,10 +160,20 @@ class Uplink:
             exchange=definition.exchange, inbound=definition.inbound, window=definition.window,
             heartbeat=definition.heartbeat, ca_file=definition.ca_file,
             queue_type=definition.queue_type)
-        self.outbox = Outbox(self.app.store, self.name)
         self.lot = trio.lowlevel.ParkingLot()
-        self.durable_end = self.outbox.next_seq  # seqs below this are on disk
-        self.sent_end = self.outbox.oldest() or self.outbox.next_seq
+        self.outbox: Outbox
+        self.durable_end: int
+        self.sent_end: int
+        if previous is not None:
+            # A changed definition keeps the running outbox: records staged but not yet
+            # committed exist only in it, and a fresh scan would reuse their seqs.
+            self.outbox = previous.outbox
+            self.durable_end = previous.durable_end
+            self.sent_end = previous.sent_end
+        else:
+            self.outbox = Outbox(self.app.store, self.name)
+            self.durable_end = self.outbox.next_seq  # seqs below this are on disk
+            self.sent_end = self.outbox.oldest() or self.outbox.next_seq
         self.scope = trio.CancelScope()
         self.state = "connecting"
         self.node: str | None = None
@@ -169,6 +182,10 @@ class Uplink:
         self.reconnects = 0
         self.enqueued = self.forwarded = self.confirmed = self.resent = 0
         self.dropped = self.received = self.skipped = self.unroutable = 0
+        if previous is not None:
+            for counter in ("enqueued", "forwarded", "confirmed", "resent", "dropped",
+                            "received", "skipped", "unroutable", "reconnects"):
+                setattr(self, counter, getattr(previous, counter))
         self.rate = 0.0
         self._rate_last = (time.monotonic(), 0)
         self._alarm = False
@@ -179,13 +196,19 @@ class Uplink:
         self.flush_every = max(1, definition.window // 2)
 
     # --------------------------------------------------------------- outbound
-    def enqueue(self, topic: str, payload: bytes) -> bool:
+    def enqueue(self, topic: str, payload: bytes, retain: bool = False) -> bool:
         """Stage one local message; True if it was staged (the caller commits)."""
         if upstream_name(self.protocol, self.prefix, topic) is None:
             self.skipped += 1  # e.g. a topic with '.' cannot be an AMQP routing key
             return False
-        self.outbox.stage(topic, payload)
+        self.outbox.stage(topic, payload, retain)
         self.enqueued += 1
+        self.enforce_bounds()
+        self.lot.unpark_all()
+        return True
+
+    def enforce_bounds(self) -> None:
+        """Apply the outbox policy when a bound is exceeded."""
         d = self.definition
         box = self.outbox
         if box.messages > d.max_messages or box.bytes > d.max_bytes:
@@ -200,8 +223,6 @@ class Uplink:
                     f"uplink {self.name}",
                     f"uplink {self.name} outbox full ({box.messages} messages, {box.bytes} "
                     "bytes)")
-        self.lot.unpark_all()
-        return True
 
     def flush_deletes(self) -> None:
         """Have the staged deletes of confirmed messages committed now."""
@@ -313,7 +334,7 @@ class UplinkManager:
     async def start(self, nursery: trio.Nursery) -> None:
         """Load definitions, attach the hook, start every uplink's task."""
         self._nursery = nursery
-        for doc_id, d in stored_definitions(self.app.store):
+        for doc_id, d in stored_definitions(self.app.store, self.log):
             self.stored[d.name] = (doc_id, d)
         defs = {name: d for name, (_i, d) in self.stored.items()}
         for name, d in self.config_defs.items():
@@ -321,9 +342,15 @@ class UplinkManager:
                 self.log.warning("uplink %s: the config file's definition replaces the stored "
                                  "one", name)
             defs[name] = d
-        # Outboxes of uplinks removed while the server was down hold nothing anyone sends.
-        for name in stored_outbox_names(self.app.store) - set(defs):
-            Outbox(self.app.store, name).clear()
+        # An outbox nobody sends (its uplink left the config file, or its stored definition
+        # is broken) is kept - never delete data silently - and said once.
+        known = set(defs) | stored_names(self.app.store)
+        for name in sorted(stored_outbox_names(self.app.store) - set(defs)):
+            waiting = Outbox(self.app.store, name).messages
+            self.log.warning("uplink %s is not %s, its outbox keeps %d unsent message(s): "
+                             "add it again to send them, or `oxiedge uplink remove %s` to "
+                             "discard them", name, "valid" if name in known else "configured",
+                             waiting, name)
         for d in defs.values():
             self._start(d)
         self._attach()
@@ -338,8 +365,8 @@ class UplinkManager:
         elif amqp is not None:
             amqp.topic_hooks.append(self.on_amqp_publish)
 
-    def _start(self, d: UplinkDef) -> Uplink:
-        uplink = Uplink(self, d)
+    def _start(self, d: UplinkDef, previous: Uplink | None = None) -> Uplink:
+        uplink = Uplink(self, d, previous)
         self.uplinks[d.name] = uplink
         self._cache.clear()
         assert self._nursery is not None
@@ -351,6 +378,9 @@ class UplinkManager:
         self._cache.clear()
         if uplink is not None:
             uplink.scope.cancel()
+            if uplink._alarm:  # now, not when the task unwinds (a successor may raise it)
+                uplink._alarm = False
+                self.app.alarms.set_alarm(f"uplink {name}", None)
         return uplink
 
     async def _flusher(self) -> None:
@@ -392,7 +422,7 @@ class UplinkManager:
             return False  # clearing a retained message is not a message (MQTT-3.3.1-10)
         staged = False
         for uplink in targets:
-            if uplink is not self._source and uplink.enqueue(topic, payload):
+            if uplink is not self._source and uplink.enqueue(topic, payload, retain):
                 staged = True
         return staged
 
@@ -454,8 +484,9 @@ class UplinkManager:
             doc_id, state = int(store.stage_insert(CONFIG, d.document())["_id"]), "added"
         await store.commit()
         self.stored[d.name] = (doc_id, d)
-        self._stop(d.name)
-        self._start(d)
+        previous = self._stop(d.name)
+        uplink = self._start(d, previous)
+        uplink.enforce_bounds()  # new bounds apply at once
         self.log.info("uplink %s %s: %s", d.name, state,
                       ", ".join(e.redacted() for e in d.endpoints))
         return {"name": d.name, "state": state}
@@ -466,7 +497,7 @@ class UplinkManager:
             raise UplinkError(f"uplink {name!r} comes from the config file; remove it there")
         found = self.stored.get(name)
         if found is None:
-            raise UplinkError(f"no uplink {name!r}")
+            return await self._remove_orphan(name)
         uplink = self._stop(name)
         store = self.app.store
         discarded = 0
@@ -476,6 +507,21 @@ class UplinkManager:
         store.stage_delete(CONFIG, found[0])
         await store.commit()
         del self.stored[name]
+        self.log.info("uplink %s removed (%d unsent message(s) discarded)", name, discarded)
+        return {"name": name, "removed": True, "discarded": discarded}
+
+    async def _remove_orphan(self, name: str) -> dict[str, Any]:
+        """``remove`` of a name with an outbox (or a broken document) but no running uplink."""
+        store = self.app.store
+        docs = [doc for doc in store.find(CONFIG, {"_kind": KIND}) if doc.get("name") == name]
+        if not docs and name not in stored_outbox_names(store):
+            raise UplinkError(f"no uplink {name!r}")
+        box = Outbox(store, name)
+        discarded = box.messages
+        box.clear()
+        for doc in docs:
+            store.stage_delete(CONFIG, int(doc["_id"]))
+        await store.commit()
         self.log.info("uplink %s removed (%d unsent message(s) discarded)", name, discarded)
         return {"name": name, "removed": True, "discarded": discarded}
 
@@ -507,15 +553,17 @@ def add_offline(store: Any, spec: dict[str, Any]) -> dict[str, Any]:
 
 
 def remove_offline(store: Any, name: str) -> dict[str, Any]:
-    for doc_id, d in stored_definitions(store):
-        if d.name == name:
-            box = Outbox(store, name)
-            discarded = box.messages
-            box.clear()
-            store.stage_delete(CONFIG, doc_id)
-            store.commit_blocking()
-            return {"name": name, "removed": True, "discarded": discarded}
-    raise UplinkError(f"no uplink {name!r}")
+    """Remove a stored uplink (valid or not) or an orphaned outbox, discarding its backlog."""
+    docs = [doc for doc in store.find(CONFIG, {"_kind": KIND}) if doc.get("name") == name]
+    if not docs and name not in stored_outbox_names(store):
+        raise UplinkError(f"no uplink {name!r}")
+    box = Outbox(store, name)
+    discarded = box.messages
+    box.clear()
+    for doc in docs:
+        store.stage_delete(CONFIG, int(doc["_id"]))
+    store.commit_blocking()
+    return {"name": name, "removed": True, "discarded": discarded}
 
 
 def list_offline(store: Any) -> list[dict[str, Any]]:

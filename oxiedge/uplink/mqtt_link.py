@@ -467,7 +467,8 @@ class _Link:
                     continue
                 pid = self._allocate_id()
                 self.inflight[pid] = msg.seq
-                frame = encode_publish(topic, msg.payload, 1, False, False, pid)
+                # RETAIN as published here (a bridge keeps retained status retained)
+                frame = encode_publish(topic, msg.payload, 1, msg.retain, False, pid)
                 frames.append(frame)
                 size += len(frame)
                 if size >= WRITE_CHUNK:  # big payloads: do not copy the whole batch

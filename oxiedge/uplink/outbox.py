@@ -3,9 +3,11 @@
 Theory of operation
 -------------------
 Records live in the ``uplink`` column family, key ``b"o" + NAME + b"\\0" + seq (8 bytes BE)``,
-value ``enqueued_ms (8 bytes BE) + topic length (2 bytes BE) + topic + payload``. ``seq`` grows
-by one per message and is never reused (the next one is recovered from the last key), so key
-order is publish order and the upstream sees each topic's messages in order.
+value ``enqueued_ms (8 bytes BE) + flags (1 byte: 1 = RETAIN) + topic length (2 bytes BE) +
+topic + payload``. ``seq`` grows by one per message and is never reused, also across restarts
+with an empty outbox: key ``b"n" + NAME`` holds a high-water mark, reserved ``_RESERVE`` seqs
+ahead in the same batch as the record that crosses it. Key order is publish order, so the
+upstream sees each topic's messages in order, and ``DEVICE/UPLINK/SEQ`` is a unique message id.
 
 ``stage`` puts a record into the group-commit batch of the publish that produced it: the
 local PUBACK / confirm waits for that same commit, so "acknowledged locally" already covers
@@ -32,7 +34,9 @@ from .link import OutMessage
 
 CF = "uplink"
 _SEQ = struct.Struct(">Q")
-_HEAD = struct.Struct(">QH")
+_HEAD = struct.Struct(">QBH")
+_RESERVE = 1024
+_RETAIN = 1
 _CHUNK = 4096
 
 
@@ -113,16 +117,21 @@ def _prefix(name: str) -> bytes:
     return b"o" + name.encode() + b"\x00"
 
 
-def encode_record(topic: str, payload: bytes, now_ms: int) -> bytes:
+def _mark_key(name: str) -> bytes:
+    return b"n" + name.encode()
+
+
+def encode_record(topic: str, payload: bytes, now_ms: int, retain: bool = False) -> bytes:
     raw = topic.encode()
-    return _HEAD.pack(now_ms, len(raw)) + raw + payload
+    return _HEAD.pack(now_ms, _RETAIN if retain else 0, len(raw)) + raw + payload
 
 
-def decode_record(value: bytes) -> tuple[int, str, bytes]:
-    """``(enqueued_ms, topic, payload)``."""
-    enqueued, length = _HEAD.unpack_from(value)
+def decode_record(value: bytes) -> tuple[int, bool, str, bytes]:
+    """``(enqueued_ms, retain, topic, payload)``."""
+    enqueued, flags, length = _HEAD.unpack_from(value)
     start = _HEAD.size
-    return enqueued, value[start:start + length].decode(), value[start + length:]
+    return (enqueued, bool(flags & _RETAIN), value[start:start + length].decode(),
+            value[start + length:])
 
 
 class Outbox:
@@ -146,19 +155,26 @@ class Outbox:
 
     def _recover(self) -> None:
         """Count what a previous run left (one scan at start-up)."""
+        mark = self.store.get_raw(CF, _mark_key(self.name))
+        if mark is not None:
+            self.next_seq = int(_SEQ.unpack(mark)[0])
         for key, value in self.store.iter_raw(CF, self.prefix):
             seq = self._seq(key)
             self.sizes.append(seq, len(value))
             self.messages += 1
             self.bytes += len(value)
-            self.next_seq = seq + 1
+            self.next_seq = max(self.next_seq, seq + 1)
+        self._reserved = self.next_seq  # the first stage reserves the next block
 
     # ------------------------------------------------------------------ writes
-    def stage(self, topic: str, payload: bytes) -> int:
+    def stage(self, topic: str, payload: bytes, retain: bool = False) -> int:
         """Stage one message into the current group-commit batch; returns its seq."""
         seq = self.next_seq
         self.next_seq += 1
-        value = encode_record(topic, payload, int(time.time() * 1000))
+        if seq >= self._reserved:
+            self._reserved = seq + _RESERVE
+            self.store.stage_put(CF, _mark_key(self.name), _SEQ.pack(self._reserved))
+        value = encode_record(topic, payload, int(time.time() * 1000), retain)
         self.store.stage_put(CF, self._key(seq), value)
         self.sizes.append(seq, len(value))
         self.messages += 1
@@ -212,8 +228,8 @@ class Outbox:
                 return
             if not self.waiting(seq):
                 continue  # confirmed or dropped; its delete is not committed yet
-            _ms, topic, payload = decode_record(value)
-            yield OutMessage(seq, topic, payload)
+            enqueued, retain, topic, payload = decode_record(value)
+            yield OutMessage(seq, topic, payload, enqueued, retain)
             n += 1
             if n >= limit:
                 return
@@ -226,7 +242,7 @@ class Outbox:
         value = self.store.get_raw(CF, self._key(seq))
         if value is None:  # staged, not yet committed: brand new
             return 0.0
-        enqueued, _len = _HEAD.unpack_from(value)
+        enqueued = _HEAD.unpack_from(value)[0]
         return max(0.0, time.time() - enqueued / 1000)
 
 

@@ -36,7 +36,8 @@ def test_endpoint_parsing_and_redaction() -> None:
     ("http://u:topsecret@h", "scheme"),
     ("amqp://", "no host"),
     ("mqtt://h/path", "no path"),
-    ("amqp://h:99999", "out of range"),
+    ("amqp://h:99999", "invalid host or port"),
+    ("amqp://u:top/secret@h", "invalid host or port"),
 ])
 def test_bad_urls_are_named_without_the_password(url: str, words: str) -> None:
     with pytest.raises(UplinkError, match=words) as info:

@@ -21,7 +21,8 @@ def store(tmp_path: Path):  # type: ignore[no-untyped-def]
 
 def test_record_round_trip() -> None:
     value = encode_record("sensors/é/1", b"\x00\xffpayload", 1234)
-    assert decode_record(value) == (1234, "sensors/é/1", b"\x00\xffpayload")
+    assert decode_record(value) == (1234, False, "sensors/é/1", b"\x00\xffpayload")
+    assert decode_record(encode_record("t", b"", 5, retain=True)) == (5, True, "t", b"")
 
 
 def test_staged_records_are_read_back_only_once_committed(store: Store) -> None:
@@ -55,7 +56,27 @@ def test_confirm_deletes_exactly_that_message_and_survives_reopen(tmp_path: Path
     again = Outbox(store, "up1")
     assert again.messages == 8 and again.oldest() == 2
     assert [m.payload for m in again.read(1, 100)] == [bytes([i]) for i in (1, 3, 4, 5, 6, 7, 8, 9)]
-    assert again.stage("t", b"new") == 11  # seqs are never reused
+    assert again.stage("t", b"new") > 10  # seqs are never reused
+    store.close()
+
+
+def test_seqs_are_not_reused_after_the_outbox_emptied(tmp_path: Path) -> None:
+    """The upstream message id DEVICE/UPLINK/SEQ must stay unique across restarts."""
+    store = Store.open(tmp_path / "db")
+    box = Outbox(store, "up1")
+    for _ in range(3):
+        box.stage("t", b"x")
+    store.commit_blocking()
+    for seq in (1, 2, 3):
+        box.remove(seq)
+    store.commit_blocking()
+    store.close()
+    store = Store.open(tmp_path / "db")
+    again = Outbox(store, "up1")
+    assert again.messages == 0 and again.next_seq > 3
+    first = again.stage("t", b"y")
+    store.commit_blocking()
+    assert [m.seq for m in again.read(1, 10)] == [first]
     store.close()
 
 

@@ -1,8 +1,7 @@
 """Regression tests from the uplink review: each one proves a defect found in review.
 
-Tests of defects in files the reviewer does not own are ``xfail(strict=True)``: they fail
-today and will turn into an XPASS (a failure) once the fix lands, so whoever fixes it removes
-the mark. Real server, real upstream brokers, bounded waits only.
+Every defect here is fixed; the comment above each test says what it was. Real server,
+real upstream brokers, bounded waits only.
 """
 
 from __future__ import annotations
@@ -26,11 +25,10 @@ from .test_uplink_e2e import (
 
 
 # ----------------------------------------------------------------- live update under load
-@pytest.mark.xfail(strict=True, reason=(
-    "manager._add replaces the Uplink with a new Outbox recovered from disk while the old "
-    "Outbox still has records staged in the pending (uncommitted) batch: the new one does "
-    "not know them (never sent until a restart) and reuses their seqs (the records are "
-    "overwritten: lost for good)"))
+# Was: manager._add replaces the Uplink with a new Outbox recovered from disk while the old
+# Outbox still has records staged in the pending (uncommitted) batch: the new one does not
+# know them (never sent until a restart) and reuses their seqs (the records are overwritten:
+# lost for good)
 def test_live_update_under_load_loses_nothing(mosquitto: Any, start_server: Any) -> None:
     from oxiedge.admin.client import call
 
@@ -88,10 +86,9 @@ def test_live_update_under_load_loses_nothing(mosquitto: Any, start_server: Any)
 
 
 # ----------------------------------------------------------------- message ids
-@pytest.mark.xfail(strict=True, reason=(
-    "outbox seqs restart at 1 when the outbox was empty at start-up (next_seq is recovered "
-    "only from the last stored record), so AMQP message ids DEVICE/UPLINK/SEQ repeat and a "
-    "consumer deduplicating on message-id (as docs/uplink.md advises) drops new messages"))
+# Was: outbox seqs restart at 1 when the outbox was empty at start-up (next_seq is recovered
+# only from the last stored record), so AMQP message ids DEVICE/UPLINK/SEQ repeat and a
+# consumer deduplicating on message-id (as docs/uplink.md advises) drops new messages
 def test_message_ids_are_not_reused_after_a_restart(rabbit: Any, start_server: Any) -> None:
     dev = unique("mid")
     sink = RabbitSink(rabbit, f"site.{dev}.#")
@@ -148,10 +145,9 @@ def test_mqtt_topic_too_long_upstream_does_not_wedge_the_uplink(mosquitto: Any,
 
 
 # ----------------------------------------------------------------- AMQP prefix
-@pytest.mark.xfail(strict=True, reason=(
-    "definitions.parse_definition accepts an AMQP prefix that has no routing-key form "
-    "(a '.' in it, as a RabbitMQ user would write 'site.{device}.'): every message is then "
-    "acknowledged locally and silently 'skipped', none is forwarded"))
+# Was: definitions.parse_definition accepts an AMQP prefix that has no routing-key form (a '.'
+# in it, as a RabbitMQ user would write 'site.{device}.'): every message is then acknowledged
+# locally and silently 'skipped', none is forwarded
 def test_amqp_prefix_without_routing_key_form_is_rejected(rabbit: Any,
                                                           start_server: Any) -> None:
     srv = start_server("--device-id", unique("pfx"))
@@ -161,10 +157,9 @@ def test_amqp_prefix_without_routing_key_form_is_rejected(rabbit: Any,
 
 
 # ----------------------------------------------------------------- AMQP timestamp
-@pytest.mark.xfail(strict=True, reason=(
-    "amqp_link stamps the AMQP timestamp property with the send time, not the time the "
-    "message entered the outbox: after an outage every backlog message carries the drain "
-    "time (OutMessage does not carry the outbox record's enqueued_ms)"))
+# Was: amqp_link stamps the AMQP timestamp property with the send time, not the time the
+# message entered the outbox: after an outage every backlog message carries the drain time
+# (OutMessage does not carry the outbox record's enqueued_ms)
 def test_amqp_timestamp_is_when_the_message_was_published_locally(
         rabbit: Any, start_server: Any) -> None:
     from .proxy import Proxy
@@ -194,11 +189,10 @@ def test_amqp_timestamp_is_when_the_message_was_published_locally(
 
 
 # ----------------------------------------------------------------- secrets in errors
-@pytest.mark.xfail(strict=True, reason=(
-    "link.parse_endpoint: a password with an unescaped '/', '#' or '?' ends the URL's "
-    "netloc early; urlsplit's error text ('Port could not be cast to integer value as "
-    "'s3cr3t'') and _hide (which only masks up to the first '@') put the password into the "
-    "UplinkError shown by the CLI and logged at start-up for a config file"))
+# Was: link.parse_endpoint: a password with an unescaped '/', '#' or '?' ends the URL's netloc
+# early; urlsplit's error text ('Port could not be cast to integer value as 's3cr3t'') and
+# _hide (which only masks up to the first '@') put the password into the UplinkError shown by
+# the CLI and logged at start-up for a config file
 def test_bad_url_error_never_shows_the_password() -> None:
     from oxiedge.uplink.link import UplinkError, parse_endpoint
 
@@ -236,11 +230,10 @@ async def test_mqtt_dead_link_is_found_while_acks_are_stuck_behind_a_full_socket
 
 
 # ----------------------------------------------------------------- start-up sweep
-@pytest.mark.xfail(strict=True, reason=(
-    "definitions.stored_definitions silently skips a stored uplink that no longer parses "
-    "(here: its --ca-file is missing at start-up), and manager.start then treats its outbox "
-    "as orphaned and clears it: the whole backlog of locally acknowledged messages is "
-    "deleted, not counted anywhere"))
+# Was: definitions.stored_definitions silently skips a stored uplink that no longer parses
+# (here: its --ca-file is missing at start-up), and manager.start then treats its outbox as
+# orphaned and clears it: the whole backlog of locally acknowledged messages is deleted, not
+# counted anywhere
 def test_missing_ca_file_at_start_up_does_not_delete_the_backlog(tmp_path: Any,
                                                                  start_server: Any) -> None:
     import json
@@ -269,10 +262,9 @@ def test_missing_ca_file_at_start_up_does_not_delete_the_backlog(tmp_path: Any,
 
 
 # ----------------------------------------------------------------- secrets via find
-@pytest.mark.xfail(strict=True, reason=(
-    "the stored definition (_config document) keeps the URL with its password and the "
-    "admin 'find' operation returns it as is: 'oxiedge find _config' lists the upstream "
-    "password (the admin socket is 0660 to the oxiedge group under the systemd unit)"))
+# Was: the stored definition (_config document) keeps the URL with its password and the admin
+# 'find' operation returns it as is: 'oxiedge find _config' lists the upstream password (the
+# admin socket is 0660 to the oxiedge group under the systemd unit)
 def test_find_on_the_config_collection_does_not_list_the_password(start_server: Any) -> None:
     srv = start_server("--device-id", unique("pw"))
     srv.cli("uplink", "add", "up1", "amqp://site17:S3CRET-pw@127.0.0.1:1/",

@@ -1,0 +1,99 @@
+"""Uplink behaviour beyond the acceptance tests: RETAIN kept upstream, outboxes that lost
+their uplink are kept (never deleted silently) until removed, AMQP names checked up front."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import paho.mqtt.client as mqtt
+import pytest
+
+from oxiedge.uplink.definitions import parse_definition
+from oxiedge.uplink.link import LinkOptions, UplinkError
+
+from .test_uplink_e2e import Local, unique, wait_log, wait_status
+
+
+def _retained_upstream(port: int, topic: str, timeout: float = 10.0) -> list[tuple[bytes, bool]]:
+    """Subscribe on the upstream and collect what arrives with its RETAIN flag."""
+    got: list[tuple[bytes, bool]] = []
+    done = threading.Event()
+    c = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id=f"ret-{time.monotonic_ns()}",
+                    protocol=mqtt.MQTTv311)
+
+    def on_message(_c: Any, _u: Any, m: Any) -> None:
+        got.append((bytes(m.payload), bool(m.retain)))
+        done.set()
+
+    c.on_message = on_message
+    c.on_connect = lambda cl, *_a: cl.subscribe(topic, qos=1)
+    c.connect("127.0.0.1", port, keepalive=30)
+    c.loop_start()
+    try:
+        done.wait(timeout)
+    finally:
+        c.disconnect()
+        c.loop_stop()
+    return got
+
+
+def test_retained_messages_stay_retained_upstream(mosquitto: Any, start_server: Any) -> None:
+    dev = unique("r")
+    srv = start_server("--device-id", dev)
+    srv.cli("uplink", "add", "up1", mosquitto.url(), "--out", "status/#", "--prefix", f"{dev}/")
+    wait_status(srv, "up1", lambda s: s["state"] == "connected", "connected")
+    with Local(srv.mqtt_port) as pub:
+        mid = pub.c.publish("status/pump", b"running", qos=1, retain=True).mid
+        assert pub.wait_acked([mid])
+    wait_status(srv, "up1", lambda s: s["confirmed"] == 1, "forwarded")
+    # A subscriber that arrives later gets it as a retained message.
+    assert _retained_upstream(mosquitto.port, f"{dev}/status/pump") == [(b"running", True)]
+
+
+def test_an_outbox_without_its_uplink_is_kept_until_removed(tmp_path: Path,
+                                                           start_server: Any) -> None:
+    cfg = tmp_path / "oxiedge.toml"
+    cfg.write_text('[uplink.gone]\nurl = "mqtt://127.0.0.1:1"\nout = ["sensors/#"]\n')
+    data = tmp_path / "data"
+    srv = start_server("--config", str(cfg), data=data)
+    with Local(srv.mqtt_port) as pub:
+        pub.publish_all([(f"sensors/{i}", b"x") for i in range(3)])
+    wait_status(srv, "gone", lambda s: s["backlog_messages"] == 3, "backlog 3")
+    srv.stop()
+    # The uplink left the config file: its backlog is kept and said, not deleted.
+    srv2 = start_server(data=data)
+    line = wait_log(srv2, "uplink gone is not configured")
+    assert "keeps 3 unsent message(s)" in line
+    r = srv2.cli("uplink", "remove", "gone")
+    assert "3 unsent message(s) discarded" in r.stdout
+    srv2.stop()
+    srv3 = start_server(data=data)
+    assert srv3.line("uplink gone is not configured") is None
+    assert json.loads(srv3.cli("uplink", "status", "--json").stdout) == {}
+
+
+def test_amqp_names_must_have_a_routing_key_form() -> None:
+    base = {"name": "x", "url": "amqp://h"}
+    with pytest.raises(UplinkError, match="prefix"):
+        parse_definition({**base, "out": ["a"], "prefix": "site.{device}."})
+    with pytest.raises(UplinkError, match=r"--out filter 'v1\.2/#'"):
+        parse_definition({**base, "out": ["v1.2/#"]})
+    with pytest.raises(UplinkError, match="--in filter"):
+        parse_definition({**base, "in": ["cmd//x"]})
+    ok = parse_definition({**base, "out": ["a/+/#"], "prefix": "site/{device}/"})
+    assert ok.out == ("a/+/#",)
+    # MQTT has no such limit: a '.' is an ordinary character there.
+    assert parse_definition({"name": "x", "url": "mqtt://h", "out": ["v1.2/#"],
+                             "prefix": "site.x/"}).prefix == "site.x/"
+
+
+def test_long_mqtt_client_ids_stay_distinct() -> None:
+    device = "d" * 60
+    a = LinkOptions(name="alpha", device_id=device).client_id
+    b = LinkOptions(name="beta", device_id=device).client_id
+    assert len(a) <= 64 and len(b) <= 64 and a != b
+    assert LinkOptions(name="up", device_id="pi7").client_id == "oxiedge-pi7-up"

@@ -495,35 +495,14 @@ class UplinkManager:
         name = str(args.get("name", ""))
         if name in self.config_defs:
             raise UplinkError(f"uplink {name!r} comes from the config file; remove it there")
-        found = self.stored.get(name)
-        if found is None:
-            return await self._remove_orphan(name)
         uplink = self._stop(name)
-        store = self.app.store
-        discarded = 0
-        box = uplink.outbox if uplink is not None else Outbox(store, name)
-        discarded = box.messages
-        box.clear()
-        store.stage_delete(CONFIG, found[0])
-        await store.commit()
-        del self.stored[name]
-        self.log.info("uplink %s removed (%d unsent message(s) discarded)", name, discarded)
-        return {"name": name, "removed": True, "discarded": discarded}
-
-    async def _remove_orphan(self, name: str) -> dict[str, Any]:
-        """``remove`` of a name with an outbox (or a broken document) but no running uplink."""
-        store = self.app.store
-        docs = [doc for doc in store.find(CONFIG, {"_kind": KIND}) if doc.get("name") == name]
-        if not docs and name not in stored_outbox_names(store):
-            raise UplinkError(f"no uplink {name!r}")
-        box = Outbox(store, name)
-        discarded = box.messages
-        box.clear()
-        for doc in docs:
-            store.stage_delete(CONFIG, int(doc["_id"]))
-        await store.commit()
-        self.log.info("uplink %s removed (%d unsent message(s) discarded)", name, discarded)
-        return {"name": name, "removed": True, "discarded": discarded}
+        # The running outbox knows records staged but not committed yet; a scan would not.
+        result = stage_remove(self.app.store, name, uplink.outbox if uplink else None)
+        await self.app.store.commit()
+        self.stored.pop(name, None)
+        self.log.info("uplink %s removed (%d unsent message(s) discarded)", name,
+                      result["discarded"])
+        return result
 
     def _status(self, args: dict[str, Any]) -> dict[str, Any]:
         name = args.get("name")
@@ -552,18 +531,26 @@ def add_offline(store: Any, spec: dict[str, Any]) -> dict[str, Any]:
     return {"name": d.name, "state": "added"}
 
 
-def remove_offline(store: Any, name: str) -> dict[str, Any]:
-    """Remove a stored uplink (valid or not) or an orphaned outbox, discarding its backlog."""
+def stage_remove(store: Any, name: str, outbox: Outbox | None = None) -> dict[str, Any]:
+    """Stage the removal of uplink ``name``: its stored documents (valid or not) and its
+    outbox, whose unsent messages are discarded. Raises if there is neither."""
     docs = [doc for doc in store.find(CONFIG, {"_kind": KIND}) if doc.get("name") == name]
-    if not docs and name not in stored_outbox_names(store):
-        raise UplinkError(f"no uplink {name!r}")
-    box = Outbox(store, name)
-    discarded = box.messages
-    box.clear()
+    if outbox is None:
+        if not docs and name not in stored_outbox_names(store):
+            raise UplinkError(f"no uplink {name!r}")
+        outbox = Outbox(store, name)
+    discarded = outbox.messages
+    outbox.clear()
     for doc in docs:
         store.stage_delete(CONFIG, int(doc["_id"]))
-    store.commit_blocking()
     return {"name": name, "removed": True, "discarded": discarded}
+
+
+def remove_offline(store: Any, name: str) -> dict[str, Any]:
+    """``uplink remove`` with no server running."""
+    result = stage_remove(store, name)
+    store.commit_blocking()
+    return result
 
 
 def list_offline(store: Any) -> list[dict[str, Any]]:

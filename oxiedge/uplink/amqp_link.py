@@ -329,10 +329,17 @@ class _Link:
                 key = upstream_filter("amqp", opts.prefix, topic_filter)
                 await self.rpc(spec.QueueBind(0, opts.queue, opts.exchange, key,
                                               arguments={}), spec.QueueBindOk)
+            for old in opts.retired:  # filters an earlier --in had (idempotent upstream)
+                key = upstream_filter("amqp", "", old)
+                await self.rpc(spec.QueueUnbind(0, opts.queue, opts.exchange, key,
+                                                arguments={}), spec.QueueUnbindOk)
             await self.rpc(spec.BasicQos(0, max(1, min(opts.window, 0xFFFF))),
                            spec.BasicQosOk)
             await self.rpc(spec.BasicConsume(0, opts.queue, "", no_ack=False, arguments={}),
                            spec.BasicConsumeOk)
+        elif opts.retired:
+            # No --in any more: the device's command queue would fill for nobody.
+            await self.rpc(spec.QueueDelete(0, opts.queue), spec.QueueDeleteOk)
         product = server.get("product", "?")
         version = server.get("version", "?")
         if isinstance(product, bytes):

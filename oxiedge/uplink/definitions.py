@@ -47,6 +47,9 @@ class UplinkDef:
     policy: str = "drop-oldest"
     queue_type: str = "quorum"
     source: str = field(default="store", compare=False)
+    # Upstream-side filters (MQTT syntax, prefix applied with "{device}" kept) that earlier
+    # versions of this uplink subscribed/bound and this one does not: dropped on connect.
+    retired_in: tuple[str, ...] = field(default=(), compare=False)
 
     @property
     def endpoints(self) -> list[Endpoint]:
@@ -58,9 +61,11 @@ class UplinkDef:
 
     def document(self) -> dict[str, Any]:
         """The stored ``_config`` document."""
-        doc = {k: v for k, v in asdict(self).items() if k != "source"}
+        doc = {k: v for k, v in asdict(self).items() if k not in ("source", "retired_in")}
         doc["in"] = list(doc.pop("inbound"))
         doc["urls"], doc["out"] = list(self.urls), list(self.out)
+        if self.retired_in:
+            doc["retired_in"] = list(self.retired_in)
         return {"_kind": KIND, **doc}
 
     def row(self) -> dict[str, Any]:
@@ -74,7 +79,8 @@ class UplinkDef:
 
 
 _KEYS = {"name", "urls", "url", "out", "in", "inbound", "exchange", "prefix", "ca_file",
-         "window", "heartbeat", "max_messages", "max_bytes", "policy", "queue_type"}
+         "window", "heartbeat", "max_messages", "max_bytes", "policy", "queue_type",
+         "retired_in"}
 
 
 def _check_amqp_names(name: str, prefix: str, out: tuple[str, ...],
@@ -181,7 +187,17 @@ def parse_definition(spec: dict[str, Any], source: str = "store",
         max_messages=_number(name, "max_messages",
                              spec.get("max_messages") or defaults.max_messages, 1, 1 << 40, int),
         max_bytes=_number(name, "max_bytes", max_bytes or defaults.max_bytes, 1024, 1 << 50, int),
-        policy=policy, queue_type=queue_type, source=source)
+        policy=policy, queue_type=queue_type, source=source,
+        retired_in=tuple(f for f in _strings(name, "retired_in", spec.get("retired_in"))
+                         if validate_topic_filter(f) is None))
+
+
+def retired_filters(old: UplinkDef, new: UplinkDef) -> tuple[str, ...]:
+    """Upstream-side ``--in`` filters (prefix applied, ``{device}`` kept) that ``old`` or its
+    predecessors had and ``new`` has not: the link unbinds/unsubscribes them."""
+    keep = {new.prefix + f for f in new.inbound}
+    return tuple(dict.fromkeys(f for f in [*old.retired_in, *(old.prefix + f for f in old.inbound)]
+                               if f not in keep))
 
 
 def check_device_id(device_id: str) -> str:

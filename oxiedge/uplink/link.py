@@ -125,6 +125,7 @@ class LinkOptions:
     connect_timeout: float = 10.0     # TCP + TLS + protocol handshake
     ca_file: str | None = None        # TLS: trust these CAs instead of the system's
     queue_type: str = "quorum"        # AMQP inbound queue: quorum | classic
+    retired: tuple[str, ...] = ()     # upstream filters (MQTT syntax) to unbind/unsubscribe
 
     @property
     def client_id(self) -> str:

@@ -32,6 +32,7 @@ import random
 import socket
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import replace
 from typing import Any
 
 import trio
@@ -45,6 +46,7 @@ from .definitions import (
     UplinkDef,
     check_device_id,
     parse_definition,
+    retired_filters,
     stored_definitions,
     stored_names,
 )
@@ -159,7 +161,9 @@ class Uplink:
             name=self.name, device_id=manager.device_id, prefix=self.prefix,
             exchange=definition.exchange, inbound=definition.inbound, window=definition.window,
             heartbeat=definition.heartbeat, ca_file=definition.ca_file,
-            queue_type=definition.queue_type)
+            queue_type=definition.queue_type,
+            retired=tuple(f.replace("{device}", manager.device_id)
+                          for f in definition.retired_in))
         self.lot = trio.lowlevel.ParkingLot()
         self.outbox: Outbox
         self.durable_end: int
@@ -478,6 +482,8 @@ class UplinkManager:
         if old is not None and old[1] == d:
             return {"name": d.name, "state": "present"}
         if old is not None:
+            d = replace(d, retired_in=retired_filters(old[1], d))
+        if old is not None:
             store.stage_update(CONFIG, old[0], d.document(), replace=True)
             doc_id, state = old[0], "updated"
         else:
@@ -523,6 +529,7 @@ def add_offline(store: Any, spec: dict[str, Any]) -> dict[str, Any]:
         if old.name == d.name:
             if old == d:
                 return {"name": d.name, "state": "present"}
+            d = replace(d, retired_in=retired_filters(old, d))
             store.stage_update(CONFIG, doc_id, d.document(), replace=True)
             store.commit_blocking()
             return {"name": d.name, "state": "updated"}

@@ -86,6 +86,8 @@ from ..mqtt.packets import (
     Pubrel,
     Suback,
     Subscribe,
+    Unsuback,
+    Unsubscribe,
 )
 from .link import (
     Endpoint,
@@ -344,17 +346,23 @@ class _Link:
                 raise LinkError(f"{self.where} refused the subscription to "
                                 f"{', '.join(map(repr, refused))} (SUBACK 0x80)")
             detail += f", subscribed to {len(filters)} filter(s)"
+        if opts.retired:
+            # Filters an earlier --in had: the persistent session would keep them forever.
+            self.phase[0] = "UNSUBACK"
+            await self.send(encode(Unsubscribe(2, tuple(opts.retired))))
+            await self._expect(Unsuback)
+            detail += f", unsubscribed {len(opts.retired)} old filter(s)"
         self.connected = True
         return detail
 
-    async def _expect(self, kind: type[Connack] | type[Suback]) -> Packet:
+    async def _expect(self, kind: type[Connack] | type[Suback] | type[Unsuback]) -> Packet:
         """Read until a ``kind`` packet arrives. A resumed session may start delivering
-        (PUBLISH, PUBREL) before the SUBACK: those are kept for the reader."""
+        (PUBLISH, PUBREL) before the SUBACK/UNSUBACK: those are kept for the reader."""
         while True:
             packet = await self.next_packet()
             if isinstance(packet, kind):
                 return packet
-            if isinstance(packet, Publish | Pubrel) and kind is Suback:
+            if isinstance(packet, Publish | Pubrel) and kind is not Connack:
                 self._early.append(packet)
                 continue
             raise LinkError(f"unexpected {type(packet).__name__.upper()} from upstream "

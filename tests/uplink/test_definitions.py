@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -133,3 +134,20 @@ def test_serve_rejects_a_bad_device_id_and_config(start_server: Any, tmp_path: P
     bad = start_server("--config", str(cfg), expect_ready=False)
     assert bad.proc.wait(timeout=30) == 2
     assert "at least one" in bad.wait_for_line("oxiedge: error", 10)
+
+
+def test_retired_in_filters_accumulate_until_taken_again() -> None:
+    from oxiedge.uplink.definitions import retired_filters
+
+    def d(inbound: list[str], prefix: str = "site/{device}/") -> Any:
+        return parse_definition({"name": "up", "url": "mqtt://h", "in": inbound,
+                                 "prefix": prefix})
+
+    v1, v2 = d(["cmd/#", "cfg/#"]), d(["cmd/#"])
+    v2 = replace(v2, retired_in=retired_filters(v1, v2))
+    assert v2.retired_in == ("site/{device}/cfg/#",)
+    v3 = d(["cfg/#"], prefix="site/{device}/")
+    v3 = replace(v3, retired_in=retired_filters(v2, v3))
+    assert v3.retired_in == ("site/{device}/cmd/#",)  # cfg/# is wanted again
+    assert parse_definition(v3.document()).retired_in == v3.retired_in  # stored form
+    assert v3 == d(["cfg/#"])  # retired filters do not make a definition "changed"

@@ -4,6 +4,7 @@ their uplink are kept (never deleted silently) until removed, AMQP names checked
 from __future__ import annotations
 
 import json
+import queue
 import threading
 import time
 from pathlib import Path
@@ -15,7 +16,15 @@ import pytest
 from oxiedge.uplink.definitions import parse_definition
 from oxiedge.uplink.link import LinkOptions, UplinkError
 
-from .test_uplink_e2e import Local, unique, wait_log, wait_status
+from .test_uplink_e2e import (
+    Local,
+    connected,
+    delete_queues,
+    unique,
+    uplink_status,
+    wait_log,
+    wait_status,
+)
 
 
 def _retained_upstream(port: int, topic: str, timeout: float = 10.0) -> list[tuple[bytes, bool]]:
@@ -97,3 +106,52 @@ def test_long_mqtt_client_ids_stay_distinct() -> None:
     b = LinkOptions(name="beta", device_id=device).client_id
     assert len(a) <= 64 and len(b) <= 64 and a != b
     assert LinkOptions(name="up", device_id="pi7").client_id == "oxiedge-pi7-up"
+
+
+@pytest.mark.parametrize("protocol", ["amqp", "mqtt"])
+def test_narrowed_in_filters_stop_delivering(protocol: str, rabbit: Any, mosquitto: Any,
+                                             start_server: Any, request: Any) -> None:
+    """Changing --in unbinds/unsubscribes the old filters upstream (the durable queue and
+    the persistent session would otherwise keep delivering them forever)."""
+    dev = unique("n")
+    srv = start_server("--device-id", dev)
+    url = rabbit.url() if protocol == "amqp" else mosquitto.url()
+    if protocol == "amqp":
+        request.addfinalizer(lambda: delete_queues(rabbit, [f"oxiedge.{dev}.up1"]))
+
+    def upstream_publish(topic: str, payload: bytes) -> None:
+        if protocol == "amqp":
+            rabbit.publish(f"{dev}." + topic.replace("/", "."), payload)
+        else:
+            mosquitto.publish(f"{dev}/{topic}", payload)
+
+    srv.cli("uplink", "add", "up1", url, "--in", "cmd/#", "--prefix", "{device}/")
+    with Local(srv.mqtt_port) as local:
+        local.subscribe("#")
+        wait_status(srv, "up1", connected, "connected")
+        upstream_publish("cmd/a", b"1")
+        assert local.messages.get(timeout=10) == ("cmd/a", b"1")
+        r = srv.cli("uplink", "add", "up1", url, "--in", "ctl/#", "--prefix", "{device}/")
+        assert "updated" in r.stdout
+        # Ordered on one queue / one session: the marker after the old-filter message.
+        deadline = time.monotonic() + 10
+        while True:  # the new connection is up once a ctl message comes through
+            upstream_publish("ctl/probe", b"p")
+            try:
+                if local.messages.get(timeout=1) == ("ctl/probe", b"p"):
+                    break
+            except queue.Empty:
+                assert time.monotonic() < deadline, "the updated uplink never delivered"
+        upstream_publish("cmd/b", b"old filter")
+        upstream_publish("ctl/x", b"marker")
+        got = []
+        while True:
+            item = local.messages.get(timeout=10)
+            got.append(item)
+            if item == ("ctl/x", b"marker"):
+                break
+        assert ("cmd/b", b"old filter") not in got, got
+    assert uplink_status(srv, "up1")["state"] == "connected"
+    if protocol == "mqtt":
+        assert "unsubscribed 1 old filter(s)" in wait_log(srv, "uplink up1 connected to mqtt")\
+            or any("unsubscribed 1 old filter(s)" in ln for ln in srv.log_lines)

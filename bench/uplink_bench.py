@@ -100,6 +100,17 @@ def _mosquitto_dir(prefix: str) -> Path:
 
 
 # ----------------------------------------------------------------- processes
+
+def terminate(proc: subprocess.Popen[Any]) -> None:
+    """SIGTERM, then SIGKILL after 10 s; waits for the exit."""
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(5)
+
 class Upstream:
     """The upstream Mosquitto: one port for its whole life, restartable on it."""
 
@@ -121,13 +132,8 @@ class Upstream:
                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
     def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(5)
+        if self.proc is not None:
+            terminate(self.proc)
         self.proc = None
 
     def close(self) -> None:
@@ -219,13 +225,7 @@ class MosquittoBridgePeer(Peer):
         self.proc_pid = self.proc.pid
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(5)
+        terminate(self.proc)
         shutil.rmtree(self.tmp, ignore_errors=True)
 
 

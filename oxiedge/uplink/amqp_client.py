@@ -32,8 +32,10 @@ from oxiedge.amqp.errors import ACCESS_REFUSED, AmqpError
 
 #: Largest frame we accept and propose (RabbitMQ's default); the server may lower it.
 FRAME_MAX = 131072
-#: The only channel the link opens: publishes, confirms and the inbound consumer.
+#: The channel of publishes and their confirms.
 CHANNEL = 1
+#: The channel of the command (``--in``) consumer, apart so a refusal there spares channel 1.
+INBOUND_CHANNEL = 2
 
 
 class UpstreamFailure(Exception):
@@ -88,11 +90,11 @@ def negotiate(ours: int, theirs: int) -> int:
 def tune_ok(tune: spec.ConnectionTune, heartbeat: float,
             frame_max: int = FRAME_MAX) -> spec.ConnectionTuneOk:
     """Connection.Tune-Ok: heartbeat in whole seconds (ours rounded up), frame-max the
-    smaller of both (never below the spec's 4096 minimum), one channel is enough."""
+    smaller of both (never below the spec's 4096 minimum), two channels."""
     want_hb = max(0, math.ceil(heartbeat)) if heartbeat > 0 else 0
     hb = min(negotiate(want_hb, tune.heartbeat), 0xFFFF)
     fmax = max(negotiate(frame_max, tune.frame_max), spec.FRAME_MIN_SIZE)
-    channels = negotiate(CHANNEL, tune.channel_max)
+    channels = negotiate(INBOUND_CHANNEL, tune.channel_max)
     return spec.ConnectionTuneOk(channels, fmax, hb)
 
 

@@ -43,6 +43,7 @@ from oxiedge.amqp import spec
 from oxiedge.amqp.codec import HEARTBEAT_FRAME, PROTOCOL_HEADER, Command, encode_method
 from oxiedge.uplink.amqp_client import (
     CHANNEL,
+    INBOUND_CHANNEL,
     ConfirmTracker,
     UpstreamFailure,
     UpstreamFrames,
@@ -149,6 +150,15 @@ class _Closed(LinkError):
     """The upstream closed the TCP connection (EOF)."""
 
 
+class _InboundRefused(LinkError):
+    """The upstream closed the inbound channel while it was being set up."""
+
+
+#: Commands (``--in``) use their own channel: a refused queue declaration (permissions, an
+#: inequivalent queue type) closes only that channel, and forwarding goes on.
+INBOUND = INBOUND_CHANNEL
+
+
 class _Link:
     """The state of one established (or establishing) connection."""
 
@@ -240,6 +250,8 @@ class _Link:
             raise LinkError(close_reason(m))
         if isinstance(m, spec.ChannelClose):
             await self._try_send(encode_method(cmd.channel, spec.ChannelCloseOk()))
+            if cmd.channel == INBOUND and not self.ready:
+                raise _InboundRefused(close_reason(m))
             raise LinkError(close_reason(m))
         if isinstance(m, spec.ConnectionBlocked):
             log.warning("uplink %s: upstream %s blocked publishing: %s", self.options.name,
@@ -321,25 +333,15 @@ class _Link:
         if opts.exchange and not opts.exchange.startswith("amq."):
             await self.rpc(spec.ExchangeDeclare(0, opts.exchange, "topic", durable=True,
                                                 arguments={}), spec.ExchangeDeclareOk)
-        if opts.inbound:
-            args = {} if opts.queue_type == "classic" else {"x-queue-type": opts.queue_type}
-            await self.rpc(spec.QueueDeclare(0, opts.queue, durable=True, arguments=args),
-                           spec.QueueDeclareOk)
-            for topic_filter in opts.inbound:
-                key = upstream_filter("amqp", opts.prefix, topic_filter)
-                await self.rpc(spec.QueueBind(0, opts.queue, opts.exchange, key,
-                                              arguments={}), spec.QueueBindOk)
-            for old in opts.retired:  # filters an earlier --in had (idempotent upstream)
-                key = upstream_filter("amqp", "", old)
-                await self.rpc(spec.QueueUnbind(0, opts.queue, opts.exchange, key,
-                                                arguments={}), spec.QueueUnbindOk)
-            await self.rpc(spec.BasicQos(0, max(1, min(opts.window, 0xFFFF))),
-                           spec.BasicQosOk)
-            await self.rpc(spec.BasicConsume(0, opts.queue, "", no_ack=False, arguments={}),
-                           spec.BasicConsumeOk)
-        elif opts.retired:
-            # No --in any more: the device's command queue would fill for nobody.
-            await self.rpc(spec.QueueDelete(0, opts.queue), spec.QueueDeleteOk)
+        inbound_note = ""
+        if opts.inbound or opts.retired:
+            try:
+                await self.setup_inbound()
+            except _InboundRefused as exc:
+                # Forwarding goes on; the next connection tries the commands again.
+                log.warning("uplink %s: commands (--in) unavailable on %s: %s",
+                            opts.name, ep.redacted(), exc)
+                inbound_note = f"; commands (--in) unavailable: {exc}"
         product = server.get("product", "?")
         version = server.get("version", "?")
         if isinstance(product, bytes):
@@ -347,7 +349,32 @@ class _Link:
         if isinstance(version, bytes):
             version = version.decode("utf-8", "replace")
         self.ready = True
-        return f"{product} {version}, heartbeat {self.heartbeat} s, frame_max {self.frame_max}"
+        return (f"{product} {version}, heartbeat {self.heartbeat} s, frame_max "
+                f"{self.frame_max}{inbound_note}")
+
+    async def setup_inbound(self) -> None:
+        """The command queue, its bindings and its consumer, on channel ``INBOUND``."""
+        opts = self.options
+        await self.rpc(spec.ChannelOpen(), spec.ChannelOpenOk, INBOUND)
+        if not opts.inbound:
+            # No --in any more: the device's command queue would fill for nobody.
+            await self.rpc(spec.QueueDelete(0, opts.queue), spec.QueueDeleteOk, INBOUND)
+            return
+        args = {} if opts.queue_type == "classic" else {"x-queue-type": opts.queue_type}
+        await self.rpc(spec.QueueDeclare(0, opts.queue, durable=True, arguments=args),
+                       spec.QueueDeclareOk, INBOUND)
+        for topic_filter in opts.inbound:
+            key = upstream_filter("amqp", opts.prefix, topic_filter)
+            await self.rpc(spec.QueueBind(0, opts.queue, opts.exchange, key, arguments={}),
+                           spec.QueueBindOk, INBOUND)
+        for old in opts.retired:  # filters an earlier --in had (idempotent upstream)
+            key = upstream_filter("amqp", "", old)
+            await self.rpc(spec.QueueUnbind(0, opts.queue, opts.exchange, key, arguments={}),
+                           spec.QueueUnbindOk, INBOUND)
+        await self.rpc(spec.BasicQos(0, max(1, min(opts.window, 0xFFFF))), spec.BasicQosOk,
+                       INBOUND)
+        await self.rpc(spec.BasicConsume(0, opts.queue, "", no_ack=False, arguments={}),
+                       spec.BasicConsumeOk, INBOUND)
 
     # -------------------------------------------------------------- running
     async def run(self) -> NoReturn:
@@ -476,16 +503,18 @@ class _Link:
                 # Not ours to translate: reject without requeue (an upstream DLX keeps it).
                 log.warning("uplink %s: rejecting inbound message with routing key %r "
                             "(no local topic)", opts.name, m.routing_key)
-                await self.send_method(spec.BasicReject(m.delivery_tag, requeue=False))
+                await self.send_method(spec.BasicReject(m.delivery_tag, requeue=False),
+                                       INBOUND)
                 continue
             try:
                 await self.io.deliver(topic, cmd.body or b"")
             except LinkError as exc:
                 log.warning("uplink %s: rejecting inbound message for %r: %s",
                             opts.name, topic, exc)
-                await self.send_method(spec.BasicReject(m.delivery_tag, requeue=False))
+                await self.send_method(spec.BasicReject(m.delivery_tag, requeue=False),
+                                       INBOUND)
                 continue
-            await self.send_method(spec.BasicAck(m.delivery_tag))
+            await self.send_method(spec.BasicAck(m.delivery_tag), INBOUND)
 
     async def close_politely(self) -> None:
         """On cancellation: tell the upstream we leave (Connection.Close), bounded."""

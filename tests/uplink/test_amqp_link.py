@@ -223,7 +223,7 @@ def test_confirm_tracker_single_multiple_and_duplicates() -> None:
 def test_tune_negotiation_follows_rabbitmq_clients() -> None:
     assert negotiate(30, 60) == 30 and negotiate(0, 60) == 60 and negotiate(30, 0) == 30
     ok = tune_ok(spec.ConnectionTune(2047, 131072, 60), heartbeat=1.5, frame_max=131072)
-    assert (ok.channel_max, ok.frame_max, ok.heartbeat) == (1, 131072, 2)
+    assert (ok.channel_max, ok.frame_max, ok.heartbeat) == (2, 131072, 2)  # publishes + commands
     ok = tune_ok(spec.ConnectionTune(0, 0, 0), heartbeat=0)
     assert ok.heartbeat == 0 and ok.frame_max == 131072
     assert tune_ok(spec.ConnectionTune(0, 1024, 0), heartbeat=5).frame_max == 4096
@@ -443,6 +443,30 @@ async def test_wrong_password_is_access_refused(rabbit: Rabbit) -> None:
     err = await fails_with(parse_endpoint(rabbit.url(password="wrong")), opts(), io)
     assert str(err).startswith("access refused") and "wrong" not in str(err)
     assert io.up_calls == []
+
+
+async def test_refused_command_queue_spares_forwarding(rabbit: Rabbit) -> None:
+    """A device user allowed to publish to amq.topic but not to declare its command queue:
+    the inbound channel is refused, publishes still flow (on their own channel)."""
+    tok = token()
+    user = f"dev{tok}"
+    await sync(rabbit.ctl, "add_user", user, "pw")
+    await sync(rabbit.ctl, "set_permissions", "-p", "/", user, "^$", "^amq\\.topic$", "^$")
+    await sync(rabbit.declare_sink, f"sink.{tok}", f"{tok}.#")
+    io = RecordingIO()
+    seq = io.add(f"{tok}/t", b"still forwarded")
+    options = opts(inbound=("cmd/#",), queue_type="classic")
+    async with trio.open_nursery() as nursery:
+        link = RunningLink(nursery, parse_endpoint(rabbit.url(user=user, password="pw")),
+                           options, io)
+        await io.until(lambda: seq in io.confirmed_seqs)
+        await link.stop()
+    assert link.error is None
+    assert "commands (--in) unavailable" in io.up_calls[0][1]
+    assert "ACCESS_REFUSED" in io.up_calls[0][1] or "403" in io.up_calls[0][1]
+    got = await sync(rabbit.drain, f"sink.{tok}", expect=1)
+    assert [body for _rk, body, _ in got] == [b"still forwarded"]
+    await sync(rabbit.ctl, "delete_user", user)
 
 
 async def test_unknown_vhost_is_refused(rabbit: Rabbit) -> None:

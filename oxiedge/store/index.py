@@ -281,15 +281,17 @@ class IndexCatalog:
         return None
 
     # ----------------------------------------------------------- maintenance
-    def _put(self, idef: IndexDef, doc_id: int, doc: dict[str, Any]) -> None:
+    def _stage_entries(self, idef: IndexDef, doc_id: int, put: Iterable[bytes],
+                       delete: Iterable[bytes] = ()) -> None:
+        """Stage the entry keys of ``doc_id`` for the encoded values ``put`` / ``delete``."""
         prefix, suffix = _U32.pack(idef.iid), _U64.pack(doc_id)
-        for enc in entry_values(doc, idef.field):
+        for enc in delete:
+            self.store.stage_delete_key("idx", prefix + enc + suffix)
+        for enc in put:
             self.store.stage_put("idx", prefix + enc + suffix, b"")
 
-    def _delete(self, idef: IndexDef, doc_id: int, doc: dict[str, Any]) -> None:
-        prefix, suffix = _U32.pack(idef.iid), _U64.pack(doc_id)
-        for enc in entry_values(doc, idef.field):
-            self.store.stage_delete_key("idx", prefix + enc + suffix)
+    def _put(self, idef: IndexDef, doc_id: int, doc: dict[str, Any]) -> None:
+        self._stage_entries(idef, doc_id, entry_values(doc, idef.field))
 
     def _stage_clear(self, idef: IndexDef) -> None:
         """Stage the deletion of every entry of ``idef``."""
@@ -307,17 +309,12 @@ class IndexCatalog:
                   new: dict[str, Any]) -> None:
         for idef in self.by_collection.get(collection, ()):
             before, after = entry_values(old, idef.field), entry_values(new, idef.field)
-            if before == after:
-                continue
-            prefix, suffix = _U32.pack(idef.iid), _U64.pack(doc_id)
-            for enc in before - after:
-                self.store.stage_delete_key("idx", prefix + enc + suffix)
-            for enc in after - before:
-                self.store.stage_put("idx", prefix + enc + suffix, b"")
+            if before != after:
+                self._stage_entries(idef, doc_id, after - before, before - after)
 
     def on_delete(self, collection: str, doc_id: int, old: dict[str, Any]) -> None:
         for idef in self.by_collection.get(collection, ()):
-            self._delete(idef, doc_id, old)
+            self._stage_entries(idef, doc_id, (), entry_values(old, idef.field))
 
     def on_drop(self, collection: str) -> None:
         """The collection's documents go: so do its entries (definitions stay)."""
@@ -364,17 +361,23 @@ class IndexCatalog:
                 yield int(_U64.unpack_from(key, len(key) - 8)[0])
 
 
-def create_index_blocking(store: Store, collection: str, field: str) -> dict[str, Any]:
-    """Define and build an index without an event loop (CLI on the data dir)."""
-    idef, created = store.indexes.stage_define(collection, field)
-    if idef.ready:
-        return {**idef.row(), "created": False}
+def _build_rounds(store: Store, idef: IndexDef) -> Iterator[None]:
+    """Stage the build of ``idef`` one chunk of documents at a time (the last chunk with
+    ``ready``); the caller commits at each step. Stops if the index was dropped meanwhile."""
     next_id: int | None = 0
-    while next_id is not None:
+    while next_id is not None and idef.iid in store.indexes.defs:
         next_id = store.indexes.build_chunk(idef, next_id)
         if next_id is None:
             store.indexes.stage_ready(idef)
-        store.commit_blocking()
+        yield
+
+
+def create_index_blocking(store: Store, collection: str, field: str) -> dict[str, Any]:
+    """Define and build an index without an event loop (CLI on the data dir)."""
+    idef, created = store.indexes.stage_define(collection, field)
+    if not idef.ready:
+        for _ in _build_rounds(store, idef):
+            store.commit_blocking()
     return {**idef.row(), "created": created}
 
 
@@ -382,35 +385,30 @@ async def create_index(store: Store, collection: str, field: str) -> dict[str, A
     """Define and build an index inside the server: one chunk of documents per commit
     round, so publishers keep being served while a large collection is indexed."""
     idef, created = store.indexes.stage_define(collection, field)
-    if idef.ready:
-        return {**idef.row(), "created": False}
-    await finish_build(store, idef)
+    if not idef.ready:
+        await finish_build(store, idef)
     return {**idef.row(), "created": created}
 
 
 async def finish_build(store: Store, idef: IndexDef) -> None:
     """Build (or resume after a crash) an index that is not ready yet."""
-    next_id: int | None = 0
-    while next_id is not None:
-        if idef.iid not in store.indexes.defs:
-            return  # dropped meanwhile
-        next_id = store.indexes.build_chunk(idef, next_id)
-        if next_id is None:
-            store.indexes.stage_ready(idef)
+    for _ in _build_rounds(store, idef):
         await store.commit()
 
 
-def drop_index_blocking(store: Store, collection: str, field: str) -> dict[str, Any]:
-    removed = store.indexes.stage_drop(collection, field)
-    if not removed:
+def _stage_drop(store: Store, collection: str, field: str) -> dict[str, Any]:
+    if not store.indexes.stage_drop(collection, field):
         raise IndexSpecError(f"no index on {collection}.{field}")
-    store.commit_blocking()
     return {"collection": collection, "field": field, "removed": True}
+
+
+def drop_index_blocking(store: Store, collection: str, field: str) -> dict[str, Any]:
+    result = _stage_drop(store, collection, field)
+    store.commit_blocking()
+    return result
 
 
 async def drop_index(store: Store, collection: str, field: str) -> dict[str, Any]:
-    removed = store.indexes.stage_drop(collection, field)
-    if not removed:
-        raise IndexSpecError(f"no index on {collection}.{field}")
+    result = _stage_drop(store, collection, field)
     await store.commit()
-    return {"collection": collection, "field": field, "removed": True}
+    return result

@@ -158,22 +158,22 @@ class Retention:
             excess = self.store.count(coll) - max_docs
             if excess <= 0:
                 return deleted
-            ids = []
+            docs = []
             for doc in self.store.iter_docs(coll, self._floor.get(coll, 0)):
-                ids.append(int(doc["_id"]))
-                if len(ids) >= min(excess, BATCH):
+                docs.append(doc)
+                if len(docs) >= min(excess, BATCH):
                     break
-            if not ids:
+            if not docs:
                 return deleted  # the surplus is staged, not yet visible: next wake
-            self._floor[coll] = ids[-1] + 1
-            deleted += self._delete(coll, ids)
+            self._floor[coll] = int(docs[-1]["_id"]) + 1
+            deleted += self._delete(coll, docs)
             await self.store.commit()
 
     async def _trim_age(self, coll: str, max_age: int) -> int:
         deleted = 0
         cutoff = int(time.time() * 1000) - max_age * 1000
         while True:
-            ids = []
+            expired = []
             start = max(self._age_floor.get(coll, 0), self._floor.get(coll, 0))
             young = False
             seen = 0
@@ -184,18 +184,18 @@ class Retention:
                     if at >= cutoff:
                         young = True
                         break
-                    ids.append(int(doc["_id"]))
+                    expired.append(doc)
                 self._age_floor[coll] = int(doc["_id"]) + 1
                 if seen >= BATCH:
                     break
-            if ids:
-                deleted += self._delete(coll, ids)
+            if expired:
+                deleted += self._delete(coll, expired)
                 await self.store.commit()
             if young or seen < BATCH:
                 return deleted
 
-    def _delete(self, coll: str, ids: list[int]) -> int:
-        n = self.store.stage_delete_ids(coll, ids)
+    def _delete(self, coll: str, docs: list[dict[str, Any]]) -> int:
+        n = self.store.stage_delete_docs(coll, docs)
         self.deleted[coll] = self.deleted.get(coll, 0) + n
         return n
 

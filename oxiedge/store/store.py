@@ -287,20 +287,20 @@ class Store:
         self._dirty.add(coll)
         return True
 
-    def stage_delete_ids(self, coll: str, ids: Iterable[int]) -> int:
-        """Stage deletes of documents known to exist (from a scan); returns how many."""
+    def stage_delete_docs(self, coll: str, docs: Iterable[dict[str, Any]]) -> int:
+        """Stage deletes of documents just read from ``coll`` (a scan); returns how many.
+        The documents themselves give their index entries: nothing is read again."""
         c = self._collections.get(coll)
         if c is None:
             return 0
         n = 0
         docs_cf = self._cf["docs"]
         indexed = self.indexes.has(coll)
-        for doc_id in ids:
+        for doc in docs:
+            doc_id = int(doc["_id"])
             if indexed:
-                old = self.get(coll, int(doc_id))
-                if old is not None:
-                    self.indexes.on_delete(coll, int(doc_id), old)
-            self.committer.batch.delete(enc.doc_key(c.cid, int(doc_id)), docs_cf)
+                self.indexes.on_delete(coll, doc_id, doc)
+            self.committer.batch.delete(enc.doc_key(c.cid, doc_id), docs_cf)
             n += 1
         c.count -= n
         self._dirty.add(coll)
@@ -387,8 +387,7 @@ class Store:
 
     async def delete_many(self, coll: str, filter: dict[str, Any] | None) -> int:
         pred = compile_filter(filter)
-        ids = [d["_id"] for d in self.iter_docs(coll) if pred(d)]
-        n = self.stage_delete_ids(coll, ids)
+        n = self.stage_delete_docs(coll, [d for d in self.iter_docs(coll) if pred(d)])
         if n:
             await self.commit()
         return n

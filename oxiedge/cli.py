@@ -13,13 +13,16 @@ import json
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
 
 from .admin.client import ServerNotRunning, call
 from .admin.protocol import AdminError
 from .config import Config, ConfigError
+
+if TYPE_CHECKING:
+    from .store import Store
 
 app = typer.Typer(
     no_args_is_help=True,
@@ -60,20 +63,19 @@ DataOpt = Annotated[Path | None, typer.Option("--data", help="data dir [env: OXI
 JsonOpt = Annotated[bool, typer.Option("--json", help="one JSON object per line")]
 
 
-def _fail(message: str, code: int = 1) -> None:
+def _fail(message: str, code: int = 1) -> NoReturn:
     err.print(f"[bold red]error:[/] {message}", highlight=False)
     raise typer.Exit(code)
 
 
-def _config(data: Path | None) -> Config:
+def _config(data: Path | None, password_file: Path | None = None) -> Config:
     try:
-        return Config.resolve({"data": data})
+        return Config.resolve({"data": data, "password_file": password_file})
     except ConfigError as exc:
         _fail(str(exc), 2)
-        raise  # unreachable
 
 
-def _open_store(cfg: Config, write: bool):  # type: ignore[no-untyped-def]
+def _open_store(cfg: Config, write: bool) -> Store:
     from .store import Store, StoreLockedError
 
     if not cfg.db_path.exists() and not write:
@@ -106,7 +108,7 @@ def _request(data: Path | None, op: str, args: dict[str, Any],
         _fail(str(exc))
     store = _open_store(cfg, write)
     try:
-        return offline(store)  # type: ignore[misc]
+        return offline(store)
     except (ValueError, KeyError) as exc:
         _fail(str(exc))
     finally:
@@ -140,6 +142,15 @@ def _print_rows(rows: list[dict[str, Any]], as_json: bool, title: str | None = N
     for row in rows:
         table.add_row(*(_cell(row.get(c)) for c in columns))
     out.print(table)
+
+
+def _print_line(text: str) -> None:
+    out.print(text, highlight=False, markup=False)
+
+
+def _verb(result: dict[str, Any]) -> str:
+    """How an ``add`` went, from the ``state`` the server or the offline helper returned."""
+    return {"added": "added", "updated": "updated"}.get(result.get("state", ""), "already present")
 
 
 # ----------------------------------------------------------------------- serve
@@ -329,10 +340,9 @@ def ingest_add(
     result = _request(data, "ingest.add", args,
                       lambda s: ingest_mod.add_route_offline(s, route, max_docs, max_age),
                       write=True)
-    verb = {"added": "added", "updated": "updated"}.get(result.get("state", ""), "already present")
     limits = ", ".join(f"{k}={result[k]}" for k in ("max_docs", "max_age") if k in result)
-    out.print(f"ingest route {result['route']} {verb}" + (f" ({limits})" if limits else ""),
-              highlight=False, markup=False)
+    _print_line(f"ingest route {result['route']} {_verb(result)}"
+                + (f" ({limits})" if limits else ""))
 
 
 @ingest_app.command("remove")
@@ -342,7 +352,7 @@ def ingest_remove(route: RouteArg, data: DataOpt = None) -> None:
 
     result = _request(data, "ingest.remove", {"route": route},
                       lambda s: ingest_mod.remove_route_offline(s, route), write=True)
-    out.print(f"ingest route {result['route']} removed", highlight=False, markup=False)
+    _print_line(f"ingest route {result['route']} removed")
 
 
 @ingest_app.command("list")
@@ -367,7 +377,7 @@ def index_add(collection: CollArg, field: FieldArg, data: DataOpt = None) -> Non
     result = _request(data, "index.add", {"collection": collection, "field": field},
                       lambda s: indexes.add_offline(s, collection, field), write=True)
     verb = "added" if result.get("created") else "already present"
-    out.print(f"index {collection}.{field} {verb}", highlight=False, markup=False)
+    _print_line(f"index {collection}.{field} {verb}")
 
 
 @index_app.command("remove")
@@ -377,7 +387,7 @@ def index_remove(collection: CollArg, field: FieldArg, data: DataOpt = None) -> 
 
     _request(data, "index.remove", {"collection": collection, "field": field},
              lambda s: indexes.remove_offline(s, collection, field), write=True)
-    out.print(f"index {collection}.{field} removed", highlight=False, markup=False)
+    _print_line(f"index {collection}.{field} removed")
 
 
 @index_app.command("list")
@@ -398,17 +408,9 @@ def index_list(
 PwFileOpt = Annotated[Path | None, typer.Option("--password-file", help="[env: OXIEDGE_PASSWORD_FILE; default DATA/passwd]")]  # noqa: E501
 
 
-def _users_path(data: Path | None, password_file: Path | None) -> Path:
+def _reload_users(cfg: Config) -> None:
     try:
-        return Config.resolve({"data": data, "password_file": password_file}).users_path
-    except ConfigError as exc:
-        _fail(str(exc), 2)
-        raise
-
-
-def _reload_users(data: Path | None) -> None:
-    try:
-        call(_config(data).admin_socket, "users.reload")
+        call(cfg.admin_socket, "users.reload")
     except (ServerNotRunning, AdminError):
         pass
 
@@ -433,12 +435,13 @@ def user_add(
             _fail("passwords differ", 2)
     if not password:
         _fail("empty password", 2)
-    path = _users_path(data, password_file)
+    cfg = _config(data, password_file)
+    path = cfg.users_path
     users = read_user_file(path)
     users[name] = hash_password(password)
     write_user_file(path, users)
-    _reload_users(data)
-    out.print(f"user {name} saved in {path}", highlight=False, markup=False)
+    _reload_users(cfg)
+    _print_line(f"user {name} saved in {path}")
 
 
 @user_app.command("remove")
@@ -446,13 +449,14 @@ def user_remove(name: str, data: DataOpt = None, password_file: PwFileOpt = None
     """Remove a user."""
     from .auth import read_user_file, write_user_file
 
-    path = _users_path(data, password_file)
+    cfg = _config(data, password_file)
+    path = cfg.users_path
     users = read_user_file(path)
     if users.pop(name, None) is None:
         _fail(f"no user {name!r} in {path}")
     write_user_file(path, users)
-    _reload_users(data)
-    out.print(f"user {name} removed", highlight=False, markup=False)
+    _reload_users(cfg)
+    _print_line(f"user {name} removed")
 
 
 @user_app.command("list")
@@ -461,7 +465,7 @@ def user_list(data: DataOpt = None, password_file: PwFileOpt = None, as_json: Js
     """List users (names only)."""
     from .auth import read_user_file
 
-    path = _users_path(data, password_file)
+    path = _config(data, password_file).users_path
     _print_rows([{"user": n} for n in sorted(read_user_file(path))], as_json, "users")
 
 
@@ -504,8 +508,7 @@ def uplink_add(
         _fail(str(exc), 2)
     result = _request(data, "uplink.add", {"definition": spec}, lambda s: add_offline(s, spec),
                       write=True)
-    verb = {"added": "added", "updated": "updated"}.get(result.get("state", ""), "already present")
-    _print_line(f"uplink {name} {verb}")
+    _print_line(f"uplink {name} {_verb(result)}")
 
 
 @uplink_app.command("remove")
@@ -558,10 +561,6 @@ def _print_pairs(obj: dict[str, Any], title: str) -> None:
     for key, value in _flatten(obj):
         table.add_row(key, _cell(value))
     out.print(table)
-
-
-def _print_line(text: str) -> None:
-    out.print(text, highlight=False, markup=False)
 
 
 @app.command()

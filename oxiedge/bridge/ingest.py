@@ -169,28 +169,26 @@ class IngestBridge:
         return f"MQTT ingest bridge on - {len(self.routes)} route(s)"
 
     def stage_publish(self, topic: str, payload: bytes) -> bool:
-        """Stage the documents of one publish; True if anything was staged."""
-        if not self.routes:
-            return False
-        matched = [r for r in self.routes if topic_matches(r.filter, topic)]
-        if not matched:
+        """Stage the documents of one publish; True if anything was staged.
+
+        The router calls it only while ``routes`` is non-empty."""
+        # Two routes into one collection: one document.
+        collections = dict.fromkeys(r.collection for r in self.routes
+                                    if topic_matches(r.filter, topic))
+        if not collections:
             return False
         doc = payload_document(topic, payload, int(time.time() * 1000))
         store = self.app.store
-        done: set[str] = set()
-        for route in matched:
-            if route.collection in done:
-                continue  # two routes into one collection: one document
-            done.add(route.collection)
+        for collection in collections:
             try:
-                store.stage_insert(route.collection, doc)
+                store.stage_insert(collection, doc)
             except (StoreError, ValueError):  # e.g. a number JSON cannot hold
                 self.failed += 1
                 continue
             self.ingested += 1
             if self.retention.policies:
-                self.retention.after_insert(route.collection)
-        return len(done) > 0
+                self.retention.after_insert(collection)
+        return True
 
     # --------------------------------------------------------------- admin API
     def admin_handlers(self) -> dict[str, Any]:

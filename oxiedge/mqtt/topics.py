@@ -22,19 +22,28 @@ def valid_topic_name(topic: str) -> bool:
     return bool(topic) and "+" not in topic and "#" not in topic and "\x00" not in topic
 
 
-def valid_topic_filter(topic_filter: str) -> bool:
-    """A subscription filter: ``+`` occupies a whole level (MQTT-4.7.1-3); ``#`` occupies
-    a whole level and is the last one (MQTT-4.7.1-2); non-empty (MQTT-4.7.3-1)."""
-    if not topic_filter or "\x00" in topic_filter:
-        return False
+def topic_filter_problem(topic_filter: str) -> str | None:
+    """``None`` if ``topic_filter`` is a valid subscription filter, else the reason."""
+    if not topic_filter:
+        return "empty topic filter"  # MQTT-4.7.3-1
+    if "\x00" in topic_filter:
+        return "topic filter contains NUL"  # MQTT-4.7.3-2
+    if len(topic_filter.encode()) > 65535:
+        return "topic filter longer than 65535 bytes"  # 1.5.3: a 2-byte length prefix
     levels = topic_filter.split("/")
     last = len(levels) - 1
     for i, level in enumerate(levels):
         if "#" in level and (level != "#" or i != last):
-            return False
+            return "'#' must be a whole level and the last one"  # MQTT-4.7.1-2
         if "+" in level and level != "+":
-            return False
-    return True
+            return "'+' must be a whole level"  # MQTT-4.7.1-3
+    return None
+
+
+def valid_topic_filter(topic_filter: str) -> bool:
+    """A subscription filter: ``+`` occupies a whole level (MQTT-4.7.1-3); ``#`` occupies
+    a whole level and is the last one (MQTT-4.7.1-2); non-empty (MQTT-4.7.3-1)."""
+    return topic_filter_problem(topic_filter) is None
 
 
 def topic_matches(topic_filter: str, topic: str) -> bool:

@@ -146,7 +146,8 @@ class RecoveredSession:
 
 def load_sessions(store: RawStore, queue_limit: int | None) -> list[RecoveredSession]:
     """Read every persistent session; with ``queue_limit``, keep only the newest messages
-    of each and stage the deletion of the older surplus (caller commits)."""
+    of each and stage the deletion of the older surplus (caller commits). Without it
+    nothing is staged (``view_documents`` reads a live store this way)."""
     out: list[RecoveredSession] = []
     for key, value in store.iter_raw(CF, SESSION):
         owner, subs = decode_session(bytes(value))
@@ -204,7 +205,7 @@ def _payload_fields(payload: bytes) -> dict[str, Any]:
 
 def view_documents(store: RawStore) -> Iterator[dict[str, Any]]:
     """Every MQTT record on disk in document shape (the ``_mqtt`` view)."""
-    for rs in load_sessions(_ReadOnly(store), None):
+    for rs in load_sessions(store, None):  # no bound: stages nothing
         yield {"_kind": "session", "client": rs.client_id, "owner": rs.owner,
                "subscriptions": len(rs.subs), "queued": len(rs.messages)}  # fmt: skip
         for flt, qos in rs.subs.items():
@@ -219,24 +220,3 @@ def view_documents(store: RawStore) -> Iterator[dict[str, Any]]:
             yield {"_kind": "rx2", "client": rs.client_id, "packet_id": pid}
     for topic, qos, payload in load_retained(store):
         yield {"_kind": "retain", "topic": topic, "qos": qos, **_payload_fields(payload)}
-
-
-class _ReadOnly:
-    """Wraps a store for reading only (a view must never stage writes)."""
-
-    def __init__(self, store: RawStore) -> None:
-        self._store = store
-
-    def iter_raw(
-        self, cf: str, prefix: bytes = b"", start: bytes | None = None
-    ) -> Iterator[tuple[bytes, bytes]]:
-        return self._store.iter_raw(cf, prefix, start)
-
-    def stage_put(self, cf: str, key: bytes, value: bytes) -> None:
-        raise RuntimeError("read-only")
-
-    def stage_delete_key(self, cf: str, key: bytes) -> None:
-        raise RuntimeError("read-only")
-
-    def stage_delete_range(self, cf: str, start: bytes, end: bytes) -> None:
-        raise RuntimeError("read-only")

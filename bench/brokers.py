@@ -19,6 +19,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from bench import procstat
 
@@ -52,6 +53,23 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def mosquitto_exe() -> str:
+    """The Mosquitto binary: on the PATH, else where Debian's package puts it."""
+    return shutil.which("mosquitto") or "/usr/sbin/mosquitto"
+
+
+def terminate(proc: subprocess.Popen[Any], sig: int = signal.SIGTERM,
+              timeout: float = 10.0) -> None:
+    """``sig`` to one process, then SIGKILL after ``timeout`` s; waits for the exit."""
+    if proc.poll() is None:
+        proc.send_signal(sig)
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(5)
 
 
 def wait_port(host: str, port: int, timeout: float) -> None:
@@ -106,8 +124,8 @@ class Started:
 
 def ensure_peers_installed() -> None:
     """apt-get install Mosquitto and RabbitMQ when they are missing."""
-    have_mosquitto = shutil.which("mosquitto") or os.path.exists("/usr/sbin/mosquitto")
-    if have_mosquitto and os.path.exists("/usr/lib/rabbitmq/bin/rabbitmq-server"):
+    rabbit = "/usr/lib/rabbitmq/bin/rabbitmq-server"
+    if os.path.exists(mosquitto_exe()) and os.path.exists(rabbit):
         return
     env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
     subprocess.run(["apt-get", "update", "-qq"], check=True, env=env)
@@ -125,8 +143,7 @@ def start_mosquitto(cpu_prefix: list[str] | None = None) -> Started:
         f"listener {port} 127.0.0.1\nallow_anonymous true\npersistence false\n"
         f"max_queued_messages 4096\nlog_dest file {tmp}/mosquitto.log\n"
     )
-    exe = shutil.which("mosquitto") or "/usr/sbin/mosquitto"
-    proc = subprocess.Popen([*(cpu_prefix or []), exe, "-c", str(conf)],
+    proc = subprocess.Popen([*(cpu_prefix or []), mosquitto_exe(), "-c", str(conf)],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     wait_port("127.0.0.1", port, 10)
     t = Target("mosquitto", mqtt=("127.0.0.1", port), pid=proc.pid,

@@ -18,6 +18,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 from bench import brokers
@@ -25,18 +26,22 @@ from bench.result import Options
 from bench.run import SCENARIOS
 
 
+def read_stacks(raw: Path) -> Iterator[tuple[list[str], int]]:
+    """py-spy ``--format raw`` (collapsed stacks): (frames, outermost first; samples)."""
+    for line in raw.read_text().splitlines():
+        stack, _, n = line.rpartition(" ")
+        if stack and n.isdigit():
+            yield stack.split(";"), int(n)
+
+
 def summarize(raw: Path, top: int) -> str:
     own: collections.Counter[str] = collections.Counter()
     total: collections.Counter[str] = collections.Counter()
     samples = 0
-    for line in raw.read_text().splitlines():
-        stack, _, n = line.rpartition(" ")
-        if not stack or not n.isdigit():
-            continue
-        count = int(n)
+    for stack, count in read_stacks(raw):
         samples += count
         frames = [f.split(" (")[0] + " (" + f.split(" (")[-1] if " (" in f else f
-                  for f in stack.split(";")]
+                  for f in stack]
         own[frames[-1]] += count
         for f in set(frames):
             total[f] += count
@@ -70,11 +75,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{a.scenario}: {r.value:,.0f} {r.unit}, {r.count} msgs, "
               f"broker {r.cpu_us_per_msg or 0:.1f} µs CPU/msg (slowed by sampling)")
     finally:
-        spy.send_signal(signal.SIGINT)
-        try:
-            spy.wait(30)
-        except subprocess.TimeoutExpired:
-            spy.kill()
+        brokers.terminate(spy, signal.SIGINT, 30)
         st.stop()
     if not raw.exists():
         err = spy.stderr.read().decode() if spy.stderr else ""

@@ -85,13 +85,13 @@ class Meter:
 
     def start(self) -> float:
         self.before = procstat.sample(self.pid)
-        self.gen0 = _own_cpu()
+        self.gen0 = own_cpu()
         self.t0 = time.perf_counter()
         return self.t0
 
     def stop(self) -> float:
         self.t1 = time.perf_counter()
-        self.gen1 = _own_cpu()
+        self.gen1 = own_cpu()
         self.after = procstat.sample(self.pid)
         return self.t1
 
@@ -106,7 +106,8 @@ class Meter:
         return r
 
 
-def _own_cpu() -> float:
+def own_cpu() -> float:
+    """CPU seconds (user + system) of this process, all its threads."""
     t = os.times()
     return t.user + t.system
 

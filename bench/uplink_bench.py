@@ -63,6 +63,9 @@ from typing import Any
 
 from bench import brokers, machine, procstat
 from bench.mqttwire import RawMqtt, puback_packet, publish_packet
+from bench.profile import read_stacks
+from bench.report import table
+from bench.result import own_cpu
 
 TOPIC = "bench/uplink"
 PROBE_TOPIC = "bench/probe"
@@ -83,10 +86,6 @@ DURABILITY_NOTE = (
     "upstream PUBACK.")
 
 
-def mosquitto_exe() -> str:
-    return shutil.which("mosquitto") or "/usr/sbin/mosquitto"
-
-
 def _mosquitto_dir(prefix: str) -> Path:
     """A temp dir Mosquitto can write to: started as root it runs as user ``mosquitto``."""
     tmp = Path(tempfile.mkdtemp(prefix=prefix))
@@ -100,16 +99,10 @@ def _mosquitto_dir(prefix: str) -> Path:
 
 
 # ----------------------------------------------------------------- processes
+def _run_mosquitto(conf: Path) -> subprocess.Popen[bytes]:
+    return subprocess.Popen([brokers.mosquitto_exe(), "-c", str(conf)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
-def terminate(proc: subprocess.Popen[Any]) -> None:
-    """SIGTERM, then SIGKILL after 10 s; waits for the exit."""
-    if proc.poll() is None:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(5)
 
 class Upstream:
     """The upstream Mosquitto: one port for its whole life, restartable on it."""
@@ -128,12 +121,11 @@ class Upstream:
 
     def start(self) -> None:
         self.started_at = time.monotonic()
-        self.proc = subprocess.Popen([mosquitto_exe(), "-c", str(self.tmp / "mosquitto.conf")],
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.proc = _run_mosquitto(self.tmp / "mosquitto.conf")
 
     def stop(self) -> None:
         if self.proc is not None:
-            terminate(self.proc)
+            brokers.terminate(self.proc)
         self.proc = None
 
     def close(self) -> None:
@@ -218,14 +210,13 @@ class MosquittoBridgePeer(Peer):
             "keepalive_interval 30\n"
             "notifications false\n"
             "bridge_protocol_version mqttv311\n")
-        self.proc = subprocess.Popen([mosquitto_exe(), "-c", str(self.tmp / "mosquitto.conf")],
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.proc = _run_mosquitto(self.tmp / "mosquitto.conf")
         brokers.wait_port("127.0.0.1", port, 10)
         self.mqtt = ("127.0.0.1", port)
         self.proc_pid = self.proc.pid
 
     def stop(self) -> None:
-        terminate(self.proc)
+        brokers.terminate(self.proc)
         shutil.rmtree(self.tmp, ignore_errors=True)
 
 
@@ -474,18 +465,13 @@ class Run:
     notes: list[str] = field(default_factory=list)
 
 
-def _own_cpu() -> float:
-    t = os.times()
-    return t.user + t.system
-
-
 class _Meter:
     """CPU of the peer, the upstream and this process over one phase."""
 
     def __init__(self, peer_pid: int | None, up_pid: int | None) -> None:
         self.pids = (peer_pid, up_pid)
         self.start = [self._cpu(p) for p in self.pids]
-        self.own = _own_cpu()
+        self.own = own_cpu()
         self.t = time.monotonic()
 
     @staticmethod
@@ -504,7 +490,7 @@ class _Meter:
             r.upstream_cpu_us_per_msg = (up_now - up_start) / messages * 1e6
         s = procstat.sample(self.pids[0])
         r.peer_rss_mb = s.rss / 1e6 if s is not None else None
-        r.gen_cpu_pct = 100 * (_own_cpu() - self.own) / wall
+        r.gen_cpu_pct = 100 * (own_cpu() - self.own) / wall
 
 
 def profile_summary(raw: Path, top: int = 30) -> str:
@@ -517,13 +503,8 @@ def profile_summary(raw: Path, top: int = 30) -> str:
     incl: collections.Counter[str] = collections.Counter()
     own: collections.Counter[str] = collections.Counter()
     total = 0
-    for line in raw.read_text().splitlines():
-        stack, _, count = line.rpartition(" ")
-        if not stack or not count.isdigit():
-            continue
-        n = int(count)
+    for frames, n in read_stacks(raw):
         total += n
-        frames = stack.split(";")
         if any("threading.py" in f for f in frames):
             parts["other threads (WAL-sync thread: flush_wal)"] += n
             continue
@@ -563,12 +544,7 @@ class _Spy:
     def stop(self) -> str | None:
         if self.proc is None or self.out is None:
             return None
-        self.proc.send_signal(signal.SIGINT)
-        try:
-            self.proc.wait(30)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait(5)
+        brokers.terminate(self.proc, signal.SIGINT, 30)
         if not self.out.exists():
             return None
         return profile_summary(self.out)
@@ -737,16 +713,6 @@ def _fmt(v: float | None, unit: str = "") -> str:
     return f"{v:,.0f}"
 
 
-def _table(rows: list[list[str]]) -> str:
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    out = []
-    for k, row in enumerate(rows):
-        out.append("| " + " | ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)) + " |")
-        if k == 0:
-            out.append("|" + "|".join("-" * (w + 2) for w in widths) + "|")
-    return "\n".join(out)
-
-
 def summarize(runs: list[Run], peers: list[str]) -> tuple[dict[str, Any], str]:
     """Medians per (scenario, peer), ratios oxiedge / Mosquitto, and the text tables."""
     med: dict[str, dict[str, dict[str, float | None]]] = {}
@@ -793,7 +759,7 @@ def summarize(runs: list[Run], peers: list[str]) -> tuple[dict[str, Any], str]:
                f"{med[scen].get(p, {}).get('missing_total', 0):.0f}" for p in peers]
         rows.append([f"{scen}: duplicates / missing (all runs)", "msgs", *dup,
                      *([""] if both else [])])
-    return {"medians": med, "ratios": ratios}, _table(rows)
+    return {"medians": med, "ratios": ratios}, table(rows)
 
 
 def run_line(r: Run) -> str:
@@ -841,14 +807,14 @@ def main(argv: list[str] | None = None) -> int:
     a = p.parse_args(argv)
     if a.payload < 8:
         p.error("--payload must be at least 8 (the message index)")
-    if not os.path.exists(mosquitto_exe()):
+    if not os.path.exists(brokers.mosquitto_exe()):
         print("mosquitto is not installed (apt-get install mosquitto)", file=sys.stderr)
         return 2
     scenarios = a.scenario or list(SCENARIOS)
     peers = a.peer or list(PEERS)
     info = machine.describe(tempfile.gettempdir())
     print("machine:", machine.one_line(info))
-    mosq_version = subprocess.run([mosquitto_exe(), "-h"], capture_output=True, text=True
+    mosq_version = subprocess.run([brokers.mosquitto_exe(), "-h"], capture_output=True, text=True
                                   ).stdout.splitlines()[:1]
     print("peers:", ", ".join(peers), "|", *mosq_version)
     print(DURABILITY_NOTE)

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from bench.brokers import Target
+from bench.brokers import Target, mosquitto_exe
 from bench.result import Options, Skip
 from bench.run import SCENARIOS
 
@@ -104,9 +104,7 @@ def test_memory_measures_rss_and_restart(tmp_path: Path) -> None:
 @pytest.mark.timeout(120)
 def test_uplink_bench_forwards_every_message(tmp_path: Path) -> None:
     """oxiedge's uplink and Mosquitto's bridge, a tiny run: both deliver everything."""
-    import shutil
-
-    if not (shutil.which("mosquitto") or Path("/usr/sbin/mosquitto").exists()):
+    if not Path(mosquitto_exe()).exists():
         pytest.skip("mosquitto (Debian package) is not installed")
     out = tmp_path / "uplink"
     r = subprocess.run([sys.executable, "-m", "bench.uplink_bench", "--messages", "2000",

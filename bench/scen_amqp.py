@@ -276,8 +276,6 @@ def latency(t: Target, o: Options) -> Result:
         while len(lat) < sent and time.monotonic() < end_wait and th.is_alive():
             time.sleep(0.01)
         t1 = meter.stop()
-        if th.is_alive() and len(lat) >= sent:
-            pass
     finally:
         # Stop the consumer before deleting its queue: a server-side cancel (queue deleted)
         # racing pika's own basic.cancel makes pika raise KeyError on the consumer tag.

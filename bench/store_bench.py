@@ -38,15 +38,19 @@ import trio
 from rocksdict import WriteOptions
 
 from bench.machine import describe, one_line
+from bench.result import percentile
 from oxiedge.store import Store
 from oxiedge.store.rocks import open_db
 
 DOC = {"sensor": "greenhouse-7", "value": 21.5, "unit": "C", "ok": True, "pad": "x" * 40}
 
 
-def _pct(values: list[float], q: float) -> float:
-    s = sorted(values)
-    return s[max(0, min(len(s) - 1, round(q / 100.0 * len(s) + 0.5) - 1))]
+def _figures(lat: list[float], docs: int, commits: int, elapsed: float,
+             cpu0: float) -> dict[str, float]:
+    """Rates over ``elapsed`` s, latency percentiles (ms) and CPU per document since ``cpu0``."""
+    return {"docs_s": docs / elapsed, "commits_s": commits / elapsed,
+            "p50_ms": percentile(lat, 50) * 1e3, "p99_ms": percentile(lat, 99) * 1e3,
+            "cpu_us": (time.process_time() - cpu0) * 1e6 / docs}
 
 
 def raw_fsync(d: Path, seconds: float) -> dict[str, float]:
@@ -70,9 +74,7 @@ def raw_fsync(d: Path, seconds: float) -> dict[str, float]:
     finally:
         os.close(fd)
         path.unlink()
-    el = time.perf_counter() - t0
-    return {"docs_s": len(lat) / el, "commits_s": len(lat) / el, "p50_ms": _pct(lat, 50) * 1e3,
-            "p99_ms": _pct(lat, 99) * 1e3, "cpu_us": (time.process_time() - cpu0) * 1e6 / len(lat)}
+    return _figures(lat, len(lat), len(lat), time.perf_counter() - t0, cpu0)
 
 
 def put_sync(d: Path, seconds: float) -> dict[str, float]:
@@ -99,9 +101,7 @@ def put_sync(d: Path, seconds: float) -> dict[str, float]:
     finally:
         del cf
         db.close()
-    el = time.perf_counter() - t0
-    return {"docs_s": i / el, "commits_s": i / el, "p50_ms": _pct(lat, 50) * 1e3,
-            "p99_ms": _pct(lat, 99) * 1e3, "cpu_us": (time.process_time() - cpu0) * 1e6 / i}
+    return _figures(lat, i, i, time.perf_counter() - t0, cpu0)
 
 
 def store_writers(d: Path, seconds: float, writers: int, raw: bool = False) -> dict[str, float]:
@@ -141,9 +141,7 @@ def store_writers(d: Path, seconds: float, writers: int, raw: bool = False) -> d
     finally:
         store.close()
     docs = len(lat)
-    return {"docs_s": docs / el, "commits_s": rounds / el, "p50_ms": _pct(lat, 50) * 1e3,
-            "p99_ms": _pct(lat, 99) * 1e3, "cpu_us": (time.process_time() - cpu0) * 1e6 / docs,
-            "docs_per_commit": docs / max(1, rounds)}
+    return {**_figures(lat, docs, rounds, el, cpu0), "docs_per_commit": docs / max(1, rounds)}
 
 
 VARIANTS: list[tuple[str, Callable[[Path, float], dict[str, float]]]] = [

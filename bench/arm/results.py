@@ -56,8 +56,6 @@ def render(folder: Path) -> str:
     suite = _load(folder / "suite.json")
     if suite:
         med = {(m["scenario"], m["target"]): _result(m) for m in suite["medians"]}
-        for m in suite["medians"]:
-            med[(m["scenario"], m["target"])].extra = m.get("extra", {})
         names = list(suite["targets"])
         scen = list(dict.fromkeys(m["scenario"] for m in suite["medians"]))
         out += ["## Suite (medians)", "", report.medians_table(scen, names, med), ""]

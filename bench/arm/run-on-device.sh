@@ -95,9 +95,9 @@ fi
 
 # ---- 4. limits ------------------------------------------------------------------------------
 wrap=""
-if command -v systemd-run >/dev/null && systemctl is-system-running >/dev/null 2>&1; then
-    wrap="systemd-run --scope --quiet -p MemoryMax=$mem"
-elif command -v systemd-run >/dev/null && systemctl is-system-running 2>/dev/null | grep -q degraded; then
+if command -v systemd-run >/dev/null \
+    && { systemctl is-system-running >/dev/null 2>&1 \
+         || systemctl is-system-running 2>/dev/null | grep -q degraded; }; then
     wrap="systemd-run --scope --quiet -p MemoryMax=$mem"
 else
     echo "note: no systemd scope available, brokers run without a memory cap" | tee "$out/NO-MEMORY-CAP"

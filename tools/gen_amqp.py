@@ -235,11 +235,9 @@ def generate(spec: dict[str, Any]) -> str:
             if args:
                 out.append("    ARGUMENTS: ClassVar[tuple[tuple[str, str], ...]] = (")
                 out += [f'        ("{n}", "{w}"),' for n, w in args]
-                out.append("    )")
+                out += ["    )", ""]
             else:
                 out.append("    ARGUMENTS: ClassVar[tuple[tuple[str, str], ...]] = ()")
-            if args:
-                out.append("")
             for arg, (name, wire) in zip(method["arguments"], args, strict=True):
                 out.append(f"    {name}: {PY_TYPE[wire][0]} = {py_default(wire, arg)}")
             out.append("")

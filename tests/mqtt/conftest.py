@@ -5,6 +5,7 @@ Built on the project-wide ``start_server`` fixture (``tests/conftest.py``).
 
 from __future__ import annotations
 
+import json
 import queue
 import socket
 import threading
@@ -19,6 +20,12 @@ import pytest
 from tests.conftest import ServerProcess
 
 ROOT = Path(__file__).resolve().parents[2]
+
+
+def cli_rows(srv: ServerProcess, *args: str) -> list[dict[str, Any]]:
+    """``oxiedge ARGS --json``: one row a line (live through the admin socket, or offline)."""
+    out = srv.cli(*args, "--json")
+    return [json.loads(line) for line in out.stdout.splitlines() if line.strip()]
 
 
 @pytest.fixture

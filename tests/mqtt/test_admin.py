@@ -5,17 +5,11 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from typing import Any
 
 from tests.conftest import ServerProcess
 
-from .conftest import Client
+from .conftest import Client, cli_rows
 from .rawclient import RawSession
-
-
-def rows(srv: ServerProcess, *args: str) -> list[dict[str, Any]]:
-    out = srv.cli(*args, "--json")
-    return [json.loads(line) for line in out.stdout.splitlines() if line.strip()]
 
 
 def test_live_sessions_retained_status(
@@ -35,13 +29,13 @@ def test_live_sessions_retained_status(
     pub.publish("a/1", b"12345", qos=1, retain=True)
     pub.publish("a/2", b"x", qos=1)
     assert on.get_n(2)
-    got = {r["client"]: r for r in rows(srv, "sessions")}
+    got = {r["client"]: r for r in cli_rows(srv, "sessions")}
     base = {"inflight": 0, "dropped": 0}
     assert got["online"] == {"client": "online", "connected": True, "clean": True,
                              "subscriptions": 2, "queued": 0, **base}  # fmt: skip
     assert got["offline"] == {"client": "offline", "connected": False, "clean": False,
                               "subscriptions": 1, "queued": 2, **base}  # fmt: skip
-    assert rows(srv, "retained") == [{"topic": "a/1", "qos": 1, "bytes": 5}]
+    assert cli_rows(srv, "retained") == [{"topic": "a/1", "qos": 1, "bytes": 5}]
     status = json.loads(srv.cli("status", "--json").stdout)
     mqtt = status["mqtt"]
     assert mqtt["messages_in"] == 2
@@ -49,11 +43,11 @@ def test_live_sessions_retained_status(
     assert mqtt["sessions"] == 3 and mqtt["retained"] == 1 and mqtt["queued"] == 2
     assert mqtt["connections"] == 2  # "online" and "pub"
     assert mqtt["queue_limit"] == 4096
-    docs = rows(srv, "find", "_mqtt", '{"_kind": "msg"}')
+    docs = cli_rows(srv, "find", "_mqtt", '{"_kind": "msg"}')
     assert [(d["client"], d["seq"], d["topic"], d["payload"]) for d in docs] == [
         ("offline", 0, "a/1", "12345"), ("offline", 1, "a/2", "x")
     ]  # fmt: skip
-    subs = rows(srv, "find", "_mqtt", '{"_kind": "sub"}')
+    subs = cli_rows(srv, "find", "_mqtt", '{"_kind": "sub"}')
     assert [(d["client"], d["filter"], d["qos"]) for d in subs] == [("offline", "a/#", 1)]
 
 
@@ -69,7 +63,7 @@ def test_ingest_documents_are_durable_when_puback_arrives(
     pub.publish("other/x", b"{}", 1, pid=3)
     srv.kill()  # right after the acknowledgements
     srv.start()
-    docs = rows(srv, "find", "readings")
+    docs = cli_rows(srv, "find", "readings")
     assert [(d["_topic"], d.get("value"), d.get("payload")) for d in docs] == [
         ("sensors/t1", 21.5, None), ("sensors/t2", None, "not json")
     ]  # fmt: skip

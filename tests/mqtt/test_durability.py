@@ -12,6 +12,7 @@ from oxiedge.mqtt.codec import encode
 from oxiedge.mqtt.packets import Puback, Pubcomp, Publish, Pubrec, Pubrel
 from tests.conftest import ServerProcess
 
+from .conftest import cli_rows
 from .rawclient import RawSession
 
 Start = Callable[..., ServerProcess]
@@ -19,13 +20,7 @@ Start = Callable[..., ServerProcess]
 
 def find(srv: ServerProcess, flt: dict[str, Any]) -> list[dict[str, Any]]:
     """``oxiedge find _mqtt FILTER --json`` (live through the admin socket, or offline)."""
-    out = srv.cli("find", "_mqtt", json.dumps(flt), "--json")
-    return [json.loads(line) for line in out.stdout.splitlines() if line.strip()]
-
-
-def rows(srv: ServerProcess, what: str) -> list[dict[str, Any]]:
-    out = srv.cli(what, "--json")
-    return [json.loads(line) for line in out.stdout.splitlines() if line.strip()]
+    return cli_rows(srv, "find", "_mqtt", json.dumps(flt))
 
 
 def wait_for(pred: Callable[[], bool], timeout: float = 10.0) -> None:
@@ -89,9 +84,9 @@ def test_sigkill_offline_subscriber_gets_every_acked_message_once_in_order(
     assert [d["topic"] for d in find(srv, {"_kind": "retain"})] == ["d/ret"]
     assert srv.stop() == 0
     # Offline listings read the same records from the data dir.
-    rows = [json.loads(x) for x in srv.cli("sessions", "--json").stdout.splitlines() if x]
+    rows = cli_rows(srv, "sessions")
     assert [(r["client"], r["queued"], r["inflight"]) for r in rows] == [("dur-sub", 0, 0)]
-    rows = [json.loads(x) for x in srv.cli("retained", "--json").stdout.splitlines() if x]
+    rows = cli_rows(srv, "retained")
     assert rows == [{"topic": "d/ret", "qos": 1, "bytes": 10}]
 
 
@@ -296,7 +291,7 @@ def test_sigkill_many_publishers_many_durable_sessions(start_mqtt: Start) -> Non
     for t in threads:
         t.join(30)
     srv.start()
-    sessions = {r["client"]: r for r in rows(srv, "sessions")}
+    sessions = {r["client"]: r for r in cli_rows(srv, "sessions")}
     for name in ("s-off1", "s-off2", "s-on"):
         owed = sessions[name]["queued"]  # after a restart everything owed is queued
         sub = RawSession(port(srv))

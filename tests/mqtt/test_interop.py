@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import queue
 import subprocess
@@ -16,7 +15,7 @@ from oxiedge.mqtt.codec import encode
 from oxiedge.mqtt.packets import Subscribe
 from tests.conftest import ServerProcess as Server
 
-from .conftest import ROOT, Client
+from .conftest import ROOT, Client, cli_rows
 from .rawclient import RawClient
 
 Make = Callable[..., Client]
@@ -240,19 +239,13 @@ def test_queue_bound_drops_oldest(start_mqtt: Callable[..., Server], clients: Ma
     pub.connect()
     for i in range(12):
         pub.publish("b/x", str(i).encode(), qos=1)
-    rows = admin(srv, "sessions")
+    rows = cli_rows(srv, "sessions")
     row = next(r for r in rows if r["client"] == "bounded")
     assert (row["queued"], row["dropped"], row["connected"]) == (5, 7, False)
     again = clients(srv.mqtt_port, "bounded", clean=False)
     again.connect()
     assert [m.payload for m in again.get_n(5)] == [str(i).encode() for i in range(7, 12)]
     again.assert_nothing(0.3)
-
-
-def admin(srv: Server, what: str) -> list[dict[str, Any]]:
-    """``oxiedge sessions|retained --json`` against the running server."""
-    out = srv.cli(what, "--json")
-    return [json.loads(line) for line in out.stdout.splitlines() if line.strip()]
 
 
 def test_auth_with_password_file(start_mqtt: Callable[..., Server], tmp_path: Path,

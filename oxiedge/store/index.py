@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from .encoding import prefix_end
-from .query import MISSING, get_path
+from .query import MISSING, get_path, is_operator_object
 
 if TYPE_CHECKING:
     from .store import Store
@@ -152,7 +152,7 @@ def plan_ranges(cond: Any) -> list[tuple[bytes, bytes]] | None:
     """Inclusive-start, exclusive-end encoded value ranges a condition can match, or
     ``None`` if an index cannot narrow it. Bounds are inclusive on both ends in value
     terms (a superset); the filter is re-checked anyway."""
-    if not isinstance(cond, dict) or not cond or not all(k.startswith("$") for k in cond):
+    if not is_operator_object(cond):
         single = _scalar_points([cond])
         return None if single is None else [(p, _prefix_end(p)) for p in single]
     points: list[bytes] | None = None

@@ -38,6 +38,11 @@ def get_path(doc: Any, path: str) -> Any:
     return cur
 
 
+def is_operator_object(cond: Any) -> bool:
+    """True if a field's condition is an object of operators, not a literal to compare."""
+    return isinstance(cond, dict) and bool(cond) and all(k.startswith("$") for k in cond)
+
+
 def _kind(value: Any) -> int:
     if value is None:
         return 0
@@ -117,7 +122,7 @@ def compile_filter(spec: dict[str, Any] | None) -> Predicate:
             preds.append(_combine(key, [compile_filter(c) for c in cond]))
         elif key.startswith("$"):
             raise QueryError(f"unknown top-level operator {key!r}")
-        elif isinstance(cond, dict) and cond and all(k.startswith("$") for k in cond):
+        elif is_operator_object(cond):
             preds.extend(_op_predicate(key, op, arg) for op, arg in cond.items())
         else:
             preds.append(_op_predicate(key, "$eq", cond))

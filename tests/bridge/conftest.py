@@ -6,15 +6,26 @@ import json
 import queue
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import paho.mqtt.client as mqtt
 import pika
+import pytest
 
+from oxiedge.store import Store
 from tests.conftest import ServerProcess
 
 TIMEOUT = 10.0
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Iterator[Store]:
+    """A store on a fresh data dir, closed after the test."""
+    s = Store.open(tmp_path / "db")
+    yield s
+    s.close()
 
 
 class Mqtt:

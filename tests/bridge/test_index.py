@@ -20,14 +20,6 @@ from oxiedge.store.index import (
     plan_ranges,
 )
 
-
-@pytest.fixture
-def store(tmp_path: Path):  # type: ignore[no-untyped-def]
-    s = Store.open(tmp_path / "db")
-    yield s
-    s.close()
-
-
 numbers = st.one_of(st.integers(-(2**53), 2**53),
                     st.floats(allow_nan=False, allow_infinity=True))
 

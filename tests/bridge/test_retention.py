@@ -3,20 +3,12 @@
 from __future__ import annotations
 
 import time
-from pathlib import Path
 
 import pytest
 
 from oxiedge.bridge.retention import BATCH, Policy, Retention, parse_duration, validate_policy
 from oxiedge.store import Store
 from oxiedge.store.index import create_index
-
-
-@pytest.fixture
-def store(tmp_path: Path):  # type: ignore[no-untyped-def]
-    s = Store.open(tmp_path / "db")
-    yield s
-    s.close()
 
 
 def test_durations_and_policies() -> None:

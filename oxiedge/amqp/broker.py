@@ -450,7 +450,11 @@ class Broker:
         bindings (each queue once, cycles cut); headers exchanges match ``properties``.
 
         A message the exchange cannot route goes to its ``alternate-exchange`` (and on to
-        that one's alternate; a cycle of alternates ends), as in RabbitMQ's "ae" doc."""
+        that one's alternate; a cycle of alternates ends), as in RabbitMQ's "ae" doc.
+        (``connection._publish`` inlines the common cases.)"""
+        if not x.name:  # the default exchange: the queue named by the key (spec 3.1.3.1)
+            q = self.queues.get(routing_key)
+            return [q] if q is not None else []
         queues = self._route(x, routing_key, properties)
         if queues or x.alternate is None:
             return queues
@@ -583,11 +587,7 @@ class Broker:
         routing_key = q.dlrk if q.dlrk is not None else msg.routing_key
         props, deaths = deadletter.mark_dead(msg.properties, q.name, reason, msg.exchange,
                                              [msg.routing_key], time.time())
-        if dlx:
-            targets = self.route(x, routing_key, props)
-        else:  # the default exchange: the queue named by the routing key
-            tq = self.queues.get(routing_key)
-            targets = [tq] if tq is not None else []
+        targets = self.route(x, routing_key, props)
         from oxiedge.amqp.codec import scan_properties
 
         try:

@@ -281,7 +281,7 @@ class AmqpConnection:
                 elif isinstance(ev, Command) and isinstance(
                         ev.method, (spec.ConnectionCloseOk, spec.ConnectionClose)):
                     if isinstance(ev.method, spec.ConnectionClose):
-                        self.send(encode_method(0, spec.ConnectionCloseOk()))
+                        self.send(_CLOSE_OK_FRAME)
                     return
 
     async def _await_close_ok_bytes(self, parser: FrameParser) -> None:
@@ -304,7 +304,7 @@ class AmqpConnection:
         cmd = await self._command(parser)
         if cmd.channel != 0 or type(cmd.method) is not cls:
             if isinstance(cmd.method, spec.ConnectionClose):
-                self.send(encode_method(0, spec.ConnectionCloseOk()))
+                self.send(_CLOSE_OK_FRAME)
                 self.closed = True
                 return None
             raise AmqpError(COMMAND_INVALID, f"expected {cls.NAME}, got {cmd.method.NAME}",
@@ -441,7 +441,7 @@ class AmqpConnection:
                 # Channels and exclusive queues go BEFORE close-ok: a client that saw
                 # close-ok and reconnects never finds its old exclusive queue still there.
                 self._release()
-                self.send(encode_method(0, spec.ConnectionCloseOk()))
+                self.send(_CLOSE_OK_FRAME)
                 return
             if isinstance(m, spec.ConnectionUpdateSecret):
                 # The new secret must authenticate the connection's user again (for PLAIN
@@ -537,7 +537,7 @@ class AmqpConnection:
                     queues = broker.route_alternate(x, rk, props)
             else:  # Broker.route already falls back to the alternate exchange
                 queues = broker.route(x, rk, props)
-        else:
+        else:  # the default exchange (Broker.route, inlined)
             q = broker.queues.get(rk)
             queues = [q] if q is not None else []
         x.published += 1

@@ -188,11 +188,7 @@ class AmqpService:
         x = broker.exchanges.get(exchange)
         if x is None:
             return StagedPublish(0, False)
-        if exchange:
-            queues = broker.route(x, routing_key, props)
-        else:
-            q = broker.queues.get(routing_key)
-            queues = [q] if q is not None else []
+        queues = broker.route(x, routing_key, props)
         x.published += 1
         broker.counters["published"] += 1
         if not queues:

@@ -139,6 +139,15 @@ def amqp_params(port: int) -> pika.ConnectionParameters:
     )
 
 
+def close_quietly(conn: pika.BlockingConnection | None) -> None:
+    """Close a pika connection that may be gone already (the server was killed)."""
+    if conn is not None and conn.is_open:
+        try:
+            conn.close()
+        except Exception:
+            pass
+
+
 class AmqpPublisher(threading.Thread):
     """pika with publisher confirms: persistent messages, one confirm awaited per publish."""
 
@@ -186,11 +195,7 @@ class AmqpPublisher(threading.Thread):
         except Exception as exc:
             self.source.error = repr(exc)
         finally:
-            if conn is not None and conn.is_open:
-                try:
-                    conn.close()
-                except Exception:
-                    pass
+            close_quietly(conn)
 
     def finish(self) -> Source:
         self.join(40)
@@ -255,11 +260,7 @@ class AmqpConsumer(threading.Thread):
         except Exception as exc:
             self.error = repr(exc)
         finally:
-            if conn is not None and conn.is_open:
-                try:
-                    conn.close()
-                except Exception:
-                    pass
+            close_quietly(conn)
 
     def finish(self) -> AmqpConsumer:
         self.join(40)

@@ -115,6 +115,16 @@ def _request(data: Path | None, op: str, args: dict[str, Any],
         store.close()
 
 
+def _offline(module: str, function: str, *args: Any) -> Callable[[Any], Any]:
+    """``module.function(store, *args)`` for ``_request``, imported only when no server answers:
+    the offline helpers pull in RocksDB and trio, which a running server's answer does not need."""
+
+    def run(store: Any) -> Any:
+        return getattr(importlib.import_module(module), function)(store, *args)
+
+    return run
+
+
 def _cell(value: Any) -> str:
     if isinstance(value, dict | list):
         return json.dumps(value, ensure_ascii=False)
@@ -229,10 +239,13 @@ def find(
         except QueryError as exc:
             _fail(f"bad filter: {exc}", 2)
     args = {"collection": collection, "filter": spec, "sort": sort, "limit": limit, "skip": skip}
-    from .uplink.definitions import redact_documents
 
-    rows = _request(data, "find", args, lambda s: redact_documents(
-        collection, s.find(collection, spec, sort, limit, skip)))
+    def offline(store: Store) -> list[dict[str, Any]]:
+        from .uplink.definitions import redact_documents
+
+        return redact_documents(collection, store.find(collection, spec, sort, limit, skip))
+
+    rows = _request(data, "find", args, offline)
     _print_rows(rows, as_json, collection)
 
 
@@ -316,6 +329,7 @@ def _flatten(obj: dict[str, Any], prefix: str = "") -> list[tuple[str, Any]]:
 
 
 # --------------------------------------------------------------------- ingest
+_INGEST = "oxiedge.bridge.ingest"
 RouteArg = Annotated[str, typer.Argument(help="TOPIC_FILTER:COLLECTION (split at the last :)")]
 
 
@@ -327,7 +341,6 @@ def ingest_add(
     data: DataOpt = None,
 ) -> None:
     """Store MQTT messages matching a topic filter in a collection (live, persistent)."""
-    from .bridge import ingest as ingest_mod
     from .bridge.retention import validate_policy
     from .bridge.routes import RouteError, parse_route
 
@@ -338,8 +351,7 @@ def ingest_add(
         _fail(str(exc), 2)
     args = {"route": route, "max_docs": max_docs, "max_age": max_age}
     result = _request(data, "ingest.add", args,
-                      lambda s: ingest_mod.add_route_offline(s, route, max_docs, max_age),
-                      write=True)
+                      _offline(_INGEST, "add_route_offline", route, max_docs, max_age), write=True)
     limits = ", ".join(f"{k}={result[k]}" for k in ("max_docs", "max_age") if k in result)
     _print_line(f"ingest route {result['route']} {_verb(result)}"
                 + (f" ({limits})" if limits else ""))
@@ -348,23 +360,20 @@ def ingest_add(
 @ingest_app.command("remove")
 def ingest_remove(route: RouteArg, data: DataOpt = None) -> None:
     """Remove a stored ingest route."""
-    from .bridge import ingest as ingest_mod
-
     result = _request(data, "ingest.remove", {"route": route},
-                      lambda s: ingest_mod.remove_route_offline(s, route), write=True)
+                      _offline(_INGEST, "remove_route_offline", route), write=True)
     _print_line(f"ingest route {result['route']} removed")
 
 
 @ingest_app.command("list")
 def ingest_list(data: DataOpt = None, as_json: JsonOpt = False) -> None:
     """List ingest routes (from the configuration and from the store)."""
-    from .bridge import ingest as ingest_mod
-
-    rows = _request(data, "ingest.list", {}, ingest_mod.list_routes_offline)
+    rows = _request(data, "ingest.list", {}, _offline(_INGEST, "list_routes_offline"))
     _print_rows(rows, as_json, "ingest routes")
 
 
 # ---------------------------------------------------------------------- index
+_INDEXES = "oxiedge.bridge.indexes"
 CollArg = Annotated[str, typer.Argument(help="collection name")]
 FieldArg = Annotated[str, typer.Argument(help="field path, e.g. value or room.name")]
 
@@ -372,10 +381,8 @@ FieldArg = Annotated[str, typer.Argument(help="field path, e.g. value or room.na
 @index_app.command("add")
 def index_add(collection: CollArg, field: FieldArg, data: DataOpt = None) -> None:
     """Index a field (built now for existing documents, then maintained on every write)."""
-    from .bridge import indexes
-
     result = _request(data, "index.add", {"collection": collection, "field": field},
-                      lambda s: indexes.add_offline(s, collection, field), write=True)
+                      _offline(_INDEXES, "add_offline", collection, field), write=True)
     verb = "added" if result.get("created") else "already present"
     _print_line(f"index {collection}.{field} {verb}")
 
@@ -383,10 +390,8 @@ def index_add(collection: CollArg, field: FieldArg, data: DataOpt = None) -> Non
 @index_app.command("remove")
 def index_remove(collection: CollArg, field: FieldArg, data: DataOpt = None) -> None:
     """Remove an index."""
-    from .bridge import indexes
-
     _request(data, "index.remove", {"collection": collection, "field": field},
-             lambda s: indexes.remove_offline(s, collection, field), write=True)
+             _offline(_INDEXES, "remove_offline", collection, field), write=True)
     _print_line(f"index {collection}.{field} removed")
 
 
@@ -397,10 +402,8 @@ def index_list(
     as_json: JsonOpt = False,
 ) -> None:
     """List indexes."""
-    from .bridge import indexes
-
     rows = _request(data, "index.list", {"collection": collection},
-                    lambda s: indexes.list_offline(s, collection))
+                    _offline(_INDEXES, "list_offline", collection))
     _print_rows(rows, as_json, "indexes")
 
 
@@ -470,6 +473,7 @@ def user_list(data: DataOpt = None, password_file: PwFileOpt = None, as_json: Js
 
 
 # --------------------------------------------------------------------- uplink
+_UPLINKS = "oxiedge.uplink.manager"
 NameArg = Annotated[str, typer.Argument(help="uplink name")]
 
 
@@ -493,7 +497,6 @@ def uplink_add(
     """Add (or change) an uplink: live on a running server, else in the data dir."""
     from .uplink.definitions import parse_definition
     from .uplink.link import UplinkError
-    from .uplink.manager import add_offline
 
     spec: dict[str, Any] = {"name": name, "urls": urls, "out": out or [], "in": inbound or []}
     for key, value in (("exchange", exchange), ("prefix", prefix), ("window", window),
@@ -506,18 +509,16 @@ def uplink_add(
         parse_definition(spec)
     except UplinkError as exc:
         _fail(str(exc), 2)
-    result = _request(data, "uplink.add", {"definition": spec}, lambda s: add_offline(s, spec),
-                      write=True)
+    result = _request(data, "uplink.add", {"definition": spec},
+                      _offline(_UPLINKS, "add_offline", spec), write=True)
     _print_line(f"uplink {name} {_verb(result)}")
 
 
 @uplink_app.command("remove")
 def uplink_remove(name: NameArg, data: DataOpt = None) -> None:
     """Remove an uplink and discard its unsent messages."""
-    from .uplink.manager import remove_offline
-
     result = _request(data, "uplink.remove", {"name": name},
-                      lambda s: remove_offline(s, name), write=True)
+                      _offline(_UPLINKS, "remove_offline", name), write=True)
     _print_line(f"uplink {name} removed ({result.get('discarded', 0)} unsent message(s) "
                 "discarded)")
 
@@ -525,9 +526,7 @@ def uplink_remove(name: NameArg, data: DataOpt = None) -> None:
 @uplink_app.command("list")
 def uplink_list(data: DataOpt = None, as_json: JsonOpt = False) -> None:
     """List uplinks (passwords hidden)."""
-    from .uplink.manager import list_offline
-
-    rows = _request(data, "uplink.list", {}, list_offline)
+    rows = _request(data, "uplink.list", {}, _offline(_UPLINKS, "list_offline"))
     if not as_json:  # the table: what identifies an uplink; --json has every option
         rows = [{k: r.get(k) for k in ("name", "urls", "out", "in", "prefix", "policy", "source")}
                 for r in rows]
@@ -538,10 +537,8 @@ def uplink_list(data: DataOpt = None, as_json: JsonOpt = False) -> None:
 def uplink_status(name: Annotated[str | None, typer.Argument(help="one uplink")] = None,
                   data: DataOpt = None, as_json: JsonOpt = False) -> None:
     """Connection state, backlog, lag, rate and last error of each uplink."""
-    from .uplink.manager import status_offline
-
     result = _request(data, "uplink.status", {"name": name} if name else {},
-                      lambda s: status_offline(s, name))
+                      _offline(_UPLINKS, "status_offline", name))
     if as_json:
         sys.stdout.write(json.dumps(result, default=str) + "\n")
         return

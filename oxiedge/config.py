@@ -117,8 +117,7 @@ class Config:
             if given is not None and given != [] and given != ():
                 raw[opt.name] = given
             elif env.get(opt.env, "") != "":
-                value = env[opt.env]
-                raw[opt.name] = value.split(",") if opt.name == "ingest" else value
+                raw[opt.name] = env[opt.env]  # OXIEDGE_MQTT_INGEST: parse_routes splits at ","
             else:
                 raw[opt.name] = opt.default
         cfg = cls()

@@ -65,13 +65,25 @@ class Mqtt:
         assert info.rc == mqtt.MQTT_ERR_SUCCESS, info.rc
         return int(info.mid)
 
-    def wait_acked(self, mids: list[int], timeout: float = TIMEOUT) -> None:
+    def _wait_for_acks(self, done: Callable[[], bool], timeout: float) -> bool:
+        """Block until ``done()`` holds for the PUBACKs seen so far; False on timeout."""
         deadline = time.monotonic() + timeout
         with self._acks:
-            while not set(mids) <= self.acked:
+            while not done():
                 left = deadline - time.monotonic()
-                assert left > 0, f"{len(set(mids) - self.acked)} publishes not acknowledged"
+                if left <= 0:
+                    return False
                 self._acks.wait(left)
+        return True
+
+    def wait_acked(self, mids: list[int], timeout: float = TIMEOUT) -> None:
+        wanted = set(mids)
+        assert self._wait_for_acks(lambda: wanted <= self.acked, timeout), \
+            f"{len(wanted - self.acked)} publishes not acknowledged"
+
+    def wait_ack_count(self, count: int, timeout: float = 20.0) -> None:
+        """Block until ``count`` PUBACKs arrived (or the timeout passed)."""
+        self._wait_for_acks(lambda: len(self.acked) >= count, timeout)
 
     def get(self, timeout: float = TIMEOUT) -> mqtt.MQTTMessage:
         return self.messages.get(timeout=timeout)
@@ -130,7 +142,7 @@ def publish_until_killed(server: ServerProcess, topic: str, n: int) -> dict[int,
     through; return ``{mid: seq}`` of the readings that were acknowledged."""
     client = Mqtt(server.mqtt_port)
     sent: dict[int, int] = {}
-    killer = threading.Thread(target=lambda: (wait_acks(client, n // 2), server.kill()))
+    killer = threading.Thread(target=lambda: (client.wait_ack_count(n // 2), server.kill()))
     killer.start()
     try:
         for seq in range(n):
@@ -147,13 +159,3 @@ def publish_until_killed(server: ServerProcess, topic: str, n: int) -> dict[int,
     assert len(acked) >= n // 2
     return acked
 
-
-def wait_acks(client: Mqtt, count: int, timeout: float = 20.0) -> None:
-    """Block until ``count`` PUBACKs arrived (or the timeout passed)."""
-    deadline = time.monotonic() + timeout
-    with client._acks:
-        while len(client.acked) < count:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                return
-            client._acks.wait(left)

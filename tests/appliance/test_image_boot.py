@@ -139,6 +139,14 @@ def image(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
+def fat_offset(card: Path) -> int:
+    """Byte offset of the card's first (FAT) partition, for mtools' ``-i CARD@@OFFSET``."""
+    table = subprocess.run(["sfdisk", "--json", str(card)], capture_output=True, text=True,
+                           check=True, timeout=30).stdout
+    start = int(re.search(r'"start":\s*(\d+)', table).group(1))  # type: ignore[union-attr]
+    return start * 512
+
+
 @pytest.fixture(scope="module")
 def disk(image: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The "SD card": a 4 GiB copy of the image, prepared the way docs/appliance.md says.
@@ -155,10 +163,7 @@ def disk(image: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     subprocess.run(["cp", "--sparse=always", str(image / f"{NAME}.img"), str(card)],
                    check=True, timeout=300)
     os.truncate(card, 4 * 1024**3)  # a bigger card: first boot grows the data partition
-    table = subprocess.run(["sfdisk", "--json", str(card)], capture_output=True, text=True,
-                           check=True, timeout=30).stdout
-    start = int(re.search(r'"start":\s*(\d+)', table).group(1)) * 512  # type: ignore[union-attr]
-    subprocess.run(["mcopy", "-i", f"{card}@@{start}", str(image / "operator.pub"),
+    subprocess.run(["mcopy", "-i", f"{card}@@{fat_offset(card)}", str(image / "operator.pub"),
                     "::authorized_keys"], check=True, timeout=30,
                    env={**os.environ, "MTOOLS_SKIP_CHECK": "1"})
     return card
@@ -208,10 +213,8 @@ def test_first_boot_and_operator_access(image: Path, disk: Path, first_boot: Gue
     auth = credential(guest)
     assert auth is not None, "first boot registered no broker credential"
     # The credential is also readable from the card's FAT partition on a PC.
-    table = subprocess.run(["sfdisk", "--json", str(disk)], capture_output=True, text=True,
-                           check=True, timeout=30).stdout
-    start = int(re.search(r'"start":\s*(\d+)', table).group(1)) * 512  # type: ignore[union-attr]
-    on_card = subprocess.run(["mtype", "-i", f"{disk}@@{start}", "::oxiedge-credential.txt"],
+    on_card = subprocess.run(["mtype", "-i", f"{disk}@@{fat_offset(disk)}",
+                              "::oxiedge-credential.txt"],
                              capture_output=True, text=True, timeout=30, check=False,
                              env={**os.environ, "MTOOLS_SKIP_CHECK": "1"})
     assert f"password={auth[1]}" in on_card.stdout, on_card.stderr

@@ -11,8 +11,7 @@ import pytest
 
 from oxiedge.config import OPTIONS
 
-REPO = Path(__file__).resolve().parents[2]
-SYSTEMD = REPO / "systemd"
+from .conftest import REPO, SYSTEMD
 
 pytestmark = pytest.mark.skipif(
     shutil.which("systemd-analyze") is None, reason="systemd-analyze not installed"

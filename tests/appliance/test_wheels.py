@@ -14,9 +14,7 @@ import sys
 import tomllib
 from pathlib import Path
 
-from .conftest import skip_if_offline
-
-REPO = Path(__file__).resolve().parents[2]
+from .conftest import REPO, skip_if_offline
 
 
 def runtime_requirements() -> list[str]:

@@ -71,15 +71,12 @@ class MqttService:
         if self.publish_from_bridge(topic, payload, qos, retain, skip):
             await self.app.store.commit()
 
-    def _hook_ingest(self) -> None:
-        if self.broker.ingest is None:
-            # Broker.route stages its documents (routes or not).
-            self.broker.ingest = self.app.extensions.get("ingest")
-
     # --------------------------------------------------------------- lifecycle
     async def recover(self) -> None:
         """Load sessions, queued messages, QoS 2 state and retained messages."""
-        self._hook_ingest()
+        # The ingest bridge is registered before recovery (``server._start``);
+        # Broker.route stages its documents (routes or not).
+        self.broker.ingest = self.app.extensions.get("ingest")
         if not self.persist:
             self._lines = ["MQTT persistence off - sessions live in memory only"]
             return
@@ -102,7 +99,6 @@ class MqttService:
         task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
     ) -> None:
         """Accept connections until cancelled."""
-        self._hook_ingest()
         async with trio.open_nursery() as nursery:
             await nursery.start(trio.serve_listeners, self._handle, listeners)
             task_status.started()

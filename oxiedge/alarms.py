@@ -91,15 +91,10 @@ class ResourceAlarms:
 
     @property
     def reason(self) -> str:
-        parts = []
-        if self.memory_alarm:
-            parts.append("memory")
-        if self.disk_alarm:
-            parts.append("disk")
-        text = "low on " + " and ".join(parts) if parts else ""
-        if self.external:
-            text = "; ".join([*([text] if text else []), *self.external.values()])
-        return text
+        flags = (("memory", self.memory_alarm), ("disk", self.disk_alarm))
+        low = [kind for kind, on in flags if on]
+        own = ["low on " + " and ".join(low)] if low else []
+        return "; ".join([*own, *self.external.values()])
 
     def subscribe(self, listener: Listener) -> Callable[[], None]:
         """Call ``listener(blocked, reason)`` on every change; returns an unsubscribe."""

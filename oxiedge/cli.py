@@ -194,14 +194,13 @@ def serve(
     config_file: Annotated[Path | None, typer.Option("--config", help=_flag_help("config_file"))] = None,  # noqa: E501
 ) -> None:
     """Run the broker (MQTT + AMQP + document store) in the foreground."""
-    from . import server
-
-    flags = dict(locals())
     try:
-        cfg = Config.resolve(flags)
+        cfg = Config.resolve(locals())
     except ConfigError as exc:
         err.print(f"oxiedge: error: {exc}", highlight=False, markup=False)
         raise typer.Exit(2) from None
+    from . import server  # the brokers, trio and RocksDB: only once the settings are valid
+
     raise typer.Exit(server.run(cfg))
 
 

@@ -337,12 +337,16 @@ class Driver:
             self.pending_acks += self.sink.feed(bytes(conn.buf), time.monotonic())
             conn.buf.clear()
 
-    def detach_sub(self) -> None:
-        if self.sub is not None:
+    def _forget(self, sock: socket.socket | None) -> None:
+        """Unregister and close one of the two sockets (if it is there)."""
+        if sock is not None:
             with contextlib.suppress(KeyError, ValueError):
-                self.sel.unregister(self.sub)
+                self.sel.unregister(sock)
             with contextlib.suppress(OSError):
-                self.sub.close()
+                sock.close()
+
+    def detach_sub(self) -> None:
+        self._forget(self.sub)
         self.sub = None
 
     def start_publishing(self, conn: RawMqtt, out: bytes, size: int) -> None:
@@ -408,12 +412,8 @@ class Driver:
 
     def close(self) -> None:
         self.detach_sub()
-        if self.pub is not None:
-            with contextlib.suppress(KeyError, ValueError):
-                self.sel.unregister(self.pub)
-            with contextlib.suppress(OSError):
-                self.pub.close()
-            self.pub = None
+        self._forget(self.pub)
+        self.pub = None
         self.sel.close()
 
 

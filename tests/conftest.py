@@ -23,6 +23,19 @@ READY = "oxiedge ready"
 _LISTEN = re.compile(r"^(MQTT|AMQP) listening on (\S+):(\d+)")
 
 
+def clean_env() -> dict[str, str]:
+    """This environment without ``OXIEDGE_*``: a test passes its settings explicitly."""
+    return {k: v for k, v in os.environ.items() if not k.startswith("OXIEDGE_")}
+
+
+def run_cli(data: Path, *args: str, input: str | None = None) -> subprocess.CompletedProcess[str]:
+    """Run ``oxiedge ARGS --data DATA`` (the CLI a user types) on a wide terminal."""
+    env = clean_env()
+    env["COLUMNS"] = "200"
+    return subprocess.run([sys.executable, "-m", "oxiedge", *args, "--data", str(data)],
+                          capture_output=True, text=True, input=input, env=env, timeout=60)
+
+
 class ServerProcess:
     """One real ``oxiedge serve`` process and its log."""
 
@@ -40,10 +53,7 @@ class ServerProcess:
     def start(self, timeout: float = 30.0, expect_ready: bool = True) -> ServerProcess:
         cmd = [sys.executable, "-m", "oxiedge", "serve", "--data", str(self.data),
                "--bind", "127.0.0.1", "--mqtt-port", "0", "--amqp-port", "0", *self.args]
-        env = dict(os.environ)
-        for key in list(env):
-            if key.startswith("OXIEDGE_"):
-                del env[key]
+        env = clean_env()
         env.update(self.env or {})
         env["PYTHONUNBUFFERED"] = "1"
         self.log_lines = []
@@ -127,11 +137,8 @@ class ServerProcess:
 
     def cli(self, *args: str, input: str | None = None, check: bool = True
             ) -> subprocess.CompletedProcess[str]:
-        """Run ``oxiedge ARGS --data DATA`` (the CLI a user types)."""
-        env = {k: v for k, v in os.environ.items() if not k.startswith("OXIEDGE_")}
-        env["COLUMNS"] = "200"
-        res = subprocess.run([sys.executable, "-m", "oxiedge", *args, "--data", str(self.data)],
-                             capture_output=True, text=True, input=input, env=env, timeout=60)
+        """``run_cli`` on this server's data dir; ``check`` fails the test on a non-zero exit."""
+        res = run_cli(self.data, *args, input=input)
         if check and res.returncode != 0:
             raise AssertionError(f"oxiedge {' '.join(args)} failed ({res.returncode}):\n"
                                  f"{res.stdout}\n{res.stderr}")

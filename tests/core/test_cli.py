@@ -3,23 +3,13 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import paho.mqtt.client as mqtt
 import pika
 
-from tests.conftest import ServerProcess
-
-
-def _cli(data: Path, *args: str, input: str | None = None) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("OXIEDGE_")}
-    env["COLUMNS"] = "200"
-    return subprocess.run([sys.executable, "-m", "oxiedge", *args, "--data", str(data)],
-                          capture_output=True, text=True, env=env, input=input, timeout=60)
+from tests.conftest import ServerProcess, run_cli
 
 
 def test_ingest_routes_live_then_offline_then_after_restart(server: ServerProcess) -> None:
@@ -69,18 +59,18 @@ def test_bad_filters_are_clear_errors(server: ServerProcess) -> None:
 
 
 def test_cli_without_data(tmp_path: Path) -> None:
-    res = _cli(tmp_path / "nothing", "find", "x")
+    res = run_cli(tmp_path / "nothing", "find", "x")
     assert res.returncode == 1 and "no oxiedge data" in res.stderr
 
 
 def test_user_add_list_remove(tmp_path: Path) -> None:
     data = tmp_path / "d"
-    res = _cli(data, "user", "add", "sensor1", "--password-stdin", input="pw1\n")
+    res = run_cli(data, "user", "add", "sensor1", "--password-stdin", input="pw1\n")
     assert res.returncode == 0, res.stderr
-    assert json.loads(_cli(data, "user", "list", "--json").stdout) == {"user": "sensor1"}
+    assert json.loads(run_cli(data, "user", "list", "--json").stdout) == {"user": "sensor1"}
     assert "pw1" not in (data / "passwd").read_text()
-    assert _cli(data, "user", "remove", "sensor1").returncode == 0
-    assert _cli(data, "user", "remove", "sensor1").returncode == 1
+    assert run_cli(data, "user", "remove", "sensor1").returncode == 0
+    assert run_cli(data, "user", "remove", "sensor1").returncode == 1
 
 
 def test_broker_state_is_visible_offline(server: ServerProcess) -> None:

@@ -11,10 +11,12 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import clean_env
+
 
 def _run_serve(*args: str, env: dict[str, str] | None = None, timeout: float = 30
                ) -> subprocess.CompletedProcess[str]:
-    full_env = {k: v for k, v in os.environ.items() if not k.startswith("OXIEDGE_")}
+    full_env = clean_env()
     full_env.update(env or {})
     return subprocess.run([sys.executable, "-m", "oxiedge", "serve", *args], capture_output=True,
                           text=True, timeout=timeout, env=full_env, stdin=subprocess.DEVNULL)

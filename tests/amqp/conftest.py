@@ -8,11 +8,14 @@ reconfigure a server use ``start_server`` and get their own.
 
 from __future__ import annotations
 
+import json
+import time
 from collections.abc import Iterator
 from typing import Any
 
 import pika
 import pytest
+from pika.exceptions import ChannelClosedByBroker
 
 from tests.conftest import ServerProcess
 
@@ -25,14 +28,46 @@ def params(port: int, **kw: Any) -> pika.ConnectionParameters:
     return pika.ConnectionParameters("127.0.0.1", port, **kw)
 
 
+def connect(srv: Any) -> pika.BlockingConnection:
+    """A pika BlockingConnection to ``srv``."""
+    return pika.BlockingConnection(params(srv.amqp_port))
+
+
+def bodies(ch: Any, queue: str) -> list[bytes]:
+    """Every ready message of ``queue`` (basic.get, auto-ack), as bodies."""
+    out: list[bytes] = []
+    while (got := ch.basic_get(queue, auto_ack=True))[0] is not None:
+        out.append(got[2])
+    return out
+
+
+def cli_rows(srv: Any, *cmd: str) -> list[dict[str, Any]]:
+    """``oxiedge CMD --json`` (live, or offline on the data dir) as parsed rows."""
+    return [json.loads(line) for line in srv.cli(*cmd, "--json").stdout.splitlines() if line]
+
+
 def wait_until(conn: Any, cond: Any, timeout: float = 10) -> None:
     """Process pika events until ``cond()`` holds (bounded: a hang fails)."""
-    import time
-
     deadline = time.monotonic() + timeout
     while not cond():
         assert time.monotonic() < deadline, "condition not reached"
         conn.process_data_events(time_limit=0.05)
+
+
+def wait_queue_gone(conn: Any, queue: str, timeout: float, poll: float, why: str) -> None:
+    """Probe ``queue`` with passive declares (a channel each) until one gets 404; fail
+    with ``why`` after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        probe = conn.channel()
+        try:
+            probe.queue_declare(queue, passive=True)
+        except ChannelClosedByBroker as exc:
+            assert exc.reply_code == 404
+            return
+        probe.close()
+        assert time.monotonic() < deadline, why
+        conn.process_data_events(time_limit=poll)
 
 
 @pytest.fixture(scope="module")
@@ -49,7 +84,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
 @pytest.fixture
 def conn(server: Any) -> Iterator[pika.BlockingConnection]:
     """A pika BlockingConnection to a fresh server."""
-    c = pika.BlockingConnection(params(server.amqp_port))
+    c = connect(server)
     yield c
     if c.is_open:
         c.close()

@@ -7,11 +7,7 @@ from typing import Any
 
 import pika
 
-from tests.amqp.conftest import params, wait_until
-
-
-def rows(srv: Any, *cmd: str) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in srv.cli(*cmd, "--json").stdout.splitlines() if line]
+from tests.amqp.conftest import cli_rows, params, wait_until
 
 
 def test_live_listings(server: Any) -> None:
@@ -26,14 +22,14 @@ def test_live_listings(server: Any) -> None:
     # consume-ok is sent by the handler that also dispatches: the server state is settled
     ch.basic_consume("orders", lambda *a: None)
 
-    queues = {r["name"]: r for r in rows(server, "queues")}
+    queues = {r["name"]: r for r in cli_rows(server, "queues")}
     q = queues["orders"]
     assert (q["durable"], q["ready"], q["unacked"], q["consumers"], q["dropped"]) == \
         (True, 2, 1, 1, 0)
-    exchanges = {r["name"]: r for r in rows(server, "exchanges")}
+    exchanges = {r["name"]: r for r in cli_rows(server, "exchanges")}
     assert {"", "amq.direct", "amq.fanout", "amq.topic", "shop"} <= set(exchanges)
     assert exchanges["shop"]["type"] == "topic" and exchanges["shop"]["durable"]
-    binds = rows(server, "bindings")
+    binds = cli_rows(server, "bindings")
     assert {"exchange": "shop", "queue": "orders", "routing_key": "order.*",
             "durable": True} in binds
     status = server.cli("status", "--json").stdout
@@ -54,7 +50,7 @@ def test_unacked_bounded_without_prefetch(start_server: Any) -> None:
         ch.basic_publish("", "nolimit", b"%d" % i)
     ch.queue_declare("nolimit", passive=True)  # round trip: all 8 publishes handled
     wait_until(c, lambda: len(got) == 5)
-    q = next(r for r in rows(srv, "queues") if r["name"] == "nolimit")
+    q = next(r for r in cli_rows(srv, "queues") if r["name"] == "nolimit")
     assert (q["ready"], q["unacked"], q["dropped"]) == (3, 5, 0)
     c.close()
 

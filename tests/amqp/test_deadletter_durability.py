@@ -8,20 +8,7 @@ from typing import Any
 import pika
 from pika.exceptions import ChannelClosedByBroker
 
-from tests.amqp.conftest import params
-
-
-def connect(srv: Any) -> pika.BlockingConnection:
-    return pika.BlockingConnection(params(srv.amqp_port))
-
-
-def bodies(ch: Any, queue: str) -> list[bytes]:
-    out: list[bytes] = []
-    while True:
-        m, _p, b = ch.basic_get(queue, auto_ack=True)
-        if m is None:
-            return out
-        out.append(b)
+from tests.amqp.conftest import bodies, connect, wait_queue_gone
 
 
 def test_sigkill_while_rejecting_loses_and_duplicates_nothing(start_server: Any) -> None:
@@ -113,17 +100,7 @@ def test_x_expires_lease_restarts_after_restart(start_server: Any) -> None:
     srv.restart()
     c = connect(srv)
     c.channel().queue_declare("lease", passive=True)  # still here just after the restart
-    deadline = time.monotonic() + 10
-    while True:
-        probe = c.channel()
-        try:
-            probe.queue_declare("lease", passive=True)
-        except ChannelClosedByBroker as exc:
-            assert exc.reply_code == 404
-            break
-        probe.close()
-        assert time.monotonic() < deadline, "x-expires did not delete the durable queue"
-        c.process_data_events(time_limit=0.1)
+    wait_queue_gone(c, "lease", 10, 0.1, "x-expires did not delete the durable queue")
     c.close()
     srv.restart()  # and it stays deleted
     c = connect(srv)

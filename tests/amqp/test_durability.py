@@ -8,13 +8,26 @@ import pika
 import pytest
 from pika.exceptions import ChannelClosedByBroker
 
-from tests.amqp.conftest import params
+from tests.amqp.conftest import cli_rows, connect
 
 NESTED = {"x": True, "n": None}
 
 
-def connect(srv: Any) -> pika.BlockingConnection:
-    return pika.BlockingConnection(params(srv.amqp_port))
+def confirming(srv: Any, *durable_queues: str) -> tuple[Any, Any]:
+    """``(connection, channel)``: the channel in confirm mode, ``durable_queues`` declared."""
+    c = connect(srv)
+    ch = c.channel()
+    ch.confirm_delivery()
+    for name in durable_queues:
+        ch.queue_declare(name, durable=True)
+    return c, ch
+
+
+def power_cut(srv: Any) -> str:
+    """SIGKILL the server and start it again; returns its "AMQP listening on" line."""
+    srv.kill()
+    srv.start()
+    return srv.line("AMQP listening on")
 
 
 def get_all(ch: Any, queue: str) -> list[tuple[Any, Any, bytes]]:
@@ -28,10 +41,7 @@ def get_all(ch: Any, queue: str) -> list[tuple[Any, Any, bytes]]:
 
 def test_confirmed_persistent_messages_survive_sigkill(start_server: Any) -> None:
     srv = start_server()
-    c = connect(srv)
-    ch = c.channel()
-    ch.confirm_delivery()
-    ch.queue_declare("jobs", durable=True)
+    c, ch = confirming(srv, "jobs")
     ch.exchange_declare("events", "topic", durable=True)
     ch.queue_bind("jobs", "events", "job.#")
     ch.queue_declare("temp")  # transient queue
@@ -42,10 +52,8 @@ def test_confirmed_persistent_messages_survive_sigkill(start_server: Any) -> Non
         ch.basic_publish("events", f"job.created.{i}", b'{"i": %d}' % i, props)
     ch.basic_publish("", "jobs", b"transient", pika.BasicProperties(delivery_mode=1))
     ch.basic_publish("", "temp", b"gone", pika.BasicProperties(delivery_mode=2))
-    srv.kill()  # every publish above was confirmed (BlockingChannel waits for each ack)
-
-    srv.start()
-    assert srv.line("AMQP listening on").endswith(" - recovered 1 durable queues, 20 messages")
+    # every publish above was confirmed (BlockingChannel waits for each ack)
+    assert power_cut(srv).endswith(" - recovered 1 durable queues, 20 messages")
     c = connect(srv)
     ch = c.channel()
     msgs = get_all(ch, "jobs")
@@ -66,10 +74,7 @@ def test_confirmed_persistent_messages_survive_sigkill(start_server: Any) -> Non
 
 def test_acked_messages_are_not_redelivered(start_server: Any) -> None:
     srv = start_server()
-    c = connect(srv)
-    ch = c.channel()
-    ch.confirm_delivery()
-    ch.queue_declare("acked", durable=True)
+    _c, ch = confirming(srv, "acked")
     for i in range(6):
         ch.basic_publish("", "acked", b"%d" % i, pika.BasicProperties(delivery_mode=2))
     msgs = get_all(ch, "acked")
@@ -78,9 +83,7 @@ def test_acked_messages_are_not_redelivered(start_server: Any) -> None:
     # Acks are not confirmed in AMQP; oxiedge makes them durable before it answers the next
     # synchronous method, so one round trip is the event to wait for.
     ch.queue_declare("acked", durable=True, passive=True)
-    srv.kill()
-    srv.start()
-    assert srv.line("AMQP listening on").endswith(" - recovered 1 durable queues, 2 messages")
+    assert power_cut(srv).endswith(" - recovered 1 durable queues, 2 messages")
     ch = connect(srv).channel()
     assert [b for _m, _p, b in get_all(ch, "acked")] == [b"3", b"5"]
 
@@ -109,74 +112,51 @@ def test_concurrent_declares_leave_one_record(start_server: Any) -> None:
     assert not errors
     for c in conns:
         c.close()
-    srv.kill()
-    srv.start()
-    assert srv.line("AMQP listening on").endswith(" - recovered 1 durable queues, 0 messages")
-    rows = srv.cli("find", "_amqp", '{"_kind": "queue"}', "--json").stdout.splitlines()
-    assert len(rows) == 1
+    assert power_cut(srv).endswith(" - recovered 1 durable queues, 0 messages")
+    assert len(cli_rows(srv, "find", "_amqp", '{"_kind": "queue"}')) == 1
 
 
 def test_deleted_queue_and_purge_leave_nothing_on_disk(start_server: Any) -> None:
     srv = start_server()
-    c = connect(srv)
-    ch = c.channel()
-    ch.confirm_delivery()
-    ch.queue_declare("del", durable=True)
-    ch.queue_declare("pur", durable=True)
+    c, ch = confirming(srv, "del", "pur")
     for q in ("del", "pur"):
         for _ in range(3):
             ch.basic_publish("", q, b"x", pika.BasicProperties(delivery_mode=2))
     ch.queue_delete("del")
     ch.queue_purge("pur")
     c.close()
-    srv.kill()
-    srv.start()
-    assert srv.line("AMQP listening on").endswith(" - recovered 1 durable queues, 0 messages")
+    assert power_cut(srv).endswith(" - recovered 1 durable queues, 0 messages")
 
 
 def test_queue_limit_drops_oldest_on_disk_too(start_server: Any) -> None:
     srv = start_server("--amqp-queue-limit", "5")
-    c = connect(srv)
-    ch = c.channel()
-    ch.confirm_delivery()
-    ch.queue_declare("bounded", durable=True)
+    c, ch = confirming(srv, "bounded")
     for i in range(8):
         ch.basic_publish("", "bounded", b"%d" % i, pika.BasicProperties(delivery_mode=2))
-    import json
-
-    rows = [json.loads(x) for x in srv.cli("queues", "--json").stdout.splitlines()]
-    row = next(r for r in rows if r["name"] == "bounded")
+    row = next(r for r in cli_rows(srv, "queues") if r["name"] == "bounded")
     assert row["ready"] == 5 and row["dropped"] == 3
     status = srv.cli("status", "--json").stdout
     assert "dropped" in status
     c.close()
-    srv.kill()
-    srv.start()
-    assert srv.line("AMQP listening on").endswith(" - recovered 1 durable queues, 5 messages")
+    assert power_cut(srv).endswith(" - recovered 1 durable queues, 5 messages")
     ch = connect(srv).channel()
     assert [b for _m, _p, b in get_all(ch, "bounded")] == [b"3", b"4", b"5", b"6", b"7"]
 
 
 def test_stored_messages_visible_with_find(start_server: Any) -> None:
-    import json
-
     srv = start_server()
-    c = connect(srv)
-    ch = c.channel()
-    ch.confirm_delivery()
-    ch.queue_declare("shown", durable=True)
+    c, ch = confirming(srv, "shown")
     ch.basic_publish("", "shown", b"hello", pika.BasicProperties(delivery_mode=2,
                                                                  content_type="text/plain"))
-    docs = [json.loads(x) for x in
-            srv.cli("find", "_amqp", '{"_kind": "qmsg"}', "--json").stdout.splitlines()]
+    docs = cli_rows(srv, "find", "_amqp", '{"_kind": "qmsg"}')
     assert len(docs) == 1
     assert docs[0]["queue"] == "shown" and docs[0]["seq"] == 1 and docs[0]["body"] == "hello"
     assert docs[0]["properties"]["content_type"] == "text/plain"
     c.close()
     srv.stop()
-    offline = [json.loads(x) for x in srv.cli("queues", "--json").stdout.splitlines()]
+    offline = cli_rows(srv, "queues")
     assert [(r["name"], r["ready"], r["durable"]) for r in offline] == [("shown", 1, True)]
-    binds = [json.loads(x) for x in srv.cli("bindings", "--json").stdout.splitlines()]
+    binds = cli_rows(srv, "bindings")
     assert {"exchange": "", "queue": "shown", "routing_key": "shown", "durable": True} in binds
 
 
@@ -229,22 +209,15 @@ def test_sigkill_mid_stream_loses_nothing_confirmed(start_server: Any) -> None:
 
 
 def test_message_ttl_survives_restart(start_server: Any) -> None:
-    import json
-
     srv = start_server()
-    c = connect(srv)
-    ch = c.channel()
-    ch.confirm_delivery()
-    ch.queue_declare("ttl-durable", durable=True)
+    _c, ch = confirming(srv, "ttl-durable")
     ch.basic_publish("", "ttl-durable", b"long", pika.BasicProperties(delivery_mode=2,
                                                                     expiration="3600000"))
     ch.basic_publish("", "ttl-durable", b"short", pika.BasicProperties(delivery_mode=2,
                                                                      expiration="0"))
-    docs = [json.loads(x) for x in
-            srv.cli("find", "_amqp", '{"_kind": "qmsg"}', "--json").stdout.splitlines()]
+    docs = cli_rows(srv, "find", "_amqp", '{"_kind": "qmsg"}')
     assert sorted(d["body"] for d in docs if "expires_ms" in d) == [b"long".decode(), "short"]
-    srv.kill()
-    srv.start()
+    power_cut(srv)
     ch = connect(srv).channel()
     msgs = get_all(ch, "ttl-durable")
     assert [b for _m, _p, b in msgs] == [b"long"]  # the TTL-0 one expired, the long one kept
@@ -263,15 +236,12 @@ def test_durable_exchange_to_exchange_binding_survives(start_server: Any) -> Non
     ch.exchange_bind("tmp", "src", "#")
     ch.queue_bind("e2e", "dst")
     c.close()
-    srv.kill()
-    srv.start()
+    power_cut(srv)
     ch = connect(srv).channel()
     ch.confirm_delivery()
     ch.basic_publish("src", "a.b", b"via-e2e", pika.BasicProperties(delivery_mode=2))
     assert ch.basic_get("e2e", auto_ack=True)[2] == b"via-e2e"
-    import json
-
-    binds = [json.loads(x) for x in srv.cli("bindings", "--json").stdout.splitlines()]
+    binds = cli_rows(srv, "bindings")
     assert {"exchange": "src", "queue": None, "destination_exchange": "dst",
             "routing_key": "a.*", "durable": True} in binds
     assert not [b for b in binds if b.get("destination_exchange") == "tmp"]
@@ -284,8 +254,7 @@ def test_durable_headers_binding_survives(start_server: Any) -> None:
     ch.queue_declare("hq", durable=True)
     ch.queue_bind("hq", "amq.headers", arguments={"x-match": "any", "a": 1, "b": "x"})
     c.close()
-    srv.kill()
-    srv.start()
+    power_cut(srv)
     ch = connect(srv).channel()
     ch.basic_publish("amq.headers", "", b"hit", pika.BasicProperties(headers={"b": "x"}))
     ch.basic_publish("amq.headers", "", b"miss", pika.BasicProperties(headers={"b": "y"}))

@@ -8,7 +8,7 @@ import pika
 import pytest
 from pika.exceptions import ChannelClosedByBroker, ConnectionClosedByBroker, UnroutableError
 
-from tests.amqp.conftest import params, wait_until
+from tests.amqp.conftest import bodies, params, wait_until
 
 
 def drain(ch: Any, queue: str, n: int, timeout: float = 5) -> list[tuple[Any, Any, bytes]]:
@@ -55,20 +55,12 @@ def test_exchange_types_and_single_copy(ch: Any) -> None:
     ch.basic_publish("amq.direct", "rk", b"d1")
     ch.basic_publish("amq.direct", "zz", b"nobody")
 
-    def bodies(q: str) -> list[bytes]:
-        out: list[bytes] = []
-        while True:
-            m, _p, b = ch.basic_get(q, auto_ack=True)
-            if m is None:
-                return out
-            out.append(b)
-
-    assert bodies("qa") == [b"fan", b"t1", b"h1"]
-    assert bodies("qb") == [b"fan", b"d1"]
-    assert bodies("qc") == [b"h1"]
+    assert bodies(ch, "qa") == [b"fan", b"t1", b"h1"]
+    assert bodies(ch, "qb") == [b"fan", b"d1"]
+    assert bodies(ch, "qc") == [b"h1"]
     ch.queue_unbind("qc", "tx", "#.humidity")
     ch.basic_publish("tx", "a.humidity", b"h2")
-    assert bodies("qc") == []
+    assert bodies(ch, "qc") == []
 
 
 def test_round_robin_and_prefetch(conn: Any) -> None:
@@ -485,21 +477,15 @@ def test_exchange_to_exchange_bindings(conn: Any) -> None:
     ch.basic_publish("e2e.in", "sensors.t", b"t")
     ch.basic_publish("e2e.in", "other", b"o")
 
-    def bodies(q: str) -> list[bytes]:
-        out: list[bytes] = []
-        while (got := ch.basic_get(q, auto_ack=True))[0] is not None:
-            out.append(got[2])
-        return out
-
-    assert bodies("e2e.q1") == [b"t"]
-    assert bodies("e2e.q2") == [b"o"]
+    assert bodies(ch, "e2e.q1") == [b"t"]
+    assert bodies(ch, "e2e.q2") == [b"o"]
     ch.exchange_unbind("e2e.fan", "e2e.in", "sensors.#")
     ch.exchange_unbind("e2e.fan", "e2e.in", "sensors.#")  # unbinding twice is fine
     ch.basic_publish("e2e.in", "sensors.x", b"x")
-    assert bodies("e2e.q1") == []
+    assert bodies(ch, "e2e.q1") == []
     ch.exchange_delete("e2e.direct")  # its bindings as destination go with it
     ch.basic_publish("e2e.in", "other", b"o2")
-    assert bodies("e2e.q2") == []
+    assert bodies(ch, "e2e.q2") == []
     with pytest.raises(ChannelClosedByBroker) as info:
         ch.exchange_bind("e2e.missing", "e2e.in")
     assert info.value.reply_code == 404
@@ -545,15 +531,9 @@ def test_headers_exchange(conn: Any) -> None:
     ch.basic_publish("hx", "", b"none", pika.BasicProperties(headers={"kind": "hum"}))
     ch.basic_publish("amq.headers", "", b"flagged", pika.BasicProperties(headers={"flag": 0}))
 
-    def bodies(q: str) -> list[bytes]:
-        out: list[bytes] = []
-        while (got := ch.basic_get(q, auto_ack=True))[0] is not None:
-            out.append(got[2])
-        return out
-
-    assert bodies("h-all") == [b"both"]
-    assert bodies("h-any") == [b"both", b"one"]
-    assert bodies("h-void") == [b"flagged"]
+    assert bodies(ch, "h-all") == [b"both"]
+    assert bodies(ch, "h-any") == [b"both", b"one"]
+    assert bodies(ch, "h-void") == [b"flagged"]
     ch.queue_unbind("h-any", "hx", arguments={"x-match": "any", "kind": "temp", "site": 7})
     ch.basic_publish("hx", "", b"after", pika.BasicProperties(headers={"kind": "temp"}))
-    assert bodies("h-any") == []
+    assert bodies(ch, "h-any") == []

@@ -12,7 +12,7 @@ import pika
 import pytest
 from pika.exceptions import ChannelClosedByBroker, NackError
 
-from tests.amqp.conftest import wait_until
+from tests.amqp.conftest import wait_queue_gone, wait_until
 
 
 def collect(conn: Any, ch: Any, queue: str) -> list[tuple[Any, Any, bytes]]:
@@ -298,17 +298,7 @@ def test_x_expires_deletes_unused_queue(conn: Any) -> None:
     ch.queue_declare("exp.idle", arguments={"x-expires": 150})
     ch.queue_declare("exp.busy", arguments={"x-expires": 150})
     ch.basic_consume("exp.busy", lambda *a: None)
-    deadline = time.monotonic() + 5
-    while True:
-        probe = conn.channel()
-        try:
-            probe.queue_declare("exp.idle", passive=True)
-        except ChannelClosedByBroker as exc:
-            assert exc.reply_code == 404
-            break
-        probe.close()
-        assert time.monotonic() < deadline, "x-expires did not delete the queue"
-        conn.process_data_events(time_limit=0.05)
+    wait_queue_gone(conn, "exp.idle", 5, 0.05, "x-expires did not delete the queue")
     assert ch.queue_declare("exp.busy", passive=True).method.consumer_count == 1
 
 

@@ -223,7 +223,8 @@ def parse_junit(path: Path, result: SuiteResult) -> None:
         for child in case:
             if child.tag in ("failure", "error"):
                 outcome = "failed" if child.tag == "failure" else "error"
-                message = child.get("message") or (child.text or "").strip().splitlines()[-1:][0]
+                lines = (child.text or "").strip().splitlines()
+                message = child.get("message") or (lines[-1] if lines else "")
                 break
             if child.tag == "skipped":
                 outcome = "skipped"

@@ -154,7 +154,7 @@ async def _start(app: App, nursery: trio.Nursery, handlers: dict[str, Any], rout
     await ingest.start()
     handlers.update(ingest.admin_handlers())
     await nursery.start(ingest.run)  # retention, resumed index builds
-    await start_topic_bridge(app, nursery)
+    start_topic_bridge(app)
     # Recovery of everything before any port opens (DESIGN.md: "Recovery runs before any
     # listener accepts a connection").
     for service in app.services.values():

@@ -36,8 +36,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import trio
-
 from ..app import App
 
 EXCHANGE = "amq.topic"
@@ -128,10 +126,9 @@ class TopicBridge:
         return dict(self.counters)
 
 
-async def start_topic_bridge(app: App, nursery: trio.Nursery) -> TopicBridge | None:
-    """Wire the bridge when both brokers run (called by ``oxiedge serve`` before listening).
-
-    ``nursery`` is where a bridge task would run; the hooks need none today."""
+def start_topic_bridge(app: App) -> TopicBridge | None:
+    """Wire the bridge when both brokers run (called by ``oxiedge serve`` before listening);
+    it is two synchronous hooks, no task."""
     mqtt, amqp = app.services.get("mqtt"), app.services.get("amqp")
     if mqtt is None or amqp is None:
         return None

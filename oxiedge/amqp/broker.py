@@ -48,6 +48,22 @@ def _headers_of(properties: bytes) -> dict[str, Any]:
     return props.headers or {}
 
 
+def builtin_exchanges() -> list[Exchange]:
+    """The default exchange and the ``amq.*`` exchanges every vhost has."""
+    return [Exchange(name, kind, durable=True, builtin=True)
+            for name, kind in (("", "direct"), *BUILTIN_EXCHANGES)]
+
+
+def exchange_of_doc(doc: dict[str, Any]) -> Exchange:
+    """The durable exchange an ``_amqp`` ``exchange`` document describes (no bindings)."""
+    x = Exchange(doc["name"], doc["type"], durable=True,
+                 auto_delete=doc.get("auto_delete", False),
+                 internal=doc.get("internal", False), arguments=doc.get("arguments"))
+    x.alternate = args.alternate_of(doc.get("arguments") or {})
+    x.doc_id = doc["_id"]
+    return x
+
+
 def _flag(value: bool) -> str:
     return "true" if value else "false"
 
@@ -63,7 +79,7 @@ class Broker:
         self.store = store
         self.queue_limit = queue_limit
         self.queues: dict[str, Queue] = {}
-        self.exchanges: dict[str, Exchange] = {}
+        self.exchanges: dict[str, Exchange] = {x.name: x for x in builtin_exchanges()}
         self.next_qid = 1
         self.topic_hooks: list[TopicHook] = []
         self.timers = QueueTimers()
@@ -75,9 +91,6 @@ class Broker:
                          "queues_expired": 0, "alternate_routed": 0,
                          "delivered": 0, "acked": 0, "requeued": 0, "discarded": 0,
                          "persisted": 0, "confirmed": 0, "nacked_confirms": 0}
-        self.exchanges[""] = Exchange("", "direct", durable=True, builtin=True)
-        for name, kind in BUILTIN_EXCHANGES:
-            self.exchanges[name] = Exchange(name, kind, durable=True, builtin=True)
 
     # -- recovery ----------------------------------------------------------------------
 
@@ -87,14 +100,8 @@ class Broker:
         store = self.store
         queue_docs, exchange_docs, bind_docs = persist.load_docs(store)
         for doc in exchange_docs:
-            name = doc["name"]
-            if name in self.exchanges:
-                continue
-            x = Exchange(name, doc["type"], durable=True, auto_delete=doc.get("auto_delete", False),
-                         internal=doc.get("internal", False), arguments=doc.get("arguments"))
-            x.alternate = args.alternate_of(doc.get("arguments") or {})
-            x.doc_id = doc["_id"]
-            self.exchanges[name] = x
+            if doc["name"] not in self.exchanges:
+                self.exchanges[doc["name"]] = exchange_of_doc(doc)
         by_qid: dict[int, Queue] = {}
         for doc in queue_docs:
             if doc["name"] in self.queues:  # a duplicate record: keep the first

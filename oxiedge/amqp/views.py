@@ -1,6 +1,8 @@
 """Offline views for the CLI when no server runs: the same rows as the live admin handlers
 (``queues``, ``exchanges``, ``bindings``), computed from the ``_amqp`` documents and the
-``amqp`` column family.  Live-only figures (unacked, consumers) are 0 offline."""
+``amqp`` column family.  Queue and exchange rows come from the live objects' own ``row()``
+(built from the documents, never recovered), so live-only figures (unacked, consumers,
+counters) are 0 offline and a new column appears in both."""
 
 from __future__ import annotations
 
@@ -8,7 +10,8 @@ from collections.abc import Callable
 from typing import Any
 
 from oxiedge.amqp import persist
-from oxiedge.amqp.broker import BUILTIN_EXCHANGES
+from oxiedge.amqp.broker import builtin_exchanges, exchange_of_doc
+from oxiedge.amqp.queues import Queue
 
 
 def _queue_rows(store: Any) -> list[dict[str, Any]]:
@@ -19,15 +22,14 @@ def _queue_rows(store: Any) -> list[dict[str, Any]]:
         ready[qid] = ready.get(qid, 0) + 1
     rows = []
     for doc in sorted(queues, key=lambda d: d["name"]):
-        rows.append({
-            "name": doc["name"], "durable": True, "exclusive": False,
-            "auto_delete": doc.get("auto_delete", False), "ready": ready.get(int(doc["qid"]), 0),
-            "unacked": 0, "consumers": 0, "dropped": 0, "expired": 0, "rejected": 0,
-            "dead_lettered": 0,
-            "type": (doc.get("arguments") or {}).get("x-queue-type", "classic"),
-            "limit": (doc.get("arguments") or {}).get("x-max-length"),
-            "published": 0, "delivered": 0, "arguments": doc.get("arguments") or {},
-        })
+        arguments = doc.get("arguments") or {}
+        q = Queue(doc["name"], int(doc["qid"]), durable=True,
+                  auto_delete=doc.get("auto_delete", False), arguments=arguments)
+        row = q.row()
+        # What the data dir says: its stored messages, the queue's own length limit.
+        row.update(ready=ready.get(q.qid, 0), type=arguments.get("x-queue-type", "classic"),
+                   limit=arguments.get("x-max-length"))
+        rows.append(row)
     return rows
 
 
@@ -36,20 +38,11 @@ def _exchange_rows(store: Any) -> list[dict[str, Any]]:
     count: dict[str, int] = {}
     for b in binds:
         count[b["exchange"]] = count.get(b["exchange"], 0) + 1
-    rows = [{"name": "", "type": "direct", "durable": True, "auto_delete": False,
-             "internal": False, "alternate_exchange": None, "bindings": 0, "published": 0,
-             "unroutable": 0}]
-    for name, kind in BUILTIN_EXCHANGES:
-        rows.append({"name": name, "type": kind, "durable": True, "auto_delete": False,
-                     "internal": False, "alternate_exchange": None,
-                     "bindings": count.get(name, 0), "published": 0, "unroutable": 0})
-    for doc in exchanges:
-        rows.append({"name": doc["name"], "type": doc["type"], "durable": True,
-                     "auto_delete": doc.get("auto_delete", False),
-                     "internal": doc.get("internal", False),
-                     "alternate_exchange": (doc.get("arguments") or {}).get(
-                         "alternate-exchange"),
-                     "bindings": count.get(doc["name"], 0), "published": 0, "unroutable": 0})
+    rows = []
+    for x in [*builtin_exchanges(), *map(exchange_of_doc, exchanges)]:
+        row = x.row()
+        row["bindings"] = count.get(x.name, 0)  # the stored ones (where x is the source)
+        rows.append(row)
     return sorted(rows, key=lambda r: r["name"])
 
 

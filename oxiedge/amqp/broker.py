@@ -72,6 +72,16 @@ def _vhost(kind: str, name: str) -> str:
     return f"{kind} '{name}' in vhost '/'"
 
 
+def _check_flags(where: str, flags: tuple[tuple[str, bool, bool], ...]) -> None:
+    """A re-declare must repeat each ``(name, current, requested)`` flag (406 otherwise)."""
+    for what, have, want in flags:
+        if have != want:
+            raise AmqpError(
+                PRECONDITION_FAILED,
+                f"inequivalent arg '{what}' for {where}: received '{_flag(want)}' but current "
+                f"is '{_flag(have)}'")
+
+
 class Broker:
     """Exchanges, queues and bindings; routing; the durable mapping."""
 
@@ -223,13 +233,8 @@ class Broker:
                     f"cannot obtain exclusive access to locked {_vhost('queue', name)}. It "
                     "could be originally declared on another connection or the exclusive "
                     "property value does not match that of the original declaration.")
-            for what, have, want in (("durable", q.durable, durable),
-                                     ("auto_delete", q.auto_delete, auto_delete)):
-                if have != want:
-                    raise AmqpError(
-                        PRECONDITION_FAILED,
-                        f"inequivalent arg '{what}' for {_vhost('queue', name)}: received "
-                        f"'{_flag(want)}' but current is '{_flag(have)}'")
+            _check_flags(_vhost("queue", name), (("durable", q.durable, durable),
+                                                 ("auto_delete", q.auto_delete, auto_delete)))
             wanted = persist.jsonable(arguments)
             if "x-queue-type" not in wanted and "x-queue-type" in q.arguments:
                 # RabbitMQ: a re-declare without a type takes the existing queue's type.
@@ -320,15 +325,9 @@ class Broker:
                     PRECONDITION_FAILED,
                     f"inequivalent arg 'type' for {_vhost('exchange', name)}: received "
                     f"'{type}' but current is '{x.type}'")
-            for what, have, want in (("durable", x.durable, durable),
-                                     ("auto_delete", x.auto_delete, auto_delete),
-                                     ("internal", x.internal, internal)):
-                if have != want:
-                    shown = (_flag(want), _flag(have))
-                    raise AmqpError(
-                        PRECONDITION_FAILED,
-                        f"inequivalent arg '{what}' for {_vhost('exchange', name)}: received "
-                        f"'{shown[0]}' but current is '{shown[1]}'")
+            _check_flags(_vhost("exchange", name), (("durable", x.durable, durable),
+                                                    ("auto_delete", x.auto_delete, auto_delete),
+                                                    ("internal", x.internal, internal)))
             return x, False
         if name.startswith("amq."):
             raise AmqpError(ACCESS_REFUSED,

@@ -401,9 +401,6 @@ class Channel:
             spec.BasicGetOk(tag, msg.redelivered, msg.exchange, msg.routing_key, len(q.ready)),
             msg.properties, msg.body, self.conn.frame_max))
 
-    async def on_ack(self, m: spec.BasicAck) -> None:
-        self.ack(m.delivery_tag, m.multiple)
-
     async def on_nack(self, m: spec.BasicNack) -> None:
         self.nack(m.delivery_tag, m.multiple, m.requeue)
 
@@ -430,6 +427,7 @@ class Channel:
                         m.CLASS_ID, m.METHOD_ID, hard=True)
 
 
+#: basic.publish and basic.ack never get here: the connection's reader handles them itself.
 _HANDLERS: dict[type[spec.Method], Any] = {
     spec.ChannelFlow: Channel.on_flow,
     spec.AccessRequest: Channel.on_access_request,
@@ -446,7 +444,6 @@ _HANDLERS: dict[type[spec.Method], Any] = {
     spec.BasicConsume: Channel.on_consume,
     spec.BasicCancel: Channel.on_cancel,
     spec.BasicGet: Channel.on_get,
-    spec.BasicAck: Channel.on_ack,
     spec.BasicNack: Channel.on_nack,
     spec.BasicReject: Channel.on_reject,
     spec.BasicRecover: Channel.on_recover,

@@ -45,6 +45,11 @@ class RawClient:
         assert cmd.channel == channel
         return cmd.method
 
+    def call(self, channel: int, method: spec.Method, reply: type[spec.Method]) -> spec.Method:
+        """Send ``method`` and expect ``reply`` on the same channel."""
+        self.method(channel, method)
+        return self.expect(reply, channel)
+
     def handshake(self, heartbeat: int = 0, frame_max: int = 131072) -> spec.ConnectionTune:
         self.send(codec.PROTOCOL_HEADER)
         self.expect(spec.ConnectionStart)
@@ -52,13 +57,11 @@ class RawClient:
         tune = self.expect(spec.ConnectionTune)
         assert isinstance(tune, spec.ConnectionTune)
         self.method(0, spec.ConnectionTuneOk(tune.channel_max, frame_max, heartbeat))
-        self.method(0, spec.ConnectionOpen("/"))
-        self.expect(spec.ConnectionOpenOk)
+        self.call(0, spec.ConnectionOpen("/"), spec.ConnectionOpenOk)
         return tune
 
     def open_channel(self, number: int = 1) -> None:
-        self.method(number, spec.ChannelOpen())
-        self.expect(spec.ChannelOpenOk, number)
+        self.call(number, spec.ChannelOpen(), spec.ChannelOpenOk)
 
     def expect_close(self, code: int) -> spec.ConnectionClose:
         close = self.expect(spec.ConnectionClose)

@@ -172,10 +172,8 @@ def test_sigkill_mid_stream_loses_nothing_confirmed(start_server: Any) -> None:
     raw = RawClient(srv.amqp_port)
     raw.handshake()
     raw.open_channel(1)
-    raw.method(1, spec.ConfirmSelect())
-    raw.expect(spec.ConfirmSelectOk, 1)
-    raw.method(1, spec.QueueDeclare(queue="stream", durable=True))
-    raw.expect(spec.QueueDeclareOk, 1)
+    raw.call(1, spec.ConfirmSelect(), spec.ConfirmSelectOk)
+    raw.call(1, spec.QueueDeclare(queue="stream", durable=True), spec.QueueDeclareOk)
     props = spec.BasicProperties(delivery_mode=2, correlation_id="x").encode()
     confirmed = 0
     sent = 0

@@ -69,18 +69,15 @@ def test_channel_error_keeps_connection(server: Any) -> None:
     raw.handshake()
     raw.open_channel(1)
     raw.open_channel(2)
-    raw.method(1, spec.QueueDeclare(queue="nope", passive=True))
-    close = raw.expect(spec.ChannelClose, 1)
+    close = raw.call(1, spec.QueueDeclare(queue="nope", passive=True), spec.ChannelClose)
     assert isinstance(close, spec.ChannelClose) and close.reply_code == 404
     assert (close.class_id, close.method_id) == (50, 10)
     raw.method(1, spec.QueueDeclare(queue="ignored-until-close-ok"))  # ignored (spec 2.3.4)
     raw.method(1, spec.ChannelCloseOk())
-    raw.method(2, spec.QueueDeclare(queue="fine"))
-    ok = raw.expect(spec.QueueDeclareOk, 2)
+    ok = raw.call(2, spec.QueueDeclare(queue="fine"), spec.QueueDeclareOk)
     assert isinstance(ok, spec.QueueDeclareOk) and ok.queue == "fine"
     raw.open_channel(1)  # the number is free again
-    raw.method(0, spec.ConnectionClose(200, "bye", 0, 0))
-    raw.expect(spec.ConnectionCloseOk)
+    raw.call(0, spec.ConnectionClose(200, "bye", 0, 0), spec.ConnectionCloseOk)
     raw.close()
 
 
@@ -103,8 +100,7 @@ def test_channel_max_bounds_open_channels(start_server: Any) -> None:
     assert tune.channel_max == 2
     raw.open_channel(1)
     raw.open_channel(65535)
-    raw.method(65535, spec.ChannelClose(200, "", 0, 0))
-    raw.expect(spec.ChannelCloseOk, 65535)
+    raw.call(65535, spec.ChannelClose(200, "", 0, 0), spec.ChannelCloseOk)
     raw.open_channel(7)  # a slot was freed
     raw.method(9, spec.ChannelOpen())
     close = raw.expect_close(530)
@@ -116,8 +112,7 @@ def test_deliveries_respect_negotiated_frame_max(server: Any) -> None:
     raw = RawClient(server.amqp_port)
     raw.handshake(frame_max=4096)
     raw.open_channel(1)
-    raw.method(1, spec.QueueDeclare(queue="fm"))
-    raw.expect(spec.QueueDeclareOk, 1)
+    raw.call(1, spec.QueueDeclare(queue="fm"), spec.QueueDeclareOk)
     body = b"y" * 10000
     raw.send(codec.encode_content(1, spec.BasicPublish(routing_key="fm"), b"\x00\x00", body,
                                   4096))
@@ -147,8 +142,7 @@ def test_amqplain_login(server: Any) -> None:
     raw.send(codec.PROTOCOL_HEADER)
     raw.expect(spec.ConnectionStart)
     response = encode_table({"LOGIN": "guest", "PASSWORD": "guest"})[4:]
-    raw.method(0, spec.ConnectionStartOk({}, "AMQPLAIN", response))
-    raw.expect(spec.ConnectionTune)
+    raw.call(0, spec.ConnectionStartOk({}, "AMQPLAIN", response), spec.ConnectionTune)
     raw.close()
 
 
@@ -171,8 +165,7 @@ def test_content_header_frame_vector_on_the_wire(server: Any) -> None:
     raw = RawClient(server.amqp_port)
     raw.handshake()
     raw.open_channel(1)
-    raw.method(1, spec.QueueDeclare(queue="bytes"))
-    raw.expect(spec.QueueDeclareOk, 1)
+    raw.call(1, spec.QueueDeclare(queue="bytes"), spec.QueueDeclareOk)
     props = b"\x90\x00\x0atext/plain\x02"  # content-type + delivery-mode
     header = struct.pack(">HHQ", 60, 0, 3) + props
     raw.send(codec.encode_method(1, spec.BasicPublish(routing_key="bytes"))
@@ -187,10 +180,8 @@ def test_return_precedes_confirm_and_confirms_in_order(server: Any) -> None:
     raw = RawClient(server.amqp_port)
     raw.handshake()
     raw.open_channel(1)
-    raw.method(1, spec.ConfirmSelect())
-    raw.expect(spec.ConfirmSelectOk, 1)
-    raw.method(1, spec.QueueDeclare(queue="ordered", durable=True))
-    raw.expect(spec.QueueDeclareOk, 1)
+    raw.call(1, spec.ConfirmSelect(), spec.ConfirmSelectOk)
+    raw.call(1, spec.QueueDeclare(queue="ordered", durable=True), spec.QueueDeclareOk)
     persistent = spec.BasicProperties(delivery_mode=2).encode()
     burst = [codec.encode_content(1, spec.BasicPublish(exchange="amq.direct",
                                                        routing_key="void", mandatory=True),
@@ -219,20 +210,16 @@ def test_consumer_rules(server: Any) -> None:
     raw = RawClient(server.amqp_port)
     raw.handshake()
     raw.open_channel(1)
-    raw.method(1, spec.QueueDeclare(queue="cr"))
-    raw.expect(spec.QueueDeclareOk, 1)
+    raw.call(1, spec.QueueDeclare(queue="cr"), spec.QueueDeclareOk)
     raw.method(1, spec.BasicConsume(queue="cr", consumer_tag="one", exclusive=True))
     raw.expect(spec.BasicConsumeOk, 1)
     raw.open_channel(2)
-    raw.method(2, spec.BasicConsume(queue="cr", consumer_tag="two"))
-    close = raw.expect(spec.ChannelClose, 2)
+    close = raw.call(2, spec.BasicConsume(queue="cr", consumer_tag="two"), spec.ChannelClose)
     assert isinstance(close, spec.ChannelClose) and close.reply_code == 403
     raw.method(2, spec.ChannelCloseOk())
     # no-ack delivery: nothing to ack, nothing unacked
-    raw.method(1, spec.BasicCancel("one"))
-    raw.expect(spec.BasicCancelOk, 1)
-    raw.method(1, spec.BasicConsume(queue="cr", consumer_tag="na", no_ack=True))
-    raw.expect(spec.BasicConsumeOk, 1)
+    raw.call(1, spec.BasicCancel("one"), spec.BasicCancelOk)
+    raw.call(1, spec.BasicConsume(queue="cr", consumer_tag="na", no_ack=True), spec.BasicConsumeOk)
     raw.send(codec.encode_content(1, spec.BasicPublish(routing_key="cr"), b"\x00\x00", b"n", 0))
     cmd = raw.recv_command()
     assert cmd is not None and isinstance(cmd.method, spec.BasicDeliver)
@@ -247,8 +234,7 @@ def test_update_secret_reauthenticates(start_server: Any) -> None:
     srv.cli("user", "add", "guest", "--password-stdin", input="guest\n")
     raw = RawClient(srv.amqp_port)
     raw.handshake()
-    raw.method(0, spec.ConnectionUpdateSecret(b"guest", "rotate"))
-    raw.expect(spec.ConnectionUpdateSecretOk)
+    raw.call(0, spec.ConnectionUpdateSecret(b"guest", "rotate"), spec.ConnectionUpdateSecretOk)
     raw.method(0, spec.ConnectionUpdateSecret(b"wrong", "rotate"))
     raw.expect_close(403)
     raw.close()
@@ -267,25 +253,19 @@ def test_queue_delete_ok_precedes_cancel_and_deletes_are_idempotent(server: Any)
     raw.send(codec.PROTOCOL_HEADER)
     raw.expect(spec.ConnectionStart)
     caps = {"capabilities": {"consumer_cancel_notify": True}}
-    raw.method(0, spec.ConnectionStartOk(caps, "PLAIN", b"\x00guest\x00guest"))
-    raw.expect(spec.ConnectionTune)
+    raw.call(0, spec.ConnectionStartOk(caps, "PLAIN", b"\x00guest\x00guest"), spec.ConnectionTune)
     raw.method(0, spec.ConnectionTuneOk(0, 131072, 0))
-    raw.method(0, spec.ConnectionOpen("/"))
-    raw.expect(spec.ConnectionOpenOk)
+    raw.call(0, spec.ConnectionOpen("/"), spec.ConnectionOpenOk)
     raw.open_channel(1)
-    raw.method(1, spec.QueueDeclare(queue="del-order"))
-    raw.expect(spec.QueueDeclareOk, 1)
-    raw.method(1, spec.BasicConsume(queue="del-order", consumer_tag="c1"))
-    raw.expect(spec.BasicConsumeOk, 1)
-    raw.method(1, spec.QueueDelete(queue="del-order"))
-    raw.expect(spec.QueueDeleteOk, 1)  # first the reply...
+    raw.call(1, spec.QueueDeclare(queue="del-order"), spec.QueueDeclareOk)
+    raw.call(1, spec.BasicConsume(queue="del-order", consumer_tag="c1"), spec.BasicConsumeOk)
+    raw.call(1, spec.QueueDelete(queue="del-order"), spec.QueueDeleteOk)  # first the reply...
     cancel = raw.expect(spec.BasicCancel, 1)  # ...then the notification
     assert isinstance(cancel, spec.BasicCancel) and cancel.consumer_tag == "c1"
     raw.method(1, spec.QueueDelete(queue="del-order"))  # gone already: still delete-ok
     ok = raw.expect(spec.QueueDeleteOk, 1)
     assert isinstance(ok, spec.QueueDeleteOk) and ok.message_count == 0
-    raw.method(1, spec.ExchangeDelete(exchange="never-declared"))
-    raw.expect(spec.ExchangeDeleteOk, 1)
+    raw.call(1, spec.ExchangeDelete(exchange="never-declared"), spec.ExchangeDeleteOk)
     raw.close()
 
 
@@ -300,15 +280,12 @@ def test_memory_alarm_blocks_publishers_only(start_server: Any) -> None:
                                          "PLAIN", b"\x00guest\x00guest"))
     raw.expect(spec.ConnectionTune)
     raw.method(0, spec.ConnectionTuneOk(0, 131072, 0))
-    raw.method(0, spec.ConnectionOpen("/"))
-    raw.expect(spec.ConnectionOpenOk)
+    raw.call(0, spec.ConnectionOpen("/"), spec.ConnectionOpenOk)
     blocked = raw.expect(spec.ConnectionBlocked)
     assert isinstance(blocked, spec.ConnectionBlocked) and "memory" in blocked.reason
     raw.open_channel(1)
-    raw.method(1, spec.ConfirmSelect())
-    raw.expect(spec.ConfirmSelectOk, 1)
-    raw.method(1, spec.QueueDeclare(queue="alarmed"))
-    raw.expect(spec.QueueDeclareOk, 1)
+    raw.call(1, spec.ConfirmSelect(), spec.ConfirmSelectOk)
+    raw.call(1, spec.QueueDeclare(queue="alarmed"), spec.QueueDeclareOk)
     raw.send(codec.encode_content(1, spec.BasicPublish(routing_key="alarmed"), b"\x00\x00",
                                   b"p", 0))
     raw.expect(spec.BasicAck, 1)  # the end of its publish burst...

@@ -17,6 +17,7 @@ from .test_uplink_e2e import (
     Local,
     RabbitSink,
     connected,
+    cut_off_uplink,
     drained,
     mqtt_collect,
     unique,
@@ -162,20 +163,11 @@ def test_amqp_prefix_without_routing_key_form_is_rejected(rabbit: Any,
 # (OutMessage does not carry the outbox record's enqueued_ms)
 def test_amqp_timestamp_is_when_the_message_was_published_locally(
         rabbit: Any, start_server: Any) -> None:
-    from .proxy import Proxy
-
     dev = unique("ts")
     sink = RabbitSink(rabbit, f"site.{dev}.#")
     try:
-        with Proxy("127.0.0.1", rabbit.port) as proxy:
-            srv = start_server("--device-id", dev)
-            url = f"amqp://guest:guest@127.0.0.1:{proxy.port}/"
-            srv.cli("uplink", "add", "up1", url, "--out", "sensors/#",
-                    "--prefix", "site/{device}/")
-            wait_status(srv, "up1", connected, "connected")
-            proxy.freeze()
-            proxy.drop()
-            wait_status(srv, "up1", lambda st: st["state"] != "connected", "disconnected")
+        with cut_off_uplink(rabbit, start_server, dev,
+                            "--prefix", "site/{device}/") as (srv, proxy):
             published_at = time.time()
             with Local(srv.mqtt_port) as pub:
                 pub.publish_all([("sensors/a", f"{dev}-late".encode())])

@@ -371,11 +371,21 @@ def sensor_batch(tag: str, start: int, count: int) -> list[tuple[str, bytes]]:
             for i in range(start, start + count)]
 
 
-def cut_link(srv: Any, proxy: Proxy, name: str = "up1") -> None:
-    """Make the upstream unreachable: new connections hang, the current one dies."""
-    proxy.freeze()
-    proxy.drop()
-    wait_status(srv, name, not_connected, "disconnected")
+@contextlib.contextmanager
+def cut_off_uplink(rabbit: Any, start_server: Any, dev: str,
+                   *options: str) -> Iterator[tuple[Any, Proxy]]:
+    """A server whose uplink ``up1`` (``--out sensors/#`` and ``options``) reached ``rabbit``
+    through a ``Proxy``, then lost it: new connections hang, the current one died.
+    ``proxy.thaw()`` makes the upstream reachable again."""
+    with Proxy("127.0.0.1", rabbit.port) as proxy:
+        srv = start_server("--device-id", dev)
+        srv.cli("uplink", "add", "up1", f"amqp://guest:guest@127.0.0.1:{proxy.port}/",
+                "--out", "sensors/#", *options)
+        wait_status(srv, "up1", connected, "connected")
+        proxy.freeze()
+        proxy.drop()
+        wait_status(srv, "up1", not_connected, "disconnected")
+        yield srv, proxy
 
 
 # ===================================================================== (a) RabbitMQ upstream
@@ -640,12 +650,8 @@ def test_drop_oldest_keeps_the_newest(rabbit: Any, start_server: Any,
                                       sinks: Callable[..., RabbitSink]) -> None:
     dev = unique("f")
     sink = sinks(rabbit, "sensors.#")
-    with Proxy("127.0.0.1", rabbit.port) as proxy:
-        srv = start_server("--device-id", dev)
-        srv.cli("uplink", "add", "up1", f"amqp://guest:guest@127.0.0.1:{proxy.port}/",
-                "--out", "sensors/#", "--max-messages", "10", "--policy", "drop-oldest")
-        wait_status(srv, "up1", connected, "connected")
-        cut_link(srv, proxy)
+    with cut_off_uplink(rabbit, start_server, dev, "--max-messages", "10",
+                        "--policy", "drop-oldest") as (srv, proxy):
         batch = sensor_batch(dev, 0, 30)
         with Local(srv.mqtt_port) as pub:
             pub.publish_all(batch)  # drop-oldest never blocks a publisher
@@ -666,12 +672,8 @@ def test_drop_oldest_by_bytes(rabbit: Any, start_server: Any,
 
     dev = unique("f")
     sink = sinks(rabbit, "sensors.#")
-    with Proxy("127.0.0.1", rabbit.port) as proxy:
-        srv = start_server("--device-id", dev)
-        srv.cli("uplink", "add", "up1", f"amqp://guest:guest@127.0.0.1:{proxy.port}/",
-                "--out", "sensors/#", "--max-bytes", "4KB", "--policy", "drop-oldest")
-        wait_status(srv, "up1", connected, "connected")
-        cut_link(srv, proxy)
+    with cut_off_uplink(rabbit, start_server, dev, "--max-bytes", "4KB",
+                        "--policy", "drop-oldest") as (srv, proxy):
         batch = [(t, p + b"." * 200) for t, p in sensor_batch(dev, 0, 40)]
         with Local(srv.mqtt_port) as pub:
             pub.publish_all(batch)
@@ -691,12 +693,8 @@ def test_block_policy_holds_publishers_until_the_upstream_drains(
         rabbit: Any, start_server: Any, sinks: Callable[..., RabbitSink]) -> None:
     dev = unique("f")
     sink = sinks(rabbit, "sensors.#")
-    with Proxy("127.0.0.1", rabbit.port) as proxy:
-        srv = start_server("--device-id", dev)
-        srv.cli("uplink", "add", "up1", f"amqp://guest:guest@127.0.0.1:{proxy.port}/",
-                "--out", "sensors/#", "--max-messages", "10", "--policy", "block")
-        wait_status(srv, "up1", connected, "connected")
-        cut_link(srv, proxy)
+    with cut_off_uplink(rabbit, start_server, dev, "--max-messages", "10",
+                        "--policy", "block") as (srv, proxy):
         full = sensor_batch(dev, 0, 10)
         with Local(srv.mqtt_port) as pub:
             pub.publish_all(full)  # up to the bound: accepted
@@ -892,13 +890,8 @@ def test_large_backlog_drains_through_flapping_link_and_sigkill(
     dev = unique("big")
     sink = sinks(rabbit, f"{dev}.#")
     n, window = 20000, 256
-    with Proxy("127.0.0.1", rabbit.port) as proxy:
-        srv = start_server("--device-id", dev)
-        srv.cli("uplink", "add", "up1", f"amqp://guest:guest@127.0.0.1:{proxy.port}/",
-                "--out", "sensors/#", "--prefix", "{device}/", "--window", str(window),
-                "--heartbeat", "1")
-        wait_status(srv, "up1", connected, "connected")
-        cut_link(srv, proxy)
+    with cut_off_uplink(rabbit, start_server, dev, "--prefix", "{device}/",
+                        "--window", str(window), "--heartbeat", "1") as (srv, proxy):
         batch = sensor_batch(dev, 0, n)
         with Local(srv.mqtt_port) as pub:
             for i in range(0, n, 500):

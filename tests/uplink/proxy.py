@@ -12,6 +12,9 @@ connection to ``host:port``. The failure modes an uplink must survive:
   ``rst=False``): an abrupt outage the link sees at once. New connections are served as usual.
 - ``close()``: stop listening and drop everything.
 
+``client_closed`` is set once a client closed its side (FIN or RST), not the proxy nor the
+target: how a test sees that a link let go of its socket.
+
 One thread runs a ``select`` loop over non-blocking sockets, so a peer that stops reading stalls
 only its own connection. Control calls are run by that thread and return once they took effect:
 after ``freeze()`` returns, no further byte is forwarded.
@@ -64,6 +67,7 @@ class Proxy:
         self.host = host
         self.port: int = int(self._listener.getsockname()[1])
         self.accepted = 0            # connections accepted so far
+        self.client_closed = threading.Event()
         self._pairs: list[_Pair] = []
         self._frozen = False
         self._closed = False
@@ -220,7 +224,7 @@ class Proxy:
         try:
             for src, buf in ((pair.client, pair.to_upstream), (up, pair.to_client)):
                 if src in readable:
-                    data = src.recv(_CHUNK)
+                    data = self._recv(pair, src)
                     if not data:
                         pair.eof = True
                     buf += data
@@ -241,6 +245,20 @@ class Proxy:
             return
         if pair.eof:
             self._close_pair(pair, rst=False)
+
+    def _recv(self, pair: _Pair, src: socket.socket) -> bytes:
+        """Read from ``src``; an EOF or reset from the client sets ``client_closed``."""
+        try:
+            data = src.recv(_CHUNK)
+        except (BlockingIOError, InterruptedError):
+            raise
+        except OSError:
+            if src is pair.client:
+                self.client_closed.set()
+            raise
+        if not data and src is pair.client:
+            self.client_closed.set()
+        return data
 
     def _close_pair(self, pair: _Pair, rst: bool) -> None:
         for sock in pair.sockets():

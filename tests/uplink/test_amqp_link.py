@@ -35,6 +35,7 @@ from oxiedge.uplink.amqp_client import (
 from oxiedge.uplink.amqp_link import run_amqp_link
 from oxiedge.uplink.link import Endpoint, LinkError, LinkOptions, OutMessage, parse_endpoint
 
+from .proxy import Proxy
 from .rabbit import Rabbit
 
 
@@ -144,45 +145,6 @@ class RunningLink:
         self.scope.cancel()
         with trio.fail_after(5):
             await self.done.wait()
-
-
-class FreezableProxy:
-    """Loopback TCP forwarder; ``frozen = True`` stops moving bytes but keeps sockets open
-    (the silent dead link). ``client_closed`` is set when the link side closes."""
-
-    def __init__(self, target_port: int) -> None:
-        self.target_port = target_port
-        self.frozen = False
-        self.port = 0
-        self.client_closed = trio.Event()
-
-    async def serve(self, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
-        listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
-        self.port = listeners[0].socket.getsockname()[1]
-        task_status.started()
-        await trio.serve_listeners(self._handle, listeners)
-
-    async def _handle(self, client: trio.SocketStream) -> None:
-        upstream = await trio.open_tcp_stream("127.0.0.1", self.target_port)
-        async with client, upstream, trio.open_nursery() as nursery:
-            nursery.start_soon(self._pump, client, upstream, True, nursery.cancel_scope)
-            nursery.start_soon(self._pump, upstream, client, False, nursery.cancel_scope)
-
-    async def _pump(self, src: trio.SocketStream, dst: trio.SocketStream, from_client: bool,
-                    scope: trio.CancelScope) -> None:
-        try:
-            while True:
-                data = await src.receive_some(65536)
-                if not data:
-                    break
-                if self.frozen:
-                    await trio.sleep_forever()  # hold the bytes and the socket
-                await dst.send_all(data)
-        except (trio.BrokenResourceError, trio.ClosedResourceError):
-            pass
-        if from_client:
-            self.client_closed.set()
-        scope.cancel()
 
 
 async def one_shot_server(nursery: trio.Nursery, answer: bytes | None) -> int:
@@ -477,42 +439,39 @@ async def test_unknown_vhost_is_refused(rabbit: Rabbit) -> None:
 
 # ----------------------------------------------------------------------------- failures
 async def test_silent_link_detected_within_two_heartbeats(rabbit: Rabbit) -> None:
-    proxy = FreezableProxy(rabbit.port)
     io = RecordingIO()
-    async with trio.open_nursery() as nursery:
-        await nursery.start(proxy.serve)
-        endpoint = Endpoint("amqp", "127.0.0.1", proxy.port, "guest", "guest")
-        link = RunningLink(nursery, endpoint, opts(heartbeat=1), io)
-        await io.until(lambda: bool(io.up_calls))
-        assert "heartbeat 1 s" in io.up_calls[0][1]
-        # Idle for over two intervals: our heartbeats keep RabbitMQ from closing the
-        # connection, and its heartbeats keep us from giving up (no event to await here).
-        with trio.move_on_after(2.5):
-            await link.done.wait()
-        assert link.error is None and not link.done.is_set()
-        proxy.frozen = True
-        frozen_at = trio.current_time()
-        with trio.fail_after(6):
-            await link.done.wait()
-        elapsed = trio.current_time() - frozen_at
-        nursery.cancel_scope.cancel()
+    with Proxy("127.0.0.1", rabbit.port) as proxy:
+        async with trio.open_nursery() as nursery:
+            endpoint = Endpoint("amqp", "127.0.0.1", proxy.port, "guest", "guest")
+            link = RunningLink(nursery, endpoint, opts(heartbeat=1), io)
+            await io.until(lambda: bool(io.up_calls))
+            assert "heartbeat 1 s" in io.up_calls[0][1]
+            # Idle for over two intervals: our heartbeats keep RabbitMQ from closing the
+            # connection, and its heartbeats keep us from giving up (no event to await here).
+            with trio.move_on_after(2.5):
+                await link.done.wait()
+            assert link.error is None and not link.done.is_set()
+            proxy.freeze()
+            frozen_at = trio.current_time()
+            with trio.fail_after(6):
+                await link.done.wait()
+            elapsed = trio.current_time() - frozen_at
+            nursery.cancel_scope.cancel()
     assert isinstance(link.error, LinkError)
     assert "no heartbeat from upstream in 2 s" in str(link.error)
     assert elapsed <= 2 * 1 + 1.0  # the bound, plus scheduling slack on a busy box
 
 
 async def test_cancellation_closes_the_socket_promptly(rabbit: Rabbit) -> None:
-    proxy = FreezableProxy(rabbit.port)
     io = RecordingIO()
-    async with trio.open_nursery() as nursery:
-        await nursery.start(proxy.serve)
-        endpoint = Endpoint("amqp", "127.0.0.1", proxy.port)
-        link = RunningLink(nursery, endpoint, opts(), io)
-        await io.until(lambda: bool(io.up_calls))
-        await link.stop()
-        with trio.fail_after(1):
-            await proxy.client_closed.wait()
-        nursery.cancel_scope.cancel()
+    with Proxy("127.0.0.1", rabbit.port) as proxy:
+        async with trio.open_nursery() as nursery:
+            endpoint = Endpoint("amqp", "127.0.0.1", proxy.port)
+            link = RunningLink(nursery, endpoint, opts(), io)
+            await io.until(lambda: bool(io.up_calls))
+            await link.stop()
+            assert await trio.to_thread.run_sync(proxy.client_closed.wait, 1.0)
+            nursery.cancel_scope.cancel()
     assert link.error is None
 
 

@@ -38,6 +38,7 @@ from oxiedge.uplink.link import Endpoint, LinkError, LinkOptions, OutMessage, pa
 from oxiedge.uplink.mqtt_link import MAX_PACKET_ID, _Link, keep_alive_seconds, run_mqtt_link
 
 from .mosquitto import Mosquitto
+from .proxy import Proxy
 
 T = 20.0  # bound on every test's waits
 
@@ -318,68 +319,33 @@ async def test_connection_refused_names_endpoint_without_password() -> None:
 
 
 # --------------------------------------------------------------------------- failures
-class FreezableProxy:
-    """A TCP forwarder that can stop forwarding without closing anything: to the link the
-    upstream looks alive (TCP open) but silent."""
-
-    def __init__(self, port: int) -> None:
-        self.target = port
-        self.frozen = False
-        self._thaw = trio.Event()
-        self.port = 0
-
-    async def serve(self, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
-                    ) -> None:
-        listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
-        self.port = listeners[0].socket.getsockname()[1]
-        task_status.started()
-        await trio.serve_listeners(self._handle, listeners)
-
-    async def _handle(self, client: trio.SocketStream) -> None:
-        upstream = await trio.open_tcp_stream("127.0.0.1", self.target)
-        async with client, upstream, trio.open_nursery() as nursery:
-            nursery.start_soon(self._pump, client, upstream)
-            nursery.start_soon(self._pump, upstream, client)
-
-    async def _pump(self, src: trio.SocketStream, dst: trio.SocketStream) -> None:
-        while True:
-            data = await src.receive_some(65536)
-            if self.frozen:
-                await trio.sleep_forever()
-            if not data:
-                await dst.send_eof()
-                return
-            await dst.send_all(data)
-
-
 async def test_silent_link_detected_within_keep_alive_bound(mosquitto: Mosquitto) -> None:
-    proxy = FreezableProxy(mosquitto.port)
     io = FakeIO(window=10)
-    async with trio.open_nursery() as nursery:
-        await nursery.start(proxy.serve)
-        url = f"mqtt://127.0.0.1:{proxy.port}"
-        failed: list[tuple[float, LinkError]] = []
+    with Proxy("127.0.0.1", mosquitto.port) as proxy:
+        async with trio.open_nursery() as nursery:
+            url = f"mqtt://127.0.0.1:{proxy.port}"
+            failed: list[tuple[float, LinkError]] = []
 
-        async def link() -> None:
-            try:
-                await run_mqtt_link(parse_endpoint(url), opts("ka", heartbeat=1), io)
-            except LinkError as exc:
-                failed.append((trio.current_time(), exc))
-                io._changed()
+            async def link() -> None:
+                try:
+                    await run_mqtt_link(parse_endpoint(url), opts("ka", heartbeat=1), io)
+                except LinkError as exc:
+                    failed.append((trio.current_time(), exc))
+                    io._changed()
 
-        nursery.start_soon(link)
-        await io.wait(lambda: len(io.ups) == 1)
-        # Alive and idle: keep-alive PINGREQs keep it up well past 1.5 s.
-        with trio.move_on_after(2.5):
-            await io.wait(lambda: bool(failed))
-        assert not failed
-        io.add("a/b", b"1")
-        await io.wait(lambda: io.confirms == [1])
-        proxy.frozen = True
-        frozen_at = trio.current_time()
-        io.add("a/b", b"2")  # never confirmed
-        await io.wait(lambda: bool(failed), timeout=5)
-        nursery.cancel_scope.cancel()
+            nursery.start_soon(link)
+            await io.wait(lambda: len(io.ups) == 1)
+            # Alive and idle: keep-alive PINGREQs keep it up well past 1.5 s.
+            with trio.move_on_after(2.5):
+                await io.wait(lambda: bool(failed))
+            assert not failed
+            io.add("a/b", b"1")
+            await io.wait(lambda: io.confirms == [1])
+            proxy.freeze()
+            frozen_at = trio.current_time()
+            io.add("a/b", b"2")  # never confirmed
+            await io.wait(lambda: bool(failed), timeout=5)
+            nursery.cancel_scope.cancel()
     when, err = failed[0]
     assert "no PINGRESP from upstream in 1.5 s" in str(err)
     assert when - frozen_at <= 1.5 + 1.0  # the bound, plus scheduling slack

@@ -77,9 +77,8 @@ def _runner(protocol: str) -> LinkRunner:
 class _Connection:
     """``LinkIO`` for one connection attempt of one uplink."""
 
-    def __init__(self, uplink: Uplink, endpoint: Endpoint) -> None:
+    def __init__(self, uplink: Uplink) -> None:
         self.uplink = uplink
-        self.endpoint = endpoint
         oldest = uplink.outbox.oldest()
         self.next_seq = oldest if oldest is not None else uplink.outbox.next_seq
         self.inflight: set[int] = set()
@@ -87,15 +86,11 @@ class _Connection:
 
     async def take(self, limit: int) -> list[OutMessage]:
         u = self.uplink
-        window = u.definition.window
-        # Hand out batches, not a message per freed slot: each take is one outbox iterator
-        # and (for the link) one socket write.
-        batch_min = max(1, min(64, window // 4))
         while True:
-            room = min(limit, window - len(self.inflight))
+            room = min(limit, u.definition.window - len(self.inflight))
             staged_end = u.outbox.next_seq
             waiting = staged_end - self.next_seq  # at most this many to send
-            if room > 0 and waiting > 0 and (room >= batch_min or waiting <= room
+            if room > 0 and waiting > 0 and (room >= u.batch_min or waiting <= room
                                              or not self.inflight):
                 if u.durable_end < staged_end:
                     # Only what is on disk here goes upstream.
@@ -126,8 +121,7 @@ class _Connection:
             elif u.deleted_unsynced == 1:
                 u.manager.flush_soon.set()
         u.after_removal()
-        if len(self.inflight) <= u.definition.window - min(
-                64, max(1, u.definition.window // 4)) or not self.inflight:
+        if len(self.inflight) <= u.definition.window - u.batch_min or not self.inflight:
             u.lot.unpark_all()
 
     async def deliver(self, topic: str, payload: bytes) -> None:
@@ -198,6 +192,9 @@ class Uplink:
         # crash re-sends at most the unsynced ones (< window / 2) plus one window in flight.
         self.deleted_unsynced = 0
         self.flush_every = max(1, definition.window // 2)
+        # Hand out batches, not a message per freed slot: each take is one outbox iterator
+        # and (for the link) one socket write.
+        self.batch_min = max(1, min(64, definition.window // 4))
 
     # --------------------------------------------------------------- outbound
     def enqueue(self, topic: str, payload: bytes, retain: bool = False) -> bool:
@@ -239,8 +236,13 @@ class Uplink:
         if self._alarm:
             d, box = self.definition, self.outbox
             if box.messages <= d.max_messages and box.bytes <= d.max_bytes:
-                self._alarm = False
-                self.app.alarms.set_alarm(f"uplink {self.name}", None)
+                self.clear_alarm()
+
+    def clear_alarm(self) -> None:
+        """Lift this uplink's ``block`` alarm, if raised."""
+        if self._alarm:
+            self._alarm = False
+            self.app.alarms.set_alarm(f"uplink {self.name}", None)
 
     # --------------------------------------------------------------- the task
     async def run(self) -> None:
@@ -248,9 +250,7 @@ class Uplink:
             try:
                 await self._run()
             finally:
-                if self._alarm:
-                    self._alarm = False
-                    self.app.alarms.set_alarm(f"uplink {self.name}", None)
+                self.clear_alarm()
 
     async def _run(self) -> None:
         log = self.app.log
@@ -260,7 +260,7 @@ class Uplink:
             endpoint = self.endpoints[index % len(self.endpoints)]
             index += 1
             self.state, self.node = "connecting", endpoint.redacted()
-            conn = self.conn = _Connection(self, endpoint)
+            conn = self.conn = _Connection(self)
             try:
                 await _runner(self.protocol)(endpoint, self.options, conn)
                 reason = "link ended"
@@ -382,9 +382,7 @@ class UplinkManager:
         self._cache.clear()
         if uplink is not None:
             uplink.scope.cancel()
-            if uplink._alarm:  # now, not when the task unwinds (a successor may raise it)
-                uplink._alarm = False
-                self.app.alarms.set_alarm(f"uplink {name}", None)
+            uplink.clear_alarm()  # now, not when the task unwinds (a successor may raise it)
         return uplink
 
     async def _flusher(self) -> None:
@@ -477,18 +475,11 @@ class UplinkManager:
         d = parse_definition(dict(args.get("definition") or {}))
         if d.name in self.config_defs:
             raise UplinkError(f"uplink {d.name!r} comes from the config file; change it there")
-        store = self.app.store
-        old = self.stored.get(d.name)
-        if old is not None and old[1] == d:
+        staged = stage_add(self.app.store, d, self.stored.get(d.name))
+        if staged is None:
             return {"name": d.name, "state": "present"}
-        if old is not None:
-            d = replace(d, retired_in=retired_filters(old[1], d))
-        if old is not None:
-            store.stage_update(CONFIG, old[0], d.document(), replace=True)
-            doc_id, state = old[0], "updated"
-        else:
-            doc_id, state = int(store.stage_insert(CONFIG, d.document())["_id"]), "added"
-        await store.commit()
+        d, doc_id, state = staged
+        await self.app.store.commit()
         self.stored[d.name] = (doc_id, d)
         previous = self._stop(d.name)
         uplink = self._start(d, previous)
@@ -523,19 +514,29 @@ class UplinkManager:
 
 
 # ------------------------------------------------------------- offline (CLI)
+def stage_add(store: Any, d: UplinkDef, old: tuple[int, UplinkDef] | None
+              ) -> tuple[UplinkDef, int, str] | None:
+    """Stage storing ``d`` over ``old`` (its stored ``(doc id, definition)``, if any):
+    ``(definition as stored, doc id, "added" | "updated")``, or None if ``old`` equals it.
+    An update remembers the ``--in`` filters it retires (the link drops them upstream)."""
+    if old is None:
+        return d, int(store.stage_insert(CONFIG, d.document())["_id"]), "added"
+    doc_id, previous = old
+    if previous == d:
+        return None
+    d = replace(d, retired_in=retired_filters(previous, d))
+    store.stage_update(CONFIG, doc_id, d.document(), replace=True)
+    return d, doc_id, "updated"
+
+
 def add_offline(store: Any, spec: dict[str, Any]) -> dict[str, Any]:
     d = parse_definition(spec)
-    for doc_id, old in stored_definitions(store):
-        if old.name == d.name:
-            if old == d:
-                return {"name": d.name, "state": "present"}
-            d = replace(d, retired_in=retired_filters(old, d))
-            store.stage_update(CONFIG, doc_id, d.document(), replace=True)
-            store.commit_blocking()
-            return {"name": d.name, "state": "updated"}
-    store.stage_insert(CONFIG, d.document())
+    old = next(((i, o) for i, o in stored_definitions(store) if o.name == d.name), None)
+    staged = stage_add(store, d, old)
+    if staged is None:
+        return {"name": d.name, "state": "present"}
     store.commit_blocking()
-    return {"name": d.name, "state": "added"}
+    return {"name": d.name, "state": staged[2]}
 
 
 def stage_remove(store: Any, name: str, outbox: Outbox | None = None) -> dict[str, Any]:

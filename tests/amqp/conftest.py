@@ -10,13 +10,20 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any
 
 import pika
 import pytest
 from pika.exceptions import ChannelClosedByBroker
 
+from oxiedge.amqp.service import AmqpService
+from oxiedge.app import App
+from oxiedge.auth import UserStore
+from oxiedge.config import Config
+from oxiedge.store import Store
 from tests.conftest import ServerProcess
 
 
@@ -26,6 +33,22 @@ def params(port: int, **kw: Any) -> pika.ConnectionParameters:
     kw.setdefault("socket_timeout", 5)
     kw.setdefault("connection_attempts", 1)
     return pika.ConnectionParameters("127.0.0.1", port, **kw)
+
+
+@asynccontextmanager
+async def amqp_service(tmp_path: Path, **cfg: Any) -> AsyncIterator[AmqpService]:
+    """An in-process, recovered ``AmqpService`` on a running store in ``tmp_path`` (no
+    listener); ``cfg`` overrides :class:`Config` fields."""
+    store = Store.open(tmp_path / "db")
+    try:
+        async with store.running():
+            app = App(config=Config(data=tmp_path, **cfg), store=store,
+                      users=UserStore.load(None, True))
+            svc = AmqpService(app)
+            await svc.recover()
+            yield svc
+    finally:
+        store.close()
 
 
 def connect(srv: Any) -> pika.BlockingConnection:

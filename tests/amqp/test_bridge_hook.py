@@ -5,41 +5,30 @@ from __future__ import annotations
 from pathlib import Path
 
 from oxiedge.amqp import persist
-from oxiedge.amqp.service import AmqpService
-from oxiedge.app import App
-from oxiedge.auth import UserStore
-from oxiedge.config import Config
-from oxiedge.store import Store
+from tests.amqp.conftest import amqp_service
 
 
 async def test_publish_from_bridge_stages_then_releases(tmp_path: Path) -> None:
-    store = Store.open(tmp_path / "db")
-    try:
-        async with store.running():
-            app = App(config=Config(data=tmp_path), store=store,
-                      users=UserStore.load(None, True))
-            svc = AmqpService(app)
-            await svc.recover()
-            broker = svc.broker
-            q, staged = broker.declare_queue("work", passive=False, durable=True,
-                                             exclusive=False, auto_delete=False, arguments={},
-                                             owner=None)
-            assert staged
-            assert broker.bind(q, "amq.topic", "sensors.#", {})
-            await store.commit()
-            calls: list[tuple[str, bool]] = []
-            svc.topic_hooks.append(lambda rk, _p, _b, persistent: calls.append((rk, persistent)))
+    async with amqp_service(tmp_path) as svc:
+        store = svc.app.store
+        broker = svc.broker
+        q, staged = broker.declare_queue("work", passive=False, durable=True,
+                                         exclusive=False, auto_delete=False, arguments={},
+                                         owner=None)
+        assert staged
+        assert broker.bind(q, "amq.topic", "sensors.#", {})
+        await store.commit()
+        calls: list[tuple[str, bool]] = []
+        svc.topic_hooks.append(lambda rk, _p, _b, persistent: calls.append((rk, persistent)))
 
-            st = svc.publish_from_bridge("amq.topic", "sensors.t1", b"21.5", True)
-            assert st.needs_commit and st.routed == 1
-            assert [m.body for m in q.ready] == [b"21.5"] and q.ready[0].stored
-            await store.commit()
-            assert [persist.parse_key(k) for k, _v in store.iter_raw(persist.CF, b"m")] == \
-                [(q.qid, 1)]
-            transient = svc.publish_from_bridge("amq.topic", "sensors.t2", b"x", False)
-            assert not transient.needs_commit
-            assert len(q.ready) == 2
-            assert svc.publish_from_bridge("amq.topic", "other", b"y", True).routed == 0
-            assert calls == []  # bridge publishes never reach the amq.topic hooks
-    finally:
-        store.close()
+        st = svc.publish_from_bridge("amq.topic", "sensors.t1", b"21.5", True)
+        assert st.needs_commit and st.routed == 1
+        assert [m.body for m in q.ready] == [b"21.5"] and q.ready[0].stored
+        await store.commit()
+        assert [persist.parse_key(k) for k, _v in store.iter_raw(persist.CF, b"m")] == \
+            [(q.qid, 1)]
+        transient = svc.publish_from_bridge("amq.topic", "sensors.t2", b"x", False)
+        assert not transient.needs_commit
+        assert len(q.ready) == 2
+        assert svc.publish_from_bridge("amq.topic", "other", b"y", True).routed == 0
+        assert calls == []  # bridge publishes never reach the amq.topic hooks

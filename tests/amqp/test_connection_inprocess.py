@@ -15,11 +15,8 @@ import trio.testing
 from oxiedge.amqp import codec, spec
 from oxiedge.amqp.codec import Command, FrameParser
 from oxiedge.amqp.connection import AmqpConnection
-from oxiedge.amqp.service import AmqpService
-from oxiedge.app import App
-from oxiedge.auth import UserStore
-from oxiedge.config import Config
 from oxiedge.store import Store
+from tests.amqp.conftest import amqp_service
 
 
 class MemClient:
@@ -57,20 +54,12 @@ class MemClient:
 
 @asynccontextmanager
 async def serving(tmp_path: Path, **cfg: Any) -> AsyncIterator[tuple[MemClient, trio.Nursery]]:
-    store = Store.open(tmp_path / "db")
-    try:
-        async with store.running():
-            app = App(config=Config(data=tmp_path, **cfg), store=store,
-                      users=UserStore.load(None, True))
-            svc = AmqpService(app)
-            await svc.recover()
-            client_stream, server_stream = trio.testing.memory_stream_pair()
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(AmqpConnection(svc, server_stream, "mem").run)
-                yield MemClient(client_stream, store), nursery
-                nursery.cancel_scope.cancel()
-    finally:
-        store.close()
+    async with amqp_service(tmp_path, **cfg) as svc:
+        client_stream, server_stream = trio.testing.memory_stream_pair()
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(AmqpConnection(svc, server_stream, "mem").run)
+            yield MemClient(client_stream, svc.app.store), nursery
+            nursery.cancel_scope.cancel()
 
 
 async def test_silent_client_declared_dead_after_two_intervals(

@@ -23,7 +23,14 @@ from oxiedge.amqp.errors import (
     RESOURCE_LOCKED,
     AmqpError,
 )
-from oxiedge.amqp.exchanges import SUPPORTED_TYPES, Binding, Exchange, ExchangeBinding
+from oxiedge.amqp.exchanges import (
+    SUPPORTED_TYPES,
+    Binding,
+    Exchange,
+    ExchangeBinding,
+    binding_row,
+    exchange_binding_row,
+)
 from oxiedge.amqp.queues import ByteLimitedQueue, Queue, QueuedMessage
 from oxiedge.amqp.timers import QueueTimers
 
@@ -514,16 +521,15 @@ class Broker:
         return False
 
     def bindings(self) -> list[dict[str, Any]]:
-        rows = [{"exchange": "", "queue": q.name, "routing_key": q.name, "durable": q.durable}
-                for q in self.queues.values()]
+        # The default exchange binds every queue by its name (spec 3.1.3.1).
+        rows = [binding_row("", q.name, q.name, q.durable) for q in self.queues.values()]
         for x in self.exchanges.values():
             for b in x.bindings.values():
-                rows.append({"exchange": x.name, "queue": b.queue.name,
-                             "routing_key": b.routing_key, "durable": b.doc_id is not None})
+                rows.append(binding_row(x.name, b.queue.name, b.routing_key,
+                                        b.doc_id is not None))
             for xb in x.xbindings.values():
-                rows.append({"exchange": x.name, "queue": None,
-                             "destination_exchange": xb.destination,
-                             "routing_key": xb.routing_key, "durable": xb.doc_id is not None})
+                rows.append(exchange_binding_row(x.name, xb.destination, xb.routing_key,
+                                                 xb.doc_id is not None))
         return rows
 
     # -- messages ----------------------------------------------------------------------

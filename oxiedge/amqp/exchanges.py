@@ -98,6 +98,19 @@ class ExchangeBinding:
         self.doc_id: int | None = None
 
 
+def binding_row(exchange: str, queue: str, routing_key: str, durable: bool) -> dict[str, Any]:
+    """The admin/CLI row of a queue binding for ``oxiedge bindings`` (live and offline)."""
+    return {"exchange": exchange, "queue": queue, "routing_key": routing_key,
+            "durable": durable}
+
+
+def exchange_binding_row(source: str, destination: str, routing_key: str,
+                         durable: bool) -> dict[str, Any]:
+    """The admin/CLI row of an exchange-to-exchange binding."""
+    return {"exchange": source, "queue": None, "destination_exchange": destination,
+            "routing_key": routing_key, "durable": durable}
+
+
 class Exchange:
     """A named exchange of type direct, fanout or topic."""
 

@@ -11,6 +11,7 @@ from typing import Any
 
 from oxiedge.amqp import persist
 from oxiedge.amqp.broker import builtin_exchanges, exchange_of_doc
+from oxiedge.amqp.exchanges import binding_row, exchange_binding_row
 from oxiedge.amqp.queues import Queue
 
 
@@ -48,16 +49,13 @@ def _exchange_rows(store: Any) -> list[dict[str, Any]]:
 
 def _binding_rows(store: Any) -> list[dict[str, Any]]:
     queues, _, binds = persist.load_docs(store)
-    rows = [{"exchange": "", "queue": q["name"], "routing_key": q["name"], "durable": True}
-            for q in queues]
+    rows = [binding_row("", q["name"], q["name"], True) for q in queues]
     for b in binds:
         if "destination_exchange" in b:
-            rows.append({"exchange": b["exchange"], "queue": None,
-                         "destination_exchange": b["destination_exchange"],
-                         "routing_key": b.get("routing_key", ""), "durable": True})
+            rows.append(exchange_binding_row(b["exchange"], b["destination_exchange"],
+                                             b.get("routing_key", ""), True))
         else:
-            rows.append({"exchange": b["exchange"], "queue": b["queue"],
-                         "routing_key": b.get("routing_key", ""), "durable": True})
+            rows.append(binding_row(b["exchange"], b["queue"], b.get("routing_key", ""), True))
     return rows
 
 

@@ -14,7 +14,8 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from oxiedge.amqp import arguments as args
-from oxiedge.amqp import deadletter, persist
+from oxiedge.amqp import deadletter, persist, spec
+from oxiedge.amqp.codec import scan_properties
 from oxiedge.amqp.errors import (
     ACCESS_REFUSED,
     NOT_FOUND,
@@ -46,8 +47,6 @@ TopicHook = Callable[[str, bytes, bytes, bool], None]
 
 def _headers_of(properties: bytes) -> dict[str, Any]:
     """The ``headers`` table of raw content properties ({} when absent or unreadable)."""
-    from oxiedge.amqp import spec
-
     try:
         props, _ = spec.BasicProperties.decode(properties)
     except Exception:
@@ -600,8 +599,6 @@ class Broker:
         props, deaths = deadletter.mark_dead(msg.properties, q.name, reason, msg.exchange,
                                              [msg.routing_key], time.time())
         targets = self.route(x, routing_key, props)
-        from oxiedge.amqp.codec import scan_properties
-
         try:
             persistent = scan_properties(props) == 2
         except AmqpError:

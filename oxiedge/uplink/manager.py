@@ -6,7 +6,8 @@ Theory of operation
 For every uplink whose ``--out`` filters match, it stages the message into that uplink's
 outbox (``outbox.py``) and returns True, so the publishing connection awaits the same group
 commit before its PUBACK / confirm: a locally acknowledged message is already queued for
-upstream. Which uplinks a topic goes to is cached per topic.
+upstream. Which uplinks a topic goes to, and whether it has a name upstream (an AMQP
+routing key) there, is cached per topic.
 
 Each uplink runs one task: connect to its nodes in turn (``run_amqp_link`` /
 ``run_mqtt_link``), and after a failure wait with exponential back-off and jitter. A
@@ -38,6 +39,7 @@ from typing import Any
 import trio
 
 from ..app import App
+from ..bridge.amqp_mqtt import mqtt_to_routing_key, routing_key_to_mqtt
 from ..mqtt.topics import topic_matches
 from ..store import CommitError
 from .definitions import (
@@ -197,16 +199,16 @@ class Uplink:
         self.batch_min = max(1, min(64, definition.window // 4))
 
     # --------------------------------------------------------------- outbound
-    def enqueue(self, topic: str, payload: bytes, retain: bool = False) -> bool:
-        """Stage one local message; True if it was staged (the caller commits)."""
-        if upstream_name(self.protocol, self.prefix, topic) is None:
-            self.skipped += 1  # e.g. a topic with '.' cannot be an AMQP routing key
-            return False
+    def routable(self, topic: str) -> bool:
+        """Whether ``topic`` has an upstream name (a topic with '.' has no AMQP routing key)."""
+        return upstream_name(self.protocol, self.prefix, topic) is not None
+
+    def enqueue(self, topic: str, payload: bytes, retain: bool = False) -> None:
+        """Stage one local message with an upstream name (the caller commits)."""
         self.outbox.stage(topic, payload, retain)
         self.enqueued += 1
         self.enforce_bounds()
         self.lot.unpark_all()
-        return True
 
     def enforce_bounds(self) -> None:
         """Apply the outbox policy when a bound is exceeded."""
@@ -328,7 +330,8 @@ class UplinkManager:
         self.config_defs = {d.name: d for d in config_defs}
         self.stored: dict[str, tuple[int, UplinkDef]] = {}
         self.uplinks: dict[str, Uplink] = {}
-        self._cache: dict[str, tuple[Uplink, ...]] = {}
+        # topic -> the uplinks whose --out matches it, each with whether it is routable
+        self._cache: dict[str, tuple[tuple[Uplink, bool], ...]] = {}
         self._source: Uplink | None = None  # the uplink whose command is being delivered
         self.flush_soon = trio.Event()  # some uplink has deletes waiting for a round
         self._nursery: trio.Nursery | None = None
@@ -415,7 +418,7 @@ class UplinkManager:
             return False
         targets = self._cache.get(topic)
         if targets is None:
-            targets = tuple(u for u in self.uplinks.values()
+            targets = tuple((u, u.routable(topic)) for u in self.uplinks.values()
                             if any(topic_matches(f, topic) for f in u.definition.out))
             if len(self._cache) >= _TOPIC_CACHE:
                 self._cache.clear()
@@ -423,16 +426,19 @@ class UplinkManager:
         if not targets or (retain and not payload):
             return False  # clearing a retained message is not a message (MQTT-3.3.1-10)
         staged = False
-        for uplink in targets:
-            if uplink is not self._source and uplink.enqueue(topic, payload, retain):
+        for uplink, routable in targets:
+            if uplink is self._source:
+                continue
+            if routable:
+                uplink.enqueue(topic, payload, retain)
                 staged = True
+            else:
+                uplink.skipped += 1
         return staged
 
     def on_amqp_publish(self, routing_key: str, _props: bytes, body: bytes,
                         persistent: bool) -> bool:
         """AMQP ``amq.topic`` hook, used when the server runs without MQTT."""
-        from ..bridge.amqp_mqtt import routing_key_to_mqtt
-
         topic = routing_key_to_mqtt(routing_key)
         if topic is None:
             return False
@@ -447,8 +453,6 @@ class UplinkManager:
             if mqtt is not None:
                 staged = mqtt.publish_from_bridge(topic, payload, 1, False)
             elif amqp is not None:
-                from ..bridge.amqp_mqtt import mqtt_to_routing_key
-
                 key = mqtt_to_routing_key(topic)
                 if key is None:
                     raise ValueError(topic)

@@ -13,7 +13,8 @@ import os
 import subprocess
 import sys
 import uuid
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -701,14 +702,22 @@ class ScriptedUpstream:
         await self.send(spec.ConfirmSelectOk())
 
 
-async def test_channel_flow_pauses_publishing() -> None:
+@asynccontextmanager
+async def scripted_link(io: RecordingIO) -> AsyncIterator[tuple[ScriptedUpstream, RunningLink]]:
+    """A link that completed its handshake with a ``ScriptedUpstream``; cancelled at the end."""
     peer = ScriptedUpstream()
-    io = RecordingIO()
     async with trio.open_nursery() as nursery:
         await nursery.start(peer.serve)
         link = RunningLink(nursery, Endpoint("amqp", "127.0.0.1", peer.port), opts(), io)
         await peer.handshake()
         await io.until(lambda: bool(io.up_calls))
+        yield peer, link
+        nursery.cancel_scope.cancel()
+
+
+async def test_channel_flow_pauses_publishing() -> None:
+    io = RecordingIO()
+    async with scripted_link(io) as (peer, link):
         await peer.send(spec.ChannelFlow(False))
         ok = await peer.expect(spec.ChannelFlowOk)
         assert isinstance(ok.method, spec.ChannelFlowOk) and ok.method.active is False
@@ -732,7 +741,6 @@ async def test_channel_flow_pauses_publishing() -> None:
         await peer.send(spec.BasicCancel("ctag", nowait=True))
         with trio.fail_after(5):
             await link.done.wait()
-        nursery.cancel_scope.cancel()
     assert isinstance(link.error, LinkError) and "cancelled the consumer" in str(link.error)
 
 
@@ -746,13 +754,8 @@ async def test_channel_flow_pauses_publishing() -> None:
 ])
 async def test_unexpected_method_and_closes_from_upstream(method: spec.Method,
                                                           expected: str) -> None:
-    peer = ScriptedUpstream()
     io = RecordingIO()
-    async with trio.open_nursery() as nursery:
-        await nursery.start(peer.serve)
-        link = RunningLink(nursery, Endpoint("amqp", "127.0.0.1", peer.port), opts(), io)
-        await peer.handshake()
-        await io.until(lambda: bool(io.up_calls))
+    async with scripted_link(io) as (peer, link):
         channel = 0 if isinstance(method, spec.ConnectionClose) else 1
         await peer.send(method, channel)
         if isinstance(method, spec.ConnectionClose):
@@ -761,5 +764,4 @@ async def test_unexpected_method_and_closes_from_upstream(method: spec.Method,
             await peer.expect(spec.ChannelCloseOk)
         with trio.fail_after(5):
             await link.done.wait()
-        nursery.cancel_scope.cancel()
     assert isinstance(link.error, LinkError) and expected in str(link.error)

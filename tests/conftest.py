@@ -14,7 +14,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -167,3 +167,24 @@ def start_server(tmp_path: Path) -> Iterator[object]:
 def server(start_server: object) -> ServerProcess:
     """A ready server with MQTT and AMQP on free ports and a fresh data dir."""
     return start_server()  # type: ignore[operator]
+
+
+@pytest.fixture
+def small_tmpfs(tmp_path: Path) -> Iterator[Callable[[str], Path]]:
+    """``small_tmpfs("3m")``: a freshly mounted tmpfs of that size (a disk that really fills
+    up); skips without root; unmounted (lazily) at teardown."""
+    mounted: list[Path] = []
+
+    def mount(size: str) -> Path:
+        path = tmp_path / f"tmpfs{len(mounted)}"
+        path.mkdir()
+        if os.geteuid() != 0 or subprocess.run(
+                ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)],
+                capture_output=True).returncode != 0:
+            pytest.skip("needs root to mount a small tmpfs")
+        mounted.append(path)
+        return path
+
+    yield mount
+    for path in mounted:
+        subprocess.run(["umount", "-l", str(path)], check=False)

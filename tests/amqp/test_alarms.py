@@ -4,13 +4,10 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import time
-from pathlib import Path
 from typing import Any
 
 import pika
-import pytest
 from pika.exceptions import AMQPConnectionError, AMQPError, NackError
 
 from tests.amqp.conftest import params, wait_until
@@ -76,23 +73,12 @@ def test_memory_alarm_blocks_publisher_until_consumers_drain(start_server: Any) 
     cons.close()
 
 
-def _mount_tmpfs(path: Path, size: str) -> bool:
-    path.mkdir()
-    if os.geteuid() != 0:
-        return False
-    res = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)],
-                         capture_output=True)
-    return res.returncode == 0
-
-
 def test_disk_full_never_confirms_and_consumers_keep_going(start_server: Any,
-                                                           tmp_path: Path) -> None:
+                                                           small_tmpfs: Any) -> None:
     """alarms: "Disk Alarms" — and past the free-disk limit, a real ENOSPC on commit: no
     publish is ever confirmed once a commit failed (basic.nack or a closed connection,
     never basic.ack), and consumers still get the messages already queued."""
-    mnt = tmp_path / "small"
-    if not _mount_tmpfs(mnt, "24m"):
-        pytest.skip("needs root to mount a small tmpfs")
+    mnt = small_tmpfs("24m")
     srv = None
     try:
         # The free-disk limit is set below anything, so the commit itself hits ENOSPC.
@@ -130,4 +116,3 @@ def test_disk_full_never_confirms_and_consumers_keep_going(start_server: Any,
     finally:
         if srv is not None:
             srv.kill()
-        subprocess.run(["umount", "-l", str(mnt)], check=False)

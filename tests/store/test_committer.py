@@ -4,6 +4,7 @@ import os
 import signal
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -69,54 +70,41 @@ async def test_shutdown_commits_what_is_pending(tmp_path: Path) -> None:
     reopened.close()
 
 
-def _mount_tmpfs(path: Path, size: str) -> bool:
-    path.mkdir()
-    if os.geteuid() != 0:
-        return False
-    res = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)],
-                         capture_output=True)
-    return res.returncode == 0
-
-
-async def test_disk_full_fails_every_waiter_and_stops_acks(tmp_path: Path) -> None:
+async def test_disk_full_fails_every_waiter_and_stops_acks(
+        small_tmpfs: Callable[[str], Path]) -> None:
     """A real full filesystem: the failing round's waiters all get CommitError, never an ack."""
-    mnt = tmp_path / "small"
-    if not _mount_tmpfs(mnt, "3m"):
-        pytest.skip("needs root to mount a small tmpfs")
+    mnt = small_tmpfs("3m")
+    store = Store.open(mnt / "db")
+    acked = 0
+    errors = 0
+    blob = os.urandom(40_000).hex()  # incompressible
+
+    async def writer() -> None:
+        nonlocal acked, errors
+        for _ in range(100):
+            store.stage_insert("c", {"blob": blob})
+            try:
+                await store.commit()
+            except CommitError:
+                errors += 1
+                return
+            acked += 1
+
+    with trio.fail_after(60):
+        async with store.running(), trio.open_nursery() as nursery:
+            for _ in range(8):
+                nursery.start_soon(writer)
+    assert errors == 8, "every writer must see the failure, none may hang"
+    assert store.committer.failed is not None
+    # Durable writing stays stopped: a later write is refused, not acknowledged.
+    store.stage_insert("c", {"after": "failure"})
+    with pytest.raises(CommitError):
+        store.commit_blocking()
     try:
-        store = Store.open(mnt / "db")
-        acked = 0
-        errors = 0
-        blob = os.urandom(40_000).hex()  # incompressible
-
-        async def writer() -> None:
-            nonlocal acked, errors
-            for _ in range(100):
-                store.stage_insert("c", {"blob": blob})
-                try:
-                    await store.commit()
-                except CommitError:
-                    errors += 1
-                    return
-                acked += 1
-
-        with trio.fail_after(60):
-            async with store.running(), trio.open_nursery() as nursery:
-                for _ in range(8):
-                    nursery.start_soon(writer)
-        assert errors == 8, "every writer must see the failure, none may hang"
-        assert store.committer.failed is not None
-        # Durable writing stays stopped: a later write is refused, not acknowledged.
-        store.stage_insert("c", {"after": "failure"})
-        with pytest.raises(CommitError):
-            store.commit_blocking()
-        try:
-            store.close()
-        except Exception:
-            pass
-        assert acked < 800
-    finally:
-        subprocess.run(["umount", "-l", str(mnt)], check=False)
+        store.close()
+    except Exception:
+        pass
+    assert acked < 800
 
 
 def test_acknowledged_writes_survive_sigkill(tmp_path: Path) -> None:

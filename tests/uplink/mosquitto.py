@@ -23,7 +23,6 @@ import contextlib
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import threading
 import time
@@ -33,16 +32,12 @@ from typing import Any
 
 import pytest
 
+from .upstream_kit import free_port, write_test_ca
+
 MOSQUITTO = "/usr/sbin/mosquitto"
 MOSQUITTO_PASSWD = "/usr/bin/mosquitto_passwd"
 #: Large so no test hits Mosquitto's per-client offline queue limit (default 1000).
 MAX_QUEUED = 100_000
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _executable() -> str:
@@ -97,8 +92,8 @@ class Mosquitto:
         workdir = Path(workdir)
         workdir.mkdir(parents=True, exist_ok=True)
         (workdir / "data").mkdir(exist_ok=True)
-        port = _free_port()
-        tls_port = _free_port() if tls else None
+        port = free_port()
+        tls_port = free_port() if tls else None
         lines = [
             # When started as root Mosquitto 2 drops to user "mosquitto", which could not
             # write this (root-owned) directory; ignored when not started as root.
@@ -129,17 +124,7 @@ class Mosquitto:
             lines.append("allow_anonymous true")
         ca_file = None
         if tls_port is not None:
-            import trustme
-
-            ca = trustme.CA()
-            cert = ca.issue_cert("localhost", "127.0.0.1")
-            ca_path, cert_path, key_path = (workdir / "ca.pem", workdir / "server.pem",
-                                            workdir / "server.key")
-            ca.cert_pem.write_to_path(str(ca_path))
-            with open(cert_path, "wb") as f:
-                for blob in cert.cert_chain_pems:
-                    f.write(blob.bytes())
-            cert.private_key_pem.write_to_path(str(key_path))
+            ca_path, cert_path, key_path = write_test_ca(workdir)
             ca_file = str(ca_path)
             lines += [f"listener {tls_port} 127.0.0.1", f"cafile {ca_path}",
                       f"certfile {cert_path}", f"keyfile {key_path}"]
@@ -153,8 +138,8 @@ class Mosquitto:
                 # Another process took a "free" port between probing and binding.
                 if "Address already in use" not in str(exc) or attempt == 2:
                     raise
-                node.port = _free_port()
-                node.tls_port = _free_port() if tls else None
+                node.port = free_port()
+                node.tls_port = free_port() if tls else None
                 lines = [_relisten(line, port, node.port, tls_port, node.tls_port)
                          for line in lines]
                 port, tls_port = node.port, node.tls_port

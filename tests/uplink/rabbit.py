@@ -27,6 +27,8 @@ from typing import Any
 
 import pytest
 
+from .upstream_kit import free_port, write_test_ca
+
 SERVER = Path("/usr/lib/rabbitmq/bin/rabbitmq-server")
 CTL = Path("/usr/lib/rabbitmq/bin/rabbitmqctl")
 EPMD = "epmd"
@@ -35,13 +37,6 @@ STOP_TIMEOUT = 30.0
 
 _counter = itertools.count(1)
 _running: set[Rabbit] = set()
-
-
-def free_port() -> int:
-    """A TCP port nothing listens on right now (loopback)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _port_open(port: int) -> bool:
@@ -131,20 +126,14 @@ class Rabbit:
             "log.file.level = info",
         ]
         if self.tls_port is not None:
-            import trustme
-
-            ca = trustme.CA()
-            cert = ca.issue_cert("localhost", "127.0.0.1")
-            ca.cert_pem.write_to_path(str(w / "ca.pem"))
-            cert.private_key_pem.write_to_path(str(w / "server.key"))
-            cert.cert_chain_pems[0].write_to_path(str(w / "server.pem"))
-            self.ca_file = str(w / "ca.pem")
+            ca_path, cert_path, key_path = write_test_ca(w)
+            self.ca_file = str(ca_path)
             conf += [
                 # Loopback only (the "default" listener would bind every interface).
                 f"listeners.ssl.1 = 127.0.0.1:{self.tls_port}",
-                f"ssl_options.cacertfile = {w / 'ca.pem'}",
-                f"ssl_options.certfile = {w / 'server.pem'}",
-                f"ssl_options.keyfile = {w / 'server.key'}",
+                f"ssl_options.cacertfile = {ca_path}",
+                f"ssl_options.certfile = {cert_path}",
+                f"ssl_options.keyfile = {key_path}",
                 "ssl_options.verify = verify_none",
                 "ssl_options.fail_if_no_peer_cert = false",
             ]

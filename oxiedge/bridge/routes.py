@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..config import ConfigError
+from ..mqtt.topics import topic_filter_problem
 from ..store import StoreError, validate_collection_name
 
 
@@ -27,29 +28,12 @@ class Route:
         return f"{self.filter}:{self.collection}"
 
 
-def validate_topic_filter(topic_filter: str) -> str | None:
-    """``None`` if ``topic_filter`` is a valid MQTT 3.1.1 filter, else the reason."""
-    if not topic_filter:
-        return "empty topic filter"  # MQTT-4.7.3-1
-    if "\x00" in topic_filter:
-        return "topic filter contains NUL"  # MQTT-4.7.3-2
-    if len(topic_filter.encode()) > 65535:
-        return "topic filter longer than 65535 bytes"
-    levels = topic_filter.split("/")
-    for i, level in enumerate(levels):
-        if "#" in level and (level != "#" or i != len(levels) - 1):
-            return "'#' must be a whole level and the last one"  # MQTT-4.7.1-2
-        if "+" in level and level != "+":
-            return "'+' must be a whole level"  # MQTT-4.7.1-3
-    return None
-
-
 def parse_route(text: str) -> Route:
     """Parse ``FILTER:COLLECTION``; raises ``RouteError`` naming the route."""
     topic_filter, sep, collection = text.strip().rpartition(":")
     if not sep:
         raise RouteError(f"ingest route {text!r}: expected TOPIC_FILTER:COLLECTION")
-    problem = validate_topic_filter(topic_filter)
+    problem = topic_filter_problem(topic_filter)
     if problem is not None:
         raise RouteError(f"ingest route {text!r}: invalid topic filter {topic_filter!r}: {problem}")
     if not collection:

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from ..bridge.amqp_mqtt import mqtt_to_routing_key
-from ..bridge.routes import validate_topic_filter
+from ..mqtt.topics import topic_filter_problem
 from ..sizes import parse_size
 from ..store import Store
 from .link import Endpoint, UplinkError, parse_endpoint
@@ -151,7 +151,7 @@ def parse_definition(spec: dict[str, Any], source: str = "store",
         raise UplinkError(f"uplink {name!r}: give at least one --out or --in topic filter")
     for key, filters in (("out", out), ("in", inbound)):
         for f in filters:
-            problem = validate_topic_filter(f)
+            problem = topic_filter_problem(f)
             if problem is not None:
                 raise UplinkError(f"uplink {name!r}: invalid --{key} filter {f!r}: {problem}")
     prefix = spec.get("prefix") or ""
@@ -189,7 +189,7 @@ def parse_definition(spec: dict[str, Any], source: str = "store",
         max_bytes=_number(name, "max_bytes", max_bytes or defaults.max_bytes, 1024, 1 << 50, int),
         policy=policy, queue_type=queue_type, source=source,
         retired_in=tuple(f for f in _strings(name, "retired_in", spec.get("retired_in"))
-                         if validate_topic_filter(f) is None))
+                         if topic_filter_problem(f) is None))
 
 
 def retired_filters(old: UplinkDef, new: UplinkDef) -> tuple[str, ...]:

@@ -46,7 +46,6 @@ from .definitions import (
     CONFIG,
     KIND,
     UplinkDef,
-    check_device_id,
     parse_definition,
     retired_filters,
     stored_definitions,
@@ -326,7 +325,7 @@ class UplinkManager:
 
     def __init__(self, app: App, config_defs: list[UplinkDef], device_id: str) -> None:
         self.app = app
-        self.device_id = check_device_id(device_id)
+        self.device_id = device_id  # validated by ``oxiedge serve`` before the store opens
         self.config_defs = {d.name: d for d in config_defs}
         self.stored: dict[str, tuple[int, UplinkDef]] = {}
         self.uplinks: dict[str, Uplink] = {}
@@ -351,8 +350,9 @@ class UplinkManager:
             defs[name] = d
         # An outbox nobody sends (its uplink left the config file, or its stored definition
         # is broken) is kept - never delete data silently - and said once.
-        known = set(defs) | stored_names(self.app.store)
-        for name in sorted(stored_outbox_names(self.app.store) - set(defs)):
+        orphans = sorted(stored_outbox_names(self.app.store) - set(defs))
+        known = set(defs) | stored_names(self.app.store) if orphans else set()
+        for name in orphans:
             waiting = Outbox(self.app.store, name).messages
             self.log.warning("uplink %s is not %s, its outbox keeps %d unsent message(s): "
                              "add it again to send them, or `oxiedge uplink remove %s` to "
@@ -360,22 +360,31 @@ class UplinkManager:
                              waiting, name)
         for d in defs.values():
             self._start(d)
-        self._attach()
         nursery.start_soon(self._ticker)
         nursery.start_soon(self._flusher)
 
-    def _attach(self) -> None:
+    def _sync_hook(self) -> None:
+        """Be in the brokers' publish hooks exactly while some uplink exists: a server
+        without uplinks pays nothing per published message."""
         mqtt: Any = self.app.services.get("mqtt")
         amqp: Any = self.app.services.get("amqp")
+        hook: Any
         if mqtt is not None:
-            mqtt.on_publish.append(self.on_publish)
+            hooks, hook = mqtt.on_publish, self.on_publish
         elif amqp is not None:
-            amqp.topic_hooks.append(self.on_amqp_publish)
+            hooks, hook = amqp.topic_hooks, self.on_amqp_publish
+        else:
+            return
+        if self.uplinks and hook not in hooks:
+            hooks.append(hook)
+        elif not self.uplinks and hook in hooks:
+            hooks.remove(hook)
 
     def _start(self, d: UplinkDef, previous: Uplink | None = None) -> Uplink:
         uplink = Uplink(self, d, previous)
         self.uplinks[d.name] = uplink
         self._cache.clear()
+        self._sync_hook()
         assert self._nursery is not None
         self._nursery.start_soon(uplink.run)
         return uplink
@@ -383,6 +392,7 @@ class UplinkManager:
     def _stop(self, name: str) -> Uplink | None:
         uplink = self.uplinks.pop(name, None)
         self._cache.clear()
+        self._sync_hook()
         if uplink is not None:
             uplink.scope.cancel()
             uplink.clear_alarm()  # now, not when the task unwinds (a successor may raise it)
@@ -413,9 +423,8 @@ class UplinkManager:
 
     # ------------------------------------------------------------------ hooks
     def on_publish(self, topic: str, payload: bytes, qos: int, retain: bool) -> bool:
-        """MQTT ``on_publish`` hook: stage into matching outboxes; True if anything was."""
-        if not self.uplinks:
-            return False
+        """MQTT ``on_publish`` hook (only while uplinks exist): stage into matching
+        outboxes; True if anything was."""
         targets = self._cache.get(topic)
         if targets is None:
             targets = tuple((u, u.routable(topic)) for u in self.uplinks.values()

@@ -158,8 +158,15 @@ def test_proxy_drop_closes_current_connections_only(echo_proxy: tuple[_Echo, Pro
 
 
 def test_proxy_to_a_dead_target_closes_the_client() -> None:
-    with socket.create_server(("127.0.0.1", 0)) as s:
+    # Bound but not listening for the whole test: connections are refused, and no one
+    # (not even the proxy's own listener) can take the port meanwhile.
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
         dead = int(s.getsockname()[1])
+        _assert_proxy_closes_client_of(dead)
+
+
+def _assert_proxy_closes_client_of(dead: int) -> None:
     with Proxy("127.0.0.1", dead) as proxy, _connect(proxy.port) as sock:
         try:
             assert sock.recv(1) == b""

@@ -20,8 +20,10 @@ compared is then memory really in use (message bodies, Python objects, RocksDB c
 which a drain does bring down.  Where there is no ``malloc_trim`` (musl, macOS) the raw
 RSS is used.
 
-Limits: the memory watermark is a fraction of the device's RAM (default 0.4, RabbitMQ's
-default) or an absolute size (``512MB``); the disk limit is an absolute size (default
+Limits: the memory watermark is a fraction (default 0.4, RabbitMQ's default) of the memory
+the process may use — the RAM, or its cgroup limit when lower (``MemoryMax=``/``MemoryHigh=``
+of the systemd unit; ``sizes.memory_limit``) — or an absolute size (``512MB``, at least
+32 MB); ``status()`` names where the limit came from. The disk limit is an absolute size (default
 200 MB, a margin that lets RocksDB compact and the WAL roll on a small SD card).
 """
 
@@ -34,6 +36,8 @@ from pathlib import Path
 from typing import Any
 
 import trio
+
+from . import sizes
 
 Listener = Callable[[bool, str], None]
 
@@ -78,6 +82,8 @@ class ResourceAlarms:
         self.disk_alarm = False
         self.rss = 0
         self.disk_free = 0
+        #: the memory this process may use and its source ("RAM" or "cgroup FILE")
+        self.memory_available, self.memory_source = sizes.memory_limit()
         self.fired = 0  # how many times an alarm went off
         self.trims = 0  # malloc_trim calls made because a sample was over the watermark
         self.external: dict[str, str] = {}  # alarms raised by other parts: kind -> detail
@@ -172,6 +178,17 @@ class ResourceAlarms:
             await trio.sleep(self.interval)
             self.check()
 
+    def startup_line(self) -> str:
+        """``memory watermark …`` for the start-up log: the watermark, the limit it is
+        measured against and where that limit comes from; a loud warning when an absolute
+        watermark is above the limit (the kernel would kill the broker first)."""
+        line = (f"memory watermark {sizes.format_size(self.memory_limit)} of a memory limit of "
+                f"{sizes.format_size(self.memory_available)} ({self.memory_source})")
+        if self.memory_limit >= self.memory_available:
+            line += (" - WARNING: the watermark is above the limit: the kernel stops the broker"
+                     " before the alarm can throttle publishers")
+        return line
+
     def status(self) -> dict[str, Any]:
         return {
             "blocked": self.blocked,
@@ -179,6 +196,8 @@ class ResourceAlarms:
             "disk_alarm": self.disk_alarm,
             "rss_mb": round(self.rss / (1 << 20), 1),
             "memory_watermark_mb": round(self.memory_limit / (1 << 20), 1),
+            "memory_limit_mb": round(self.memory_available / (1 << 20), 1),
+            "memory_limit_source": self.memory_source,
             "disk_free_mb": round(self.disk_free / (1 << 20), 1),
             "disk_free_limit_mb": round(self.disk_free_limit / (1 << 20), 1),
             "other_alarms": dict(self.external),

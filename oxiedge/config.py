@@ -55,9 +55,10 @@ OPTIONS: tuple[Option, ...] = (
     Option("amqp_channel_max", "--amqp-channel-max", "OXIEDGE_AMQP_CHANNEL_MAX", "2047",
            "most AMQP channels per connection"),
     Option("memory_high_watermark", "--memory-high-watermark", "OXIEDGE_MEMORY_HIGH_WATERMARK",
-           "0.4", "block publishers above this RSS: a fraction of RAM (0.4) or a size (512MB)"),
+           "0.4", "block publishers above this RSS: a fraction of the memory limit (RAM, or the"
+           " cgroup's MemoryMax/MemoryHigh when lower) or a size >= 32MB (MB = 10^6, MiB = 2^20)"),
     Option("disk_free_limit", "--disk-free-limit", "OXIEDGE_DISK_FREE_LIMIT", "200MB",
-           "block publishers when the data dir's filesystem has less free space"),
+           "block publishers when the data dir's filesystem has less free space (MB = 10^6)"),
     Option("password_file", "--password-file", "OXIEDGE_PASSWORD_FILE", "",
            "password file (default DATA/passwd; `oxiedge user add` writes it)"),
     Option("allow_anonymous", "--allow-anonymous/--no-allow-anonymous",
@@ -89,7 +90,7 @@ class Config:
     amqp_frame_max: int = 131072
     amqp_channel_max: int = 2047
     memory_high_watermark: int = 0
-    disk_free_limit: int = 200 << 20
+    disk_free_limit: int = 200_000_000
     password_file: Path | None = None
     allow_anonymous: bool | None = None
     device_id: str = ""

@@ -149,6 +149,7 @@ async def _start(app: App, nursery: trio.Nursery, handlers: dict[str, Any], rout
     config, log = app.config, app.log
     await nursery.start(app.store.committer.run)
     await nursery.start(app.alarms.run)
+    log.info("%s", app.alarms.startup_line())
     ingest = IngestBridge(app, routes)
     app.extensions["ingest"] = ingest
     await ingest.start()

@@ -51,7 +51,8 @@ def core_handlers(app: App) -> dict[str, Handler]:
         """Change the alarm limits at run time (like rabbitmqctl set_disk_free_limit)."""
         alarms = app.alarms
         if args.get("memory_high_watermark") is not None:
-            alarms.memory_limit = parse_memory_watermark(str(args["memory_high_watermark"]))
+            alarms.memory_limit = parse_memory_watermark(str(args["memory_high_watermark"]),
+                                                         alarms.memory_available)
         if args.get("disk_free_limit") is not None:
             alarms.disk_free_limit = parse_size(str(args["disk_free_limit"]))
         alarms.check()

@@ -270,7 +270,7 @@ def test_queue_delete_ok_precedes_cancel_and_deletes_are_idempotent(server: Any)
 
 
 def test_memory_alarm_blocks_publishers_only(start_server: Any) -> None:
-    srv = start_server("--memory-high-watermark", "1MB")  # always over: the alarm is on
+    srv = start_server("--memory-high-watermark", "32MB")  # the minimum; idle RSS ~43 MB: on
     raw = RawClient(srv.amqp_port)
     raw.send(codec.PROTOCOL_HEADER)
     start = raw.expect(spec.ConnectionStart)

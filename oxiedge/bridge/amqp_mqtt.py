@@ -29,7 +29,7 @@ from. (``publish_from_bridge`` on the AMQP side does not call ``topic_hooks`` at
 Untranslatable names are counted and skipped, never mangled:
 MQTT topics with ``.``, an empty level (``a//b``, ``/a``, ``a/``), a leading ``$`` or longer
 than 255 bytes (an AMQP short string); AMQP routing keys that are empty, contain ``/``,
-``+``, ``#`` or NUL, have an empty word (``a..b``) or start with ``$``.
+``+``, ``#`` or NUL, are not UTF-8, have an empty word (``a..b``) or start with ``$``.
 """
 
 from __future__ import annotations
@@ -56,6 +56,11 @@ def routing_key_to_mqtt(key: str) -> str | None:
     """``devices.valve7.cmd`` → ``devices/valve7/cmd``; ``None`` if it cannot be translated."""
     if not key or key.startswith("$") or any(c in key for c in "/+#\x00"):
         return None
+    if not key.isascii():
+        try:  # bytes that were not UTF-8 come as surrogates; a topic is UTF-8 (MQTT-1.5.3-1)
+            key.encode("utf-8")
+        except UnicodeEncodeError:
+            return None
     words = key.split(".")
     if "" in words:
         return None

@@ -13,6 +13,11 @@ truth test.
 Document shape (DESIGN.md): a JSON-object payload is the document; any other payload becomes
 ``{"payload": value}`` — the JSON value, else the UTF-8 text, else base64 with
 ``"_payload_encoding": "base64"``. Every document gets ``_topic`` and ``_received_at`` (ms).
+
+PUBACK means the document is stored: a document the store's encoder refuses (JSON nested
+deeper than it writes, a string it cannot hold) is stored instead in its *fallback* form,
+the payload as text (or base64) with ``_ingest_fallback`` saying why, and counted in
+``fallback``. The fallback is built from strings only, so the encoder always takes it.
 """
 
 from __future__ import annotations
@@ -26,7 +31,7 @@ import trio
 
 from ..app import App
 from ..mqtt.topics import topic_matches
-from ..store import Store, StoreError
+from ..store import Store, StoreError, validate_collection_name
 from . import indexes
 from .retention import Policy, Retention, validate_policy
 from .routes import Route, RouteError, parse_route
@@ -58,6 +63,26 @@ def payload_document(topic: str, payload: bytes, received_ms: int) -> dict[str, 
     doc["_topic"] = topic
     doc["_received_at"] = received_ms
     return doc
+
+
+def fallback_document(topic: str, payload: bytes, received_ms: int, reason: str
+                      ) -> dict[str, Any]:
+    """The document stored when ``payload_document``'s result cannot be encoded: the raw
+    payload as text or base64, never a parsed value, so the encoder cannot refuse it."""
+    doc: dict[str, Any]
+    try:
+        doc = {"payload": payload.decode("utf-8")}
+    except UnicodeDecodeError:
+        doc = {"payload": base64.b64encode(payload).decode(), "_payload_encoding": "base64"}
+    doc["_topic"] = _storable_text(topic)
+    doc["_received_at"] = received_ms
+    doc["_ingest_fallback"] = reason
+    return doc
+
+
+def _storable_text(text: str) -> str:
+    """``text`` with what strict UTF-8 cannot hold (lone surrogates) replaced by ``?``."""
+    return text.encode("utf-8", "replace").decode("utf-8")
 
 
 # ------------------------------------------------------------ stored routes
@@ -138,7 +163,8 @@ class IngestBridge:
         self.routes: list[Route] = []
         self.retention = Retention(app.store)
         self.ingested = 0
-        self.failed = 0
+        self.fallback = 0  # stored in the fallback form (the encoder refused the document)
+        self.failed = 0    # not stored at all: only a broken route can do that (logged)
 
     async def start(self) -> None:
         self.stored = stored_routes(self.app.store)
@@ -156,6 +182,11 @@ class IngestBridge:
         routes = list(self.config_routes)
         policies: dict[str, Policy] = {}
         for _id, route, policy in self.stored:
+            try:  # a stored route is written valid; one that is not can store nothing
+                validate_collection_name(route.collection)
+            except StoreError as exc:
+                self.app.log.error("ingest route %s ignored: %s", route, exc)
+                continue
             if route not in routes:
                 routes.append(route)
             if policy:
@@ -177,17 +208,37 @@ class IngestBridge:
                                     if topic_matches(r.filter, topic))
         if not collections:
             return False
-        doc = payload_document(topic, payload, int(time.time() * 1000))
+        now_ms = int(time.time() * 1000)
+        doc = payload_document(topic, payload, now_ms)
         store = self.app.store
         for collection in collections:
             try:
                 store.stage_insert(collection, doc)
-            except (StoreError, ValueError):  # e.g. a number JSON cannot hold
-                self.failed += 1
-                continue
+            except ValueError as exc:  # StoreError too: the encoder refused the document
+                if not self._stage_fallback(collection, topic, payload, now_ms, exc):
+                    continue
             self.ingested += 1
             if self.retention.policies:
                 self.retention.after_insert(collection)
+        return True
+
+    def _stage_fallback(self, collection: str, topic: str, payload: bytes, now_ms: int,
+                        exc: ValueError) -> bool:
+        """Stage the fallback form of a refused document; False if even that failed."""
+        reason = str(exc)[:200]
+        try:
+            self.app.store.stage_insert(collection, fallback_document(topic, payload, now_ms,
+                                                                      reason))
+        except ValueError as again:  # cannot happen for a valid route: say it loudly
+            self.failed += 1
+            self.app.log.error("ingest: document for %r in %s not stored: %s", topic,
+                               collection, again)
+            return False
+        self.fallback += 1
+        if self.fallback == 1 or self.fallback % 1000 == 0:
+            self.app.log.warning("ingest: a payload on %r was stored as text in %s (%s); "
+                                 "%d so far (ingest.fallback)", _storable_text(topic),
+                                 collection, reason, self.fallback)
         return True
 
     # --------------------------------------------------------------- admin API
@@ -234,7 +285,8 @@ class IngestBridge:
 
     def status(self) -> dict[str, Any]:
         store = self.app.store
-        return {"routes": len(self.routes), "ingested": self.ingested, "failed": self.failed,
+        return {"routes": len(self.routes), "ingested": self.ingested, "fallback": self.fallback,
+                "failed": self.failed,
                 "retention_deleted": self.retention.total_deleted,
                 "retention": self.retention.status(),
                 "indexes": len(store.indexes.defs),

@@ -5,7 +5,8 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from oxiedge.bridge.ingest import payload_document
+from oxiedge.bridge.amqp_mqtt import routing_key_to_mqtt
+from oxiedge.bridge.ingest import fallback_document, payload_document
 from oxiedge.store.encoding import decode_doc, encode_doc
 
 
@@ -33,3 +34,38 @@ def test_unstorable_json_stays_text() -> None:
 def test_any_payload_is_storable(payload: bytes) -> None:
     doc = _doc(payload)
     assert decode_doc(1, encode_doc(doc))["_topic"] == "s/t"
+
+
+def test_json_deeper_than_the_encoder_writes_is_refused_by_it() -> None:
+    # orjson reads 1024 levels but writes 254: the parsed document cannot be stored as is.
+    for payload in (b"[" * 300 + b"]" * 300, b'{"a":' * 300 + b"1" + b"}" * 300):
+        doc = _doc(payload)
+        try:
+            encode_doc(doc)
+        except ValueError:
+            continue
+        raise AssertionError("the encoder took a document nested 300 deep")
+
+
+def test_fallback_shapes() -> None:
+    deep = b"[" * 300 + b"]" * 300
+    doc = fallback_document("s/t", deep, 7, "too deep")
+    assert doc == {"payload": deep.decode(), "_topic": "s/t", "_received_at": 7,
+                   "_ingest_fallback": "too deep"}
+    raw = fallback_document("s/t", b"\xff\x00", 7, "x")
+    assert raw["payload"] == "/wA=" and raw["_payload_encoding"] == "base64"
+    # A topic strict UTF-8 cannot hold (an AMQP routing key is decoded leniently).
+    odd = fallback_document("s/\udcff", b"1", 7, "x")
+    assert odd["_topic"] == "s/?"
+
+
+@given(st.binary(max_size=300), st.text(max_size=20), st.text(max_size=50))
+def test_the_fallback_is_always_storable(payload: bytes, topic: str, reason: str) -> None:
+    doc = fallback_document(topic, payload, 7, reason)
+    assert decode_doc(1, encode_doc(doc))["_ingest_fallback"] == reason
+
+
+def test_routing_keys_that_are_not_utf8_have_no_mqtt_topic() -> None:
+    # MQTT-1.5.3-1: a topic is UTF-8; the AMQP side decodes such bytes as surrogates.
+    assert routing_key_to_mqtt("s.\udcff") is None
+    assert routing_key_to_mqtt("s.ü") == "s/ü"

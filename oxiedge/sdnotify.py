@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import os
 import socket
+from collections.abc import Callable
 
 __all__ = [
     "notify",
@@ -131,11 +132,13 @@ def watchdog_interval() -> float | None:
     return usec / 1_000_000
 
 
-async def watchdog_loop() -> None:
+async def watchdog_loop(healthy: Callable[[float], bool] | None = None) -> None:
     """Ping the watchdog every half interval, forever; return at once when there is none.
 
     Run it as a task in the server's nursery. The ping proves the event loop still runs
-    tasks, which is the liveness that matters for a trio server.
+    tasks, which is the liveness that matters for a trio server. ``healthy(interval)`` is
+    asked before each ping: while it says False no ping is sent, so the manager kills and
+    restarts a server that is alive but can no longer write (a failed or hung WAL sync).
     """
     interval = watchdog_interval()
     if interval is None or _socket_address() is None:
@@ -143,5 +146,6 @@ async def watchdog_loop() -> None:
     import trio  # imported lazily so the module stays importable without trio
 
     while True:
-        watchdog()
+        if healthy is None or healthy(interval):
+            watchdog()
         await trio.sleep(interval / 2)

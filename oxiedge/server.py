@@ -11,6 +11,7 @@ from __future__ import annotations
 import errno
 import os
 import signal
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +36,13 @@ _SERVICES: dict[str, tuple[type[MqttService] | type[AmqpService], str]] = {
     "mqtt": (MqttService, "MQTT"),
     "amqp": (AmqpService, "AMQP"),
 }
+
+
+#: Exit status after a failed commit round (crash-only: ``Restart=on-failure`` restarts the
+#: unit and start-up recovery runs from what is on disk; 2 stays "bad configuration").
+EXIT_STORAGE_FAILURE = 3
+#: Seconds the failed round's waiters get to answer (nack, close) before the process exits.
+STORAGE_FAILURE_GRACE = 0.5
 
 
 class StartupError(RuntimeError):
@@ -148,6 +156,7 @@ async def _start(app: App, nursery: trio.Nursery, handlers: dict[str, Any], rout
                  uplink_defs: list[UplinkDef], ports: dict[str, int | None]) -> None:
     config, log = app.config, app.log
     await nursery.start(app.store.committer.run)
+    nursery.start_soon(_exit_on_storage_failure, app)
     await nursery.start(app.alarms.run)
     log.info("%s", app.alarms.startup_line())
     ingest = IngestBridge(app, routes)
@@ -185,5 +194,34 @@ async def _start(app: App, nursery: trio.Nursery, handlers: dict[str, Any], rout
     await nursery.start(admin.run)
     log.info("oxiedge ready")
     sdnotify.ready(f"serving {', '.join(app.endpoints.values()) or 'admin socket only'}")
-    nursery.start_soon(sdnotify.watchdog_loop)
+    nursery.start_soon(sdnotify.watchdog_loop, lambda interval: _durable_ok(app, interval))
+
+
+def _durable_ok(app: App, interval: float) -> bool:
+    """Feed the watchdog only while durable writes work: not after a failed round, and not
+    while one sync has hung for a whole watchdog interval."""
+    committer = app.store.committer
+    return committer.failed is None and committer.stuck_for() < interval
+
+
+async def _exit_on_storage_failure(app: App) -> None:
+    """Crash-only on storage failure: once a commit round failed, nothing durable can be
+    acknowledged again by this process (an fsync is never retried), so it logs one line and
+    exits non-zero; systemd restarts it and recovery runs. ``os._exit``, not a clean
+    shutdown: closing RocksDB would flush memtables to the failing disk, and everything
+    acknowledged is already synced (the SIGKILL tests prove that state recovers)."""
+    committer = app.store.committer
+    await committer.failed_event.wait()
+    with trio.CancelScope(shield=True):  # a SIGTERM now must not turn this into exit 0
+        app.log.error("oxiedge: storage failure: durable writes stopped (%s); exiting with "
+                      "status %d so that the service restarts and recovery runs",
+                      committer.failed, EXIT_STORAGE_FAILURE)
+        sdnotify.status(f"storage failure, exiting: {committer.failed}")
+        await trio.sleep(STORAGE_FAILURE_GRACE)
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except (OSError, ValueError):
+                pass
+        os._exit(EXIT_STORAGE_FAILURE)
 

@@ -16,13 +16,23 @@ is woken through one shared event.
 * If the write or the sync fails, every waiter of that round gets ``CommitError`` and the
   committer refuses all later rounds: an fsync failure is never retried (the kernel may have
   dropped the dirty pages), so nothing written after it may be acknowledged either.
+  ``failed_event`` is set at that moment; the server (``server.py``) then exits non-zero
+  (crash-only: systemd restarts it and recovery runs from what *is* on disk).
 * Nothing else in oxiedge syncs.
+
+Fault injection (tests only): ``OXIEDGE_TEST_SYNC_EIO_AFTER=N`` makes the sync thread raise
+``OSError(EIO)`` instead of syncing once N syncs succeeded, the way a failing disk reports a
+lost write through ``fdatasync``. It exercises the real failure path of the real committer
+(a real ``serve`` process, the real threads and waiters) where no test can make a disk fail.
 """
 
 from __future__ import annotations
 
+import errno
+import os
 import queue
 import threading
+import time
 from collections.abc import Callable
 
 import trio
@@ -31,6 +41,26 @@ from rocksdict import Rdict, WriteBatch
 
 class CommitError(RuntimeError):
     """A commit round failed; nothing in it may be acknowledged."""
+
+
+#: Test-only fault injection (module docstring); unset in production.
+FAULT_ENV = "OXIEDGE_TEST_SYNC_EIO_AFTER"
+
+
+def _with_injected_fault(fn: Callable[[], object]) -> Callable[[], object]:
+    """``fn``, or ``fn`` that fails with EIO after ``$OXIEDGE_TEST_SYNC_EIO_AFTER`` calls."""
+    raw = os.environ.get(FAULT_ENV)
+    if not raw:
+        return fn
+    left = [int(raw)]
+
+    def faulty() -> object:
+        if left[0] <= 0:
+            raise OSError(errno.EIO, f"Input/output error (injected by {FAULT_ENV})")
+        left[0] -= 1
+        return fn()
+
+    return faulty
 
 
 class _Round:
@@ -104,14 +134,28 @@ class GroupCommitter:
         self._wake: trio.Event | None = None
         self._failure: BaseException | None = None
         self._running = False
-        self._sync_thread = _SyncThread(lambda: db.flush_wal(True))
+        self._sync_thread = _SyncThread(_with_injected_fault(lambda: db.flush_wal(True)))
         self.rounds = 0  # synced rounds completed
         self.ops = 0  # operations committed
+        #: set once, when durable writing stopped (the server exits on it)
+        self.failed_event = trio.Event()
+        #: ``time.monotonic()`` when the sync in flight started (None: no sync running)
+        self.sync_started: float | None = None
 
     @property
     def failed(self) -> BaseException | None:
         """The error that stopped durable writing, if any."""
         return self._failure
+
+    def stuck_for(self) -> float:
+        """Seconds the sync in flight has been running (0 when none runs)."""
+        started = self.sync_started
+        return 0.0 if started is None else time.monotonic() - started
+
+    def _fail(self, exc: BaseException) -> None:
+        if self._failure is None:
+            self._failure = exc
+            self.failed_event.set()
 
     @property
     def pending(self) -> bool:
@@ -152,7 +196,8 @@ class GroupCommitter:
             self._running = False
             self._wake = None
             self._sync_thread.stop()
-            self.commit_blocking()
+            if self._failure is None:
+                self.commit_blocking()
 
     async def _run_round(self) -> None:
         batch, round_ = self.batch, self._round
@@ -167,13 +212,16 @@ class GroupCommitter:
                 self._db.write(batch)
                 # Shielded: a cancelled server still waits for the sync it started, so no
                 # waiter is left with an unknown outcome.
-                with trio.CancelScope(shield=True):
-                    await self._sync_thread.sync()
+                self.sync_started = time.monotonic()
+                try:
+                    with trio.CancelScope(shield=True):
+                        await self._sync_thread.sync()
+                finally:
+                    self.sync_started = None
                 self.ops += count
             self.rounds += 1
         except BaseException as exc:
-            if self._failure is None:
-                self._failure = exc
+            self._fail(exc)
             round_.error = exc
             if not isinstance(exc, Exception):
                 round_.done.set()
@@ -203,8 +251,9 @@ class GroupCommitter:
             self.ops += count
             self.rounds += 1
         except Exception as exc:
-            self._failure = exc
+            self._fail(exc)
             round_.error = exc
             raise CommitError(f"commit failed: {exc}") from exc
         finally:
             round_.done.set()
+

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import time
 from typing import Any
 
@@ -73,46 +74,47 @@ def test_memory_alarm_blocks_publisher_until_consumers_drain(start_server: Any) 
     cons.close()
 
 
-def test_disk_full_never_confirms_and_consumers_keep_going(start_server: Any,
-                                                           small_tmpfs: Any) -> None:
+def test_disk_full_never_confirms_then_restarts_and_recovers(start_server: Any,
+                                                             small_tmpfs: Any) -> None:
     """alarms: "Disk Alarms" — and past the free-disk limit, a real ENOSPC on commit: no
     publish is ever confirmed once a commit failed (basic.nack or a closed connection,
-    never basic.ack), and consumers still get the messages already queued."""
+    never basic.ack); the server then exits with status 3 (crash-only, issue 13) and, once
+    space is freed, the restarted server delivers every confirmed message."""
     mnt = small_tmpfs("24m")
-    srv = None
-    try:
-        # The free-disk limit is set below anything, so the commit itself hits ENOSPC.
-        srv = start_server("--disk-free-limit", "1", data=mnt / "data")
-        c = pika.BlockingConnection(params(srv.amqp_port))
-        ch = c.channel()
-        ch.queue_declare("full", durable=True)
-        ch.confirm_delivery()
-        persistent = pika.BasicProperties(delivery_mode=2)
-        acked = 0
-        failures = 0
-        for i in range(2000):
-            try:
-                ch.basic_publish("", "full", os.urandom(48 * 1024) + b"%d" % i, persistent)
-                assert failures == 0, "a publish was confirmed after a failed commit"
-                acked += 1
-            except NackError:
-                failures += 1
-            except (AMQPConnectionError, AMQPError):
-                failures += 1
-                break
-            if failures >= 5:
-                break
-        assert failures, "the disk never filled"
-        assert acked > 0
-        assert srv.line("AMQP") is not None
-        # The broker keeps serving consumers: the queued messages are delivered.
-        cons = pika.BlockingConnection(params(srv.amqp_port))
-        cch = cons.channel()
-        got: list[bytes] = []
-        cch.basic_consume("full", lambda _c, _m, _p, b: got.append(b), auto_ack=True)
-        wait_until(cons, lambda: len(got) >= acked, timeout=30)
-        assert srv.proc.poll() is None
-        cons.close()
-    finally:
-        if srv is not None:
-            srv.kill()
+    # The free-disk limit is set below anything, so the commit itself hits ENOSPC (a full
+    # disk the alarm did not catch).
+    srv = start_server("--disk-free-limit", "1", data=mnt / "data")
+    c = pika.BlockingConnection(params(srv.amqp_port))
+    ch = c.channel()
+    ch.queue_declare("full", durable=True)
+    ch.confirm_delivery()
+    persistent = pika.BasicProperties(delivery_mode=2)
+    acked: list[int] = []
+    failures = 0
+    for i in range(2000):
+        try:
+            ch.basic_publish("", "full", b"%d:" % i + os.urandom(48 * 1024), persistent)
+            assert failures == 0, "a publish was confirmed after a failed commit"
+            acked.append(i)
+        except NackError:
+            failures += 1
+        except (AMQPConnectionError, AMQPError):
+            failures += 1
+            break
+        if failures >= 5:
+            break
+    assert failures, "the disk never filled"
+    assert acked
+    assert srv.proc.wait(15) == 3, "the server must exit after a failed commit"
+    assert any(ln.startswith("oxiedge: storage failure:") for ln in srv.log_lines)
+    # The operator frees space; the restart (systemd's) recovers what was confirmed.
+    subprocess.run(["mount", "-o", "remount,size=96m", str(mnt)], check=True)
+    again = start_server("--disk-free-limit", "1", data=mnt / "data")
+    cons = pika.BlockingConnection(params(again.amqp_port))
+    cch = cons.channel()
+    got: list[int] = []
+    cch.basic_consume("full", lambda _c, _m, _p, b: got.append(int(b.split(b":")[0])),
+                      auto_ack=True)
+    wait_until(cons, lambda: len(got) >= len(acked), timeout=30)
+    assert set(acked) <= set(got)
+    cons.close()

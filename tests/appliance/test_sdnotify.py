@@ -110,3 +110,29 @@ async def test_watchdog_loop_returns_without_watchdog(monkeypatch: pytest.Monkey
     monkeypatch.delenv("WATCHDOG_USEC", raising=False)
     with trio.fail_after(2):
         await sdnotify.watchdog_loop()
+
+
+async def test_watchdog_loop_stops_pinging_while_unhealthy(
+    manager_socket: socket.socket, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``healthy`` False (a failed or hung WAL sync): no ping, so systemd restarts us."""
+    monkeypatch.setenv("WATCHDOG_USEC", "200000")
+    monkeypatch.delenv("WATCHDOG_PID", raising=False)
+    manager_socket.setblocking(False)
+    receiver = trio.socket.from_stdlib_socket(manager_socket)
+    healthy = [True]
+    with trio.fail_after(10):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(sdnotify.watchdog_loop, lambda interval: healthy[0])
+            assert await receiver.recv(4096) == b"WATCHDOG=1"
+            healthy[0] = False
+            await trio.sleep(0.15)  # a ping already under way may still arrive
+            while True:
+                try:
+                    manager_socket.recv(4096)
+                except BlockingIOError:
+                    break
+            with trio.move_on_after(0.6) as quiet:
+                await receiver.recv(4096)
+            assert quiet.cancelled_caught, "a ping was sent while unhealthy"
+            nursery.cancel_scope.cancel()

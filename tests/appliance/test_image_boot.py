@@ -11,7 +11,12 @@ What is checked, in order:
 1. first boot: hostname oxiedge-XXXX, the data partition grown, a fresh broker credential,
    the unit active after READY=1 (Type=notify) with watchdog pings arriving, SSH by key
    only, `sudo oxiedge status` through the admin socket;
-2. acknowledged data survives a hard power cut (QEMU killed with SIGKILL): MQTT QoS 1
+2. crash-only on storage failure under the real unit: with an EIO injected into the WAL
+   sync (a runtime drop-in sets ``OXIEDGE_TEST_SYNC_EIO_AFTER``, committer.py), a failed
+   commit gets no PUBACK, the server logs its ``oxiedge: storage failure:`` line (seen in
+   ``journalctl``), exits with status 3, systemd restarts it (``NRestarts`` + 1) and the
+   restarted server serves every acknowledged message;
+3. acknowledged data survives a hard power cut (QEMU killed with SIGKILL): MQTT QoS 1
    messages queued for a persistent session and a retained message (paho), persistent
    messages confirmed into a durable AMQP queue (pika), all there after the next boot.
 """
@@ -264,6 +269,80 @@ def mqtt_client(guest: Guest, client_id: str, clean: bool,
     if auth:
         client.username_pw_set(*auth)
     return client
+
+
+FAULT_DROPIN = "/run/systemd/system/oxiedge.service.d/fault.conf"
+FAULT_AFTER = 5
+
+
+def unit_state(image: Path, guest: Guest) -> dict[str, str]:
+    out = ssh(image, guest, "systemctl show -p ActiveState -p SubState -p NRestarts "
+                            "-p MainPID oxiedge.service").stdout
+    return dict(line.split("=", 1) for line in out.split())
+
+
+def test_commit_failure_exits_and_systemd_restarts(image: Path, first_boot: Guest) -> None:
+    from oxiedge.mqtt.codec import encode
+    from oxiedge.mqtt.packets import Puback, Publish
+    from tests.mqtt.rawclient import RawSession
+
+    guest = first_boot
+    auth = credential(guest)
+    assert auth is not None
+    # A runtime drop-in (gone at the next boot): the sync thread fails with EIO after
+    # FAULT_AFTER good syncs. `systemctl restart` returns once READY=1 arrived.
+    ssh(image, guest, f"sudo mkdir -p {Path(FAULT_DROPIN).parent} && printf "
+                      f"'[Service]\\nEnvironment=OXIEDGE_TEST_SYNC_EIO_AFTER={FAULT_AFTER}\\n' "
+                      f"| sudo tee {FAULT_DROPIN} >/dev/null && sudo systemctl daemon-reload "
+                      "&& sudo systemctl restart oxiedge")
+    before = unit_state(image, guest)
+    assert before["ActiveState"] == "active", before
+    client = RawSession(guest.ports["mqtt"])
+    client.connect("crash-writer", username=auth[0], password=auth[1].encode())
+    acked: list[int] = []
+    failed_at = None
+    for i in range(1, 4 * FAULT_AFTER):
+        client.send(encode(Publish(f"crash/{i}", b"c%d" % i, 1, True, False, i)))
+        try:
+            reply = client.next(timeout=60)
+        except (ConnectionError, TimeoutError, OSError):
+            failed_at = i
+            break
+        assert reply == Puback(i), reply
+        acked.append(i)
+    client.close()
+    assert failed_at is not None and len(acked) <= FAULT_AFTER, (acked, failed_at)
+    # systemd notices the exit (status 3) and restarts the unit after RestartSec=2s.
+    deadline = time.monotonic() + BOOT_TIMEOUT
+    while True:
+        state = unit_state(image, guest)
+        if (int(state["NRestarts"]) > int(before["NRestarts"])
+                and state["ActiveState"] == "active" and state["SubState"] == "running"):
+            break
+        assert time.monotonic() < deadline, state
+        time.sleep(2)
+    assert state["MainPID"] != before["MainPID"]
+    journal = ssh(image, guest, "sudo journalctl -u oxiedge.service --no-pager -b").stdout
+    assert "oxiedge: storage failure: durable writes stopped" in journal, journal[-3000:]
+    assert re.search(r"Main process exited, code=exited, status=3", journal), journal[-3000:]
+    # Drop the fault and restart cleanly; every acknowledged retained message is there.
+    ssh(image, guest, f"sudo rm {FAULT_DROPIN} && sudo systemctl daemon-reload "
+                      "&& sudo systemctl restart oxiedge")
+    reader = RawSession(guest.ports["mqtt"])
+    reader.connect("crash-reader", username=auth[0], password=auth[1].encode())
+    reader.subscribe(1, ("crash/#", 1))
+    got: set[int] = set()
+    while True:
+        try:
+            msg = reader.next(timeout=10)
+        except TimeoutError:
+            break
+        assert isinstance(msg, Publish) and msg.retain, msg
+        if msg.qos:
+            reader.send(encode(Puback(msg.packet_id or 0)))
+        got.add(int(msg.payload[1:]))
+    reader.close()
+    assert set(acked) <= got <= set(acked) | {failed_at}, (acked, got)
 
 
 def test_acknowledged_data_survives_power_cut(image: Path, disk: Path, first_boot: Guest) -> None:

@@ -181,6 +181,15 @@ def serve(
     ingest: Annotated[list[str] | None, typer.Option("--ingest", help=_flag_help("ingest"))] = None,
     mqtt_max_packet_size: Annotated[int | None, typer.Option(help=_flag_help("mqtt_max_packet_size"))] = None,  # noqa: E501
     mqtt_queue_limit: Annotated[int | None, typer.Option(help=_flag_help("mqtt_queue_limit"))] = None,  # noqa: E501
+    mqtt_queue_bytes: Annotated[str | None, typer.Option(help=_flag_help("mqtt_queue_bytes"))] = None,  # noqa: E501
+    mqtt_retained_max: Annotated[int | None, typer.Option(help=_flag_help("mqtt_retained_max"))] = None,  # noqa: E501
+    mqtt_retained_bytes: Annotated[str | None, typer.Option(help=_flag_help("mqtt_retained_bytes"))] = None,  # noqa: E501
+    mqtt_max_sessions: Annotated[int | None, typer.Option(help=_flag_help("mqtt_max_sessions"))] = None,  # noqa: E501
+    mqtt_max_subscriptions: Annotated[int | None, typer.Option(help=_flag_help("mqtt_max_subscriptions"))] = None,  # noqa: E501
+    mqtt_max_topic_levels: Annotated[int | None, typer.Option(help=_flag_help("mqtt_max_topic_levels"))] = None,  # noqa: E501
+    mqtt_max_topic_length: Annotated[int | None, typer.Option(help=_flag_help("mqtt_max_topic_length"))] = None,  # noqa: E501
+    mqtt_max_connect_size: Annotated[str | None, typer.Option(help=_flag_help("mqtt_max_connect_size"))] = None,  # noqa: E501
+    mqtt_connect_timeout: Annotated[int | None, typer.Option(help=_flag_help("mqtt_connect_timeout"))] = None,  # noqa: E501
     amqp_queue_limit: Annotated[int | None, typer.Option(help=_flag_help("amqp_queue_limit"))] = None,  # noqa: E501
     amqp_heartbeat: Annotated[int | None, typer.Option(help=_flag_help("amqp_heartbeat"))] = None,
     amqp_frame_max: Annotated[int | None, typer.Option(help=_flag_help("amqp_frame_max"))] = None,

@@ -46,6 +46,25 @@ OPTIONS: tuple[Option, ...] = (
            str(1 << 20), "largest MQTT packet accepted, bytes"),
     Option("mqtt_queue_limit", "--mqtt-queue-limit", "OXIEDGE_MQTT_QUEUE_LIMIT", "4096",
            "messages queued per MQTT session before the oldest is dropped"),
+    Option("mqtt_queue_bytes", "--mqtt-queue-bytes", "OXIEDGE_MQTT_QUEUE_BYTES", "4MiB",
+           "topic + payload bytes queued per MQTT session before the oldest is dropped"),
+    Option("mqtt_retained_max", "--mqtt-retained-max", "OXIEDGE_MQTT_RETAINED_MAX", "10000",
+           "most retained MQTT messages (topics); more are delivered but not retained"),
+    Option("mqtt_retained_bytes", "--mqtt-retained-bytes", "OXIEDGE_MQTT_RETAINED_BYTES",
+           "16MiB", "topic + payload bytes of all retained MQTT messages"),
+    Option("mqtt_max_sessions", "--mqtt-max-sessions", "OXIEDGE_MQTT_MAX_SESSIONS", "1000",
+           "most MQTT sessions (online and persistent offline); new client ids get CONNACK 3"),
+    Option("mqtt_max_subscriptions", "--mqtt-max-subscriptions",
+           "OXIEDGE_MQTT_MAX_SUBSCRIPTIONS", "1000",
+           "most topic filters per MQTT session; more get SUBACK 0x80"),
+    Option("mqtt_max_topic_levels", "--mqtt-max-topic-levels", "OXIEDGE_MQTT_MAX_TOPIC_LEVELS",
+           "200", "most '/' separators in an MQTT topic name or filter (Mosquitto: 200)"),
+    Option("mqtt_max_topic_length", "--mqtt-max-topic-length", "OXIEDGE_MQTT_MAX_TOPIC_LENGTH",
+           "4096", "longest MQTT topic name or filter, UTF-8 bytes"),
+    Option("mqtt_max_connect_size", "--mqtt-max-connect-size", "OXIEDGE_MQTT_MAX_CONNECT_SIZE",
+           "64KiB", "largest first packet (CONNECT) before authentication, bytes"),
+    Option("mqtt_connect_timeout", "--mqtt-connect-timeout", "OXIEDGE_MQTT_CONNECT_TIMEOUT",
+           "10", "seconds a new MQTT connection has to send its CONNECT"),
     Option("amqp_queue_limit", "--amqp-queue-limit", "OXIEDGE_AMQP_QUEUE_LIMIT", "100000",
            "ready messages per AMQP queue before the oldest is dropped"),
     Option("amqp_heartbeat", "--amqp-heartbeat", "OXIEDGE_AMQP_HEARTBEAT", "60",
@@ -85,6 +104,15 @@ class Config:
     ingest: list[str] = field(default_factory=list)
     mqtt_max_packet_size: int = 1 << 20
     mqtt_queue_limit: int = 4096
+    mqtt_queue_bytes: int = 4 << 20
+    mqtt_retained_max: int = 10_000
+    mqtt_retained_bytes: int = 16 << 20
+    mqtt_max_sessions: int = 1000
+    mqtt_max_subscriptions: int = 1000
+    mqtt_max_topic_levels: int = 200
+    mqtt_max_topic_length: int = 4096
+    mqtt_max_connect_size: int = 64 << 10
+    mqtt_connect_timeout: int = 10
     amqp_queue_limit: int = 100_000
     amqp_heartbeat: int = 60
     amqp_frame_max: int = 131072
@@ -227,6 +255,15 @@ _PARSERS: dict[str, Any] = {
     "ingest": parse_routes,
     "mqtt_max_packet_size": lambda n, v: parse_positive_int(n, v, 64),
     "mqtt_queue_limit": parse_positive_int,
+    "mqtt_queue_bytes": _byte_parser(parse_size),
+    "mqtt_retained_max": lambda n, v: parse_positive_int(n, v, 0),
+    "mqtt_retained_bytes": _byte_parser(parse_size),
+    "mqtt_max_sessions": parse_positive_int,
+    "mqtt_max_subscriptions": parse_positive_int,
+    "mqtt_max_topic_levels": parse_positive_int,
+    "mqtt_max_topic_length": parse_positive_int,
+    "mqtt_max_connect_size": _byte_parser(parse_size),
+    "mqtt_connect_timeout": parse_positive_int,
     "amqp_queue_limit": parse_positive_int,
     "amqp_heartbeat": lambda n, v: parse_positive_int(n, v, 0),
     "amqp_frame_max": lambda n, v: parse_positive_int(n, v, 4096),

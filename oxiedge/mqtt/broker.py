@@ -19,8 +19,14 @@ from typing import Any, Protocol
 
 from oxiedge.mqtt import persist
 from oxiedge.mqtt.persist import CF, RawStore
+from oxiedge.mqtt.replay import RetainedReplay
 from oxiedge.mqtt.session import Limits, Message, Outlet, Pending, Session, Stats
-from oxiedge.mqtt.topics import RetainedTrie, TopicTrie, valid_topic_filter
+from oxiedge.mqtt.topics import (
+    RetainedTrie,
+    TopicTrie,
+    topic_filter_problem,
+    topic_limit_problem,
+)
 
 #: ``on_publish(topic, payload, qos, retain) -> bool``: True if it staged durable work.
 PublishHook = Callable[[str, bytes, int, bool], bool]
@@ -39,6 +45,12 @@ class IngestStep(Protocol):
 #: is cleared wholesale: a publisher cycling through more topics than this pays one trie
 #: walk per publish, as without the cache, and memory stays bounded.
 ROUTE_CACHE_MAX = 4096
+#: ... and bounded in the bytes of the cached topics' names (long topics must not pin
+#: megabytes after their publisher left).
+ROUTE_CACHE_MAX_BYTES = 1 << 20
+
+#: Retained messages one ``replay_step`` sends at most before it lets other tasks run.
+REPLAY_BATCH = 64
 
 #: One topic's subscribers: ``(session, highest granted QoS of its matching filters)``.
 Route = tuple[tuple[Session, int], ...]
@@ -74,6 +86,8 @@ class Broker:
         # the subscription set (subscribe, unsubscribe, session discarded, recovery) clears
         # it; nothing else can change what a topic matches.
         self._routes: dict[str, Route] = {}
+        self._routes_bytes = 0  # sum of the cached topics' lengths
+        self.retained_bytes = 0  # topic + payload bytes of ``retained`` (--mqtt-retained-bytes)
 
     # ------------------------------------------------------------------ recovery
     def recover(self) -> tuple[int, int]:
@@ -92,7 +106,12 @@ class Broker:
                 self.subscriptions.add(flt, s, qos)
             for seq, qos, retain, topic, payload in rs.messages:
                 # Possibly sent before the restart: re-deliveries carry DUP (MQTT-3.3.1-1).
-                s.queue.append(Pending(seq, Message(topic, payload), qos, retain, True))
+                m = Message(topic, payload)
+                s.queue.append(Pending(seq, m, qos, retain, True))
+                s.queue_bytes += len(payload) + len(m.topic_b)
+            before = s.dropped
+            s.trim_queue_bytes()  # a lowered --mqtt-queue-bytes: drop (and delete) the oldest
+            pending -= s.dropped - before
             for seq in rs.rel:
                 s.rel[persist.packet_id_of(seq)] = seq
             s.rx2 = set(rs.rx2)
@@ -101,10 +120,14 @@ class Broker:
             self.stats.dropped += rs.surplus
             pending += len(rs.messages)
             self.sessions[s.client_id] = s
-        self._routes.clear()
+        self._clear_routes()
         self._owners = itertools.count(max_owner + 1)
         for topic, qos, payload in persist.load_retained(store):
-            self.retained.set(topic, Retained(Message(topic, payload), qos))
+            # Kept even over the retained bounds (they were accepted under other settings);
+            # the bounds apply to new retained topics.
+            m = Message(topic, payload)
+            self.retained.set(topic, Retained(m, qos))
+            self.retained_bytes += len(m.topic_b) + len(payload)
         return len(self.sessions), pending
 
     # ------------------------------------------------------------------ sessions
@@ -114,6 +137,11 @@ class Broker:
             cid = f"oxiedge-{secrets.token_hex(8)}"
             if cid not in self.sessions:
                 return cid
+
+    def session_room(self, client_id: str) -> bool:
+        """False if a CONNECT for ``client_id`` would create a session beyond
+        ``max_sessions`` (resuming or replacing an existing one is always possible)."""
+        return client_id in self.sessions or len(self.sessions) < self.limits.max_sessions
 
     def open_session(self, client_id: str, clean: bool) -> tuple[Session, bool, bool]:
         """The session for a CONNECT: ``(session, session_present, staged)``.
@@ -144,38 +172,107 @@ class Broker:
         for flt in s.subs:
             self.subscriptions.remove(flt, s)
         s.subs.clear()
-        self._routes.clear()
+        s.replay = None
+        self._clear_routes()
         s.stage_delete()
 
     # ------------------------------------------------------------- subscriptions
+    def filter_problem(self, topic_filter: str) -> str | None:
+        """Why ``topic_filter`` cannot be subscribed (syntax or the topic bounds), or None."""
+        problem = topic_filter_problem(topic_filter)
+        if problem is None:
+            lim = self.limits
+            problem = topic_limit_problem(topic_filter, lim.max_topic_levels,
+                                          lim.max_topic_length)  # fmt: skip
+            if problem is not None:
+                self.stats.topics_refused += 1
+        return problem
+
     def subscribe(
         self, s: Session, topics: Iterable[tuple[str, int]]
     ) -> tuple[list[int], list[tuple[str, int]], bool]:
-        """Apply SUBSCRIBE: ``(return codes, accepted (filter, qos), staged)``."""
+        """Apply SUBSCRIBE: ``(return codes, resulting (filter, qos), staged)``.
+
+        One return code per filter as sent (MQTT-3.8.4-5), but identical filters, in this
+        packet or an earlier one, replace each other (MQTT-3.8.4-3): the result lists each
+        filter once, with the QoS of its last occurrence, and the session record is only
+        staged when the subscription set actually changed."""
         codes: list[int] = []
-        accepted: list[tuple[str, int]] = []
+        resulting: dict[str, int] = {}
+        verdict: dict[str, bool] = {}  # each distinct filter is validated once per packet
+        limits, stats, subs = self.limits, self.stats, s.subs
+        changed = False
         for flt, qos in topics:
-            if not valid_topic_filter(flt):
+            ok = verdict.get(flt)
+            if ok is None:
+                ok = verdict[flt] = self.filter_problem(flt) is None
+            if not ok:
                 codes.append(0x80)  # 3.9.3: failure
                 continue
-            s.subs[flt] = qos  # MQTT-3.8.4-3: replaces an identical filter's QoS
-            self.subscriptions.add(flt, s, qos)
+            old = subs.get(flt)
+            if old is None and len(subs) >= limits.max_subscriptions:
+                stats.subscriptions_refused += 1
+                codes.append(0x80)
+                continue
+            if old != qos:
+                subs[flt] = qos  # MQTT-3.8.4-3: replaces an identical filter's QoS
+                self.subscriptions.add(flt, s, qos)
+                changed = True
             codes.append(qos)
-            accepted.append((flt, qos))
-        if accepted:
-            self._routes.clear()
-        staged = bool(accepted) and s.store is not None
+            resulting.pop(flt, None)
+            resulting[flt] = qos
+        if changed:
+            self._clear_routes()
+        staged = changed and s.store is not None
         if staged:
             s.stage_record()
-        return codes, accepted, staged
+        return codes, list(resulting.items()), staged
 
-    def send_retained(self, s: Session, accepted: list[tuple[str, int]]) -> bool:
-        """Deliver retained messages matching newly (re)established subscriptions with the
-        RETAIN flag set (MQTT-3.3.1-6, MQTT-3.8.4-3); True if durable copies were staged."""
+    def queue_retained(self, s: Session, resulting: Iterable[tuple[str, int]]) -> None:
+        """Owe ``s`` the retained messages of these new (or renewed) subscriptions
+        (MQTT-3.3.1-6, MQTT-3.8.4-3); ``replay_step`` sends them."""
+        if not len(self.retained):
+            return
+        replay = s.replay
+        if replay is None:
+            replay = s.replay = RetainedReplay()
+        for flt, granted in resulting:
+            replay.add(flt, granted)
+
+    def replay_step(self, s: Session, budget: int = REPLAY_BATCH) -> bool:
+        """Send up to ``budget`` owed retained messages (RETAIN set, MQTT-3.3.1-8) while
+        the output buffer is under its bound and no QoS 1/2 message waits for the
+        in-flight window; True if durable copies were staged (kick the committer)."""
+        replay, conn = s.replay, s.conn
+        if replay is None or conn is None:
+            return False
+        out_limit = self.limits.out_limit
         staged = False
-        for flt, granted in accepted:
-            for _topic, r in self.retained.match(flt):
-                staged |= s.deliver(r.msg, min(r.qos, granted), True)
+        sent = 0
+        while sent < budget:
+            if replay.filter is None:
+                if not replay.pending:
+                    s.replay = None
+                    break
+                flt = next(iter(replay.pending))
+                granted = replay.pending.pop(flt)
+                if flt not in s.subs:
+                    continue  # unsubscribed meanwhile
+                replay.filter, replay.granted, replay.index = flt, granted, 0
+                # Topics only: a message replaced or cleared meanwhile is looked up afresh.
+                replay.topics = [topic for topic, _r in self.retained.match(flt)]
+            if replay.index >= len(replay.topics):
+                replay.filter = None
+                replay.topics = []
+                continue
+            if conn.out_bytes >= out_limit or s.queue:
+                break  # the writer calls again once the buffer drained / acks came back
+            topic = replay.topics[replay.index]
+            replay.index += 1
+            r = self.retained.get(topic)
+            if r is not None:
+                staged |= s.deliver(r.msg, min(r.qos, replay.granted), True)
+                sent += 1
         return staged
 
     def unsubscribe(self, s: Session, filters: Iterable[str]) -> bool:
@@ -183,9 +280,11 @@ class Broker:
         for flt in filters:
             if s.subs.pop(flt, None) is not None:
                 self.subscriptions.remove(flt, s)
+                if s.replay is not None:
+                    s.replay.discard(flt)
                 changed = True
         if changed:
-            self._routes.clear()
+            self._clear_routes()
         if changed and s.store is not None:
             s.stage_record()
             return True
@@ -239,20 +338,40 @@ class Broker:
                 best[s] = granted
         route = tuple(best.items())
         routes = self._routes
-        if len(routes) >= ROUTE_CACHE_MAX:
-            routes.clear()
+        if len(routes) >= ROUTE_CACHE_MAX or self._routes_bytes > ROUTE_CACHE_MAX_BYTES:
+            self._clear_routes()
         routes[topic] = route
+        self._routes_bytes += len(topic)
         return route
+
+    def _clear_routes(self) -> None:
+        self._routes.clear()
+        self._routes_bytes = 0
 
     def _retain(self, msg: Message, qos: int) -> bool:
         store = self.store
-        if not msg.payload:
+        old = self.retained.get(msg.topic)
+        old_size = 0 if old is None else len(old.msg.topic_b) + len(old.msg.payload)
+        size = len(msg.topic_b) + len(msg.payload)
+        limits = self.limits
+        refused = bool(msg.payload) and (
+            (old is None and len(self.retained) >= limits.retained_max)
+            or self.retained_bytes - old_size + size > limits.retained_bytes
+        )
+        if refused:
+            # Over --mqtt-retained-max/-bytes: the message is still delivered, not kept.
+            # An older retained message of the topic goes (it is not the latest any more).
+            self.stats.retained_refused += 1
+        if not msg.payload or refused:
             # MQTT-3.3.1-10: an empty retained payload clears the topic's retained message.
-            if self.retained.delete(msg.topic) and store is not None:
-                store.stage_delete_key(CF, persist.retain_key(msg.topic))
-                return True
+            if self.retained.delete(msg.topic):
+                self.retained_bytes -= old_size
+                if store is not None:
+                    store.stage_delete_key(CF, persist.retain_key(msg.topic))
+                    return True
             return False
         self.retained.set(msg.topic, Retained(msg, qos))  # MQTT-3.3.1-5: replaces
+        self.retained_bytes += size - old_size
         if store is not None:
             store.stage_put(CF, persist.retain_key(msg.topic), bytes((qos,)) + msg.payload)
             return True

@@ -40,6 +40,7 @@ from oxiedge.mqtt.packets import (
     Unsubscribe,
     Will,
 )
+from oxiedge.mqtt.topics import DEFAULT_MAX_TOPIC_LENGTH, DEFAULT_MAX_TOPIC_LEVELS
 
 #: Largest value the 4-byte remaining-length field can carry (2.2.3).
 MAX_REMAINING_LENGTH = 268_435_455
@@ -100,9 +101,28 @@ def _check_topic_name(topic: str) -> None:
 
 # Topic names repeat constantly (a sensor publishes to the same topic forever): caching
 # the decoded + validated str per raw bytes keeps UTF-8 decoding and validation off the
-# per-message path. Bounded; cleared wholesale when full.
+# per-message path. Bounded in entries and in bytes, cleared wholesale when full; topics
+# longer than ``_TOPIC_CACHE_LONGEST`` are never cached (a publisher cycling through
+# distinct 60 KB topics must not pin memory after it left; decoding those is cheap next
+# to their size anyway).
 _TOPIC_CACHE: dict[bytes, str] = {}
 _TOPIC_CACHE_MAX = 4096
+_TOPIC_CACHE_MAX_BYTES = 1 << 20  # sum of the cached raw topics' lengths
+_TOPIC_CACHE_LONGEST = 256
+_topic_cache_bytes = 0
+
+
+class TopicTooLong(ProtocolError):
+    """A PUBLISH topic over the configured level or length bound (the connection closes)."""
+
+
+class PacketTooLarge(ProtocolError):
+    """A packet over the decoder's ``max_packet_size`` (refused from its fixed header)."""
+
+
+def topic_cache_bytes() -> int:
+    """Bytes of raw topics the decode cache holds now (``oxiedge status``)."""
+    return _topic_cache_bytes
 
 
 #: A PUBLISH as the connection's hot path gets it from ``Decoder.next_item`` - a plain
@@ -113,8 +133,16 @@ _TOPIC_CACHE_MAX = 4096
 RawPublish = tuple[str, bytes, int, bool, bool, int | None, bytes, bytes | None]
 
 
-def _parse_publish(first: int, frame: bytes, off: int, forwardable: bool) -> RawPublish:
+def _parse_publish(
+    first: int,
+    frame: bytes,
+    off: int,
+    forwardable: bool,
+    max_levels: int = DEFAULT_MAX_TOPIC_LEVELS,
+    max_length: int = DEFAULT_MAX_TOPIC_LENGTH,
+) -> RawPublish:
     """Parse a PUBLISH whose variable header starts at ``frame[off]``."""
+    global _topic_cache_bytes
     qos = (first >> 1) & 3
     if qos == 3:
         raise ProtocolError("PUBLISH with QoS 3 (MQTT-3.3.1-4)")
@@ -129,13 +157,23 @@ def _parse_publish(first: int, frame: bytes, off: int, forwardable: bool) -> Raw
     if end > n:
         raise ProtocolError("truncated topic")
     raw = frame[start:end]
+    tl = end - start
+    # Checked on the raw bytes, cached or not: the bounds are per decoder.
+    if tl > max_length:
+        raise TopicTooLong(f"topic of {tl} bytes exceeds the limit of {max_length}")
+    if raw.count(b"/") > max_levels:
+        raise TopicTooLong(f"topic has more than {max_levels} '/' separators")
     topic = _TOPIC_CACHE.get(raw)
     if topic is None:
         topic, _ = _string(frame, off)
         _check_topic_name(topic)
-        if len(_TOPIC_CACHE) >= _TOPIC_CACHE_MAX:
-            _TOPIC_CACHE.clear()
-        _TOPIC_CACHE[raw] = topic
+        if tl <= _TOPIC_CACHE_LONGEST:
+            if (len(_TOPIC_CACHE) >= _TOPIC_CACHE_MAX
+                    or _topic_cache_bytes + tl > _TOPIC_CACHE_MAX_BYTES):  # fmt: skip
+                _TOPIC_CACHE.clear()
+                _topic_cache_bytes = 0
+            _TOPIC_CACHE[raw] = topic
+            _topic_cache_bytes += tl
     retain = bool(first & 1)
     if qos:
         pid = _packet_id(frame, end)
@@ -311,10 +349,19 @@ def decode_body(first_byte: int, body: bytes) -> Packet:
 class Decoder:
     """Incremental packet decoder: ``feed`` bytes, then iterate complete packets."""
 
-    __slots__ = ("_buf", "_failed", "_pos", "max_packet_size")
+    __slots__ = ("_buf", "_failed", "_pos", "max_packet_size", "max_topic_length",
+                 "max_topic_levels")  # fmt: skip
 
-    def __init__(self, max_packet_size: int = DEFAULT_MAX_PACKET_SIZE) -> None:
+    def __init__(
+        self,
+        max_packet_size: int = DEFAULT_MAX_PACKET_SIZE,
+        max_topic_levels: int = DEFAULT_MAX_TOPIC_LEVELS,
+        max_topic_length: int = DEFAULT_MAX_TOPIC_LENGTH,
+    ) -> None:
+        # The connection lowers this until CONNECT was accepted (pre-authentication bound).
         self.max_packet_size = max_packet_size
+        self.max_topic_levels = max_topic_levels  # PUBLISH topics: '/' separators
+        self.max_topic_length = max_topic_length  # PUBLISH topics: UTF-8 bytes
         self._buf = bytearray()
         self._pos = 0
         self._failed = False
@@ -385,7 +432,7 @@ class Decoder:
         end = i + length
         if end - pos > self.max_packet_size:
             self._failed = True
-            raise ProtocolError(
+            raise PacketTooLarge(
                 f"packet of {end - pos} bytes exceeds max_packet_size {self.max_packet_size}"
             )
         if end > n:
@@ -397,7 +444,8 @@ class Decoder:
                 # Forwardable only if re-encoding would give the same bytes: the length
                 # in as few bytes as possible (a peer may pad it, 2.2.3 does not forbid).
                 forwardable = shift == 0 or length >= 1 << shift
-                return _parse_publish(first, bytes(buf[pos:end]), i - pos, forwardable)
+                return _parse_publish(first, bytes(buf[pos:end]), i - pos, forwardable,
+                                      self.max_topic_levels, self.max_topic_length)  # fmt: skip
             return decode_body(first, bytes(buf[i:end]))
         except ProtocolError:
             self._failed = True

@@ -36,7 +36,14 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
-from oxiedge.mqtt.codec import Decoder, ProtocolError, RawPublish, encode
+from oxiedge.mqtt.codec import (
+    Decoder,
+    PacketTooLarge,
+    ProtocolError,
+    RawPublish,
+    TopicTooLong,
+    encode,
+)
 from oxiedge.mqtt.packets import (
     Connack,
     Connect,
@@ -53,12 +60,12 @@ from oxiedge.mqtt.packets import (
     Will,
 )
 from oxiedge.mqtt.session import Session
+from oxiedge.mqtt.topics import topic_limit_problem
 
 if TYPE_CHECKING:
     from oxiedge.mqtt.service import MqttService
 
 RECV_SIZE = 65536
-CONNECT_TIMEOUT = 10.0  # seconds a new socket may take to send CONNECT
 CLOSE_FLUSH_TIMEOUT = 5.0  # seconds to flush final replies on a clean close
 
 _PINGRESP = b"\xd0\x00"
@@ -88,7 +95,11 @@ class Connection:
         self.broker = service.broker
         self.store = service.app.store
         self.stream = stream
-        self.decoder = Decoder(service.app.config.mqtt_max_packet_size)
+        limits = service.limits
+        # Before CONNECT is accepted only a small packet is buffered (--mqtt-max-connect-size):
+        # unauthenticated sockets cannot hold --mqtt-max-packet-size each.
+        self.decoder = Decoder(min(service.max_connect_size, service.max_packet_size),
+                               limits.max_topic_levels, limits.max_topic_length)  # fmt: skip
         self.session: Session | None = None
         self.will: Will | None = None
         self.out_bytes = 0
@@ -138,8 +149,11 @@ class Connection:
                     if drain is not None and self.out_bytes <= self._read_pause_at:
                         drain.set()
                     s = self.session
-                    if s is not None and s.conn is self and s.queue:
-                        s.pump()
+                    if s is not None and s.conn is self:
+                        if s.queue:
+                            s.pump()
+                        if s.replay is not None and self.broker.replay_step(s):
+                            self.store.kick()
                 if self._closing:
                     return
         except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
@@ -219,6 +233,7 @@ class Connection:
         ours = s is not None and s.conn is self
         if s is not None and ours:
             s.conn = None
+            s.replay = None  # owed retained messages end with the connection's SUBSCRIBEs
         if self._abnormal and self.will is not None:
             will, self.will = self.will, None
             self.broker.stats.wills += 1
@@ -231,7 +246,7 @@ class Connection:
     async def _reader(self) -> None:
         stream, decoder = self.stream, self.decoder
         first: Packet | None = None
-        with trio.move_on_after(CONNECT_TIMEOUT):
+        with trio.move_on_after(self.service.connect_timeout):
             while first is None:
                 data = await stream.receive_some(RECV_SIZE)
                 if not data:
@@ -240,12 +255,18 @@ class Connection:
                 if decoder.first_byte != 0x10:
                     # MQTT-3.1.0-1: no need to wait for the body of a non-CONNECT.
                     raise ProtocolError("first packet is not CONNECT (MQTT-3.1.0-1)")
-                first = decoder.next_packet()
+                try:
+                    first = decoder.next_packet()
+                except PacketTooLarge:
+                    self.broker.stats.connect_too_large += 1
+                    raise
         if first is None:
+            self.broker.stats.connect_timeouts += 1
             raise _Close("no CONNECT in time", abnormal=False)
         if not isinstance(first, Connect):
             raise ProtocolError("first packet is not CONNECT (MQTT-3.1.0-1)")
         keep_alive = await self._connect(first)
+        decoder.max_packet_size = self.service.max_packet_size  # authenticated now
         # MQTT-3.1.2-24: 1.5x the keep-alive without any packet closes the connection.
         window = keep_alive * 1.5 if keep_alive else math.inf
         handlers = self._handlers()
@@ -303,13 +324,15 @@ class Connection:
             self._send_replies(b"".join(self._replies))
             self._replies.clear()
         if self._after_burst:
-            # Retained messages go out after the SUBACK that establishes the subscription.
-            staged = False
-            for s, accepted in self._after_burst:
-                if s.conn is self:
-                    staged |= self.broker.send_retained(s, accepted)
+            # Retained messages go out after the SUBACK that establishes the subscription,
+            # paced by the output buffer and the in-flight window (``replay.py``).
+            broker = self.broker
+            for sub, resulting in self._after_burst:
+                if sub.conn is self:
+                    broker.queue_retained(sub, resulting)
             self._after_burst.clear()
-            if staged:
+            own = self.session
+            if own is not None and own.conn is self and broker.replay_step(own):
                 self.store.kick()
 
     # ------------------------------------------------------------------- CONNECT
@@ -325,17 +348,34 @@ class Connection:
                 raise _Close("empty client id with clean_session=0", abnormal=False)
             client_id = broker.assign_client_id()  # MQTT-3.1.3-6
         self.client_id = client_id
+        will = pkt.will
+        if will is not None:
+            lim = service.limits
+            if topic_limit_problem(will.topic, lim.max_topic_levels, lim.max_topic_length):
+                broker.stats.topics_refused += 1
+                raise TopicTooLong("will topic over --mqtt-max-topic-levels/-length")
         if not await service.authenticate(pkt.username, pkt.password):
             broker.stats.auth_failures += 1
             # 3.2.2.3: 4 = bad user name or password, 5 = not authorized (no credentials).
             self.write(_connack(4 if pkt.username is not None else 5))
             raise _Close("authentication failed", abnormal=False)
+        if not broker.session_room(client_id):
+            broker.stats.sessions_refused += 1
+            self.write(_connack(3))  # 3.2.2.3: server unavailable
+            raise _Close(f"--mqtt-max-sessions ({service.limits.max_sessions}) reached",
+                         abnormal=False)  # fmt: skip
         old = broker.sessions.get(client_id)
         if old is not None and old.conn is not None:
             conn = old.conn
             old.conn = None  # from here on the old connection delivers nothing
+            old.replay = None
             broker.stats.takeovers += 1
             if isinstance(conn, Connection):
+                if not old.clean and not pkt.clean_session and conn.will is not None:
+                    # A persistent session taken over by a persistent one continues: its
+                    # will is not published (Mosquitto 2; MQTT 5 does the same).
+                    conn.will = None
+                    broker.stats.wills_skipped += 1
                 conn.take_over()
         s, present, staged = broker.open_session(client_id, pkt.clean_session)
         if staged:

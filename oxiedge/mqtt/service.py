@@ -16,6 +16,7 @@ import trio
 
 from oxiedge.app import App
 from oxiedge.mqtt.broker import Broker, PublishHook
+from oxiedge.mqtt.codec import topic_cache_bytes
 from oxiedge.mqtt.connection import Connection
 from oxiedge.mqtt.session import Limits
 from oxiedge.mqtt.topics import valid_topic_name
@@ -31,7 +32,19 @@ class MqttService:
         self.app = app
         config = app.config
         self.persist = bool(config.mqtt_persist)
-        self.limits = Limits(queue_limit=config.mqtt_queue_limit)
+        self.limits = Limits(
+            queue_limit=config.mqtt_queue_limit,
+            queue_bytes=config.mqtt_queue_bytes,
+            max_subscriptions=config.mqtt_max_subscriptions,
+            max_sessions=config.mqtt_max_sessions,
+            retained_max=config.mqtt_retained_max,
+            retained_bytes=config.mqtt_retained_bytes,
+            max_topic_levels=config.mqtt_max_topic_levels,
+            max_topic_length=config.mqtt_max_topic_length,
+        )
+        self.max_packet_size = config.mqtt_max_packet_size
+        self.max_connect_size = config.mqtt_max_connect_size  # before CONNECT is accepted
+        self.connect_timeout = float(config.mqtt_connect_timeout)  # seconds to send CONNECT
         self.broker = Broker(app.store if self.persist else None, self.limits)
         self._lines: list[str] = []
         register_views(app.store)
@@ -127,15 +140,31 @@ class MqttService:
     def status(self) -> dict[str, Any]:
         b = self.broker
         out: dict[str, Any] = dict(b.stats.as_dict())
+        lim = self.limits
+        sessions = b.sessions.values()
         out.update(
             persist=self.persist,
             sessions=len(b.sessions),
             subscriptions=len(b.subscriptions),
             retained=len(b.retained),
-            queued=sum(len(s.queue) for s in b.sessions.values()),
-            inflight=sum(len(s.inflight) + len(s.rel) for s in b.sessions.values()),
-            queue_limit=self.limits.queue_limit,
-            max_inflight=self.limits.max_inflight,
-            max_packet_size=self.app.config.mqtt_max_packet_size,
+            retained_bytes=b.retained_bytes,
+            queued=sum(len(s.queue) for s in sessions),
+            queued_bytes=sum(s.queue_bytes for s in sessions),
+            inflight=sum(len(s.inflight) + len(s.rel) for s in sessions),
+            retained_owed=sum(s.replay.owed() for s in sessions if s.replay is not None),
+            topic_cache_bytes=topic_cache_bytes(),
+            # The bounds (docs/limits.md); each one's counter is in the counters above.
+            queue_limit=lim.queue_limit,
+            queue_bytes_limit=lim.queue_bytes,
+            max_inflight=lim.max_inflight,
+            max_packet_size=self.max_packet_size,
+            max_connect_size=self.max_connect_size,
+            connect_timeout=self.connect_timeout,
+            max_sessions=lim.max_sessions,
+            max_subscriptions=lim.max_subscriptions,
+            retained_max=lim.retained_max,
+            retained_bytes_limit=lim.retained_bytes,
+            max_topic_levels=lim.max_topic_levels,
+            max_topic_length=lim.max_topic_length,
         )
         return out

@@ -19,11 +19,15 @@ Nothing here awaits: the connection task owns the I/O and the commits.
 from __future__ import annotations
 
 from collections import deque
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from oxiedge.mqtt import persist
 from oxiedge.mqtt.codec import encode_publish
 from oxiedge.mqtt.persist import CF, packet_id_of
+from oxiedge.mqtt.topics import DEFAULT_MAX_TOPIC_LENGTH, DEFAULT_MAX_TOPIC_LEVELS
+
+if TYPE_CHECKING:
+    from oxiedge.mqtt.replay import RetainedReplay
 
 
 class Outlet(Protocol):
@@ -41,15 +45,23 @@ class Stats:
         "auth_failures",
         "blocked",
         "commit_errors",
+        "connect_timeouts",
+        "connect_too_large",
         "connections",
         "connections_total",
         "dropped",
         "dropped_qos0",
+        "dropped_queue_bytes",
         "messages_in",
         "messages_out",
         "protocol_errors",
+        "retained_refused",
+        "sessions_refused",
+        "subscriptions_refused",
         "takeovers",
+        "topics_refused",
         "wills",
+        "wills_skipped",
     )
 
     def __init__(self) -> None:
@@ -58,13 +70,21 @@ class Stats:
         self.commit_errors = 0  # commits that failed (nothing of theirs was acked)
         self.connections = 0  # open now
         self.connections_total = 0
-        self.dropped = 0  # queued messages dropped at the queue bound (oldest first)
+        self.connect_timeouts = 0  # sockets closed for sending no CONNECT in time
+        self.connect_too_large = 0  # closed: the first packet exceeded --mqtt-max-connect-size
+        self.dropped = 0  # queued messages dropped at a queue bound (oldest first)
         self.dropped_qos0 = 0  # QoS 0 deliveries skipped on a full output buffer
+        self.dropped_queue_bytes = 0  # of ``dropped``: those dropped at --mqtt-queue-bytes
         self.messages_in = 0  # PUBLISH accepted (clients, wills, bridges)
         self.messages_out = 0  # PUBLISH sent (re-sends included)
         self.protocol_errors = 0
+        self.retained_refused = 0  # retained messages not kept (--mqtt-retained-max/-bytes)
+        self.sessions_refused = 0  # CONNACK 3: --mqtt-max-sessions reached
+        self.subscriptions_refused = 0  # SUBACK 0x80: --mqtt-max-subscriptions reached
         self.takeovers = 0  # MQTT-3.1.4-2
+        self.topics_refused = 0  # over --mqtt-max-topic-levels/-length (0x80 or close)
         self.wills = 0  # will messages published
+        self.wills_skipped = 0  # not published: persistent session taken over by one
 
     def as_dict(self) -> dict[str, int]:
         return {name: getattr(self, name) for name in self.__slots__}
@@ -102,14 +122,36 @@ class Pending:
 
 
 class Limits:
-    """Bounds shared by all sessions."""
+    """Bounds shared by all sessions (defaults: ``oxiedge.config``; docs/limits.md)."""
 
-    __slots__ = ("max_inflight", "out_limit", "queue_limit")
+    __slots__ = ("max_inflight", "max_sessions", "max_subscriptions", "max_topic_length",
+                 "max_topic_levels", "out_limit", "queue_bytes", "queue_limit",
+                 "retained_bytes", "retained_max")  # fmt: skip
 
-    def __init__(self, queue_limit: int, max_inflight: int = 64, out_limit: int = 1 << 20):
+    def __init__(
+        self,
+        queue_limit: int,
+        max_inflight: int = 64,
+        out_limit: int = 1 << 20,
+        *,
+        queue_bytes: int = 4 << 20,
+        max_subscriptions: int = 1000,
+        max_sessions: int = 1000,
+        retained_max: int = 10_000,
+        retained_bytes: int = 16 << 20,
+        max_topic_levels: int = DEFAULT_MAX_TOPIC_LEVELS,
+        max_topic_length: int = DEFAULT_MAX_TOPIC_LENGTH,
+    ) -> None:
         self.queue_limit = queue_limit  # queued (not yet sent) messages per session
+        self.queue_bytes = queue_bytes  # their topic + payload bytes per session
         self.max_inflight = max_inflight  # sent, unacknowledged (incl. PUBREL pending)
         self.out_limit = out_limit  # connection output buffer bytes before we hold back
+        self.max_subscriptions = max_subscriptions  # filters per session
+        self.max_sessions = max_sessions  # sessions (clean and persistent) in the broker
+        self.retained_max = retained_max  # retained messages (topics)
+        self.retained_bytes = retained_bytes  # their topic + payload bytes
+        self.max_topic_levels = max_topic_levels  # '/' separators in a name or filter
+        self.max_topic_length = max_topic_length  # UTF-8 bytes of a name or filter
 
 
 class Session:
@@ -126,7 +168,9 @@ class Session:
         "owner",
         "owner_b",
         "queue",
+        "queue_bytes",
         "rel",
+        "replay",
         "rx2",
         "stats",
         "store",
@@ -151,6 +195,10 @@ class Session:
         self.store = store  # None: nothing of this session goes to disk
         self.subs: dict[str, int] = {}
         self.queue: deque[Pending] = deque()
+        self.queue_bytes = 0  # topic + payload bytes of ``queue`` (--mqtt-queue-bytes)
+        # Retained messages still owed to new subscriptions (MQTT-3.8.4-3), sent at the
+        # pace of the output buffer and the in-flight window: see ``RetainedReplay``.
+        self.replay: RetainedReplay | None = None
         self.inflight: dict[int, Pending] = {}  # packet id -> message, in send order
         self.rel: dict[int, int] = {}  # packet id -> seq: PUBREL sent, PUBCOMP awaited
         self.rx2: set[int] = set()  # inbound QoS 2 packet ids before PUBREL (4.3.3)
@@ -178,9 +226,13 @@ class Session:
         seq = self.next_seq
         self.next_seq = seq + 1
         queue = self.queue
-        if len(queue) >= self.limits.queue_limit:
+        limits = self.limits
+        if len(queue) >= limits.queue_limit:
             self._drop_oldest()
         queue.append(Pending(seq, msg, qos, retain, False))
+        self.queue_bytes += len(msg.payload) + len(msg.topic_b)
+        if self.queue_bytes > limits.queue_bytes:
+            self.trim_queue_bytes()
         store = self.store
         if store is not None:
             store.stage_put(
@@ -192,8 +244,16 @@ class Session:
             self.pump()
         return store is not None
 
+    def trim_queue_bytes(self) -> None:
+        """Drop the oldest queued messages until the queue fits ``queue_bytes`` again;
+        the newest message is always kept (one message never exceeds the packet bound)."""
+        while self.queue_bytes > self.limits.queue_bytes and len(self.queue) > 1:
+            self._drop_oldest()
+            self.stats.dropped_queue_bytes += 1
+
     def _drop_oldest(self) -> None:
         old = self.queue.popleft()
+        self.queue_bytes -= len(old.msg.payload) + len(old.msg.topic_b)
         self.dropped += 1
         self.stats.dropped += 1
         if self.store is not None:
@@ -216,6 +276,7 @@ class Session:
             queue.popleft()
             inflight[pid] = p
             msg = p.msg
+            self.queue_bytes -= len(msg.payload) + len(msg.topic_b)
             conn.write(encode_publish(msg.topic_b, msg.payload, p.qos, p.retain, p.dup, pid))
             p.dup = True  # any later send is a re-delivery (MQTT-3.3.1-1)
             self.stats.messages_out += 1

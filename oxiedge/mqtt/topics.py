@@ -40,6 +40,26 @@ def topic_filter_problem(topic_filter: str) -> str | None:
     return None
 
 
+#: Mosquitto's hierarchy limit: at most this many ``/`` separators in a topic or filter.
+DEFAULT_MAX_TOPIC_LEVELS = 200
+#: Longest topic name or filter accepted, UTF-8 bytes (the protocol allows 65535).
+DEFAULT_MAX_TOPIC_LENGTH = 4096
+
+
+def topic_limit_problem(topic: str, max_levels: int, max_length: int) -> str | None:
+    """``None`` if ``topic`` (a name or a filter) is within the configured bounds.
+
+    ``max_levels`` counts ``/`` separators as Mosquitto does (``"/" * 200`` passes,
+    ``"/" * 201`` does not); ``max_length`` is in UTF-8 bytes. The walks over a topic
+    (trie, matching) cost one step per level, so both bound the work one topic costs."""
+    if topic.count("/") > max_levels:
+        return f"topic has more than {max_levels} '/' separators"
+    # A code point is at most 4 UTF-8 bytes: short topics skip the encoding.
+    if len(topic) * 4 > max_length and len(topic.encode("utf-8")) > max_length:
+        return f"topic longer than {max_length} bytes"
+    return None
+
+
 def valid_topic_filter(topic_filter: str) -> bool:
     """A subscription filter: ``+`` occupies a whole level (MQTT-4.7.1-3); ``#`` occupies
     a whole level and is the last one (MQTT-4.7.1-2); non-empty (MQTT-4.7.3-1)."""

@@ -14,7 +14,7 @@ from oxiedge.app import App
 from oxiedge.auth import UserStore
 from oxiedge.config import Config
 from oxiedge.mqtt.codec import Decoder, encode
-from oxiedge.mqtt.connection import CONNECT_TIMEOUT, Connection
+from oxiedge.mqtt.connection import Connection
 from oxiedge.mqtt.packets import (
     Connack,
     Connect,
@@ -115,7 +115,8 @@ async def test_no_connect_in_time_closes(
         start = trio.current_time()
         assert await peer.next() is None
         assert peer.closed_at is not None
-        assert peer.closed_at - start == pytest.approx(CONNECT_TIMEOUT, abs=0.01)
+        assert peer.closed_at - start == pytest.approx(service.connect_timeout, abs=0.01)
+        assert service.broker.stats.connect_timeouts == 1
         nursery.cancel_scope.cancel()
 
 

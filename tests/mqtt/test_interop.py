@@ -175,7 +175,25 @@ def test_session_takeover(shared_mqtt: Server, clients: Make) -> None:
     assert [m.payload for m in second.get_n(5)] == [str(i).encode() for i in range(5)]
     second.assert_nothing(0.3)
     first.assert_nothing(0.01)
-    assert watcher.get().payload == b"old"
+    # A persistent session taken over by a persistent one goes on: no will (Mosquitto 2,
+    # MQTT 5; the Mosquitto test 07-will-takeover).
+    watcher.assert_nothing(0.01)
+
+
+def test_takeover_by_a_clean_session_publishes_the_will(
+    shared_mqtt: Server, clients: Make
+) -> None:
+    port = shared_mqtt.mqtt_port
+    watcher = clients(port, "watcher-c")
+    watcher.connect()
+    watcher.subscribe(("tkc/#", 0))
+    first = clients(port, "dup-clean", clean=False)
+    first.connect(will=("tkc/dup", b"gone", 0, False))
+    second = clients(port, "dup-clean", clean=True)
+    assert second.connect() is False  # clean: the old session ended, and with it its will
+    assert first.disconnected.wait(10), "old connection not closed (MQTT-3.1.4-2)"
+    first.c.loop_stop()
+    assert watcher.get().payload == b"gone"
 
 
 def test_keepalive_timeout_closes_and_sends_will(shared_mqtt: Server, clients: Make) -> None:

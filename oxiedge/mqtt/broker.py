@@ -203,15 +203,15 @@ class Broker:
         limits, stats, subs = self.limits, self.stats, s.subs
         changed = False
         for flt, qos in topics:
+            old = subs.get(flt)
+            if old is None and len(subs) >= limits.max_subscriptions:
+                stats.subscriptions_refused += 1
+                codes.append(0x80)  # 3.9.3: failure
+                continue
             ok = verdict.get(flt)
             if ok is None:
                 ok = verdict[flt] = self.filter_problem(flt) is None
             if not ok:
-                codes.append(0x80)  # 3.9.3: failure
-                continue
-            old = subs.get(flt)
-            if old is None and len(subs) >= limits.max_subscriptions:
-                stats.subscriptions_refused += 1
                 codes.append(0x80)
                 continue
             if old != qos:

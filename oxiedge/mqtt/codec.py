@@ -265,12 +265,24 @@ def _id_only(
 def _decode_subscribe(flags: int, body: bytes) -> Subscribe:
     pid = _packet_id(body, 0)
     off, topics = 2, []
-    while off < len(body):
-        topic, off = _string(body, off)
-        if off >= len(body):
+    n = len(body)
+    # A packet may repeat one filter thousands of times: each distinct one is decoded once
+    # (the memo is bounded by the packet, which is bounded by max_packet_size).
+    seen: dict[bytes, str] = {}
+    while off < n:
+        if off + 2 > n:
+            raise ProtocolError("truncated string length")
+        end = off + 2 + ((body[off] << 8) | body[off + 1])
+        if end > n:
+            raise ProtocolError("truncated string")
+        if end == n:
             raise ProtocolError("SUBSCRIBE filter without requested QoS")
-        qos = body[off]
-        off += 1
+        raw = body[off + 2 : end]
+        topic = seen.get(raw)
+        if topic is None:
+            topic = seen[raw] = _string(body, off)[0]
+        qos = body[end]
+        off = end + 1
         if qos > 2:
             raise ProtocolError("bad requested QoS byte (MQTT-3-8.3-4)")
         topics.append((topic, qos))

@@ -362,7 +362,7 @@ class Decoder:
     """Incremental packet decoder: ``feed`` bytes, then iterate complete packets."""
 
     __slots__ = ("_buf", "_failed", "_pos", "max_packet_size", "max_topic_length",
-                 "max_topic_levels")  # fmt: skip
+                 "max_topic_levels", "mqtt31")  # fmt: skip
 
     def __init__(
         self,
@@ -374,6 +374,9 @@ class Decoder:
         self.max_packet_size = max_packet_size
         self.max_topic_levels = max_topic_levels  # PUBLISH topics: '/' separators
         self.max_topic_length = max_topic_length  # PUBLISH topics: UTF-8 bytes
+        # MQTT 3.1 (protocol level 3) lets PUBREL, SUBSCRIBE and UNSUBSCRIBE carry the DUP
+        # flag (a re-sent one); 3.1.1 fixed their flags (MQTT-2.2.2-2). Set after CONNECT.
+        self.mqtt31 = False
         self._buf = bytearray()
         self._pos = 0
         self._failed = False
@@ -458,6 +461,8 @@ class Decoder:
                 forwardable = shift == 0 or length >= 1 << shift
                 return _parse_publish(first, bytes(buf[pos:end]), i - pos, forwardable,
                                       self.max_topic_levels, self.max_topic_length)  # fmt: skip
+            if self.mqtt31 and first & 0x08 and first >> 4 in (6, 8, 10):
+                first &= 0xF7
             return decode_body(first, bytes(buf[i:end]))
         except ProtocolError:
             self._failed = True

@@ -210,6 +210,8 @@ class Connection:
                         self.close_reason = str(exc)
                     except ProtocolError as exc:
                         stats.protocol_errors += 1
+                        if isinstance(exc, TopicTooLong):
+                            stats.topics_refused += 1
                         self._abnormal = True
                         self.close_reason = f"protocol error: {exc}"
                     except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
@@ -267,6 +269,7 @@ class Connection:
             raise ProtocolError("first packet is not CONNECT (MQTT-3.1.0-1)")
         keep_alive = await self._connect(first)
         decoder.max_packet_size = self.service.max_packet_size  # authenticated now
+        decoder.mqtt31 = first.protocol_level == 3
         # MQTT-3.1.2-24: 1.5x the keep-alive without any packet closes the connection.
         window = keep_alive * 1.5 if keep_alive else math.inf
         handlers = self._handlers()
@@ -352,7 +355,6 @@ class Connection:
         if will is not None:
             lim = service.limits
             if topic_limit_problem(will.topic, lim.max_topic_levels, lim.max_topic_length):
-                broker.stats.topics_refused += 1
                 raise TopicTooLong("will topic over --mqtt-max-topic-levels/-length")
         if not await service.authenticate(pkt.username, pkt.password):
             broker.stats.auth_failures += 1
@@ -388,7 +390,8 @@ class Connection:
                 raise _Close("session taken over during CONNECT")
         self.session = s
         self.will = pkt.will
-        self.write(_connack(0, present))
+        # MQTT 3.1 (level 3) has no session-present flag: that byte is reserved there.
+        self.write(_connack(0, present and pkt.protocol_level == 4))
         s.conn = self
         s.resend()
         return pkt.keep_alive

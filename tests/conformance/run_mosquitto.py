@@ -230,7 +230,9 @@ def render(res: Results) -> str:
         lines.append("- none")
     for script, tail in sorted(res.failures.items()):
         why = suite.KNOWN_DIFFERENCES.get(script)
-        last = tail.splitlines()[-1] if tail else ""
+        lines_ = [ln for ln in tail.splitlines() if not ln.startswith("[exit code")]
+        fail = [ln for ln in lines_ if ln.startswith(("FAIL", "Received"))]
+        last = (fail or lines_ or [""])[0]
         note = f" - known difference: {why}" if why else ""
         lines.append(f"- `{script}`{note} (last output: `{last[:160]}`)")
     lines += ["", "Excluded scripts (node: script name):", "",

@@ -88,6 +88,7 @@ def test_retained_count_and_bytes_bounds(
     srv = hostile_server("--mqtt-retained-max", "100", "--mqtt-retained-bytes", "64KiB")
     port = _port(srv)
     with innocent(port, interval=0.02) as client:
+        time.sleep(0.2)
         pub = RawSession(port)
         pub.connect("filler")
         for i in range(300):
@@ -143,6 +144,7 @@ def test_offline_queue_bytes_bound(
     sub.subscribe(1, ("q/#", 1))
     sub.disconnect()
     with innocent(port, interval=0.02) as client:
+        time.sleep(0.2)
         pub = RawSession(port)
         pub.connect("flooder")
         for i in range(100):
@@ -169,6 +171,7 @@ def test_oversized_and_slow_connects_before_authentication(
     srv = hostile_server("--mqtt-connect-timeout", "1")
     port = _port(srv)
     with innocent(port, interval=0.02) as client:
+        time.sleep(0.2)
         srv.rss.mark()  # type: ignore[attr-defined]
         big = [socket.create_connection(("127.0.0.1", port)) for _ in range(50)]
         for s in big:

@@ -38,8 +38,11 @@ def _decode(data: bytes, rnd: random.Random) -> None:
 
 @settings(max_examples=SEEDS, deadline=None, database=None, derandomize=True,
           suppress_health_check=list(HealthCheck))
-@given(st.lists(packets, min_size=1, max_size=4), st.randoms(use_true_random=False))
-def _fuzz(seed: list[Packet], rnd: random.Random) -> None:
+@given(st.lists(packets, min_size=1, max_size=4), st.integers(0, 2**32 - 1))
+def _fuzz(seed: list[Packet], rnd_seed: int) -> None:
+    # The mutations' randomness comes from one drawn seed (drawing each random number
+    # from Hypothesis would overrun its buffer after a few hundred mutations).
+    rnd = random.Random(rnd_seed)
     base = b"".join(encode(p) for p in seed)
     _decode(base, rnd)
     for _ in range(MUTATIONS):
@@ -56,9 +59,10 @@ def test_mqtt_decoder_survives_a_million_mutated_streams() -> None:
 
 @settings(max_examples=20, deadline=None, database=None, derandomize=True,
           suppress_health_check=list(HealthCheck))
-@given(st.lists(packets, min_size=1, max_size=4), st.randoms(use_true_random=False))
-def test_mqtt_decoder_fuzz_smoke(seed: list[Packet], rnd: random.Random) -> None:
+@given(st.lists(packets, min_size=1, max_size=4), st.integers(0, 2**32 - 1))
+def test_mqtt_decoder_fuzz_smoke(seed: list[Packet], rnd_seed: int) -> None:
     """The same engine, 20 x 100 inputs, in the default suite."""
+    rnd = random.Random(rnd_seed)
     base = b"".join(encode(p) for p in seed)
     for _ in range(100):
         _decode(mutate(base, rnd), rnd)

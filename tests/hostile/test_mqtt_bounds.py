@@ -48,6 +48,8 @@ def test_topic_level_and_length_limits(
     status = server_status(srv)["mqtt"]
     assert status["topics_refused"] >= 5  # 3 filters + 2 PUBLISH
     assert (status["max_topic_levels"], status["max_topic_length"]) == (200, 4096)
+    print(f"innocent client: {stats}; broker RSS peak {srv.rss.peak >> 20} MiB "  # type: ignore[attr-defined]
+          f"(start {srv.rss.baseline >> 20} MiB)")  # type: ignore[attr-defined]
     stats.assert_responsive(limit_ms=100)
 
 
@@ -77,6 +79,8 @@ def test_distinct_long_topics_do_not_pin_memory(
     status = server_status(srv)["mqtt"]
     assert status["topic_cache_bytes"] <= 1 << 20
     assert after - before < 16 << 20, f"+{(after - before) >> 20} MiB pinned"
+    print(f"innocent client: {stats}; broker RSS peak {srv.rss.peak >> 20} MiB "  # type: ignore[attr-defined]
+          f"(start {srv.rss.baseline >> 20} MiB)")  # type: ignore[attr-defined]
     stats.assert_responsive(limit_ms=100)
 
 
@@ -102,6 +106,8 @@ def test_retained_count_and_bytes_bounds(
     assert status["retained_bytes"] <= 64 << 10
     assert status["retained_refused"] >= 200
     assert len(srv.cli("retained", "--json").stdout.splitlines()) == status["retained"]
+    print(f"innocent client: {stats}; broker RSS peak {srv.rss.peak >> 20} MiB "  # type: ignore[attr-defined]
+          f"(start {srv.rss.baseline >> 20} MiB)")  # type: ignore[attr-defined]
     stats.assert_responsive(limit_ms=100)
 
 
@@ -128,6 +134,8 @@ def test_session_count_bound(
     assert codes == [0] * 20 + [3] * 20
     status = server_status(srv)["mqtt"]
     assert status["sessions_refused"] == 20
+    print(f"innocent client: {stats}; broker RSS peak {srv.rss.peak >> 20} MiB "  # type: ignore[attr-defined]
+          f"(start {srv.rss.baseline >> 20} MiB)")  # type: ignore[attr-defined]
     stats.assert_responsive(limit_ms=100)
 
 
@@ -154,6 +162,8 @@ def test_offline_queue_bytes_bound(
     status = server_status(srv)["mqtt"]
     assert status["queued_bytes"] <= 1 << 20
     assert status["dropped_queue_bytes"] >= 89
+    print(f"innocent client: {stats}; broker RSS peak {srv.rss.peak >> 20} MiB "  # type: ignore[attr-defined]
+          f"(start {srv.rss.baseline >> 20} MiB)")  # type: ignore[attr-defined]
     stats.assert_responsive(limit_ms=100)
     srv.restart()
     sub = RawSession(srv.mqtt_port)
@@ -190,6 +200,8 @@ def test_oversized_and_slow_connects_before_authentication(
     assert status["connect_timeouts"] == 20
     assert status["max_connect_size"] == 64 << 10
     assert 0.5 < waited < 4.0
+    print(f"innocent client: {stats}; broker RSS peak {srv.rss.peak >> 20} MiB "  # type: ignore[attr-defined]
+          f"(start {srv.rss.baseline >> 20} MiB)")  # type: ignore[attr-defined]
     stats.assert_responsive(limit_ms=100)
 
 

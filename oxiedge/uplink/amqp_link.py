@@ -109,6 +109,26 @@ async def run_amqp_link(endpoint: Endpoint, options: LinkOptions, io: LinkIO) ->
             await trio.aclose_forcefully(stream)
 
 
+def returned_seq(properties: bytes | None, device_id: str, link_name: str) -> int | None:
+    """The outbox seq in a returned message's ``message-id`` (``DEVICE/UPLINK/SEQ``), if it
+    is one of this uplink's."""
+    if not properties:
+        return None
+    try:
+        props, _ = spec.BasicProperties.decode(properties)
+    except Exception:  # malformed properties from the upstream: not ours to trust
+        return None
+    mid = props.message_id
+    if isinstance(mid, bytes):
+        mid = mid.decode("utf-8", "replace")
+    if not isinstance(mid, str):
+        return None
+    head, _, tail = mid.rpartition("/")
+    if head != f"{device_id}/{link_name}" or not tail.isdigit():
+        return None
+    return int(tail)
+
+
 async def _connect_tcp(endpoint: Endpoint) -> trio.SocketStream:
     try:
         return await trio.open_tcp_stream(endpoint.host, endpoint.port)
@@ -176,7 +196,7 @@ class _Link:
         self.confirms = ConfirmTracker()
         self.paused: set[str] = set()   # "blocked" (connection) and/or "flow" (channel)
         self.resumed = trio.Event()
-        self.returned = 0               # Basic.Return (unroutable) on this connection
+        self.returned: dict[int, str] = {}  # seq -> why, between its Basic.Return and ack
         self.broken = False             # a send was interrupted: the stream is unusable
         self.failure: BaseException | None = None
         self.ready = False              # handshake complete
@@ -409,7 +429,11 @@ class _Link:
             m = cmd.method
             if isinstance(m, spec.BasicAck):
                 for seq in self.confirms.settle(m.delivery_tag, m.multiple):
-                    self.io.confirmed(seq)
+                    why = self.returned.pop(seq, None)
+                    if why is None:
+                        self.io.confirmed(seq)
+                    else:  # acked, but only after coming back: the upstream did not take it
+                        self.io.returned(seq, why)
             elif isinstance(m, spec.BasicDeliver):
                 self.deliveries_in.send_nowait(cmd)  # bounded by Basic.Qos prefetch
             elif isinstance(m, spec.BasicNack):
@@ -421,20 +445,26 @@ class _Link:
                 raise LinkError(f"upstream refused {len(seqs)} message(s) (basic.nack; "
                                 f"seq {shown})")
             elif isinstance(m, spec.BasicReturn):
-                # mandatory + no queue bound: RabbitMQ returns the message, then acks it.
-                # The ack confirms it (nothing to resend: it would be unroutable again).
-                self.returned += 1
-                self.io.unroutable()
-                level = logging.WARNING if self.returned == 1 else logging.DEBUG
-                log.log(level, "uplink %s: upstream has no queue for routing key %r on "
-                        "exchange %r (%s); message dropped upstream (%d on this connection)",
-                        self.options.name, m.routing_key, m.exchange, m.reply_text,
-                        self.returned)
+                self.on_return(cmd, m)
             elif isinstance(m, spec.BasicCancel):
                 raise LinkError(f"upstream cancelled the consumer of {self.options.queue} "
                                 "(queue deleted?)")
             elif not await self.handle_control(cmd):
                 raise LinkError(f"unexpected {m.NAME} from upstream")
+
+    def on_return(self, cmd: Command, m: spec.BasicReturn) -> None:
+        """A mandatory publish no queue took (RabbitMQ sends it back, then acks it). Our
+        message id ``DEVICE/UPLINK/SEQ`` says which outbox record it was."""
+        seq = returned_seq(cmd.properties, self.options.device_id, self.options.name)
+        if seq is None:
+            # Not one of ours (or its properties were mangled): failing the link makes the
+            # manager resend everything unconfirmed, so nothing is wrongly confirmed.
+            raise LinkError(f"upstream returned a message without our message id "
+                            f"(routing key {m.routing_key!r})")
+        self.returned[seq] = (f"no queue for routing key {m.routing_key!r} on exchange "
+                              f"{m.exchange!r} ({m.reply_code} {m.reply_text})")
+        log.debug("uplink %s: message %d returned by upstream: %s", self.options.name, seq,
+                  self.returned[seq])
 
     async def publisher(self) -> None:
         while True:
@@ -457,9 +487,9 @@ class _Link:
                 await self._write(chunk)
 
     def _encode(self, msg: OutMessage, now: int) -> bytes | None:
-        """Basic.Publish frames for ``msg``; ``None`` (and confirmed, i.e. dropped) if it
-        cannot be expressed upstream. The manager never stages such topics, and resending
-        could not help, so it must not block the outbox."""
+        """Basic.Publish frames for ``msg``; ``None`` (and parked: kept, not sent) if it
+        cannot be expressed upstream. Failing the link could not help and would hold back
+        everything behind it; dropping it would lose it."""
         opts = self.options
         key = upstream_name("amqp", opts.prefix, msg.topic)
         try:
@@ -472,9 +502,7 @@ class _Link:
                                  timestamp=msg.enqueued_ms // 1000 or now,
                                  frame_max=self.frame_max)
         except ValueError as exc:
-            log.warning("uplink %s: dropping message %d on topic %r: %s",
-                        opts.name, msg.seq, msg.topic, exc)
-            self.io.confirmed(msg.seq)
+            self.io.park(msg.seq, str(exc))
             return None
 
     async def _write(self, chunk: list[bytes]) -> None:

@@ -9,6 +9,8 @@ one upstream node and knows only its protocol:
     Connect (TLS when the scheme ends in ``s``), handshake, call ``io.up()``, then until the
     connection fails: send what ``await io.take(n)`` hands out, call ``io.confirmed(seq)``
     when the upstream confirms exactly that message (AMQP publisher confirm / MQTT PUBACK),
+    ``io.returned(seq, why)`` when it gave the message back instead (AMQP Basic.Return),
+    ``io.park(seq, why)`` for a message it cannot express upstream (never sent),
     and for inbound commands ``await io.deliver(topic, payload)`` (returns once the message
     is durable locally) *before* acknowledging it upstream. A dead peer (no heartbeat /
     PINGRESP within the bound) or any failure raises ``LinkError`` with a one-line reason;
@@ -170,9 +172,14 @@ class LinkIO(Protocol):
     def up(self, endpoint: Endpoint, detail: str = "") -> None:
         """The handshake with ``endpoint`` completed (state → connected)."""
 
-    def unroutable(self) -> None:
-        """The upstream returned a message: nothing there takes its routing key (counted;
-        the confirm that follows still removes it from the outbox)."""
+    def returned(self, seq: int, reason: str) -> None:
+        """The upstream gave ``seq`` back (AMQP Basic.Return: nothing there takes its routing
+        key) and then acked it: it is NOT taken. The manager keeps it in the outbox and
+        retries it with back-off; ``reason`` names the routing key and the reply."""
+
+    def park(self, seq: int, reason: str) -> None:
+        """``seq`` cannot be sent as the uplink is defined (no upstream name for its topic):
+        the manager keeps it in the outbox, not sent, counted in ``parked``."""
 
 
 # ------------------------------------------------------------------- names

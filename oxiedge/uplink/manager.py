@@ -21,6 +21,15 @@ was in flight when a link died is sent again: duplicates upstream, at most one w
 (half a window, or 50 ms after the first), not one synced round each, so a crash can add
 up to half a window of duplicates more.
 
+Nothing leaves the outbox that the upstream did not take. A message the upstream returns
+(AMQP Basic.Return: no queue for its routing key) is flagged ``RETURNED`` and handed out
+again in *retry rounds*: the first 1 s after the return, then doubling up to 60 s while
+messages keep coming back, back to 1 s once a retried one is confirmed. A message a link
+cannot express upstream is flagged ``PARKED`` and not sent; after a change of protocol,
+prefix or exchange (and at every start) the whole outbox is re-checked, parking what can
+no longer be sent and freeing what now can. Both are counted in ``uplink status``
+(``returned`` / ``returned_waiting``, ``parked``) with a ``warning`` line.
+
 Bounds: ``max_messages`` / ``max_bytes`` per outbox. ``drop-oldest`` deletes the oldest
 records (counted in ``dropped``); ``block`` raises a resource alarm that stops every
 publishing connection from reading until the upstream has drained the outbox below the bound.
@@ -29,6 +38,7 @@ publishing connection from reading until the upstream has drained the outbox bel
 from __future__ import annotations
 
 import logging
+import math
 import random
 import socket
 import time
@@ -52,12 +62,18 @@ from .definitions import (
     stored_names,
 )
 from .link import Endpoint, LinkError, LinkOptions, OutMessage, UplinkError, upstream_name
-from .outbox import Outbox, stored_outbox_names
+from .outbox import PARKED, RETURNED, Outbox, stored_outbox_names
 
 LinkRunner = Callable[[Endpoint, LinkOptions, Any], Awaitable[None]]
 _TOPIC_CACHE = 4096
 BACKOFF_FIRST = 0.5
 BACKOFF_MAX = 30.0
+#: Returned (Basic.Return) messages are retried after this, doubling up to RETRY_MAX while
+#: the upstream keeps returning them; back to RETRY_FIRST once it takes one.
+RETRY_FIRST = 1.0
+RETRY_MAX = 60.0
+#: Records re-checked per event-loop turn after the protocol or prefix changed.
+RECHECK_CHUNK = 2000
 
 
 def default_device_id() -> str:
@@ -83,12 +99,22 @@ class _Connection:
         oldest = uplink.outbox.oldest()
         self.next_seq = oldest if oldest is not None else uplink.outbox.next_seq
         self.inflight: set[int] = set()
+        self.retrying: set[int] = set()  # in flight again after a Basic.Return
         self.up_at: float | None = None
 
     async def take(self, limit: int) -> list[OutMessage]:
         u = self.uplink
         while True:
             room = min(limit, u.definition.window - len(self.inflight))
+            if room > 0 and u.retry_due():
+                retry = u.take_returned(room)
+                if retry:
+                    for m in retry:
+                        self.inflight.add(m.seq)
+                        self.retrying.add(m.seq)
+                    u.retried += len(retry)
+                    u.forwarded += len(retry)
+                    return retry
             staged_end = u.outbox.next_seq
             waiting = staged_end - self.next_seq  # at most this many to send
             if room > 0 and waiting > 0 and (room >= u.batch_min or waiting <= room
@@ -109,7 +135,12 @@ class _Connection:
                     return batch
                 self.next_seq = u.durable_end  # the rest was confirmed or dropped meanwhile
                 continue
-            await u.lot.park()
+            # Wake for new messages, a freed window, or (with room) the next retry round.
+            wake = math.inf
+            if room > 0 and u.outbox.returned and u.retry_at is not None:
+                wake = u.retry_at
+            with trio.move_on_at(wake):
+                await u.lot.park()
 
     def confirmed(self, seq: int) -> None:
         u = self.uplink
@@ -121,15 +152,31 @@ class _Connection:
                 u.flush_deletes()
             elif u.deleted_unsynced == 1:
                 u.manager.flush_soon.set()
+        if seq in self.retrying:
+            self.retrying.discard(seq)
+            u.retry_taken()
         u.after_removal()
+        self._window_freed()
+
+    def returned(self, seq: int, reason: str) -> None:
+        self.inflight.discard(seq)
+        self.retrying.discard(seq)
+        self.uplink.note_returned(seq, reason)
+        self._window_freed()
+
+    def park(self, seq: int, reason: str) -> None:
+        self.inflight.discard(seq)
+        self.retrying.discard(seq)
+        self.uplink.note_parked(seq, reason)
+        self._window_freed()
+
+    def _window_freed(self) -> None:
+        u = self.uplink
         if len(self.inflight) <= u.definition.window - u.batch_min or not self.inflight:
             u.lot.unpark_all()
 
     async def deliver(self, topic: str, payload: bytes) -> None:
         await self.uplink.manager.deliver(self.uplink, topic, payload)
-
-    def unroutable(self) -> None:
-        self.uplink.unroutable += 1
 
     def up(self, endpoint: Endpoint, detail: str = "") -> None:
         u = self.uplink
@@ -163,16 +210,25 @@ class Uplink:
         self.outbox: Outbox
         self.durable_end: int
         self.sent_end: int
+        # What is queued must be re-checked when what it is sent as changed.
+        self.recheck_needed = False
         if previous is not None:
             # A changed definition keeps the running outbox: records staged but not yet
             # committed exist only in it, and a fresh scan would reuse their seqs.
             self.outbox = previous.outbox
             self.durable_end = previous.durable_end
             self.sent_end = previous.sent_end
+            self.recheck_needed = (previous.protocol, previous.prefix,
+                                   previous.definition.exchange) != \
+                (self.protocol, self.prefix, definition.exchange)
         else:
-            self.outbox = Outbox(self.app.store, self.name)
+            # Recovery parks what the definition of now cannot send (it may have changed
+            # while the server was down, or the device id in the prefix did).
+            self.outbox = Outbox(self.app.store, self.name, sendable=self.routable)
             self.durable_end = self.outbox.next_seq  # seqs below this are on disk
             self.sent_end = self.outbox.oldest() or self.outbox.next_seq
+            if self.outbox.parked:
+                self._warn_parked(self.outbox.parked, "at start-up")
         self.scope = trio.CancelScope()
         self.state = "connecting"
         self.node: str | None = None
@@ -180,11 +236,22 @@ class Uplink:
         self.last_error = ""
         self.reconnects = 0
         self.enqueued = self.forwarded = self.confirmed = self.resent = 0
-        self.dropped = self.received = self.skipped = self.unroutable = 0
+        self.dropped = self.received = self.skipped = 0
+        self.returned = self.retried = 0  # Basic.Returns; returned messages sent again
+        # Returned messages wait for a retry round: due at ``retry_at`` (trio clock), then
+        # handed out in seq order from ``retry_cursor``; the delay doubles per round.
+        self.retry_at: float | None = None
+        self.retry_delay = RETRY_FIRST
+        self.retry_cursor = 0
+        self.last_return = ""  # why the last one came back (for the status warning)
+        self.last_parked = ""
         if previous is not None:
             for counter in ("enqueued", "forwarded", "confirmed", "resent", "dropped",
-                            "received", "skipped", "unroutable", "reconnects"):
+                            "received", "skipped", "returned", "retried", "reconnects",
+                            "retry_delay", "last_return", "last_parked"):
                 setattr(self, counter, getattr(previous, counter))
+        if self.outbox.parked and not self.last_parked:
+            self.last_parked = "its topic has no upstream name as the uplink is defined"
         self.rate = 0.0
         self._rate_last = (time.monotonic(), 0)
         self._alarm = False
@@ -232,6 +299,96 @@ class Uplink:
             self.deleted_unsynced = 0
             self.app.store.kick()
 
+    # ------------------------------------------------- returned and parked records
+    def note_returned(self, seq: int, reason: str) -> None:
+        """The upstream gave ``seq`` back: keep it, flagged, for the next retry round."""
+        box = self.outbox
+        first = box.returned == 0
+        if not box.set_flag(seq, RETURNED):
+            return  # dropped meanwhile (drop-oldest): nothing to keep
+        self.returned += 1
+        self.last_return = reason
+        if self.retry_at is None:
+            self.retry_at = trio.current_time() + self.retry_delay
+        self.lot.unpark_all()  # a waiting take() learns the retry deadline
+        if first:
+            self.app.log.warning(
+                "uplink %s: upstream returned message %d: %s; it stays in the outbox and is "
+                "retried with back-off (counted in 'returned')", self.name, seq, reason)
+
+    def retry_due(self) -> bool:
+        """Whether a retry round of returned messages may hand them out now."""
+        if not self.outbox.returned:
+            return False
+        now = trio.current_time()
+        if self.retry_at is None:  # e.g. flags carried over from a previous definition
+            self.retry_at = now + self.retry_delay
+        return now >= self.retry_at
+
+    def take_returned(self, room: int) -> list[OutMessage]:
+        """The next returned messages of this round (unflagged: they go in flight)."""
+        box = self.outbox
+        batch = box.take_returned(self.retry_cursor, room)
+        if batch:
+            self.retry_cursor = batch[-1].seq + 1
+        if len(batch) < room or not box.returned:
+            # Round over: what comes back again waits for the next one, later.
+            self.retry_cursor = 0
+            self.retry_delay = min(RETRY_MAX, self.retry_delay * 2)
+            self.retry_at = trio.current_time() + self.retry_delay if box.returned else None
+        return batch
+
+    def retry_taken(self) -> None:
+        """A retried message was confirmed: the upstream takes them again."""
+        self.retry_delay = RETRY_FIRST
+        if not self.outbox.returned and self.retry_at is None:
+            self.last_return = ""
+
+    def note_parked(self, seq: int, reason: str) -> None:
+        """A link cannot express ``seq`` upstream: keep it, parked, unsent."""
+        if self.outbox.set_flag(seq, PARKED):
+            self.last_parked = reason
+            self._warn_parked(1, f"(message {seq}: {reason})")
+
+    def _warn_parked(self, n: int, where: str) -> None:
+        self.app.log.warning(
+            "uplink %s: %d queued message(s) cannot be sent as the uplink is defined %s; "
+            "parked in the outbox (%d in all): change its protocol or prefix to send them, "
+            "or `oxiedge uplink remove %s` to discard them", self.name, n, where,
+            self.outbox.parked, self.name)
+
+    async def recheck(self) -> None:
+        """After a change of protocol, prefix or exchange: park what can no longer be sent,
+        free what now can (returned ones are sent again at once), in chunks."""
+        box = self.outbox
+        seq = box.oldest()
+        parked = freed = 0
+        while seq is not None:
+            seq, p, f = box.recheck(self.routable, seq, RECHECK_CHUNK)
+            parked, freed = parked + p, freed + f
+            await trio.sleep(0)
+        self.retry_at, self.retry_cursor = None, 0
+        self.recheck_needed = False
+        if parked:
+            self.last_parked = "its topic has no upstream name under the new definition"
+            self._warn_parked(parked, "now")
+        if freed:
+            self.app.log.info("uplink %s: %d parked message(s) can be sent again", self.name,
+                              freed)
+
+    def warning(self) -> str:
+        """What an operator should know about records waiting unsent ('' if none)."""
+        box, parts = self.outbox, []
+        if box.returned:
+            due = "" if self.retry_at is None else \
+                f", next retry in {max(0.0, self.retry_at - trio.current_time()):.0f} s"
+            parts.append(f"{box.returned} message(s) returned by the upstream ("
+                         f"{self.last_return}){due}")
+        if box.parked:
+            why = self.last_parked or "no upstream name"
+            parts.append(f"{box.parked} message(s) parked: {why}")
+        return "; ".join(parts)
+
     def after_removal(self) -> None:
         """Clear the ``block`` alarm once the outbox is back under its bounds."""
         if self._alarm:
@@ -255,6 +412,8 @@ class Uplink:
 
     async def _run(self) -> None:
         log = self.app.log
+        if self.recheck_needed:
+            await self.recheck()
         failures = 0
         index = 0
         while True:
@@ -311,7 +470,9 @@ class Uplink:
             "inflight": len(self.conn.inflight) if self.conn is not None else 0,
             "enqueued": self.enqueued, "forwarded": self.forwarded,
             "confirmed": self.confirmed, "resent": self.resent, "dropped": self.dropped,
-            "skipped": self.skipped, "unroutable": self.unroutable, "received": self.received,
+            "skipped": self.skipped, "returned": self.returned,
+            "returned_waiting": box.returned, "retried": self.retried, "parked": box.parked,
+            "warning": self.warning(), "received": self.received,
             "lag_seconds": round(box.oldest_age(), 3), "rate": round(self.rate, 1),
             "last_error": self.last_error, "reconnects": self.reconnects,
             "connected_since": None if self.connected_since is None else time.strftime(

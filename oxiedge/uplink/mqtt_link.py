@@ -54,9 +54,10 @@ Decisions
   waits behind it: keep the keep-alive above the upload time of the largest message.
 * An inbound packet larger than ``MAX_INBOUND_PACKET`` is a ``LinkError``.
 * An outbox message whose upstream name cannot exist (prefix + topic longer than 65535
-  bytes) is dropped with a warning and confirmed, as the AMQP link does with a routing key
-  it cannot express: failing the link instead would resend it first on every connection
-  and hold back everything queued behind it, forever.
+  bytes) is *parked* (``io.park``): kept in the outbox, not sent, counted - as the AMQP link
+  does with a routing key it cannot express. Failing the link instead would resend it first
+  on every connection and hold back everything queued behind it; confirming it would lose
+  it. (The manager never queues such a topic; it happens when the prefix changed.)
 """
 
 from __future__ import annotations
@@ -465,13 +466,11 @@ class _Link:
             for msg in batch:
                 topic = self._upstream_topic(msg.topic)
                 if topic is None:
-                    # It can never be sent: failing the link would resend it first on every
-                    # connection and hold back everything behind it for good. Dropped,
-                    # as the AMQP link drops a routing key it cannot express.
-                    log.warning("uplink %s: dropping message %d: local topic %.60r... has no "
-                                "valid upstream MQTT name (longer than 65535 bytes with the "
-                                "prefix)", self.options.name, msg.seq, msg.topic)
-                    self.io.confirmed(msg.seq)
+                    # It cannot be sent as the uplink is defined: failing the link would
+                    # resend it first on every connection and hold back everything behind
+                    # it. Parked: it stays in the outbox, unsent (module docstring).
+                    self.io.park(msg.seq, "its upstream MQTT topic would be longer than 65535 "
+                                 "bytes with the prefix")
                     continue
                 pid = self._allocate_id()
                 self.inflight[pid] = msg.seq

@@ -33,7 +33,7 @@ from oxiedge.uplink.amqp_client import (
     publish_bytes,
     tune_ok,
 )
-from oxiedge.uplink.amqp_link import run_amqp_link
+from oxiedge.uplink.amqp_link import returned_seq, run_amqp_link
 from oxiedge.uplink.link import Endpoint, LinkError, LinkOptions, OutMessage, parse_endpoint
 
 from .proxy import Proxy
@@ -47,7 +47,8 @@ class RecordingIO:
     def __init__(self, deliver: str = "ok") -> None:
         self.pending: list[OutMessage] = []
         self.confirmed_seqs: list[int] = []
-        self.returned = 0
+        self.returns: list[tuple[int, str]] = []  # (seq, why) given back by the upstream
+        self.parked: list[tuple[int, str]] = []
         self.delivered: list[tuple[str, bytes]] = []
         self.deliver_calls = 0
         self.deliver_mode = deliver  # ok | hang | crash | refuse
@@ -91,8 +92,13 @@ class RecordingIO:
         self.up_calls.append((endpoint, detail))
         self._poke()
 
-    def unroutable(self) -> None:
-        self.returned += 1
+    def returned(self, seq: int, reason: str) -> None:
+        self.returns.append((seq, reason))
+        self._poke()
+
+    def park(self, seq: int, reason: str) -> None:
+        self.parked.append((seq, reason))
+        self._poke()
 
     async def until(self, cond: Callable[[], bool], timeout: float = 10.0) -> None:
         with trio.fail_after(timeout):
@@ -259,45 +265,59 @@ async def test_publish_confirmed_once_each_and_in_queue_in_order(rabbit: Rabbit)
     assert isinstance(info["timestamp"], int) and info["timestamp"] > 1_600_000_000
 
 
-async def test_prefix_custom_exchange_and_unroutable_return(
+async def test_prefix_custom_exchange_and_returned_message(
         rabbit: Rabbit, caplog: pytest.LogCaptureFixture) -> None:
     tok = token()
     exchange = f"oxiedge.test.{tok}"
     options = opts(prefix=f"site/{tok}/", exchange=exchange)
     io = RecordingIO()
-    caplog.set_level(logging.WARNING, logger="oxiedge")
     async with trio.open_nursery() as nursery:
         link = RunningLink(nursery, parse_endpoint(rabbit.url()), options, io)
         await io.until(lambda: bool(io.up_calls))
         # The link declared the exchange (durable topic): nothing is bound yet, so the
-        # first message comes back as Basic.Return, and its ack still confirms it.
+        # first message comes back as Basic.Return. Its ack is NOT a confirm: the upstream
+        # did not take it, so the link reports it returned (the manager keeps it).
         first = io.add("temp", b"lost")
-        await io.until(lambda: first in io.confirmed_seqs)
+        await io.until(lambda: bool(io.returns))
         await sync(rabbit.declare_sink, f"sink.{tok}", "#", exchange)
         second = io.add("temp", b"21.5")
         await io.until(lambda: second in io.confirmed_seqs)
         await link.stop()
     assert link.error is None
-    assert io.returned == 1  # the first message only
-    assert any("no queue for routing key" in r.getMessage() for r in caplog.records)
+    assert [seq for seq, _ in io.returns] == [first]
+    assert first not in io.confirmed_seqs
+    assert f"routing key 'site.{tok}.temp'" in io.returns[0][1]
+    assert "NO_ROUTE" in io.returns[0][1]
     got = await sync(rabbit.drain, f"sink.{tok}", expect=1)
     assert [(rk, body) for rk, body, _ in got] == [(f"site.{tok}.temp", b"21.5")]
     assert got[0][2]["x-oxiedge-topic"] == "temp"  # the LOCAL topic
 
 
-async def test_untranslatable_topic_is_dropped_not_stuck(
-        rabbit: Rabbit, caplog: pytest.LogCaptureFixture) -> None:
+def test_returned_seq_comes_from_our_message_id_only() -> None:
+    def props(mid: str | None) -> bytes:
+        return spec.BasicProperties(message_id=mid).encode()
+
+    assert returned_seq(props("dev-1/up/42"), "dev-1", "up") == 42
+    assert returned_seq(props("dev-1/other/42"), "dev-1", "up") is None
+    assert returned_seq(props("dev-2/up/42"), "dev-1", "up") is None
+    assert returned_seq(props("dev-1/up/x42"), "dev-1", "up") is None
+    assert returned_seq(props(None), "dev-1", "up") is None
+    assert returned_seq(b"\xff", "dev-1", "up") is None  # garbage properties
+    assert returned_seq(None, "dev-1", "up") is None
+
+
+async def test_untranslatable_topic_is_parked_not_stuck_nor_dropped(rabbit: Rabbit) -> None:
     tok = token()
     await sync(rabbit.declare_sink, f"sink.{tok}", f"{tok}.#")
     io = RecordingIO()
     bad = io.add(f"{tok}/v1.2", b"a dot has no routing-key form")
     good = io.add(f"{tok}/ok", b"fine")
-    caplog.set_level(logging.WARNING, logger="oxiedge")
     async with trio.open_nursery() as nursery:
         link = RunningLink(nursery, parse_endpoint(rabbit.url()), opts(), io)
-        await io.until(lambda: good in io.confirmed_seqs and bad in io.confirmed_seqs)
+        await io.until(lambda: good in io.confirmed_seqs and bool(io.parked))
         await link.stop()
-    assert any(f"dropping message {bad}" in r.getMessage() for r in caplog.records)
+    assert [seq for seq, _ in io.parked] == [bad]
+    assert bad not in io.confirmed_seqs  # kept by the manager, not confirmed away
     got = await sync(rabbit.drain, f"sink.{tok}", expect=1)
     assert [(rk, body) for rk, body, _ in got] == [(f"{tok}.ok", b"fine")]
 

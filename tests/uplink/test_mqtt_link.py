@@ -54,6 +54,7 @@ class FakeIO:
         self.inflight: set[int] = set()
         self.next_seq = len(self.outbox) + 1
         self.confirms: list[int] = []
+        self.parked: list[tuple[int, str]] = []
         self.delivered: list[tuple[str, bytes]] = []
         self.deliver_calls = 0
         self.ups: list[tuple[Endpoint, str]] = []
@@ -103,8 +104,14 @@ class FakeIO:
         self.ups.append((endpoint, detail))
         self._changed()
 
-    def unroutable(self) -> None:  # AMQP only; MQTT has no returned messages
-        raise AssertionError("an MQTT link never reports unroutable messages")
+    def returned(self, seq: int, reason: str) -> None:  # AMQP only
+        raise AssertionError("an MQTT link never reports returned messages")
+
+    def park(self, seq: int, reason: str) -> None:
+        assert seq in self.inflight, f"seq {seq} parked but not in flight"
+        self.inflight.discard(seq)
+        self.parked.append((seq, reason))
+        self._changed()
 
     def add(self, topic: str, payload: bytes) -> None:
         self.outbox.append(OutMessage(self.next_seq, topic, payload))
@@ -153,6 +160,20 @@ async def test_publishes_confirmed_once_in_order_with_prefix(mosquitto: Mosquitt
         assert got[:n] == [(f"site/dev1/sensors/t{i % 7}", b"%d" % i) for i in range(n)]
     finally:
         await in_thread(sub.close)
+
+
+async def test_topic_too_long_upstream_is_parked_not_dropped(mosquitto: Mosquitto) -> None:
+    # Staged under a shorter prefix, say: with this one its upstream name cannot exist.
+    long_topic = "s/" + "x" * (65535 - 2)
+    sub = await in_thread(mosquitto.subscriber, "site/dev1/#", "check-park-1")
+    try:
+        io = FakeIO([(long_topic, b"too long"), ("s/ok", b"fine")])
+        async with running(mosquitto.url(), opts(prefix="site/dev1/"), io):
+            await io.wait(lambda: io.confirms == [2] and len(io.parked) == 1)
+        assert io.parked[0][0] == 1 and "65535" in io.parked[0][1]
+        assert await in_thread(sub.wait_for, 1) == [("site/dev1/s/ok", b"fine")]
+    finally:
+        sub.close()
 
 
 async def test_packet_ids_wrap_past_65535(mosquitto: Mosquitto) -> None:

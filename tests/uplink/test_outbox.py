@@ -9,7 +9,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from oxiedge.store import Store
-from oxiedge.uplink.outbox import Outbox, _Sizes, decode_record, encode_record, stored_outbox_names
+from oxiedge.uplink.outbox import (
+    PARKED,
+    RETURNED,
+    Outbox,
+    _Sizes,
+    decode_record,
+    encode_record,
+    stored_outbox_names,
+)
 
 
 @pytest.fixture
@@ -146,3 +154,59 @@ def test_sizes_free_whole_chunks() -> None:
         sizes.release(seq)
     assert len(sizes._chunks) <= 2 and sizes.oldest() == 9_000
     assert sizes.get(9_000) == 7 and sizes.get(100) is None
+
+
+def test_returned_and_parked_records_wait_unsent_and_are_counted(store: Store) -> None:
+    box = Outbox(store, "up1")
+    for i in range(6):
+        box.stage("a.b" if i == 3 else "t", bytes([i]))
+    store.commit_blocking()
+    assert box.set_flag(2, RETURNED) and box.set_flag(3, RETURNED) and box.set_flag(5, PARKED)
+    assert (box.returned, box.parked, box.messages) == (2, 1, 6)
+    assert [m.seq for m in box.read(1, 100)] == [1, 4, 6]  # the normal pass skips them
+    assert box.set_flag(3, RETURNED) and box.returned == 2  # idempotent
+    # A retry round takes the returned ones in order, unflagged (they go in flight).
+    assert [m.seq for m in box.take_returned(0, 1)] == [2]
+    assert [m.seq for m in box.take_returned(3, 10)] == [3]
+    assert box.returned == 0 and box.take_returned(0, 10) == []
+    # Removing a flagged record (a drop, a confirm) keeps the counts right.
+    assert box.remove(5) and box.parked == 0
+    assert not box.set_flag(5, PARKED)  # gone: nothing to flag
+    # A re-check parks what is not sendable and frees the rest, chunk by chunk.
+    box.set_flag(1, RETURNED)
+    nxt, parked, freed = box.recheck(lambda topic: "." not in topic, 1, 2)
+    assert nxt is not None and box.returned == 0  # seq 1 was re-checked: unflagged
+    while nxt is not None:
+        nxt, p, f = box.recheck(lambda topic: "." not in topic, nxt, 2)
+        parked, freed = parked + p, freed + f
+    assert (parked, freed, box.parked) == (1, 0, 1)
+    assert [m.seq for m in box.read(1, 100)] == [1, 2, 3, 6]
+    _n, p, f = box.recheck(lambda topic: True, 1, 100)
+    assert (p, f, box.parked) == (0, 1, 0)
+    box.clear()
+    assert (box.messages, box.returned, box.parked) == (0, 0, 0)
+
+
+def test_recovery_parks_what_the_definition_cannot_send(tmp_path: Path) -> None:
+    store = Store.open(tmp_path / "db")
+    box = Outbox(store, "up1")
+    for topic in ("t/1", "v1.2/x", "t/2", "v1.2/x"):
+        box.stage(topic, b"p")
+    store.commit_blocking()
+    store.close()
+    store = Store.open(tmp_path / "db")
+    again = Outbox(store, "up1", sendable=lambda topic: "." not in topic)
+    assert (again.messages, again.parked, again.returned) == (4, 2, 0)
+    assert [m.topic for m in again.read(1, 10)] == ["t/1", "t/2"]
+    store.close()
+
+
+def test_sizes_keep_flags_apart_from_sizes() -> None:
+    sizes = _Sizes(1)
+    sizes.append(1, 10)
+    sizes.append(2, (1 << 31))  # absurdly big: capped, never spilling into the flags
+    sizes.set_flags(1, RETURNED | PARKED)
+    assert sizes.get(1) == 10 and sizes.flags(1) == RETURNED | PARKED
+    assert sizes.flags(2) == 0 and sizes.get(2) == (1 << 30) - 2
+    assert list(sizes.flagged(0, RETURNED)) == [1]
+    assert sizes.release(1) == RETURNED | PARKED and sizes.get(1) is None

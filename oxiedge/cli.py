@@ -194,6 +194,13 @@ def serve(
     amqp_heartbeat: Annotated[int | None, typer.Option(help=_flag_help("amqp_heartbeat"))] = None,
     amqp_frame_max: Annotated[int | None, typer.Option(help=_flag_help("amqp_frame_max"))] = None,
     amqp_channel_max: Annotated[int | None, typer.Option(help=_flag_help("amqp_channel_max"))] = None,  # noqa: E501
+    amqp_max_message_size: Annotated[str | None, typer.Option(help=_flag_help("amqp_max_message_size"))] = None,  # noqa: E501
+    amqp_queue_bytes: Annotated[str | None, typer.Option(help=_flag_help("amqp_queue_bytes"))] = None,  # noqa: E501
+    amqp_max_queues: Annotated[int | None, typer.Option(help=_flag_help("amqp_max_queues"))] = None,
+    amqp_max_queues_per_connection: Annotated[int | None, typer.Option(help=_flag_help("amqp_max_queues_per_connection"))] = None,  # noqa: E501
+    amqp_max_consumers_per_connection: Annotated[int | None, typer.Option(help=_flag_help("amqp_max_consumers_per_connection"))] = None,  # noqa: E501
+    amqp_preauth_max_size: Annotated[str | None, typer.Option(help=_flag_help("amqp_preauth_max_size"))] = None,  # noqa: E501
+    amqp_handshake_timeout: Annotated[str | None, typer.Option(help=_flag_help("amqp_handshake_timeout"))] = None,  # noqa: E501
     memory_high_watermark: Annotated[
         str | None, typer.Option(help=_flag_help("memory_high_watermark"))] = None,
     disk_free_limit: Annotated[str | None, typer.Option(help=_flag_help("disk_free_limit"))] = None,

@@ -73,6 +73,25 @@ OPTIONS: tuple[Option, ...] = (
            "largest AMQP frame the server proposes, bytes"),
     Option("amqp_channel_max", "--amqp-channel-max", "OXIEDGE_AMQP_CHANNEL_MAX", "2047",
            "most AMQP channels per connection"),
+    Option("amqp_max_message_size", "--amqp-max-message-size",
+           "OXIEDGE_AMQP_MAX_MESSAGE_SIZE", "16MiB",
+           "largest AMQP message body; a bigger content header gets channel error 406"),
+    Option("amqp_queue_bytes", "--amqp-queue-bytes", "OXIEDGE_AMQP_QUEUE_BYTES", "64MiB",
+           "ready body bytes per AMQP queue without x-max-length-bytes (oldest dropped)"),
+    Option("amqp_max_queues", "--amqp-max-queues", "OXIEDGE_AMQP_MAX_QUEUES", "10000",
+           "most AMQP queues in the broker; more declares get 406"),
+    Option("amqp_max_queues_per_connection", "--amqp-max-queues-per-connection",
+           "OXIEDGE_AMQP_MAX_QUEUES_PER_CONNECTION", "1000",
+           "most live AMQP queues one connection has created; more declares get 406"),
+    Option("amqp_max_consumers_per_connection", "--amqp-max-consumers-per-connection",
+           "OXIEDGE_AMQP_MAX_CONSUMERS_PER_CONNECTION", "1000",
+           "most AMQP consumers on one connection; more basic.consume get 406"),
+    Option("amqp_preauth_max_size", "--amqp-preauth-max-size",
+           "OXIEDGE_AMQP_PREAUTH_MAX_SIZE", "64KiB",
+           "largest AMQP frame before the login completes (connection.start-ok), bytes"),
+    Option("amqp_handshake_timeout", "--amqp-handshake-timeout",
+           "OXIEDGE_AMQP_HANDSHAKE_TIMEOUT", "10",
+           "seconds a new AMQP connection has to log in and open (start-ok .. open)"),
     Option("memory_high_watermark", "--memory-high-watermark", "OXIEDGE_MEMORY_HIGH_WATERMARK",
            "0.4", "block publishers above this RSS: a fraction of the memory limit (RAM, or the"
            " cgroup's MemoryMax/MemoryHigh when lower) or a size >= 32MB (MB = 10^6, MiB = 2^20)"),
@@ -117,6 +136,13 @@ class Config:
     amqp_heartbeat: int = 60
     amqp_frame_max: int = 131072
     amqp_channel_max: int = 2047
+    amqp_max_message_size: int = 16 << 20
+    amqp_queue_bytes: int = 64 << 20
+    amqp_max_queues: int = 10_000
+    amqp_max_queues_per_connection: int = 1000
+    amqp_max_consumers_per_connection: int = 1000
+    amqp_preauth_max_size: int = 64 << 10
+    amqp_handshake_timeout: float = 10.0
     memory_high_watermark: int = 0
     disk_free_limit: int = 200_000_000
     password_file: Path | None = None
@@ -201,6 +227,16 @@ def parse_positive_int(name: str, value: Any, minimum: int = 1) -> int:
     return number
 
 
+def parse_seconds(name: str, value: Any, minimum: float = 0.1) -> float:
+    try:
+        number = float(str(value).strip())
+    except ValueError:
+        raise ConfigError(f"{_label(name)}: invalid number of seconds {value!r}") from None
+    if number < minimum:
+        raise ConfigError(f"{_label(name)}: {number:g} is below the minimum {minimum:g}")
+    return number
+
+
 def parse_bind(name: str, value: Any) -> str:
     text = str(value).strip()
     if text in ("localhost", ""):
@@ -268,6 +304,13 @@ _PARSERS: dict[str, Any] = {
     "amqp_heartbeat": lambda n, v: parse_positive_int(n, v, 0),
     "amqp_frame_max": lambda n, v: parse_positive_int(n, v, 4096),
     "amqp_channel_max": parse_positive_int,
+    "amqp_max_message_size": _byte_parser(parse_size),
+    "amqp_queue_bytes": _byte_parser(parse_size),
+    "amqp_max_queues": parse_positive_int,
+    "amqp_max_queues_per_connection": parse_positive_int,
+    "amqp_max_consumers_per_connection": parse_positive_int,
+    "amqp_preauth_max_size": lambda n, v: max(4096, _byte_parser(parse_size)(n, v)),
+    "amqp_handshake_timeout": lambda n, v: parse_seconds(n, v),
     "memory_high_watermark": _byte_parser(parse_memory_watermark),
     "disk_free_limit": _byte_parser(parse_size),
     "password_file": _optional_path,

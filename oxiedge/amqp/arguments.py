@@ -75,13 +75,19 @@ def check_queue_args(where: str, arguments: dict[str, Any], *, durable: bool,
                 raise AmqpError(PRECONDITION_FAILED, f"invalid property '{prop}' for {where}")
 
 
-def configure_queue(q: Queue, queue_limit: int) -> None:
-    """Set a new queue's behaviour from its (already checked) arguments."""
+def configure_queue(q: Queue, queue_limit: int, queue_bytes: int | None = None) -> None:
+    """Set a new queue's behaviour from its (already checked) arguments.
+
+    ``queue_bytes`` is the broker's default byte cap (``--amqp-queue-bytes``) for a queue
+    declared without ``x-max-length-bytes``; it drops from the head like the count bound.
+    """
     a = q.arguments
     if "x-max-length" in a:  # never above the broker-wide bound
         q.limit = min(queue_limit, int(a["x-max-length"]))
     if "x-max-length-bytes" in a:
         q.max_bytes = int(a["x-max-length-bytes"])
+    elif queue_bytes is not None:
+        q.max_bytes = queue_bytes
     q.overflow = text(a.get("x-overflow", "drop-head"))
     q.reject_publish = q.overflow != "drop-head"
     if "x-message-ttl" in a:
@@ -98,8 +104,9 @@ def configure_queue(q: Queue, queue_limit: int) -> None:
     q.delivery_limit = None if limit is None or limit < 0 else int(limit)
     if "x-expires" in a:
         q.expires_ms = int(a["x-expires"])
-    # Plain queues keep the lean publish path (connection._publish).
-    q.plain = q.message_ttl is None and not q.reject_publish and q.max_bytes is None
+    # Plain queues keep the lean publish path (connection._publish); a byte cap with
+    # drop-head needs nothing there (ByteLimitedQueue.enqueue drops the head itself).
+    q.plain = q.message_ttl is None and not q.reject_publish
 
 
 def check_exchange_args(where: str, arguments: dict[str, Any]) -> str | None:

@@ -91,9 +91,12 @@ def _check_flags(where: str, flags: tuple[tuple[str, bool, bool], ...]) -> None:
 class Broker:
     """Exchanges, queues and bindings; routing; the durable mapping."""
 
-    def __init__(self, store: Any, queue_limit: int = 100_000) -> None:
+    def __init__(self, store: Any, queue_limit: int = 100_000,
+                 queue_bytes: int | None = None) -> None:
         self.store = store
         self.queue_limit = queue_limit
+        #: ready body bytes of a queue declared without x-max-length-bytes (None = no cap)
+        self.queue_bytes = queue_bytes
         self.queues: dict[str, Queue] = {}
         self.exchanges: dict[str, Exchange] = {x.name: x for x in builtin_exchanges()}
         self.next_qid = 1
@@ -181,11 +184,12 @@ class Broker:
     # -- queues ------------------------------------------------------------------------
 
     def _new_queue(self, name: str, qid: int, **kw: Any) -> Queue:
-        cls = ByteLimitedQueue if "x-max-length-bytes" in (kw.get("arguments") or {}) \
-            else Queue
+        byte_limited = self.queue_bytes is not None or \
+            "x-max-length-bytes" in (kw.get("arguments") or {})
+        cls = ByteLimitedQueue if byte_limited else Queue
         q = cls(name, qid, limit=self.queue_limit, on_drop=self._dropped,
                 on_expire=self._expired, on_unused=self._unused, timers=self.timers, **kw)
-        args.configure_queue(q, self.queue_limit)
+        args.configure_queue(q, self.queue_limit, self.queue_bytes)
         self.queues[name] = q
         q.arm()
         return q

@@ -72,6 +72,7 @@ class Channel:
         tag = self.next_tag
         queue = consumer.queue
         self.broker.counters["delivered"] += 1
+        self.conn.delivered += 1
         if consumer.no_ack:
             self.broker.forget(queue, msg)
             self.conn.dirty = True
@@ -275,11 +276,16 @@ class Channel:
             self.reply(spec.ExchangeUnbindOk())
 
     async def on_queue_declare(self, m: spec.QueueDeclare) -> None:
+        conn = self.conn
+        if not m.passive and (not m.queue or m.queue not in self.broker.queues):
+            conn.check_queue_limit(m.queue)
         q, staged = self.broker.declare_queue(
             m.queue, passive=m.passive, durable=m.durable, exclusive=m.exclusive,
             auto_delete=m.auto_delete, arguments=m.arguments, owner=self.conn)
-        if q.exclusive_owner is self.conn:
-            self.conn.exclusive_queues[q.name] = q
+        if q.exclusive_owner is conn:
+            conn.exclusive_queues[q.name] = q
+        if not m.passive:
+            conn.created_queues.add(q)
         self.last_queue = q.name
         await self._commit_if(staged)
         q.expire_head()
@@ -363,6 +369,7 @@ class Channel:
         if q.consumers and (m.exclusive or any(c.exclusive for c in q.consumers)):
             raise AmqpError(ACCESS_REFUSED,
                             f"queue '{q.name}' in vhost '/' in exclusive use")
+        self.conn.check_consumer_limit()
         consumer = Consumer(tag, self, q, m.no_ack, m.exclusive, self.prefetch)
         self.consumers[tag] = consumer
         q.consumers.append(consumer)
@@ -388,6 +395,7 @@ class Channel:
             return
         q.delivered += 1
         self.broker.counters["delivered"] += 1
+        self.conn.delivered += 1
         self.next_tag += 1
         tag = self.next_tag
         if m.no_ack:

@@ -32,6 +32,7 @@ from oxiedge.amqp import spec
 from oxiedge.amqp.errors import (
     COMMAND_INVALID,
     FRAME_ERROR,
+    PRECONDITION_FAILED,
     SYNTAX_ERROR,
     UNEXPECTED_FRAME,
     AmqpError,
@@ -54,6 +55,9 @@ _H = struct.Struct(">H")
 _I = struct.Struct(">I")
 
 HEARTBEAT_FRAME = _FRAME_HDR.pack(FRAME_HEARTBEAT, 0, 0) + bytes([FRAME_END])
+#: The only methods that matter on a channel being closed (spec 1.5.2.5 channel.close:
+#: "the peer ... must discard all frames it receives on the channel except close-ok").
+_CLOSING_METHODS = (spec.ChannelClose, spec.ChannelCloseOk)
 
 
 class ProtocolHeaderMismatch(AmqpError):
@@ -63,6 +67,21 @@ class ProtocolHeaderMismatch(AmqpError):
     def __init__(self, received: bytes) -> None:
         super().__init__(FRAME_ERROR, f"bad protocol header {received!r}", hard=True)
         self.received = received
+
+
+class ContentTooLarge(AmqpError):
+    """A content header announced a body above the configured maximum message size.
+
+    A channel error (406, as RabbitMQ's ``max_message_size``): the header is consumed and the
+    channel is put in discard mode, so the body frames that follow are dropped unread.
+    """
+
+    def __init__(self, channel: int, size: int, limit: int) -> None:
+        super().__init__(PRECONDITION_FAILED,
+                         f"message size {size} is larger than configured max size {limit}",
+                         60, 40, channel=channel)
+        self.size = size
+        self.limit = limit
 
 
 class Heartbeat:
@@ -212,12 +231,19 @@ class FrameParser:
     (spec 4.2.2); a mismatch raises :class:`ProtocolHeaderMismatch`.
     """
 
-    def __init__(self, frame_max: int = 131072, *, expect_header: bool = True) -> None:
+    def __init__(self, frame_max: int = 131072, *, expect_header: bool = True,
+                 max_body: int = 0) -> None:
         self.frame_max = frame_max
+        #: Largest body a content header may announce (0 = no limit): ContentTooLarge above.
+        self.max_body = max_body
         self._buf = b""
         self._pos = 0
         self._need_header = expect_header
         self._pending: dict[int, _Pending] = {}
+        #: Channels being closed by us: their frames are skipped until close-ok.
+        self._discarding: set[int] = set()
+        #: Frames skipped on closing channels (for the connection's counters).
+        self.discarded = 0
 
     def feed(self, data: bytes) -> None:
         """Append bytes received from the peer.
@@ -291,7 +317,19 @@ class FrameParser:
                 return event
         return None
 
+    @property
+    def receiving_bytes(self) -> int:
+        """Body bytes of contents still being received (they count toward memory)."""
+        return sum(p.received for p in self._pending.values()) if self._pending else 0
+
+    @property
+    def receiving(self) -> bool:
+        """A content (publish) is partly received on some channel."""
+        return bool(self._pending)
+
     def _frame(self, ftype: int, channel: int, payload: bytes) -> Command | Heartbeat | None:
+        if self._discarding and channel in self._discarding and ftype != FRAME_HEARTBEAT:
+            return self._closing_frame(ftype, channel, payload)
         if ftype == FRAME_METHOD:
             if channel in self._pending:
                 raise AmqpError(
@@ -317,6 +355,10 @@ class FrameParser:
                 raise AmqpError(
                     UNEXPECTED_FRAME, f"content header of class {class_id}", channel=channel
                 )
+            if self.max_body and body_size > self.max_body:
+                del self._pending[channel]
+                self._discarding.add(channel)  # its body frames are dropped unread
+                raise ContentTooLarge(channel, body_size, self.max_body)
             props = payload[12:]
             pend.delivery_mode = scan_properties(props)
             if props[0] & 0x01:  # the expiration flag (0x0100): rare, so looked up only then
@@ -352,9 +394,30 @@ class FrameParser:
             return HEARTBEAT
         raise AmqpError(FRAME_ERROR, f"unknown frame type {ftype}")
 
+    def _closing_frame(self, ftype: int, channel: int, payload: bytes) -> Command | None:
+        """A frame on a channel we are closing: only channel.close(-ok) is passed on;
+        anything else (content frames, other methods, even undecodable ones) is dropped,
+        never an error (spec 1.5.2.5)."""
+        if ftype == FRAME_METHOD and len(payload) >= 4:
+            ids = _IDS.unpack_from(payload, 0)
+            for cls in _CLOSING_METHODS:
+                if ids == (cls.CLASS_ID, cls.METHOD_ID):
+                    try:
+                        return Command(channel, decode_method(payload))
+                    except AmqpError:
+                        break
+        self.discarded += 1
+        return None
+
     def drop_channel(self, channel: int) -> None:
-        """Forget a half-received content on a channel that is being closed."""
+        """We sent channel.close: forget its half-received content and skip its frames
+        (all but channel.close / close-ok) until :meth:`resume_channel`."""
         self._pending.pop(channel, None)
+        self._discarding.add(channel)
+
+    def resume_channel(self, channel: int) -> None:
+        """The closing handshake of ``channel`` is over: its number may be opened again."""
+        self._discarding.discard(channel)
 
 
 # -- encoding -----------------------------------------------------------------------------

@@ -22,6 +22,18 @@ consumers and for publishers that never read their confirms.
 
 Heartbeats (spec 4.2.7): the server sends one when it has written nothing for half the
 negotiated interval, and declares the peer dead when nothing arrived for two intervals.
+
+Closing, as RabbitMQ does it (spec 1.4.2.8 / 1.5.2.5): frames that arrived before a client's
+``connection.close`` are fully processed first (routed, made durable, confirmed), then
+close-ok is sent and the socket is kept open, reading and discarding, until the client
+closes its side or :data:`CLOSE_LINGER` passes.  Closing at once would make the kernel
+answer the client's still-arriving frames with a reset, which destroys the close-ok before
+the client reads it (amqplib queues its publishes and may write the close frame first).
+A channel the server closes has its frames discarded until its close-ok (codec
+``drop_channel``).  Every connection that ends without a clean handshake logs one line
+(peer, user, reason, counts) and counts in ``connection_errors`` (the server closed it
+with a connection exception) or ``connections_dropped`` (the peer vanished, timed out or
+broke the framing badly enough that no close could be sent).
 """
 
 from __future__ import annotations
@@ -39,6 +51,7 @@ from oxiedge.amqp.codec import (
     HEARTBEAT_FRAME,
     PROTOCOL_HEADER,
     Command,
+    ContentTooLarge,
     FrameParser,
     ProtocolHeaderMismatch,
     encode_content,
@@ -49,6 +62,7 @@ from oxiedge.amqp.errors import (
     CHANNEL_ERROR,
     COMMAND_INVALID,
     CONNECTION_FORCED,
+    FRAME_ERROR,
     INTERNAL_ERROR,
     NO_ROUTE,
     NOT_ALLOWED,
@@ -64,8 +78,9 @@ if TYPE_CHECKING:
     from oxiedge.amqp.service import AmqpService
 
 HIGH_WATER = 1 << 20  # unsent bytes per connection before consumers are skipped
-HANDSHAKE_TIMEOUT = 10.0
 CLOSE_TIMEOUT = 2.0
+#: After close-ok, how long to keep reading (and discarding) until the client closes.
+CLOSE_LINGER = 3.0
 RECEIVE_SIZE = 1 << 16
 
 _CLOSE_OK_FRAME = encode_method(0, spec.ConnectionCloseOk())
@@ -102,6 +117,13 @@ class AmqpConnection:
         self.peer = peer
         self.frame_max: int = cfg.amqp_frame_max
         self.channel_max: int = cfg.amqp_channel_max
+        self.handshake_timeout: float = cfg.amqp_handshake_timeout
+        self.preauth_max_size: int = cfg.amqp_preauth_max_size
+        self.max_message_size: int = cfg.amqp_max_message_size
+        self.max_consumers: int = cfg.amqp_max_consumers_per_connection
+        self.max_queues: int = cfg.amqp_max_queues_per_connection
+        #: Queues this connection created (live ones count toward ``max_queues``).
+        self.created_queues: set[Queue] = set()
         self.heartbeat: int = cfg.amqp_heartbeat
         #: Unacked deliveries per channel never exceed this, prefetch or not.
         self.unacked_limit: int = cfg.amqp_queue_limit
@@ -129,6 +151,18 @@ class AmqpConnection:
         # publishing burst
         self._needs_commit = False
         self._confirms: list[tuple[Channel, int, bool]] = []  # (channel, seq, accepted)
+        # Publishes staged but not awaited (no confirms): synced before any close-ok.
+        self._publishes_unsynced = False
+        self.parser: FrameParser | None = None
+        # -- how it ended (one log line, one counter; see the module docstring) ----------
+        self.published = 0
+        self.delivered = 0
+        self._end_reason = ""
+        self._clean = False  # the close handshake completed
+        self._server_error = False  # we closed it with a connection exception
+        self._linger = False  # the client closed: read until it closes its side
+        self._discarded_bytes = 0  # read and dropped after close-ok
+        self._write_error = ""
 
     # -- output --------------------------------------------------------------------------
 
@@ -145,7 +179,8 @@ class AmqpConnection:
     async def _writer(self, scope: trio.CancelScope) -> None:
         try:
             await self._write_loop()
-        except (trio.BrokenResourceError, trio.ClosedResourceError):
+        except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
+            self._write_error = f"write failed ({exc.__cause__ or exc or 'closed'})"
             scope.cancel()  # the peer is gone: stop the reader too
 
     async def _write_loop(self) -> None:
@@ -184,10 +219,9 @@ class AmqpConnection:
         with trio.move_on_after(timeout):
             data = await self.stream.receive_some(RECEIVE_SIZE)
             if not data:
-                raise PeerGone("connection closed by peer")
+                raise PeerGone("client closed the socket without connection.close")
             return bytes(data)
-        self.log.info("AMQP %s: missed heartbeats from client, closing", self.peer)
-        raise PeerGone("missed heartbeats")
+        raise PeerGone(f"missed heartbeats: nothing from the client for {timeout:g} s")
 
     # -- lifecycle -----------------------------------------------------------------------
 
@@ -200,10 +234,16 @@ class AmqpConnection:
                 try:
                     await self._serve(nursery)
                     await self._wait_drained(CLOSE_TIMEOUT)
-                except (PeerGone, trio.BrokenResourceError, trio.ClosedResourceError):
-                    pass
+                    if self._linger:
+                        await self._discard_until_peer_closes()
+                except PeerGone as exc:
+                    self._end_reason = self._end_reason or str(exc)
+                except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
+                    self._end_reason = self._end_reason or \
+                        f"connection reset ({exc.__cause__ or exc or 'closed'})"
                 except trio.Cancelled:
-                    self._forced = True  # the server is shutting down
+                    if not self._write_error:
+                        self._forced = True  # the server is shutting down
                     raise
                 finally:
                     nursery.cancel_scope.cancel()
@@ -214,15 +254,51 @@ class AmqpConnection:
                 if self._forced and self._opened:
                     await self._say_shutdown()
                 await self.stream.aclose()
+            self._report()
 
+    async def _discard_until_peer_closes(self) -> None:
+        """After close-ok: read and drop whatever the client still sends (spec: frames
+        after connection.close are discarded) until it closes, for at most CLOSE_LINGER."""
+        with trio.move_on_after(CLOSE_LINGER):
+            try:
+                while data := await self.stream.receive_some(RECEIVE_SIZE):
+                    self._discarded_bytes += len(data)
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                pass  # a reset after it read close-ok changes nothing
+
+    def _report(self) -> None:
+        """One log line and one counter for every connection that did not close cleanly."""
+        counters = self.service.counters
+        if self._clean:
+            counters["connections_closed"] += 1
+            if self._discarded_bytes:
+                self.log.debug("AMQP %s: discarded %d bytes after close-ok", self.peer,
+                               self._discarded_bytes)
+            return
+        if self._forced:
+            reason = "broker shutdown"
+        else:
+            reason = self._end_reason or self._write_error or "closed"
+            counters["connection_errors" if self._server_error else "connections_dropped"] += 1
+        self.log.info("AMQP %s (user %r): connection %s: %s - %d published, %d delivered, "
+                      "%d frames discarded", self.peer, self.user,
+                      "closed" if self._server_error else "dropped", reason, self.published,
+                      self.delivered, self.parser.discarded if self.parser else 0)
     async def _say_shutdown(self) -> None:
-        """Tell the client why the socket closes, as RabbitMQ does on shutdown (320)."""
+        """Tell the client why the socket closes, as RabbitMQ does on shutdown (320), and
+        wait briefly for its close-ok (frames before it are discarded)."""
         frame = encode_method(0, spec.ConnectionClose(
             CONNECTION_FORCED, "CONNECTION_FORCED - broker forced connection closure with "
             "reason 'shutdown'", 0, 0))
         try:
             with trio.move_on_after(0.5):
                 await self.stream.send_all(frame)
+                tail = b""
+                while _CLOSE_OK_FRAME not in tail:
+                    data = await self.stream.receive_some(RECEIVE_SIZE)
+                    if not data:
+                        break
+                    tail = tail[-len(_CLOSE_OK_FRAME):] + data
         except (trio.BrokenResourceError, trio.ClosedResourceError, trio.BusyResourceError):
             pass
 
@@ -241,29 +317,38 @@ class AmqpConnection:
         self.store.kick()
 
     async def _serve(self, nursery: trio.Nursery) -> None:
-        parser = FrameParser(self.frame_max, expect_header=True)
+        # Before the login only a small frame is accepted (the start-ok with its client
+        # properties): 500 unauthenticated sockets cannot make the broker buffer much.
+        parser = FrameParser(self.preauth_max_size, expect_header=True,
+                             max_body=self.max_message_size)
+        self.parser = parser
         try:
             try:
-                with trio.fail_after(HANDSHAKE_TIMEOUT):
+                with trio.fail_after(self.handshake_timeout):
                     await self._handshake(parser)
             except trio.TooSlowError:
-                self.log.info("AMQP %s: handshake timed out", self.peer)
+                self.service.counters["handshake_timeouts"] += 1
+                self._end_reason = f"handshake not completed within {self.handshake_timeout:g} s"
                 return
             if self.closed:
                 return
             if self.heartbeat:
                 nursery.start_soon(self._heartbeats)
             await self._loop(parser)
-        except ProtocolHeaderMismatch:
+        except ProtocolHeaderMismatch as exc:
             # Spec 4.2.2: answer a bad protocol header with ours, then close.
+            self._end_reason = f"bad protocol header {exc.received!r}"
             self.send(PROTOCOL_HEADER)
         except AmqpError as exc:
+            if not self._opened and exc.code == FRAME_ERROR and "frame_max" in exc.text:
+                self.service.counters["preauth_too_large"] += 1
+                exc.text += " (before login)"
             await self._close_with(exc, parser)
 
     async def _close_with(self, exc: AmqpError, parser: FrameParser) -> None:
         """Connection exception: send connection.close, wait briefly for close-ok."""
-        self.service.counters["connection_errors"] += 1
-        self.log.info("AMQP %s: closing connection: %s %s", self.peer, exc.code, exc.text)
+        self._server_error = True
+        self._end_reason = f"{exc.code} {exc.text}"
         self.send(encode_method(0, spec.ConnectionClose(
             exc.code, exc.reply_text, exc.class_id, exc.method_id)))
         self._release()
@@ -306,6 +391,7 @@ class AmqpConnection:
             if isinstance(cmd.method, spec.ConnectionClose):
                 self.send(_CLOSE_OK_FRAME)
                 self.closed = True
+                self._clean = self._linger = True
                 return None
             raise AmqpError(COMMAND_INVALID, f"expected {cls.NAME}, got {cmd.method.NAME}",
                             cmd.method.CLASS_ID, cmd.method.METHOD_ID)
@@ -340,6 +426,7 @@ class AmqpConnection:
             self.frame_max = min(self.frame_max, tune_ok.frame_max)
         if tune_ok.channel_max:
             self.channel_max = min(self.channel_max, tune_ok.channel_max)
+        # (parser.frame_max was the pre-login bound until here)
         self.heartbeat = tune_ok.heartbeat  # the client's choice wins (spec connection.tune-ok)
         parser.frame_max = self.frame_max
         open_ = await self._expect(parser, spec.ConnectionOpen)
@@ -399,7 +486,14 @@ class AmqpConnection:
         alarms = getattr(self.service.app, "alarms", None)
         while not self.closed:
             parser.feed(await self._receive())
-            while (ev := parser.next_event()) is not None:
+            while True:
+                try:
+                    ev = parser.next_event()
+                except ContentTooLarge as exc:
+                    await self._content_too_large(exc, parser)
+                    continue
+                if ev is None:
+                    break
                 if ev is HEARTBEAT:
                     continue
                 assert isinstance(ev, Command)
@@ -428,20 +522,38 @@ class AmqpConnection:
             await self._flush()
             if not self.writable:
                 await self._wait_drained()
-            if self.publisher and alarms is not None and alarms.blocked:
+            if alarms is not None and alarms.blocked and (self.publisher or parser.receiving):
                 # Like RabbitMQ: a publishing connection is not read while a memory or disk
-                # alarm is on, so TCP back-pressure throttles the publisher.
+                # alarm is on, so TCP back-pressure throttles the publisher.  One still
+                # receiving its first body counts too: the body is memory already.
                 await alarms.wait_unblocked()
+
+    async def _content_too_large(self, exc: ContentTooLarge, parser: FrameParser) -> None:
+        """A content header announced more than --amqp-max-message-size: 406 on its
+        channel at once (RabbitMQ); the parser already skips the body frames."""
+        self.service.counters["messages_too_large"] += 1
+        ch = self.channels.get(exc.channel)
+        if ch is None:
+            parser.resume_channel(exc.channel)
+            raise AmqpError(CHANNEL_ERROR, f"basic.publish on channel {exc.channel}, which "
+                            "is not open", 60, 40)
+        await self._channel_error(ch, exc, spec.BasicPublish(), parser)
 
     async def _method(self, cmd: Command, parser: FrameParser) -> None:
         m = cmd.method
         number = cmd.channel
         if number == 0:
             if isinstance(m, spec.ConnectionClose):
+                # What arrived before the close is durable before close-ok (spec 1.4.2.8:
+                # the close-ok means the peer may discard the connection's state).
+                await self._sync_before_close()
                 # Channels and exclusive queues go BEFORE close-ok: a client that saw
                 # close-ok and reconnects never finds its old exclusive queue still there.
                 self._release()
                 self.send(_CLOSE_OK_FRAME)
+                # Keep reading until the client closes: frames it queued before its close
+                # must not reach a closed socket (a reset would destroy our close-ok).
+                self._clean = self._linger = True
                 return
             if isinstance(m, spec.ConnectionUpdateSecret):
                 # The new secret must authenticate the connection's user again (for PLAIN
@@ -458,12 +570,15 @@ class AmqpConnection:
             raise AmqpError(COMMAND_INVALID, f"{m.NAME} on channel {number}",
                             m.CLASS_ID, m.METHOD_ID)
         ch = self.channels.get(number)
+        if ch is None and isinstance(m, spec.ChannelCloseOk):
+            return  # a late close-ok after crossing closes: nothing left to do
         if isinstance(m, spec.ChannelOpen):
             if ch is not None:
                 raise AmqpError(CHANNEL_ERROR, f"second 'channel.open' seen on {number}", 20, 10)
             # RabbitMQ's reading of channel_max, which clients rely on: it bounds the number
             # of open channels (any channel number 1-65535 may be used).
             if len(self.channels) >= self.channel_max:
+                self.service.counters["channel_limit_refused"] += 1
                 raise AmqpError(NOT_ALLOWED,
                                 f"number of channels opened ({len(self.channels)}) has "
                                 f"reached the negotiated channel_max ({self.channel_max})",
@@ -478,13 +593,15 @@ class AmqpConnection:
             # After our channel.close only close-ok (or a crossing close) matters.
             if isinstance(m, spec.ChannelCloseOk):
                 del self.channels[number]
+                parser.resume_channel(number)
             elif isinstance(m, spec.ChannelClose):
+                # Crossing closes: answer, and still wait for the close-ok (as RabbitMQ).
                 self.send(encode_method(number, spec.ChannelCloseOk()))
             return
         if isinstance(m, spec.ChannelClose):
+            await self._sync_before_close()  # its publishes are durable before close-ok
             ch.release()
             del self.channels[number]
-            parser.drop_channel(number)
             self.send(encode_method(number, spec.ChannelCloseOk()))
             return
         if isinstance(m, spec.ChannelCloseOk):
@@ -500,6 +617,12 @@ class AmqpConnection:
             self.dirty = False
             self.store.kick()
 
+    async def _sync_before_close(self) -> None:
+        """Make what this connection staged (publishes without confirms, acks) durable."""
+        if self._publishes_unsynced or self.unsynced or self.dirty:
+            self._publishes_unsynced = False
+            await self.commit()
+
     async def _channel_error(self, ch: Channel, exc: AmqpError, m: spec.Method,
                              parser: FrameParser) -> None:
         if not exc.class_id:
@@ -511,6 +634,33 @@ class AmqpConnection:
             exc.code, exc.reply_text, exc.class_id, exc.method_id)))
         parser.drop_channel(ch.number)
         ch.release()
+
+    # -- per-connection bounds (issue 14: one client cannot exhaust the broker) ----------
+
+    def check_queue_limit(self, name: str) -> None:
+        """Before a declare that creates a queue: 406 past the per-connection or the
+        broker-wide queue count (RabbitMQ's words for its vhost queue limit)."""
+        live = {q for q in self.created_queues if not q.deleted}
+        self.created_queues = live
+        total = self.service.app.config.amqp_max_queues
+        if len(live) >= self.max_queues:
+            limit = f"limit of {self.max_queues} queues per connection"
+        elif len(self.broker.queues) >= total:
+            limit = f"queue limit of {total} in vhost '/'"
+        else:
+            return
+        self.service.counters["queue_limit_refused"] += 1
+        raise AmqpError(PRECONDITION_FAILED,
+                        f"cannot declare queue '{name}': {limit} is reached", 50, 10)
+
+    def check_consumer_limit(self) -> None:
+        """Before basic.consume: 406 past the per-connection consumer count."""
+        count = sum(len(ch.consumers) for ch in self.channels.values())
+        if count >= self.max_consumers:
+            self.service.counters["consumer_limit_refused"] += 1
+            raise AmqpError(PRECONDITION_FAILED,
+                            f"limit of {self.max_consumers} consumers per connection is "
+                            "reached", 60, 20)
 
     # -- publishing ----------------------------------------------------------------------
 
@@ -541,6 +691,7 @@ class AmqpConnection:
             q = broker.queues.get(rk)
             queues = [q] if q is not None else []
         x.published += 1
+        self.published += 1
         counters = broker.counters
         counters["published"] += 1
         confirm = ch.confirm
@@ -598,8 +749,9 @@ class AmqpConnection:
         ok = True
         if self._needs_commit and not self._confirms:
             # Nobody waits for a confirm: get the records written soon, but do not hold
-            # this connection's reader for the sync.
+            # this connection's reader for the sync (a close waits for it, though).
             self._needs_commit = False
+            self._publishes_unsynced = True
             self.store.kick()
         elif self._needs_commit:
             self._needs_commit = False

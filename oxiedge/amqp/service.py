@@ -50,10 +50,15 @@ class AmqpService:
 
     def __init__(self, app: App) -> None:
         self.app = app
-        self.broker = Broker(app.store, app.config.amqp_queue_limit)
+        cfg = app.config
+        self.broker = Broker(app.store, cfg.amqp_queue_limit, cfg.amqp_queue_bytes)
         self.connections: set[AmqpConnection] = set()
-        self.counters = {"connections_total": 0, "connection_errors": 0, "channel_errors": 0,
-                         "auth_failures": 0}
+        self.counters = {"connections_total": 0, "connections_closed": 0,
+                         "connection_errors": 0, "connections_dropped": 0,
+                         "channel_errors": 0, "auth_failures": 0, "handshake_timeouts": 0,
+                         "preauth_too_large": 0, "messages_too_large": 0,
+                         "channel_limit_refused": 0, "queue_limit_refused": 0,
+                         "consumer_limit_refused": 0}
         self._recovered = (0, 0)
         self.broker.on_queue_expired = self._queue_expired
         app.store.register_view(persist.COLL, self._message_view)
@@ -121,6 +126,7 @@ class AmqpService:
 
     def status(self) -> dict[str, Any]:
         b = self.broker
+        cfg = self.app.config
         return {
             "connections": len(self.connections),
             "channels": sum(len(c.channels) for c in self.connections),
@@ -130,6 +136,16 @@ class AmqpService:
             "unacked": sum(q.unacked for q in b.queues.values()),
             "consumers": sum(len(q.consumers) for q in b.queues.values()),
             "queue_limit": b.queue_limit,
+            "queue_bytes_default": b.queue_bytes,
+            "receiving_bytes": sum(c.parser.receiving_bytes for c in self.connections
+                                   if c.parser is not None),
+            "max_message_size": cfg.amqp_max_message_size,
+            "channel_max": cfg.amqp_channel_max,
+            "max_queues": cfg.amqp_max_queues,
+            "max_queues_per_connection": cfg.amqp_max_queues_per_connection,
+            "max_consumers_per_connection": cfg.amqp_max_consumers_per_connection,
+            "preauth_max_size": cfg.amqp_preauth_max_size,
+            "handshake_timeout_s": cfg.amqp_handshake_timeout,
             **b.counters,
             **self.counters,
         }

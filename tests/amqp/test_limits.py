@@ -1,0 +1,162 @@
+"""Per-connection and per-message bounds (issue 14, AMQP): each refuses with a clear reply
+code, counts in ``oxiedge status`` and leaves other connections alone."""
+
+from __future__ import annotations
+
+import json
+import struct
+from collections.abc import Iterator
+from typing import Any
+
+import pika
+import pytest
+from pika.exceptions import ChannelClosedByBroker
+
+from oxiedge.amqp import codec, spec
+from tests.amqp.conftest import params
+from tests.amqp.rawclient import RawClient
+from tests.conftest import ServerProcess
+
+PROPS = spec.BasicProperties().encode()
+
+
+def amqp_status(srv: ServerProcess) -> dict[str, Any]:
+    return dict(json.loads(srv.cli("status", "--json").stdout)["amqp"])
+
+
+@pytest.fixture(scope="module")
+def limited(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    srv = ServerProcess(tmp_path_factory.mktemp("limits") / "data", (
+        "--mqtt-port", "off", "--amqp-max-message-size", "1MiB",
+        "--amqp-queue-bytes", "10KiB", "--amqp-max-consumers-per-connection", "3",
+        "--amqp-max-queues-per-connection", "3", "--amqp-max-queues", "6",
+        "--amqp-channel-max", "4", "--amqp-preauth-max-size", "8KiB"), None).start()
+    yield srv
+    srv.stop()
+
+
+def test_content_header_over_max_message_size_is_406_at_once(limited: ServerProcess) -> None:
+    raw = RawClient(limited.amqp_port)
+    raw.handshake()
+    raw.open_channel(1)
+    tib = 1 << 40
+    raw.send(codec.encode_method(1, spec.BasicPublish(0, "", "q"))
+             + codec.encode_frame(2, 1, struct.pack(">HHQ", 60, 0, tib) + PROPS))
+    close = raw.expect(spec.ChannelClose, 1)
+    assert isinstance(close, spec.ChannelClose)
+    assert close.reply_code == 406 and (close.class_id, close.method_id) == (60, 40)
+    assert f"message size {tib} is larger than configured max size {1 << 20}" \
+        in close.reply_text
+    # The client's body frames still in flight are dropped, then close-ok ends the close.
+    raw.send(codec.encode_frame(3, 1, b"b" * 100_000) * 5
+             + codec.encode_method(1, spec.ChannelCloseOk()))
+    raw.open_channel(1)
+    raw.call(1, spec.QueueDeclare(0, "", exclusive=True), spec.QueueDeclareOk)
+    raw.call(0, spec.ConnectionClose(200, "bye", 0, 0), spec.ConnectionCloseOk)
+    raw.close()
+    assert amqp_status(limited)["messages_too_large"] >= 1
+
+
+def test_pika_message_over_the_limit_closes_only_the_channel(limited: ServerProcess) -> None:
+    conn = pika.BlockingConnection(params(limited.amqp_port))
+    ch = conn.channel()
+    q = ch.queue_declare("", exclusive=True,
+                         arguments={"x-max-length-bytes": 4 << 20}).method.queue
+    ch.basic_publish("", q, b"x" * ((1 << 20) + 1))
+    with pytest.raises(ChannelClosedByBroker) as info:
+        ch.queue_declare(q, passive=True)
+    assert info.value.reply_code == 406
+    ch2 = conn.channel()
+    ch2.basic_publish("", q, b"x" * (1 << 20))  # exactly the limit is fine
+    assert ch2.queue_declare(q, passive=True).method.message_count == 1
+    conn.close()
+
+
+def test_start_ok_over_the_pre_login_size_is_refused(limited: ServerProcess) -> None:
+    raw = RawClient(limited.amqp_port)
+    raw.send(codec.PROTOCOL_HEADER)
+    raw.expect(spec.ConnectionStart)
+    raw.method(0, spec.ConnectionStartOk({"junk": "j" * 20_000}, "PLAIN", b"\x00g\x00g"))
+    close = raw.expect_close(501)
+    assert "before login" in close.reply_text
+    raw.close()
+    assert amqp_status(limited)["preauth_too_large"] >= 1
+
+
+def test_default_queue_byte_cap_drops_oldest(limited: ServerProcess) -> None:
+    conn = pika.BlockingConnection(params(limited.amqp_port))
+    ch = conn.channel()
+    capped = ch.queue_declare("", exclusive=True).method.queue
+    roomy = ch.queue_declare("", exclusive=True,
+                             arguments={"x-max-length-bytes": 100_000}).method.queue
+    for i in range(20):
+        ch.basic_publish("", capped, b"%04d" % i + b"." * 1020)
+        ch.basic_publish("", roomy, b"." * 1024)
+    assert ch.queue_declare(capped, passive=True).method.message_count == 10
+    assert ch.queue_declare(roomy, passive=True).method.message_count == 20
+    first = ch.basic_get(capped, auto_ack=True)[2]
+    assert first is not None and first.startswith(b"0010")  # the oldest ten were dropped
+    conn.close()
+
+
+def test_consumers_per_connection(limited: ServerProcess) -> None:
+    conn = pika.BlockingConnection(params(limited.amqp_port))
+    ch = conn.channel()
+    q = ch.queue_declare("lim.consumed").method.queue
+    for _ in range(3):
+        ch.basic_consume(q, lambda *a: None)
+    with pytest.raises(ChannelClosedByBroker) as info:
+        ch.basic_consume(q, lambda *a: None)
+    assert info.value.reply_code == 406 and "3 consumers per connection" in str(info.value)
+    other = pika.BlockingConnection(params(limited.amqp_port))  # its own budget
+    och = other.channel()
+    tags = [och.basic_consume(q, lambda *a: None) for _ in range(3)]
+    assert len(set(tags)) == 3
+    och.queue_delete(q)
+    other.close()
+    conn.close()
+    assert amqp_status(limited)["consumer_limit_refused"] >= 1
+
+
+def test_queues_per_connection_and_in_total(limited: ServerProcess) -> None:
+    a = pika.BlockingConnection(params(limited.amqp_port))
+    cha = a.channel()
+    for i in range(3):
+        cha.queue_declare(f"lim.a{i}")
+    cha.queue_declare("lim.a0")  # re-declaring an existing queue creates nothing
+    with pytest.raises(ChannelClosedByBroker) as info:
+        cha.queue_declare("lim.a3")
+    assert info.value.reply_code == 406 and "3 queues per connection" in str(info.value)
+    cha = a.channel()
+    cha.queue_delete("lim.a2")
+    cha.queue_declare("lim.a3")  # a deleted queue frees its place
+    b = pika.BlockingConnection(params(limited.amqp_port))
+    chb = b.channel()
+    for i in range(3):
+        chb.queue_declare(f"lim.b{i}")
+    c = pika.BlockingConnection(params(limited.amqp_port))  # 6 queues exist: the total
+    with pytest.raises(ChannelClosedByBroker) as info:
+        c.channel().queue_declare("lim.c0")
+    assert "queue limit of 6 in vhost '/' is reached" in str(info.value)
+    c.close()
+    for name in ("lim.a0", "lim.a1", "lim.a3"):
+        cha.queue_delete(name)
+    chb = b.channel()
+    for i in range(3):
+        chb.queue_delete(f"lim.b{i}")
+    a.close()
+    b.close()
+    assert amqp_status(limited)["queue_limit_refused"] >= 2
+
+
+def test_channels_per_connection(limited: ServerProcess) -> None:
+    raw = RawClient(limited.amqp_port)
+    tune = raw.handshake()
+    assert tune.channel_max == 4
+    for number in (1, 2, 3, 4):
+        raw.open_channel(number)
+    raw.method(5, spec.ChannelOpen())
+    close = raw.expect_close(530)
+    assert "channel_max (4)" in close.reply_text
+    raw.close()
+    assert amqp_status(limited)["channel_limit_refused"] >= 1

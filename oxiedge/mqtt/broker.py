@@ -116,7 +116,7 @@ class Broker:
                 s.rel[persist.packet_id_of(seq)] = seq
             s.rx2 = set(rs.rx2)
             s.next_seq = rs.next_seq
-            s.dropped = rs.surplus
+            s.dropped += rs.surplus
             self.stats.dropped += rs.surplus
             pending += len(rs.messages)
             self.sessions[s.client_id] = s

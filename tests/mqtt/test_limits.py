@@ -183,6 +183,7 @@ def test_queue_bytes_bound_drops_oldest_and_recovery_applies_it(store: Store) ->
     assert smaller.recover() == (1, 5)
     r = smaller.sessions["q"]
     assert [p.msg.payload[0] for p in r.queue] == list(range(15, 20)) and r.queue_bytes == 500
+    assert r.dropped == 5 and r.next_seq == 20  # seqs are never reused
     store.commit_blocking()
     assert len(list(store.iter_raw(persist.CF, persist.MSG))) == 5
 

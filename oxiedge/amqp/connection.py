@@ -485,7 +485,8 @@ class AmqpConnection:
         channels = self.channels
         alarms = getattr(self.service.app, "alarms", None)
         while not self.closed:
-            parser.feed(await self._receive())
+            data = await self._receive()
+            parser.feed(data)
             while True:
                 try:
                     ev = parser.next_event()
@@ -522,6 +523,10 @@ class AmqpConnection:
             await self._flush()
             if not self.writable:
                 await self._wait_drained()
+            if alarms is not None and (self.publisher or parser.receiving):
+                # Publisher input (bodies being received included) counts toward the
+                # memory alarm as it arrives: sampled every few MiB, not only once a second.
+                self.service.note_publisher_input(len(data), alarms)
             if alarms is not None and alarms.blocked and (self.publisher or parser.receiving):
                 # Like RabbitMQ: a publishing connection is not read while a memory or disk
                 # alarm is on, so TCP back-pressure throttles the publisher.  One still

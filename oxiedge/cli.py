@@ -38,6 +38,9 @@ app.add_typer(user_app, name="user")
 uplink_app = typer.Typer(no_args_is_help=True,
                          help="Store-and-forward to an upstream RabbitMQ or MQTT broker.")
 app.add_typer(uplink_app, name="uplink")
+tls_app = typer.Typer(no_args_is_help=True,
+                      help="TLS listeners (--mqtt-tls-port, --amqp-tls-port).")
+app.add_typer(tls_app, name="tls")
 
 
 
@@ -177,6 +180,15 @@ def serve(
     bind: Annotated[str | None, typer.Option("--bind", help=_flag_help("bind"))] = None,
     mqtt_port: Annotated[str | None, typer.Option("--mqtt-port", help=_flag_help("mqtt_port"))] = None,  # noqa: E501
     amqp_port: Annotated[str | None, typer.Option("--amqp-port", help=_flag_help("amqp_port"))] = None,  # noqa: E501
+    mqtt_tls_port: Annotated[str | None, typer.Option("--mqtt-tls-port", help=_flag_help("mqtt_tls_port"))] = None,  # noqa: E501
+    amqp_tls_port: Annotated[str | None, typer.Option("--amqp-tls-port", help=_flag_help("amqp_tls_port"))] = None,  # noqa: E501
+    tls_cert: Annotated[Path | None, typer.Option("--tls-cert", help=_flag_help("tls_cert"))] = None,  # noqa: E501
+    tls_key: Annotated[Path | None, typer.Option("--tls-key", help=_flag_help("tls_key"))] = None,
+    tls_ca: Annotated[Path | None, typer.Option("--tls-ca", help=_flag_help("tls_ca"))] = None,
+    tls_min_version: Annotated[str | None, typer.Option("--tls-min-version", help=_flag_help("tls_min_version"))] = None,  # noqa: E501
+    tls_verify_client: Annotated[str | None, typer.Option("--tls-verify-client", help=_flag_help("tls_verify_client"))] = None,  # noqa: E501
+    tls_identity_as_username: Annotated[bool | None, typer.Option("--tls-identity-as-username/--no-tls-identity-as-username", help=_flag_help("tls_identity_as_username"))] = None,  # noqa: E501
+    tls_handshake_timeout: Annotated[int | None, typer.Option("--tls-handshake-timeout", help=_flag_help("tls_handshake_timeout"))] = None,  # noqa: E501
     mqtt_persist: Annotated[bool | None, typer.Option("--mqtt-persist/--no-mqtt-persist", help=_flag_help("mqtt_persist"))] = None,  # noqa: E501
     ingest: Annotated[list[str] | None, typer.Option("--ingest", help=_flag_help("ingest"))] = None,
     mqtt_max_packet_size: Annotated[int | None, typer.Option(help=_flag_help("mqtt_max_packet_size"))] = None,  # noqa: E501
@@ -585,3 +597,17 @@ def version() -> None:
 
 def main() -> None:
     app()
+
+
+# ------------------------------------------------------------------------ tls
+@tls_app.command("reload")
+def tls_reload(data: DataOpt = None, as_json: JsonOpt = False) -> None:
+    """Re-read the TLS certificate, key and CA (like SIGHUP); connections stay up, new
+    handshakes use the new certificate. A bad file keeps the old one and exits 1."""
+    result = _request(data, "tls.reload", {}, None)
+    if as_json:
+        sys.stdout.write(json.dumps(result) + "\n")
+    elif result.get("reloaded"):
+        sys.stdout.write(f"TLS certificate reloaded from {result.get('cert')}\n")
+    if not result.get("reloaded"):
+        _fail(f"TLS reload failed, the previous certificate stays in use: {result.get('error')}")

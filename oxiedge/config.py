@@ -38,6 +38,25 @@ OPTIONS: tuple[Option, ...] = (
            "MQTT port; 0 = any free port (logged); off = no MQTT listener"),
     Option("amqp_port", "--amqp-port", "OXIEDGE_AMQP_PORT", "5672",
            "AMQP port; 0 = any free port (logged); off = no AMQP listener"),
+    Option("mqtt_tls_port", "--mqtt-tls-port", "OXIEDGE_MQTT_TLS_PORT", "off",
+           "MQTT over TLS port (8883 is usual); 0 = any free port; off = none"),
+    Option("amqp_tls_port", "--amqp-tls-port", "OXIEDGE_AMQP_TLS_PORT", "off",
+           "AMQPS port (5671 is usual); 0 = any free port; off = none"),
+    Option("tls_cert", "--tls-cert", "OXIEDGE_TLS_CERT", "",
+           "PEM server certificate (chain) for the TLS ports; re-read on SIGHUP"),
+    Option("tls_key", "--tls-key", "OXIEDGE_TLS_KEY", "",
+           "PEM private key of --tls-cert (default: in the --tls-cert file)"),
+    Option("tls_ca", "--tls-ca", "OXIEDGE_TLS_CA", "",
+           "PEM CA bundle that signs client certificates (for --tls-verify-client)"),
+    Option("tls_min_version", "--tls-min-version", "OXIEDGE_TLS_MIN_VERSION", "1.2",
+           "oldest TLS version accepted: 1.2 or 1.3"),
+    Option("tls_verify_client", "--tls-verify-client", "OXIEDGE_TLS_VERIFY_CLIENT", "none",
+           "client certificates: none, optional (verified if sent) or required"),
+    Option("tls_identity_as_username", "--tls-identity-as-username/--no-tls-identity-as-username",
+           "OXIEDGE_TLS_IDENTITY_AS_USERNAME", "0",
+           "a verified client certificate's CN (or first SAN) is the user name (1/0)"),
+    Option("tls_handshake_timeout", "--tls-handshake-timeout", "OXIEDGE_TLS_HANDSHAKE_TIMEOUT",
+           "10", "seconds a new TLS connection has to complete its handshake"),
     Option("mqtt_persist", "--mqtt-persist/--no-mqtt-persist", "OXIEDGE_MQTT_PERSIST", "1",
            "persist MQTT sessions (1/0)"),
     Option("ingest", "--ingest", "OXIEDGE_MQTT_INGEST", "",
@@ -119,6 +138,15 @@ class Config:
     bind: str = "127.0.0.1"
     mqtt_port: int | None = 1883
     amqp_port: int | None = 5672
+    mqtt_tls_port: int | None = None
+    amqp_tls_port: int | None = None
+    tls_cert: Path | None = None
+    tls_key: Path | None = None
+    tls_ca: Path | None = None
+    tls_min_version: str = "1.2"
+    tls_verify_client: str = "none"
+    tls_identity_as_username: bool = False
+    tls_handshake_timeout: int = 10
     mqtt_persist: bool = True
     ingest: list[str] = field(default_factory=list)
     mqtt_max_packet_size: int = 1 << 20
@@ -282,11 +310,27 @@ def _optional_path(name: str, value: Any) -> Path | None:
     return None if str(value).strip() == "" else _path(name, value)
 
 
+def _choice(name: str, value: Any, choices: tuple[str, ...]) -> str:
+    text = str(value).strip().lower()
+    if text not in choices:
+        raise ConfigError(f"{_label(name)}: invalid value {value!r} (one of {', '.join(choices)})")
+    return text
+
+
 _PARSERS: dict[str, Any] = {
     "data": _path,
     "bind": parse_bind,
     "mqtt_port": parse_port,
     "amqp_port": parse_port,
+    "mqtt_tls_port": parse_port,
+    "amqp_tls_port": parse_port,
+    "tls_cert": _optional_path,
+    "tls_key": _optional_path,
+    "tls_ca": _optional_path,
+    "tls_min_version": lambda n, v: _choice(n, v, ("1.2", "1.3")),
+    "tls_verify_client": lambda n, v: _choice(n, v, ("none", "optional", "required")),
+    "tls_identity_as_username": parse_bool,
+    "tls_handshake_timeout": parse_positive_int,
     "mqtt_persist": parse_bool,
     "ingest": parse_routes,
     "mqtt_max_packet_size": lambda n, v: parse_positive_int(n, v, 64),

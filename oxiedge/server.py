@@ -28,6 +28,7 @@ from .bridge.routes import Route, parse_routes
 from .config import Config, ConfigError
 from .mqtt.service import MqttService
 from .store import Store, StoreLockedError
+from .tls import TlsConfigError, TlsListener, TlsManager, TlsSettings
 from .uplink.definitions import UplinkDef, check_device_id, load_config_file
 from .uplink.manager import UplinkManager, default_device_id
 
@@ -92,7 +93,7 @@ async def _bind(config: Config, port: int, label: str) -> list[trio.SocketListen
         raise StartupError(f"cannot listen on {config.bind}:{port} for {label}: {exc}") from None
 
 
-def _bound_port(listeners: list[trio.SocketListener]) -> int:
+def _bound_port(listeners: list[Any]) -> int:
     return int(listeners[0].socket.getsockname()[1])
 
 
@@ -122,26 +123,53 @@ async def serve(config: Config) -> None:
         users = UserStore.load(config.users_path, config.allow_anonymous)
     except (UserFileError, OSError) as exc:
         raise StartupError(str(exc)) from None
+    tls = _tls_manager(config, log)  # a bad certificate or key: exit before listening
     store = _open_store(config)
     try:
         app = App(config=config, store=store, users=users, log=log)
+        if tls is not None:
+            app.extensions["tls"] = tls
         await _serve_app(app, routes, uplinks)
     finally:
         store.close()
         log.info("oxiedge stopped")
 
 
+def _tls_manager(config: Config, log: Any) -> TlsManager | None:
+    """The TLS context when a TLS port is set (None otherwise); invalid settings raise
+    StartupError naming the bad value."""
+    if config.mqtt_tls_port is None and config.amqp_tls_port is None:
+        return None
+    try:
+        return TlsManager(TlsSettings.from_config(config), log)
+    except TlsConfigError as exc:
+        raise StartupError(str(exc)) from None
+
+
 async def _serve_app(app: App, routes: list[Route], uplinks: list[UplinkDef]) -> None:
     config, log = app.config, app.log
     ports = {"mqtt": config.mqtt_port, "amqp": config.amqp_port}
+    tls_ports = {"mqtt": config.mqtt_tls_port, "amqp": config.amqp_tls_port}
     for key, (service_class, _label) in _SERVICES.items():
-        if ports[key] is not None:
+        if ports[key] is not None or tls_ports[key] is not None:
             app.services[key] = service_class(app)
     handlers = core_handlers(app)
-    with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+    with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals, \
+            trio.open_signal_receiver(signal.SIGHUP) as hangups:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(_stop_on_signal, signals, nursery.cancel_scope, log)
-            await _start(app, nursery, handlers, routes, uplinks, ports)
+            nursery.start_soon(_reload_on_hangup, hangups, app)
+            await _start(app, nursery, handlers, routes, uplinks, ports, tls_ports)
+
+
+async def _reload_on_hangup(hangups: Any, app: App) -> None:
+    """SIGHUP re-reads the TLS certificate and key (like ``oxiedge tls reload``)."""
+    async for _ in hangups:
+        tls = app.extensions.get("tls")
+        if tls is None:
+            app.log.info("received SIGHUP: no TLS listener, nothing to reload")
+        else:
+            tls.reload()
 
 
 async def _stop_on_signal(signals: Any, scope: trio.CancelScope, log: Any) -> None:
@@ -153,7 +181,8 @@ async def _stop_on_signal(signals: Any, scope: trio.CancelScope, log: Any) -> No
 
 
 async def _start(app: App, nursery: trio.Nursery, handlers: dict[str, Any], routes: list[Route],
-                 uplink_defs: list[UplinkDef], ports: dict[str, int | None]) -> None:
+                 uplink_defs: list[UplinkDef], ports: dict[str, int | None],
+                 tls_ports: dict[str, int | None]) -> None:
     config, log = app.config, app.log
     await nursery.start(app.store.committer.run)
     nursery.start_soon(_exit_on_storage_failure, app)
@@ -174,21 +203,34 @@ async def _start(app: App, nursery: trio.Nursery, handlers: dict[str, Any], rout
     app.extensions["uplink"] = uplinks
     await uplinks.start(nursery)
     handlers.update(uplinks.admin_handlers())
+    tls = app.extensions.get("tls")
     for key, service in app.services.items():
         label = _SERVICES[key][1]
-        port = ports[key]
-        assert port is not None
-        listeners = await _bind(config, port, label)
-        actual = _bound_port(listeners)
-        app.endpoints[key] = f"{config.bind}:{actual}"
-        await nursery.start(service.run, listeners)
-        log.info("%s listening on %s:%d%s", label, _format_host(config.bind), actual,
-                 service.listening_suffix())
+        # (log label, endpoint key, listeners) - plain first, then TLS (either may be off)
+        bound: list[tuple[str, str, list[Any]]] = []
+        if ports[key] is not None:
+            bound.append((label, key, await _bind(config, ports[key] or 0, label)))
+        if tls_ports[key] is not None:
+            assert tls is not None
+            raw = await _bind(config, tls_ports[key] or 0, f"{label} TLS")
+            bound.append((f"{label} TLS", f"{key}_tls", [TlsListener(x, tls) for x in raw]))
+        await nursery.start(service.run, [x for _, _, group in bound for x in group])
+        for i, (name, endpoint, group) in enumerate(bound):
+            actual = _bound_port(group)
+            app.endpoints[endpoint] = f"{config.bind}:{actual}"
+            log.info("%s listening on %s:%d%s", name, _format_host(config.bind), actual,
+                     service.listening_suffix() if i == 0 else "")
         for line in service.extra_lines():
             log.info("%s", line)
         if key == "mqtt":
             log.info("%s", ingest.startup_line())
         handlers.update(service.admin_handlers())
+    if tls is not None:
+        handlers.update(tls.admin_handlers())
+    else:
+        handlers["tls.reload"] = lambda _args: {
+            "reloaded": False, "error": "no TLS port is configured (--mqtt-tls-port, "
+            "--amqp-tls-port)"}
     log.info("%s", uplinks.startup_line())
     admin = AdminServer(app, handlers, config.admin_socket, admin_socket_mode(config.data))
     await nursery.start(admin.run)

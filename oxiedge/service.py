@@ -24,10 +24,10 @@ class Service(Protocol):
 
     async def run(
         self,
-        listeners: list[trio.SocketListener],
+        listeners: list[trio.abc.Listener[Any]],
         task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
     ) -> None:
-        """Accept and serve connections until cancelled."""
+        """Accept and serve connections until cancelled (TCP, and TLS: ``tls.TlsListener``)."""
 
     def admin_handlers(self) -> dict[str, Callable[[dict[str, Any]], Any]]:
         """Admin operations (name → handler taking the request args; may be async)."""

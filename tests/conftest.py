@@ -21,6 +21,7 @@ import pytest
 
 READY = "oxiedge ready"
 _LISTEN = re.compile(r"^(MQTT|AMQP) listening on (\S+):(\d+)")
+_TLS_LISTEN = re.compile(r"^(MQTT|AMQP) TLS listening on (\S+):(\d+)")
 
 
 def clean_env() -> dict[str, str]:
@@ -47,6 +48,8 @@ class ServerProcess:
         self.log_lines: list[str] = []
         self.mqtt_port: int | None = None
         self.amqp_port: int | None = None
+        self.mqtt_tls_port: int | None = None  # "MQTT TLS listening on" (--mqtt-tls-port)
+        self.amqp_tls_port: int | None = None
         self._cond = threading.Condition()
 
     # ----------------------------------------------------------------- control
@@ -58,6 +61,7 @@ class ServerProcess:
         env["PYTHONUNBUFFERED"] = "1"
         self.log_lines = []
         self.mqtt_port = self.amqp_port = None
+        self.mqtt_tls_port = self.amqp_tls_port = None
         self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                      stderr=subprocess.STDOUT, text=True, env=env)
         threading.Thread(target=self._pump, args=(self.proc,), daemon=True).start()
@@ -77,6 +81,12 @@ class ServerProcess:
                         self.mqtt_port = int(m.group(3))
                     else:
                         self.amqp_port = int(m.group(3))
+                t = _TLS_LISTEN.match(line)
+                if t:
+                    if t.group(1) == "MQTT":
+                        self.mqtt_tls_port = int(t.group(3))
+                    else:
+                        self.amqp_tls_port = int(t.group(3))
                 self._cond.notify_all()
         with self._cond:
             self._cond.notify_all()

@@ -115,6 +115,8 @@ class AmqpConnection:
         self.log: logging.Logger = service.app.log
         self.stream = stream
         self.peer = peer
+        # A verified client certificate's name (--tls-identity-as-username): offers EXTERNAL.
+        self.tls_identity: str | None = None
         self.frame_max: int = cfg.amqp_frame_max
         self.channel_max: int = cfg.amqp_channel_max
         self.handshake_timeout: float = cfg.amqp_handshake_timeout
@@ -402,7 +404,7 @@ class AmqpConnection:
             if parser.next_event() is None and parser.awaiting_header:
                 parser.feed(await self._receive())
         self.send(encode_method(0, spec.ConnectionStart(
-            0, 9, self.service.server_properties(), b"PLAIN AMQPLAIN", b"en_US")))
+            0, 9, self.service.server_properties(), self._mechanisms(), b"en_US")))
         start_ok = await self._expect(parser, spec.ConnectionStartOk)
         if start_ok is None:
             return
@@ -451,9 +453,20 @@ class AmqpConnection:
         else:
             self.send(encode_method(0, spec.ConnectionUnblocked()))
 
+    def _mechanisms(self) -> bytes:
+        # EXTERNAL (RabbitMQ's rabbitmq_auth_mechanism_ssl): only on a TLS listener with a
+        # verified client certificate and --tls-identity-as-username.
+        return b"PLAIN AMQPLAIN EXTERNAL" if self.tls_identity else b"PLAIN AMQPLAIN"
+
     def _authenticate(self, mechanism: str, response: bytes) -> bool:
         users = self.service.app.users
         password: bytes | None
+        if mechanism == "EXTERNAL":
+            # The certificate is the credential; the response (an authzid) is not used.
+            if not self.tls_identity:
+                return False
+            self.user = self.tls_identity
+            return True
         if mechanism == "PLAIN":
             # RFC 4616: [authzid] NUL authcid NUL passwd
             parts = response.split(b"\x00")

@@ -25,6 +25,7 @@ from oxiedge.amqp import persist, spec
 from oxiedge.amqp.broker import Broker, TopicHook
 from oxiedge.amqp.connection import AmqpConnection
 from oxiedge.amqp.queues import QueuedMessage
+from oxiedge.tls import peer_name, transport_socket
 
 if TYPE_CHECKING:
     from oxiedge.app import App
@@ -102,7 +103,7 @@ class AmqpService:
 
     async def run(
         self,
-        listeners: list[trio.SocketListener],
+        listeners: list[trio.abc.Listener[Any]],
         task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
     ) -> None:
         """Accept connections on ``listeners`` until cancelled."""
@@ -112,21 +113,27 @@ class AmqpService:
                 nursery.start_soon(trio.serve_listeners, self._handle, [listener])
             task_status.started()
 
-    async def _handle(self, stream: trio.SocketStream) -> None:
+    async def _handle(self, stream: trio.abc.Stream) -> None:
+        identity = None
+        if isinstance(stream, trio.SSLStream):  # a TLS listener: handshake first, bounded
+            tls = self.app.extensions["tls"]
+            if not await tls.handshake(stream, "AMQP"):
+                return
+            identity = tls.identity(stream)
         self.counters["connections_total"] += 1
-        try:
-            host, port = stream.socket.getpeername()[:2]
-            peer = f"{host}:{port}"
-        except OSError:
-            peer = "?"
+        peer = peer_name(stream)
+        sock = transport_socket(stream)
         try:
             import socket
 
-            stream.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, True)
+            if sock is not None:
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, True)
         except OSError:
             pass
         try:
-            await AmqpConnection(self, stream, peer).run()
+            conn = AmqpConnection(self, stream, peer)
+            conn.tls_identity = identity  # offers EXTERNAL when set
+            await conn.run()
         except Exception:  # one broken connection must never take the broker down
             self.app.log.exception("AMQP %s: connection failed", peer)
 

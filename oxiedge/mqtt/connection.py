@@ -124,6 +124,9 @@ class Connection:
         self._scope = trio.CancelScope()
         self.client_id = ""
         self.close_reason = ""
+        # The verified client certificate's name under --tls-identity-as-username (tls.py).
+        self.tls_identity: str | None = None
+        self.username: str | None = None  # once CONNECT is accepted
 
     # -------------------------------------------------------------------- output
     def write(self, data: bytes) -> None:
@@ -356,11 +359,17 @@ class Connection:
             lim = service.limits
             if topic_limit_problem(will.topic, lim.max_topic_levels, lim.max_topic_length):
                 raise TopicTooLong("will topic over --mqtt-max-topic-levels/-length")
-        if not await service.authenticate(pkt.username, pkt.password):
+        if self.tls_identity is not None:
+            # --tls-identity-as-username (Mosquitto's use_identity_as_username): the verified
+            # certificate is the credential and its name the user; CONNECT's are ignored.
+            self.username = self.tls_identity
+        elif not await service.authenticate(pkt.username, pkt.password):
             broker.stats.auth_failures += 1
             # 3.2.2.3: 4 = bad user name or password, 5 = not authorized (no credentials).
             self.write(_connack(4 if pkt.username is not None else 5))
             raise _Close("authentication failed", abnormal=False)
+        else:
+            self.username = pkt.username
         if not broker.session_room(client_id):
             broker.stats.sessions_refused += 1
             self.write(_connack(3))  # 3.2.2.3: server unavailable

@@ -108,7 +108,7 @@ class MqttService:
 
     async def run(
         self,
-        listeners: list[trio.SocketListener],
+        listeners: list[trio.abc.Listener[Any]],
         task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
     ) -> None:
         """Accept connections until cancelled."""
@@ -116,8 +116,15 @@ class MqttService:
             await nursery.start(trio.serve_listeners, self._handle, listeners)
             task_status.started()
 
-    async def _handle(self, stream: trio.SocketStream) -> None:
+    async def _handle(self, stream: trio.abc.Stream) -> None:
+        identity = None
+        if isinstance(stream, trio.SSLStream):  # a TLS listener: handshake first, bounded
+            tls = self.app.extensions["tls"]
+            if not await tls.handshake(stream, "MQTT"):
+                return
+            identity = tls.identity(stream)
         conn = Connection(self, stream)
+        conn.tls_identity = identity
         try:
             await conn.serve()
         except Exception as exc:  # a bug in one connection must not end the server

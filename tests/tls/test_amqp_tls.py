@@ -90,6 +90,20 @@ def test_external_mechanism_with_a_client_certificate(
     method, _p, body = ch.basic_get("ext-q", auto_ack=True)
     assert method is not None and body == b"by certificate"
     conn.close()
+
+    async def aio_external() -> bytes:  # aiormq: ?auth=external
+        ctx = client_context(pki.ca_file, pki.client("worker"))
+        conn = await aio_pika.connect(f"amqps://127.0.0.1:{port}/?auth=external",
+                                      ssl_context=ctx)
+        async with conn:
+            ch = await conn.channel()
+            q = await ch.declare_queue("aio-ext", auto_delete=True)
+            await ch.default_exchange.publish(aio_pika.Message(b"aio cert"), "aio-ext")
+            msg = await q.get(timeout=10)
+            await msg.ack()
+            return msg.body
+
+    assert asyncio.run(aio_external()) == b"aio cert"
     # No certificate: EXTERNAL is not offered; PLAIN with the password still works.
     with pytest.raises(pika.exceptions.AMQPConnectionError):
         pika.BlockingConnection(_params(port, pki,

@@ -191,6 +191,10 @@ class ConfirmTracker:
         self._seqs[tag] = seq
         return tag
 
+    def pending(self) -> list[int]:
+        """The seqs published and not yet acked or nacked, in publish order."""
+        return list(self._seqs.values())
+
     def settle(self, tag: int, multiple: bool) -> list[int]:
         """The seqs an ack/nack of ``tag`` settles, in publish order (removed here).
 

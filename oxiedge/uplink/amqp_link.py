@@ -58,6 +58,7 @@ from oxiedge.uplink.link import (
     LinkIO,
     LinkOptions,
     OutMessage,
+    PublishRefused,
     local_topic,
     tls_context,
     upstream_filter,
@@ -174,6 +175,8 @@ class _InboundRefused(LinkError):
     """The upstream closed the inbound channel while it was being set up."""
 
 
+_BASIC_PUBLISH = (spec.BasicPublish.CLASS_ID, spec.BasicPublish.METHOD_ID)
+
 #: Commands (``--in``) use their own channel: a refused queue declaration (permissions, an
 #: inequivalent queue type) closes only that channel, and forwarding goes on.
 INBOUND = INBOUND_CHANNEL
@@ -272,6 +275,8 @@ class _Link:
             await self._try_send(encode_method(cmd.channel, spec.ChannelCloseOk()))
             if cmd.channel == INBOUND and not self.ready:
                 raise _InboundRefused(close_reason(m))
+            if cmd.channel == CHANNEL and (m.class_id, m.method_id) == _BASIC_PUBLISH:
+                raise PublishRefused(close_reason(m), self.confirms.pending(), m.reply_code)
             raise LinkError(close_reason(m))
         if isinstance(m, spec.ConnectionBlocked):
             log.warning("uplink %s: upstream %s blocked publishing: %s", self.options.name,

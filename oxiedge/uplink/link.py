@@ -43,6 +43,18 @@ class LinkError(Exception):
     """The connection to the upstream node failed or died; the message says why."""
 
 
+class PublishRefused(LinkError):
+    """The upstream refused one of our publishes by closing the channel (e.g. 403: no
+    write permission on that routing key, 406: message too large). ``unconfirmed`` are the
+    seqs in flight then, in publish order: the refused one is among them, and when it is
+    the only one, it is known exactly."""
+
+    def __init__(self, reason: str, unconfirmed: list[int], code: int = 0) -> None:
+        super().__init__(reason)
+        self.unconfirmed = unconfirmed
+        self.code = code  # the reply code: 403 refuses the routing key, others the message
+
+
 @dataclass(frozen=True, slots=True)
 class Endpoint:
     """One upstream node, parsed from ``amqp[s]://user:pass@host:port/vhost`` or

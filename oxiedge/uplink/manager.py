@@ -48,6 +48,7 @@ from typing import Any
 
 import trio
 
+from ..amqp.errors import ACCESS_REFUSED
 from ..app import App
 from ..bridge.amqp_mqtt import mqtt_to_routing_key, routing_key_to_mqtt
 from ..mqtt.topics import topic_matches
@@ -61,7 +62,15 @@ from .definitions import (
     stored_definitions,
     stored_names,
 )
-from .link import Endpoint, LinkError, LinkOptions, OutMessage, UplinkError, upstream_name
+from .link import (
+    Endpoint,
+    LinkError,
+    LinkOptions,
+    OutMessage,
+    PublishRefused,
+    UplinkError,
+    upstream_name,
+)
 from .outbox import PARKED, RETURNED, Outbox, stored_outbox_names
 
 LinkRunner = Callable[[Endpoint, LinkOptions, Any], Awaitable[None]]
@@ -72,6 +81,8 @@ BACKOFF_MAX = 30.0
 #: the upstream keeps returning them; back to RETRY_FIRST once it takes one.
 RETRY_FIRST = 1.0
 RETRY_MAX = 60.0
+#: Topics remembered as refused by the upstream (their messages are parked).
+REFUSED_TOPICS_MAX = 1024
 #: Records re-checked per event-loop turn after the protocol or prefix changed.
 RECHECK_CHUNK = 2000
 
@@ -105,7 +116,8 @@ class _Connection:
     async def take(self, limit: int) -> list[OutMessage]:
         u = self.uplink
         while True:
-            room = min(limit, u.definition.window - len(self.inflight))
+            window = 1 if u.probe_until is not None else u.definition.window
+            room = min(limit, window - len(self.inflight))
             if room > 0 and u.retry_due():
                 retry = u.take_returned(room)
                 if retry:
@@ -126,6 +138,10 @@ class _Connection:
                 batch = list(u.outbox.read(self.next_seq, room, before=u.durable_end))
                 if batch:
                     self.next_seq = batch[-1].seq + 1
+                    if u.refused:
+                        batch = u.without_refused(batch)
+                        if not batch:
+                            continue
                     for m in batch:
                         self.inflight.add(m.seq)
                         if m.seq < u.sent_end:
@@ -155,6 +171,8 @@ class _Connection:
         if seq in self.retrying:
             self.retrying.discard(seq)
             u.retry_taken()
+        if u.probe_until is not None and seq >= u.probe_until:
+            u.probe_until = None  # past every message that was in flight at the refusal
         u.after_removal()
         self._window_freed()
 
@@ -218,8 +236,10 @@ class Uplink:
             self.outbox = previous.outbox
             self.durable_end = previous.durable_end
             self.sent_end = previous.sent_end
-            self.recheck_needed = (previous.protocol, previous.prefix,
-                                   previous.definition.exchange) != \
+            # (Parked ones too: what the upstream refused may be allowed under new
+            # credentials or another node.)
+            self.recheck_needed = bool(previous.outbox.parked) or (
+                previous.protocol, previous.prefix, previous.definition.exchange) != \
                 (self.protocol, self.prefix, definition.exchange)
         else:
             # Recovery parks what the definition of now cannot send (it may have changed
@@ -245,6 +265,11 @@ class Uplink:
         self.retry_cursor = 0
         self.last_return = ""  # why the last one came back (for the status warning)
         self.last_parked = ""
+        # Topics whose publish the upstream refused (channel closed: 403 / 406 ...): their
+        # messages are parked. Probing: after a refusal with several messages in flight,
+        # send one at a time until past them, so the refused one is known exactly.
+        self.refused: dict[str, str] = {}
+        self.probe_until: int | None = None
         if previous is not None:
             for counter in ("enqueued", "forwarded", "confirmed", "resent", "dropped",
                             "received", "skipped", "returned", "retried", "reconnects",
@@ -271,7 +296,9 @@ class Uplink:
 
     def enqueue(self, topic: str, payload: bytes, retain: bool = False) -> None:
         """Stage one local message with an upstream name (the caller commits)."""
-        self.outbox.stage(topic, payload, retain)
+        seq = self.outbox.stage(topic, payload, retain)
+        if self.refused and topic in self.refused:
+            self.outbox.set_flag(seq, PARKED)  # the upstream refuses this topic: kept, unsent
         self.enqueued += 1
         self.enforce_bounds()
         self.lot.unpark_all()
@@ -350,6 +377,42 @@ class Uplink:
             self.last_parked = reason
             self._warn_parked(1, f"(message {seq}: {reason})")
 
+    def without_refused(self, batch: list[OutMessage]) -> list[OutMessage]:
+        """``batch`` minus the messages of refused topics, which are parked."""
+        kept = []
+        for m in batch:
+            reason = self.refused.get(m.topic)
+            if reason is None:
+                kept.append(m)
+            elif self.outbox.set_flag(m.seq, PARKED):
+                self.last_parked = reason
+        return kept
+
+    def on_refused(self, unconfirmed: list[int], reason: str, whole_topic: bool) -> None:
+        """The upstream closed the channel over one of ``unconfirmed`` (in flight then).
+        ``whole_topic``: the refusal is about the routing key (403: no write permission),
+        so every message of that topic is parked; otherwise (406: too large, ...) only the
+        refused message is."""
+        if len(unconfirmed) != 1:
+            if unconfirmed:  # which one is not known: find it, one message at a time
+                self.probe_until = unconfirmed[-1]
+                self.app.log.warning("uplink %s: upstream refused a publish (%s); sending one "
+                                     "message at a time to find it", self.name, reason)
+            return
+        seq = unconfirmed[0]
+        topic = self.outbox.topic_of(seq)
+        if self.probe_until is not None and seq >= self.probe_until:
+            self.probe_until = None
+        if topic is None:
+            return  # dropped meanwhile
+        if whole_topic:
+            if len(self.refused) >= REFUSED_TOPICS_MAX:
+                self.refused.clear()  # bounded: a forgotten topic is only probed again
+            self.refused[topic] = reason  # e.g. "access refused by upstream: ..."
+        if self.outbox.set_flag(seq, PARKED):
+            self.last_parked = reason
+            self._warn_parked(1, f"(topic {topic!r}: {reason})")
+
     def _warn_parked(self, n: int, where: str) -> None:
         self.app.log.warning(
             "uplink %s: %d queued message(s) cannot be sent as the uplink is defined %s; "
@@ -424,6 +487,9 @@ class Uplink:
             try:
                 await _runner(self.protocol)(endpoint, self.options, conn)
                 reason = "link ended"
+            except PublishRefused as exc:
+                reason = str(exc)
+                self.on_refused(exc.unconfirmed, reason, exc.code == ACCESS_REFUSED)
             except LinkError as exc:
                 reason = str(exc) or type(exc).__name__
             except (OSError, trio.BrokenResourceError, trio.ClosedResourceError) as exc:

@@ -305,6 +305,13 @@ class Outbox:
     def waiting(self, seq: int) -> bool:
         return self.sizes.get(seq) is not None
 
+    def topic_of(self, seq: int) -> str | None:
+        """The topic of a waiting, committed ``seq`` (None if gone)."""
+        if self.sizes.get(seq) is None:
+            return None
+        value = self.store.get_raw(CF, self._key(seq))
+        return None if value is None else decode_record(value)[2]
+
     def sendable_now(self, seq: int) -> bool:
         """Waiting and neither returned (waits for its retry) nor parked."""
         return self.sizes.get(seq) is not None and not self.sizes.flags(seq)

@@ -189,6 +189,14 @@ def test_confirm_tracker_single_multiple_and_duplicates() -> None:
     assert len(tracker) == 1 and tracker.settle(5, multiple=False) == [14]
 
 
+def test_confirm_tracker_pending_is_what_a_refusal_may_concern() -> None:
+    tracker = ConfirmTracker()
+    for seq in (10, 11, 12, 13):
+        tracker.published(seq)
+    tracker.settle(2, multiple=True)
+    assert tracker.pending() == [12, 13]
+
+
 def test_tune_negotiation_follows_rabbitmq_clients() -> None:
     assert negotiate(30, 60) == 30 and negotiate(0, 60) == 60 and negotiate(30, 0) == 30
     ok = tune_ok(spec.ConnectionTune(2047, 131072, 60), heartbeat=1.5, frame_max=131072)

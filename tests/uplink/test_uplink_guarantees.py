@@ -126,3 +126,95 @@ def test_remove_discards_on_purpose_and_says_how_many(start_server: Any) -> None
     res = srv.cli("uplink", "remove", "up1")
     assert "3 unsent message(s) discarded" in res.stdout, res.stdout
     wait_log(srv, "uplink up1 removed (3 unsent message(s) discarded)")
+
+
+def test_a_topic_the_upstream_refuses_is_parked_and_the_rest_flows(
+        rabbit: Any, start_server: Any) -> None:
+    """RabbitMQ closes the channel (403) over a publish whose routing key the user may not
+    write: that topic's messages are parked, found by probing one message at a time, and
+    everything else goes through (it used to wedge the uplink: resent first, refused again)."""
+    dev = unique("acl")
+    exchange = _declare_exchange(rabbit, dev)
+    user, password = f"u-{dev}", "pw"
+    rabbit.ctl("add_user", user, password)
+    queue = unique("sink")
+    try:
+        rabbit.ctl("set_permissions", "-p", "/", user, ".*", ".*", ".*")
+        rabbit.ctl("set_topic_permissions", "-p", "/", user, exchange, r"^sensors\.ok",
+                   r"^sensors\.ok")
+        rabbit.declare_sink(queue, "sensors.#", exchange)
+        srv = start_server("--device-id", dev)
+        srv.cli("uplink", "add", "up1", f"amqp://127.0.0.1:{_dead_port()}/", "--out",
+                "sensors/#", "--exchange", exchange)
+        ok = [("sensors/ok", f"{dev}-ok{i}".encode()) for i in range(4)]
+        secret = [("sensors/secret", f"{dev}-secret{i}".encode()) for i in range(2)]
+        with Local(srv.mqtt_port) as pub:  # queued while the upstream is unreachable
+            pub.publish_all([ok[0], secret[0], ok[1], ok[2], secret[1], ok[3]])
+        wait_status(srv, "up1", lambda s: s["backlog_messages"] == 6, "6 queued")
+        # All six go out in one window: the refusal does not say which one it was.
+        srv.cli("uplink", "add", "up1", rabbit.url(user=user, password=password), "--out",
+                "sensors/#", "--exchange", exchange)
+        st = wait_status(srv, "up1", lambda s: s["backlog_messages"] == 2 and s["parked"] == 2,
+                         "the refused topic parked, the rest sent", timeout=60)
+        assert "access refused by upstream" in st["warning"], st
+        assert "sensors.secret" in st["warning"], st
+        wait_log(srv, "sending one message at a time to find it")
+        got = rabbit.drain(queue, expect=4, timeout=10)
+        assert {body for _, body, _ in got} == {p for _, p in ok}  # duplicates allowed
+        # New messages of the refused topic are parked at once, without another refusal.
+        reconnects = st["reconnects"]
+        with Local(srv.mqtt_port) as pub:
+            pub.publish_all([("sensors/secret", f"{dev}-secret2".encode()),
+                             ("sensors/ok", f"{dev}-ok4".encode())])
+        st = wait_status(srv, "up1", lambda s: s["parked"] == 3 and s["backlog_messages"] == 3,
+                         "the new secret parked")
+        assert st["reconnects"] == reconnects, st
+        # The upstream allows it now; changing the uplink re-checks what is parked.
+        rabbit.ctl("set_topic_permissions", "-p", "/", user, exchange, ".*", ".*")
+        srv.cli("uplink", "add", "up1", rabbit.url(user=user, password=password), "--out",
+                "sensors/#", "--exchange", exchange, "--heartbeat", "20")
+        wait_status(srv, "up1", lambda s: s["backlog_messages"] == 0 and s["parked"] == 0,
+                    "the parked ones sent")
+        got += rabbit.drain(queue, expect=4, timeout=10)
+        bodies = {body for _, body, _ in got}
+        assert {p for _, p in secret} | {f"{dev}-secret2".encode()} <= bodies
+    finally:
+        delete_queues(rabbit, [queue])
+        rabbit.ctl("delete_user", user)
+
+
+def test_a_message_the_upstream_refuses_parks_only_that_message(
+        rabbit: Any, start_server: Any) -> None:
+    """406 (a body over RabbitMQ's ``max_message_size``) refuses the message, not its
+    topic: the big one is parked, the small ones of the same topic go."""
+    dev = unique("big")
+    exchange = _declare_exchange(rabbit, dev)
+    queue = unique("sink")
+    rabbit.declare_sink(queue, "sensors.#", exchange)
+    # Read by each new channel: only the uplink's connection below sees the low limit.
+    before = rabbit.ctl("eval", "application:get_env(rabbit, max_message_size).").strip()
+    rabbit.ctl("eval", "application:set_env(rabbit, max_message_size, 4096).")
+    try:
+        srv = start_server("--device-id", dev)
+        srv.cli("uplink", "add", "up1", f"amqp://127.0.0.1:{_dead_port()}/", "--out",
+                "sensors/#", "--exchange", exchange)
+        small = [("sensors/a", f"{dev}-small{i}".encode()) for i in range(3)]
+        with Local(srv.mqtt_port) as pub:
+            pub.publish_all([small[0], ("sensors/a", b"x" * 10_000), small[1], small[2]])
+        wait_status(srv, "up1", lambda s: s["backlog_messages"] == 4, "4 queued")
+        srv.cli("uplink", "add", "up1", rabbit.url(), "--out", "sensors/#",
+                "--exchange", exchange)
+        st = wait_status(srv, "up1", lambda s: s["backlog_messages"] == 1 and s["parked"] == 1,
+                         "the big one parked, the small ones sent", timeout=60)
+        assert "406" in st["warning"], st
+    finally:
+        if before.startswith("{ok,"):
+            rabbit.ctl("eval", f"application:set_env(rabbit, max_message_size, "
+                               f"{before[4:-1]}).")
+        else:
+            rabbit.ctl("eval", "application:unset_env(rabbit, max_message_size).")
+    try:
+        got = rabbit.drain(queue, expect=3, timeout=10)
+        assert {body for _, body, _ in got} == {p for _, p in small}
+    finally:
+        delete_queues(rabbit, [queue])

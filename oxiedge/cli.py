@@ -198,6 +198,7 @@ def serve(
     mqtt_retained_bytes: Annotated[str | None, typer.Option(help=_flag_help("mqtt_retained_bytes"))] = None,  # noqa: E501
     mqtt_max_sessions: Annotated[int | None, typer.Option(help=_flag_help("mqtt_max_sessions"))] = None,  # noqa: E501
     mqtt_max_subscriptions: Annotated[int | None, typer.Option(help=_flag_help("mqtt_max_subscriptions"))] = None,  # noqa: E501
+    mqtt_max_subscription_levels: Annotated[int | None, typer.Option(help=_flag_help("mqtt_max_subscription_levels"))] = None,  # noqa: E501
     mqtt_max_topic_levels: Annotated[int | None, typer.Option(help=_flag_help("mqtt_max_topic_levels"))] = None,  # noqa: E501
     mqtt_max_topic_length: Annotated[int | None, typer.Option(help=_flag_help("mqtt_max_topic_length"))] = None,  # noqa: E501
     mqtt_max_connect_size: Annotated[str | None, typer.Option(help=_flag_help("mqtt_max_connect_size"))] = None,  # noqa: E501

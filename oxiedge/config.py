@@ -76,6 +76,10 @@ OPTIONS: tuple[Option, ...] = (
     Option("mqtt_max_subscriptions", "--mqtt-max-subscriptions",
            "OXIEDGE_MQTT_MAX_SUBSCRIPTIONS", "1000",
            "most topic filters per MQTT session; more get SUBACK 0x80"),
+    Option("mqtt_max_subscription_levels", "--mqtt-max-subscription-levels",
+           "OXIEDGE_MQTT_MAX_SUBSCRIPTION_LEVELS", "100000",
+           "most topic-filter levels of all MQTT subscriptions together (the subscription"
+           " trie's size, ~400 bytes each); more get SUBACK 0x80"),
     Option("mqtt_max_topic_levels", "--mqtt-max-topic-levels", "OXIEDGE_MQTT_MAX_TOPIC_LEVELS",
            "200", "most '/' separators in an MQTT topic name or filter (Mosquitto: 200)"),
     Option("mqtt_max_topic_length", "--mqtt-max-topic-length", "OXIEDGE_MQTT_MAX_TOPIC_LENGTH",
@@ -156,6 +160,7 @@ class Config:
     mqtt_retained_bytes: int = 16 << 20
     mqtt_max_sessions: int = 1000
     mqtt_max_subscriptions: int = 1000
+    mqtt_max_subscription_levels: int = 100_000
     mqtt_max_topic_levels: int = 200
     mqtt_max_topic_length: int = 4096
     mqtt_max_connect_size: int = 64 << 10
@@ -340,6 +345,7 @@ _PARSERS: dict[str, Any] = {
     "mqtt_retained_bytes": _byte_parser(parse_size),
     "mqtt_max_sessions": parse_positive_int,
     "mqtt_max_subscriptions": parse_positive_int,
+    "mqtt_max_subscription_levels": parse_positive_int,
     "mqtt_max_topic_levels": parse_positive_int,
     "mqtt_max_topic_length": parse_positive_int,
     "mqtt_max_connect_size": _byte_parser(parse_size),

@@ -56,6 +56,10 @@ REPLAY_BATCH = 64
 Route = tuple[tuple[Session, int], ...]
 
 
+def _levels(topic_filter: str) -> int:
+    return topic_filter.count("/") + 1
+
+
 class Retained:
     """A retained message (3.3.1.3)."""
 
@@ -88,6 +92,9 @@ class Broker:
         self._routes: dict[str, Route] = {}
         self._routes_bytes = 0  # sum of the cached topics' lengths
         self.retained_bytes = 0  # topic + payload bytes of ``retained`` (--mqtt-retained-bytes)
+        # Filter levels of all subscriptions: an upper bound on the subscription trie's
+        # nodes, which are what subscriptions cost in memory (--mqtt-max-subscription-levels).
+        self.subscription_levels = 0
 
     # ------------------------------------------------------------------ recovery
     def recover(self) -> tuple[int, int]:
@@ -104,6 +111,7 @@ class Broker:
             for flt, qos in rs.subs.items():
                 s.subs[flt] = qos
                 self.subscriptions.add(flt, s, qos)
+                self.subscription_levels += _levels(flt)
             for seq, qos, retain, topic, payload in rs.messages:
                 # Possibly sent before the restart: re-deliveries carry DUP (MQTT-3.3.1-1).
                 m = Message(topic, payload)
@@ -171,6 +179,7 @@ class Broker:
             del self.sessions[s.client_id]
         for flt in s.subs:
             self.subscriptions.remove(flt, s)
+            self.subscription_levels -= _levels(flt)
         s.subs.clear()
         s.replay = None
         self._clear_routes()
@@ -214,6 +223,13 @@ class Broker:
             if not ok:
                 codes.append(0x80)
                 continue
+            if old is None:
+                levels = _levels(flt)
+                if self.subscription_levels + levels > limits.max_subscription_levels:
+                    stats.subscriptions_refused += 1  # the subscription trie is full
+                    codes.append(0x80)
+                    continue
+                self.subscription_levels += levels
             if old != qos:
                 subs[flt] = qos  # MQTT-3.8.4-3: replaces an identical filter's QoS
                 self.subscriptions.add(flt, s, qos)
@@ -280,6 +296,7 @@ class Broker:
         for flt in filters:
             if s.subs.pop(flt, None) is not None:
                 self.subscriptions.remove(flt, s)
+                self.subscription_levels -= _levels(flt)
                 if s.replay is not None:
                     s.replay.discard(flt)
                 changed = True

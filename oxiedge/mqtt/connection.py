@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 import trio
@@ -69,6 +69,24 @@ RECV_SIZE = 65536
 CLOSE_FLUSH_TIMEOUT = 5.0  # seconds to flush final replies on a clean close
 
 _PINGRESP = b"\xd0\x00"
+
+#: A SUBSCRIBE / UNSUBSCRIBE with more filters than this is applied in steps of at most
+#: ``STEP_LEVELS`` filter levels (``Connection._in_steps``).
+STEP_FILTERS = 64
+STEP_LEVELS = 4000
+_STEPPED = (Subscribe, Unsubscribe)
+
+
+def _steps(topics: list[tuple[str, int]]) -> Iterator[list[tuple[str, int]]]:
+    """``topics`` in consecutive slices of at most ``STEP_LEVELS`` levels each."""
+    start, levels = 0, 0
+    for i, (flt, _qos) in enumerate(topics):
+        levels += flt.count("/") + 1
+        if levels >= STEP_LEVELS:
+            yield topics[start : i + 1]
+            start, levels = i + 1, 0
+    if start < len(topics):
+        yield topics[start:]
 
 
 def _id_packet(first: int, pid: int) -> bytes:
@@ -284,6 +302,9 @@ class Connection:
                     if type(item) is tuple:
                         on_publish(item)  # the hot path: no packet object, no lookup
                         continue
+                    if isinstance(item, _STEPPED) and len(item.topics) > STEP_FILTERS:
+                        await self._in_steps(item)  # a big (UN)SUBSCRIBE: others run meanwhile
+                        continue
                     handler = handlers.get(type(item))
                     if handler is None:
                         raise ProtocolError(f"unexpected {type(item).__name__} from a client")
@@ -479,6 +500,36 @@ class Connection:
         if accepted:
             self._after_burst.append((s, accepted))
         return False
+
+    async def _in_steps(self, p: Subscribe | Unsubscribe) -> None:
+        """Apply a SUBSCRIBE or UNSUBSCRIBE with many filters a few thousand filter levels
+        at a time, letting other tasks run in between: 1,000 filters of 200 levels are
+        200,000 trie nodes, a third of a second of work in one go. The result is the same
+        as in one go: one SUBACK with a code per filter, identical filters merged."""
+        s = self.session
+        assert s is not None
+        broker = self.broker
+        if isinstance(p, Unsubscribe):
+            for chunk in _steps([(flt, 0) for flt in p.topics]):
+                if broker.unsubscribe(s, [flt for flt, _ in chunk]):
+                    self._need_commit = True
+                await trio.sleep(0)
+            self._replies.append(_id_packet(0xB0, p.packet_id))  # MQTT-3.10.4-4
+            return
+        codes: list[int] = []
+        resulting: dict[str, int] = {}
+        for chunk in _steps(list(p.topics)):
+            part, res, staged = broker.subscribe(s, chunk)
+            codes += part
+            for flt, qos in res:
+                resulting.pop(flt, None)  # MQTT-3.8.4-3 across the steps too
+                resulting[flt] = qos
+            if staged:
+                self._need_commit = True
+            await trio.sleep(0)
+        self._replies.append(encode(Suback(p.packet_id, tuple(codes))))
+        if resulting:
+            self._after_burst.append((s, list(resulting.items())))
 
     def _on_unsubscribe(self, p: Unsubscribe) -> bool:
         s = self.session

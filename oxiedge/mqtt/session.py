@@ -80,7 +80,7 @@ class Stats:
         self.protocol_errors = 0
         self.retained_refused = 0  # retained messages not kept (--mqtt-retained-max/-bytes)
         self.sessions_refused = 0  # CONNACK 3: --mqtt-max-sessions reached
-        self.subscriptions_refused = 0  # SUBACK 0x80: --mqtt-max-subscriptions reached
+        self.subscriptions_refused = 0  # SUBACK 0x80: --mqtt-max-subscriptions(-levels)
         self.takeovers = 0  # MQTT-3.1.4-2
         self.topics_refused = 0  # over --mqtt-max-topic-levels/-length (0x80 or close)
         self.wills = 0  # will messages published
@@ -124,9 +124,9 @@ class Pending:
 class Limits:
     """Bounds shared by all sessions (defaults: ``oxiedge.config``; docs/limits.md)."""
 
-    __slots__ = ("max_inflight", "max_sessions", "max_subscriptions", "max_topic_length",
-                 "max_topic_levels", "out_limit", "queue_bytes", "queue_limit",
-                 "retained_bytes", "retained_max")  # fmt: skip
+    __slots__ = ("max_inflight", "max_sessions", "max_subscription_levels",
+                 "max_subscriptions", "max_topic_length", "max_topic_levels", "out_limit",
+                 "queue_bytes", "queue_limit", "retained_bytes", "retained_max")  # fmt: skip
 
     def __init__(
         self,
@@ -136,6 +136,7 @@ class Limits:
         *,
         queue_bytes: int = 4 << 20,
         max_subscriptions: int = 1000,
+        max_subscription_levels: int = 100_000,
         max_sessions: int = 1000,
         retained_max: int = 10_000,
         retained_bytes: int = 16 << 20,
@@ -147,6 +148,7 @@ class Limits:
         self.max_inflight = max_inflight  # sent, unacknowledged (incl. PUBREL pending)
         self.out_limit = out_limit  # connection output buffer bytes before we hold back
         self.max_subscriptions = max_subscriptions  # filters per session
+        self.max_subscription_levels = max_subscription_levels  # levels of all filters
         self.max_sessions = max_sessions  # sessions (clean and persistent) in the broker
         self.retained_max = retained_max  # retained messages (topics)
         self.retained_bytes = retained_bytes  # their topic + payload bytes

@@ -9,7 +9,7 @@ import time
 from collections.abc import Callable
 
 from oxiedge.mqtt.codec import Decoder, encode
-from oxiedge.mqtt.packets import Publish, Suback, Subscribe
+from oxiedge.mqtt.packets import Publish, Suback, Subscribe, Unsubscribe
 from tests.conftest import ServerProcess
 from tests.hostile.conftest import InnocentClient, server_status
 from tests.mqtt.rawclient import RawClient, RawSession
@@ -142,3 +142,41 @@ def test_subscriptions_per_session_bound(
     print(f"innocent client: {stats}; broker RSS peak {srv.rss.peak >> 20} MiB "  # type: ignore[attr-defined]
           f"(start {srv.rss.baseline >> 20} MiB)")  # type: ignore[attr-defined]
     stats.assert_responsive(limit_ms=100)
+
+
+def test_deep_filters_fill_the_subscription_trie_only_to_its_bound(
+        hostile_server: Callable[..., ServerProcess],
+        innocent: Callable[..., InnocentClient]) -> None:
+    """Three clients each SUBSCRIBE 1,000 distinct filters of 201 levels (the most the level
+    bound allows): that would be 600,000 trie nodes. The subscriptions' total levels stop
+    at --mqtt-max-subscription-levels (0x80 beyond), a big SUBSCRIBE is applied in steps
+    (other clients are served meanwhile), and UNSUBSCRIBE gives it all back."""
+    srv = hostile_server("--mqtt-max-subscription-levels", "100000")
+    port = srv.mqtt_port
+    assert port is not None
+    deep = "/".join(["lvl"] * 200)
+    with innocent(port, interval=0.02) as client:
+        time.sleep(0.3)
+        subs = []
+        granted = []
+        for c in range(3):
+            raw = RawSession(port)
+            raw.connect(f"deep-{c}")
+            filters = [(f"{c}/{i}/{deep}"[: -len("/lvl")], 0) for i in range(1000)]
+            granted.append(sum(code == 0 for code in raw.subscribe(1, *filters)))
+            subs.append((raw, filters))
+        status = server_status(srv)["mqtt"]
+        for raw, filters in subs:
+            raw.send(encode(Unsubscribe(2, tuple(f for f, _ in filters))))
+            assert raw.recv_packet()[:1] == b"\xb0"
+        after = server_status(srv)["mqtt"]
+    stats = client.stop()
+    assert granted[0] == 100_000 // 201 and granted[1:] == [0, 0], granted
+    assert status["subscription_levels"] <= 100_000
+    assert status["subscriptions_refused"] == 3000 - granted[0]
+    assert after["subscription_levels"] == 0 and after["subscriptions"] == 0
+    print(f"innocent client: {stats}; broker RSS peak {srv.rss.peak >> 20} MiB "  # type: ignore[attr-defined]
+          f"(start {srv.rss.baseline >> 20} MiB)")  # type: ignore[attr-defined]
+    stats.assert_responsive(limit_ms=100)
+    grew = srv.rss.peak - srv.rss.baseline  # type: ignore[attr-defined]
+    assert grew < 64 << 20, f"RSS grew {grew >> 20} MiB"

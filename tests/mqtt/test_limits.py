@@ -152,6 +152,21 @@ def test_subscriptions_per_session_bound() -> None:
     assert b.stats.subscriptions_refused == 2 and len(s.subs) == 3
 
 
+def test_subscription_levels_bound_all_sessions_together() -> None:
+    b = Broker(None, Limits(100, max_subscription_levels=10))
+    a, _, _ = b.open_session("a", clean=True)
+    c, _, _ = b.open_session("c", clean=True)
+    assert b.subscribe(a, [("x/y/z", 0), ("x/y/z", 1), ("p/q", 0)])[0] == [0, 1, 0]
+    assert b.subscription_levels == 5  # a repeated filter counts once
+    assert b.subscribe(c, [("1/2/3/4", 0), ("5/6", 0)])[0] == [0, 0x80]
+    assert b.stats.subscriptions_refused == 1
+    b.unsubscribe(a, ["p/q"])
+    assert b.subscribe(c, [("5/6", 0)])[0] == [0]
+    b.discard_session(a)
+    b.discard_session(c)
+    assert b.subscription_levels == 0
+
+
 def test_retained_bounds_count_and_bytes(store: Store) -> None:
     b = Broker(store, Limits(100, retained_max=3, retained_bytes=100))
     for i in range(5):

@@ -120,11 +120,12 @@ def cert_identity(cert: dict[str, Any] | None) -> str | None:
     return None
 
 
-def transport_socket(stream: trio.abc.Stream) -> socket.socket | None:
+def transport_socket(stream: trio.abc.Stream) -> socket.socket | trio.socket.SocketType | None:
     """The TCP socket under a plain or a TLS stream (peer name, TCP_NODELAY)."""
     inner = stream.transport_stream if isinstance(stream, trio.SSLStream) else stream
     sock = getattr(inner, "socket", None)
-    return sock if isinstance(sock, socket.socket) else None
+    # A trio.SocketStream's socket is a trio.socket.SocketType, not a socket.socket.
+    return sock if isinstance(sock, (socket.socket, trio.socket.SocketType)) else None
 
 
 def peer_name(stream: trio.abc.Stream) -> str:

@@ -108,7 +108,7 @@ done_step "$(basename "$WHEEL")"
 # --- 2. Debian root file system
 PACKAGES=(systemd systemd-sysv systemd-timesyncd systemd-resolved udev dbus kmod
     openssh-server sudo python3 cloud-guest-utils fdisk e2fsprogs dosfstools
-    iproute2 iputils-ping less nano ca-certificates initramfs-tools zstd)
+    iproute2 iputils-ping less nano ca-certificates openssl initramfs-tools zstd)
 case "$BOARD-$ARCH" in
     rpi-arm64) PACKAGES+=(linux-image-arm64 raspi-firmware firmware-brcm80211 wpasupplicant)
         MODULES="ext4 vfat nls_cp437 nls_ascii mmc_block sdhci_iproc bcm2835 sdhci_pltfm

@@ -81,6 +81,9 @@ def build_context(s: TlsSettings) -> ssl.SSLContext:
         _readable(s.key, "--tls-key (OXIEDGE_TLS_KEY)")
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     ctx.minimum_version = MIN_VERSIONS[s.min_version]
+    # TLS 1.2 renegotiation would let a client buy server handshakes after the bounded
+    # first one; compression leaks plaintext lengths (CRIME). Neither is needed by MQTT/AMQP.
+    ctx.options |= ssl.OP_NO_RENEGOTIATION | ssl.OP_NO_COMPRESSION
     try:
         ctx.load_cert_chain(str(s.cert), str(key))
     except ssl.SSLError as exc:

@@ -97,10 +97,10 @@ class Guest:
 
 
 def boot(out: Path, disk: Path, console: Path) -> Guest:
-    ports = {"mqtt": free_port(), "amqp": free_port(), "ssh": free_port()}
+    guest_ports = {"mqtt": 1883, "amqp": 5672, "ssh": 22, "mqtt_tls": 8883, "amqp_tls": 5671}
+    ports = {name: free_port() for name in guest_ports}
     forwards = ",".join(
-        f"hostfwd=tcp:127.0.0.1:{ports[name]}-:{guest}"
-        for name, guest in (("mqtt", 1883), ("amqp", 5672), ("ssh", 22))
+        f"hostfwd=tcp:127.0.0.1:{ports[name]}-:{guest}" for name, guest in guest_ports.items()
     )
     machine, serial = QEMU[ARCH]
     cmd = [
@@ -228,6 +228,7 @@ def test_first_boot_and_operator_access(image: Path, disk: Path, first_boot: Gue
 
     hostname = ssh(image, guest, "hostname").stdout.strip()
     assert re.fullmatch(r"oxiedge-[0-9a-f]{4}", hostname)
+    check_tls(guest, disk, hostname, auth, image)
     # Type=notify: "active (running)" only after READY=1; watchdog pings are recorded.
     show = ssh(image, guest, "systemctl show -p ActiveState -p SubState -p NRestarts "
                              "-p WatchdogUSec -p User oxiedge.service").stdout
@@ -257,6 +258,38 @@ def test_first_boot_and_operator_access(image: Path, disk: Path, first_boot: Gue
                   "-o", "PreferredAuthentications=password,keyboard-interactive", check=False)
     assert refused.returncode != 0
     assert "Permission denied (publickey)" in refused.stderr, refused.stderr
+
+
+def check_tls(guest: Guest, disk: Path, hostname: str, auth: tuple[str, str],
+              work: Path) -> None:
+    """TLS on at first boot (docs/tls.md): 8883 and 5671 answer with a certificate for
+    HOST and HOST.local signed by the device CA that first boot left on the FAT partition."""
+    import ssl
+
+    text = guest.text()
+    assert re.search(r"MQTT TLS listening on 0\.0\.0\.0:8883", text)
+    assert re.search(r"AMQP TLS listening on 0\.0\.0\.0:5671", text)
+    ca = work / "oxiedge-ca.pem"
+    res = subprocess.run(["mcopy", "-o", "-i", f"{disk}@@{fat_offset(disk)}", "::oxiedge-ca.pem",
+                          str(ca)], capture_output=True, text=True, timeout=30, check=False,
+                         env={**os.environ, "MTOOLS_SKIP_CHECK": "1"})
+    assert res.returncode == 0 and "BEGIN CERTIFICATE" in ca.read_text(), res.stderr
+    ctx = ssl.create_default_context(cafile=str(ca))
+    for name in (hostname, f"{hostname}.local"):
+        for port in (guest.ports["mqtt_tls"], guest.ports["amqp_tls"]):
+            with socket.create_connection(("127.0.0.1", port), timeout=30) as raw, \
+                    ctx.wrap_socket(raw, server_hostname=name) as tls:
+                assert tls.version() in ("TLSv1.2", "TLSv1.3")
+    # An MQTT CONNECT over TLS with the first boot's credential (raw: the certificate names
+    # the device, not the forwarded 127.0.0.1, so the name to verify is HOST.local).
+    raw = socket.create_connection(("127.0.0.1", guest.ports["mqtt_tls"]), timeout=30)
+    sock = ctx.wrap_socket(raw, server_hostname=f"{hostname}.local")
+    user, password = (part.encode() for part in auth)
+    payload = (b"\x00\x04MQTT\x04\xc2\x00\x3c\x00\x09tls-check" + len(user).to_bytes(2, "big")
+               + user + len(password).to_bytes(2, "big") + password)
+    sock.sendall(bytes([0x10, len(payload)]) + payload)
+    assert sock.recv(4) == b"\x20\x02\x00\x00"  # CONNACK accepted
+    sock.close()
 
 
 def mqtt_client(guest: Guest, client_id: str, clean: bool,

@@ -8,6 +8,14 @@ Publish path (``route``): deliver to live subscribers, stage every durable copy 
 durable matching session, MQTT-3.3.5-1 merges overlapping subscriptions of one client to
 the highest granted QoS), stage the retained change, feed the bridge callbacks. When no
 durable session matches and nothing is retained/ingested, no store call happens at all.
+
+QoS 2 (docs/mqtt.md, "QoS 2 exactly once"): every delivery of a QoS 2 PUBLISH, and every
+QoS 2 delivery to a durable session, is *held* in ``self.hold`` instead of being sent.
+Whoever commits next takes the hold (``take_hold``) and releases it once its commit
+returned; the connection does so for its own read burst, ``MqttService``'s releaser task
+for everything else (wills, retained replays, bridges). So nothing of a QoS 2 message
+leaves before the round that made it durable, and a publisher's re-send after a crash
+finds either nothing (nobody got anything) or its packet id (nobody gets it twice).
 """
 
 from __future__ import annotations
@@ -20,7 +28,7 @@ from typing import Any, Protocol
 from oxiedge.mqtt import persist
 from oxiedge.mqtt.persist import CF, RawStore
 from oxiedge.mqtt.replay import RetainedReplay
-from oxiedge.mqtt.session import Limits, Message, Outlet, Pending, Session, Stats
+from oxiedge.mqtt.session import Hold, Limits, Message, Outlet, Pending, Session, Stats
 from oxiedge.mqtt.topics import (
     RetainedTrie,
     TopicTrie,
@@ -85,6 +93,13 @@ class Broker:
         # common case) it costs one attribute test per publish instead of two calls.
         self.ingest: IngestStep | None = None
         self._owners = itertools.count(1)
+        # Deliveries waiting for a commit (see the module docstring). ``on_hold`` is called
+        # whenever deliveries were added to it (the service's releaser task wakes up).
+        self.hold = Hold()
+        self.on_hold: Callable[[], None] | None = None
+        # client id -> the connection whose CONNECT awaits a commit: of two CONNECTs for
+        # one id that overlap that way, the newer wins (MQTT-3.1.4-2).
+        self.connecting: dict[str, object] = {}
         # topic -> merged subscribers. Publishers repeat their topics, so the trie walk and
         # the MQTT-3.3.5-1 merge run once per topic, not once per PUBLISH. Every change of
         # the subscription set (subscribe, unsubscribe, session discarded, recovery) clears
@@ -137,6 +152,27 @@ class Broker:
             self.retained.set(topic, Retained(m, qos))
             self.retained_bytes += len(m.topic_b) + len(payload)
         return len(self.sessions), pending
+
+    # ------------------------------------------------------------------ holding
+    def take_hold(self) -> Hold | None:
+        """The deliveries held so far (None if there are none), to be released after a
+        ``store.commit()`` called from now on has returned."""
+        h = self.hold
+        if not h:
+            return None
+        self.hold = Hold()
+        return h
+
+    def return_hold(self, h: Hold) -> None:
+        """A taker that could not see its commit through (cancelled) gives the hold back;
+        the next commit releases it, ahead of what was held since."""
+        h.merge(self.hold)
+        self.hold = h
+        self._held()
+
+    def _held(self) -> None:
+        if self.on_hold is not None and self.hold:
+            self.on_hold()
 
     # ------------------------------------------------------------------ sessions
     def assign_client_id(self) -> str:
@@ -264,6 +300,8 @@ class Broker:
             return False
         out_limit = self.limits.out_limit
         staged = False
+        # A QoS 2 delivery to a durable session waits for its record (module docstring).
+        hold = self.hold if s.store is not None else None
         sent = 0
         while sent < budget:
             if replay.filter is None:
@@ -281,14 +319,19 @@ class Broker:
                 replay.filter = None
                 replay.topics = []
                 continue
-            if conn.out_bytes >= out_limit or s.queue:
-                break  # the writer calls again once the buffer drained / acks came back
+            if conn.out_bytes >= out_limit or (s.queue and not s.queue[-1].held):
+                # The writer calls again once the buffer drained / acks came back. (Held
+                # QoS 2 copies wait for their commit, not for the window: go on.)
+                break
             topic = replay.topics[replay.index]
             replay.index += 1
             r = self.retained.get(topic)
             if r is not None:
-                staged |= s.deliver(r.msg, min(r.qos, replay.granted), True)
+                qos = min(r.qos, replay.granted)
+                staged |= s.deliver(r.msg, qos, True, hold if qos == 2 else None)
                 sent += 1
+        if hold is not None:
+            self._held()
         return staged
 
     def unsubscribe(self, s: Session, filters: Iterable[str]) -> bool:
@@ -333,10 +376,14 @@ class Broker:
         route = self._routes.get(topic)
         if route is None:
             route = self._route_of(topic)
+        # QoS 2: nothing is sent before the round of this PUBLISH committed (module doc).
+        hold = self.hold if qos == 2 else None
         for s, granted in route:
             # MQTT-3.3.1-9: retain flag is 0 for deliveries to existing subscriptions.
-            if s.deliver(msg, granted if granted < qos else qos, False):
+            if s.deliver(msg, granted if granted < qos else qos, False, hold):
                 staged = True
+        if hold is not None:
+            self._held()
         if self.on_publish:
             for hook in self.on_publish:
                 if hook is not skip and hook(topic, payload, qos, retain):
@@ -405,4 +452,4 @@ class Broker:
         ]
 
 
-__all__ = ["Broker", "Limits", "Outlet", "PublishHook", "Retained", "Session", "Stats"]
+__all__ = ["Broker", "Hold", "Limits", "Outlet", "PublishHook", "Retained", "Session", "Stats"]

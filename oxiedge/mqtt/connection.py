@@ -6,10 +6,13 @@ Two tasks per connection. The *reader* receives bytes, feeds the decoder and han
 every complete packet of that read as one **burst**: handlers change broker state, stage
 durable records and queue their replies (PUBACK, PUBREC, SUBACK, ...) in ``_replies``.
 At the end of the burst, if anything a reply depends on was staged, the reader awaits one
-``store.commit()`` for the whole burst and only then releases the replies, in order. If
-the commit fails, no reply of the burst is sent and the connection closes: an ack always
+``store.commit()`` for the whole burst and only then releases the replies, in order, and
+then the deliveries the broker held for that commit (QoS 2, see ``broker.py``). If the
+commit fails, no reply of the burst is sent and the connection closes: an ack always
 means "on disk". Staged work nobody waits for (a subscriber's PUBACK deleting its
-record) only kicks the committer.
+record) only kicks the committer. A reply that depends on state another connection may
+have staged in a round still open (a re-sent QoS 2 PUBLISH or PUBREL, a resumed
+session's CONNACK) awaits a commit too, with nothing of its own staged: a barrier.
 
 The *writer* owns the socket's send side. Everything - replies, deliveries from other
 connections' publishes, re-sends - is appended to ``_out`` and coalesced into one
@@ -335,21 +338,34 @@ class Connection:
         raise _Close(f"keep-alive timeout ({keep_alive}s x 1.5)")
 
     async def _end_burst(self) -> None:
-        if self._need_commit:
+        broker = self.broker
+        # Deliveries held for a commit (QoS 2): staged before the commit below, so it
+        # makes them durable. Held deliveries always mean a commit, if only a barrier.
+        hold = broker.take_hold()
+        if self._need_commit or hold is not None:
             self._need_commit = False
             try:
                 await self.store.commit()
             except Exception as exc:  # CommitError: nothing of this burst may be acked
-                self.broker.stats.commit_errors += 1
+                # ``hold`` is dropped: those messages are not durable and never go out.
+                broker.stats.commit_errors += 1
                 self.service.app.log.error("MQTT: commit failed, closing %s: %s",
                                            self.client_id, exc)  # fmt: skip
                 raise _Close(f"commit failed: {exc}") from None
+            except BaseException:  # cancelled (take-over, peer gone): the next commit
+                if hold is not None:  # releases them (the service's releaser task)
+                    broker.return_hold(hold)
+                raise
         elif self._kick:
             self.store.kick()
         self._kick = False
         if self._replies:
             self._send_replies(b"".join(self._replies))
             self._replies.clear()
+        if hold is not None:
+            # After the replies: a client subscribed to its own QoS 2 PUBLISH gets the
+            # PUBREC first, then the delivery (as mosquitto's 02-subpub-qos2 expects).
+            hold.release()
         if self._after_burst:
             # Retained messages go out after the SUBACK that establishes the subscription,
             # paced by the output buffer and the in-flight window (``replay.py``).
@@ -410,13 +426,22 @@ class Connection:
                     broker.stats.wills_skipped += 1
                 conn.take_over()
         s, present, staged = broker.open_session(client_id, pkt.clean_session)
-        if staged:
+        # CONNACK waits for a commit when it depends on one: the session record (new, or
+        # a clean session replacing a durable one) exists before CONNACK; a resumed
+        # durable session may have state that an earlier connection staged in a round
+        # still open (QoS 2 packet ids, PUBREL obligations that ``resend`` sends below).
+        if staged or (present and s.store is not None):
+            broker.connecting[client_id] = self
             try:
-                await self.store.commit()  # the session record exists before CONNACK
+                await self.store.commit()
             except Exception as exc:
                 broker.stats.commit_errors += 1
                 raise _Close(f"commit failed: {exc}") from None
-            if broker.sessions.get(client_id) is not s or s.conn is not None:
+            finally:
+                newest = broker.connecting.get(client_id) is self
+                if newest:
+                    del broker.connecting[client_id]
+            if not newest or broker.sessions.get(client_id) is not s or s.conn is not None:
                 raise _Close("session taken over during CONNECT")
         self.session = s
         self.will = pkt.will
@@ -454,10 +479,15 @@ class Connection:
         else:
             s = self.session
             assert s is not None
-            # Method B of 4.3.3: route once, remember the id until PUBREL (MQTT-4.3.3-2).
-            if s.received_qos2(pid) and (  # type: ignore[arg-type]
-                self.broker.route(topic, payload, 2, retain, None, topic_b) or s.store is not None
-            ):
+            # Method B of 4.3.3: route once, remember the id until PUBREL (MQTT-4.3.3-2);
+            # the deliveries are held until the commit (broker.py), PUBREC follows it.
+            if s.received_qos2(pid):  # type: ignore[arg-type]
+                routed = self.broker.route(topic, payload, 2, retain, None, topic_b)
+                if routed or s.store is not None:
+                    self._need_commit = True
+            elif s.store is not None:
+                # A re-send of an id we hold: not routed again. Its first copy may sit in a
+                # round still open (of a connection this one took over): a barrier.
                 self._need_commit = True
             self._replies.append(_id_packet(0x50, pid))  # type: ignore[arg-type]
 
@@ -470,15 +500,22 @@ class Connection:
     def _on_pubrec(self, p: Pubrec) -> bool:
         s = self.session
         if s is not None:
+            # PUBREL only after the PUBREC transition (message record -> PUBREL
+            # obligation) is synced: after a PUBREL the PUBLISH is never sent again, not
+            # even after a crash (MQTT-4.3.3). A repeated PUBREC is answered the same way.
             if s.on_pubrec(p.packet_id):
-                self._kick = True
+                self._need_commit = True
             if p.packet_id in s.rel:
-                self._replies.append(_id_packet(0x62, p.packet_id))  # MQTT-4.3.3-?: PUBREL
+                if s.store is not None:
+                    self._need_commit = True
+                self._replies.append(_id_packet(0x62, p.packet_id))  # PUBREL
         return False
 
     def _on_pubrel(self, p: Pubrel) -> bool:
         s = self.session
-        if s is not None and s.released_qos2(p.packet_id):
+        if s is not None and (s.released_qos2(p.packet_id) or s.store is not None):
+            # PUBCOMP after the id's removal is durable; for an id we do not know, after a
+            # barrier (a taken-over connection may have staged its removal).
             self._need_commit = True
         self._replies.append(_id_packet(0x70, p.packet_id))  # PUBCOMP, known id or not
         return False

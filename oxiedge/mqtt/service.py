@@ -47,6 +47,8 @@ class MqttService:
         self.max_connect_size = config.mqtt_max_connect_size  # before CONNECT is accepted
         self.connect_timeout = float(config.mqtt_connect_timeout)  # seconds to send CONNECT
         self.broker = Broker(app.store if self.persist else None, self.limits)
+        self.broker.on_hold = self._wake_releaser
+        self._held = trio.Event()
         self._lines: list[str] = []
         register_views(app.store)
 
@@ -114,8 +116,34 @@ class MqttService:
     ) -> None:
         """Accept connections until cancelled."""
         async with trio.open_nursery() as nursery:
+            nursery.start_soon(self.release_held)
             await nursery.start(trio.serve_listeners, self._handle, listeners)
             task_status.started()
+
+    def _wake_releaser(self) -> None:
+        self._held.set()
+
+    async def release_held(self) -> None:
+        """Release the deliveries the broker holds for a commit that nobody else awaits
+        (a will, a retained replay after SUBACK, a bridge's publish): commit, then send.
+        A connection releases what its own read burst held itself (``broker.py``)."""
+        broker, store = self.broker, self.app.store
+        while True:
+            await self._held.wait()
+            self._held = trio.Event()
+            hold = broker.take_hold()
+            if hold is None:
+                continue  # a connection took it for its own commit
+            try:
+                await store.commit()
+            except Exception as exc:  # CommitError: not durable, so never sent
+                self.app.log.error("MQTT: commit failed, %d held deliveries dropped: %s",
+                                   len(hold.pending) + len(hold.qos0), exc)  # fmt: skip
+                continue
+            except BaseException:
+                broker.return_hold(hold)
+                raise
+            hold.release()
 
     async def _handle(self, stream: trio.abc.Stream) -> None:
         identity = None

@@ -13,6 +13,13 @@ subscriber's PUBACK/PUBREC deletes it. QoS 0 deliveries go straight to the conne
 are never queued: for an offline session they are skipped (MQTT-3.1.2-5 allows either),
 and a connection whose output buffer is over its bound drops them (counted).
 
+A delivery may be *held* (``Hold``): queued but not sent until the round that made its
+record durable has committed. The broker holds every delivery of a QoS 2 PUBLISH (so a
+publisher that re-sends it after a crash cannot give anyone a second copy) and every QoS 2
+delivery to a durable session (so a packet identifier the client may hold open always
+belongs to a record that survives a crash, MQTT-4.3.3). ``pump`` stops at a held head,
+which keeps the delivery order.
+
 Nothing here awaits: the connection task owns the I/O and the commits.
 """
 
@@ -111,7 +118,7 @@ class Message:
 class Pending:
     """A message owed to one session at QoS 1 or 2."""
 
-    __slots__ = ("dup", "msg", "qos", "retain", "seq")
+    __slots__ = ("dup", "held", "msg", "qos", "retain", "seq")
 
     def __init__(self, seq: int, msg: Message, qos: int, retain: bool, dup: bool) -> None:
         self.seq = seq
@@ -119,6 +126,43 @@ class Pending:
         self.qos = qos
         self.retain = retain
         self.dup = dup
+        self.held = False  # True: its commit round is still open (see ``Hold``)
+
+
+class Hold:
+    """Deliveries that wait for a commit round: released (sent) only after a
+    ``store.commit()`` that was called once they were all staged has returned.
+
+    Whoever is about to commit takes the broker's open hold (``Broker.take_hold``) and
+    releases it after the commit succeeded. After a failed commit it is dropped: those
+    messages are not durable, were never acknowledged, and are never sent."""
+
+    __slots__ = ("pending", "qos0")
+
+    def __init__(self) -> None:
+        self.pending: list[tuple[Session, Pending]] = []
+        self.qos0: list[tuple[Session, bytes]] = []  # QoS 0 deliveries, written on release
+
+    def __bool__(self) -> bool:
+        return bool(self.pending or self.qos0)
+
+    def merge(self, other: Hold) -> None:
+        self.pending += other.pending
+        self.qos0 += other.qos0
+
+    def release(self) -> None:
+        """The commit succeeded: send what was held, in staging order."""
+        touched: dict[Session, None] = {}
+        for s, p in self.pending:
+            p.held = False
+            touched[s] = None
+        for s, data in self.qos0:
+            s.send_qos0(data)
+        for s in touched:
+            if s.conn is not None:
+                s.pump()
+        self.pending = []
+        self.qos0 = []
 
 
 class Limits:
@@ -209,18 +253,19 @@ class Session:
         self.conn: Outlet | None = None
 
     # ------------------------------------------------------------------ outbound
-    def deliver(self, msg: Message, qos: int, retain: bool) -> bool:
+    def deliver(self, msg: Message, qos: int, retain: bool, hold: Hold | None = None) -> bool:
         """Hand ``msg`` to this session at effective ``qos``; True if a durable record
-        was staged (the publisher must then commit before acknowledging)."""
+        was staged (the publisher must then commit before acknowledging). With ``hold``
+        nothing is sent before the hold is released (after the commit)."""
         if qos == 0:
             conn = self.conn
             if conn is not None:
-                if conn.out_bytes < self.limits.out_limit:
-                    conn.write(
-                        msg.qos0_bytes()
-                        if not retain
-                        else encode_publish(msg.topic_b, msg.payload, 0, True)
-                    )
+                data = (msg.qos0_bytes() if not retain
+                        else encode_publish(msg.topic_b, msg.payload, 0, True))  # fmt: skip
+                if hold is not None:
+                    hold.qos0.append((self, data))
+                elif conn.out_bytes < self.limits.out_limit:
+                    conn.write(data)
                     self.stats.messages_out += 1
                 else:
                     self.stats.dropped_qos0 += 1
@@ -231,7 +276,8 @@ class Session:
         limits = self.limits
         if len(queue) >= limits.queue_limit:
             self._drop_oldest()
-        queue.append(Pending(seq, msg, qos, retain, False))
+        p = Pending(seq, msg, qos, retain, False)
+        queue.append(p)
         self.queue_bytes += len(msg.payload) + len(msg.topic_b)
         if self.queue_bytes > limits.queue_bytes:
             self.trim_queue_bytes()
@@ -242,7 +288,10 @@ class Session:
                 persist.msg_key(self.owner_b, seq),
                 persist.encode_msg(qos, retain, msg.topic_b, msg.payload),
             )
-        if self.conn is not None:
+        if hold is not None:
+            p.held = True
+            hold.pending.append((self, p))
+        elif self.conn is not None:
             self.pump()
         return store is not None
 
@@ -252,6 +301,17 @@ class Session:
         while self.queue_bytes > self.limits.queue_bytes and len(self.queue) > 1:
             self._drop_oldest()
             self.stats.dropped_queue_bytes += 1
+
+    def send_qos0(self, data: bytes) -> None:
+        """Write a QoS 0 delivery now, or drop it (counted) on a full output buffer."""
+        conn = self.conn
+        if conn is None:
+            return  # offline: QoS 0 is not queued (MQTT-3.1.2-5 allows either)
+        if conn.out_bytes < self.limits.out_limit:
+            conn.write(data)
+            self.stats.messages_out += 1
+        else:
+            self.stats.dropped_qos0 += 1
 
     def _drop_oldest(self) -> None:
         old = self.queue.popleft()
@@ -272,6 +332,8 @@ class Session:
             if conn.out_bytes >= limits.out_limit:
                 return  # the writer calls pump() again once the buffer drained
             p = queue[0]
+            if p.held:
+                return  # its round is still open; ``Hold.release`` pumps again
             pid = packet_id_of(p.seq)
             if pid in inflight or pid in rel:
                 return  # a 65535-old message is still unacknowledged: wait for it
@@ -315,7 +377,9 @@ class Session:
         return self.store is not None
 
     def on_pubrec(self, pid: int) -> bool:
-        """PUBREC: the message becomes a PUBREL obligation (4.3.3). Caller sends PUBREL."""
+        """PUBREC: the message becomes a PUBREL obligation (4.3.3); True if the transition
+        was staged. The caller sends PUBREL only after its commit: once a PUBREL went out
+        the PUBLISH must never be sent again, also not after a crash (MQTT-4.3.3)."""
         p = self.inflight.get(pid)
         if p is None or p.qos != 2:
             # A duplicate PUBREC for a PUBREL already pending: answer PUBREL again.

@@ -128,6 +128,12 @@ def test_qos2_outbound_rel_and_resend_order(store: Store) -> None:
     s.conn = wire
     for i in range(3):
         b.route("x", str(i).encode(), 2, False)
+    # QoS 2 deliveries are held until the round with their records has committed.
+    assert wire.packets() == []
+    hold = b.take_hold()
+    assert hold is not None and b.take_hold() is None
+    store.commit_blocking()
+    hold.release()
     assert [p.packet_id for p in wire.packets()] == [1, 2, 3]  # type: ignore[attr-defined]
     s.on_pubrec(1)
     s.conn = None  # connection lost

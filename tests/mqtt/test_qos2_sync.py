@@ -333,3 +333,44 @@ async def test_a_failed_commit_never_acknowledges(served: Served) -> None:
     await trio.testing.wait_all_tasks_blocked(cushion=0.05)
     assert sub.nothing()  # and nobody got the message
     assert served.service.broker.stats.commit_errors >= 1
+
+
+async def test_a_retained_qos2_replay_waits_for_its_sync(served: Served) -> None:
+    pub = served.client()
+    await pub.connect("pub", clean=True)
+    for i in range(100):  # more than one replay step (REPLAY_BATCH)
+        pub.send(Publish(f"r/{i}", b"v%d" % i, 2, True, False, i + 1))
+        assert await pub.next() == Pubrec(i + 1)
+        pub.send(Pubrel(i + 1))
+        assert await pub.next() == Pubcomp(i + 1)
+    sub = served.client()
+    await sub.connect("sub")
+
+    async def replayed() -> list[str]:
+        topics: list[str] = []
+        released = 0
+        while released < 100:
+            got = await sub.next()
+            if isinstance(got, Pubrel):
+                released += 1
+                sub.send(Pubcomp(got.packet_id))
+                continue
+            assert isinstance(got, Publish) and got.retain and got.qos == 2, got
+            topics.append(got.topic)
+            sub.send(Pubrec(got.packet_id or 0))
+        return topics
+
+    await sub.subscribe("r/#", 2)
+    assert sorted(await replayed()) == sorted(f"r/{i}" for i in range(100))
+    await sub.only_ping()
+    served.gate.close()
+    # The same subscription again: the record does not change (SUBACK needs no sync), but
+    # the retained messages are sent again (MQTT-3.8.4-3) - as QoS 2 copies of a durable
+    # session, only once their records are synced.
+    sub.send(Subscribe(2, (("r/#", 2),)))
+    assert await sub.next() == Suback(2, (2,))
+    await served.gate.held()
+    assert sub.nothing()
+    served.gate.open()
+    assert sorted(await replayed()) == sorted(f"r/{i}" for i in range(100))
+    await sub.only_ping()

@@ -11,6 +11,8 @@ from typing import Any
 from .alarms import ResourceAlarms
 from .auth import UserStore
 from .config import Config
+from .connections import ConnectionLimits
+from .login import Logins
 from .service import Service
 from .store import Store
 
@@ -40,7 +42,14 @@ class App:
     endpoints: dict[str, str] = field(default_factory=dict)
     extensions: dict[str, Any] = field(default_factory=dict)
     alarms: ResourceAlarms = field(init=False)
+    connections: ConnectionLimits = field(init=False)
+    logins: Logins = field(init=False)
 
     def __post_init__(self) -> None:
-        self.alarms = ResourceAlarms(self.config.data, self.config.memory_high_watermark,
-                                     self.config.disk_free_limit, self.log)
+        config = self.config
+        self.alarms = ResourceAlarms(config.data, config.memory_high_watermark,
+                                     config.disk_free_limit, self.log)
+        self.connections = ConnectionLimits(config.max_connections,
+                                            config.max_connections_per_source, self.log)
+        self.logins = Logins(self.users, config.login_hash_threads, config.login_delay_max,
+                             config.login_track_max)

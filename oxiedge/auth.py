@@ -4,9 +4,14 @@ File format, one user per line (``#`` comments allowed)::
 
     name:pbkdf2_sha256$<iterations>$<salt base64>$<hash base64>
 
-Anonymous clients (no username) are accepted only when the file has no users, unless
-``allow_anonymous`` says otherwise explicitly. Successful checks are cached (keyed by a fast
+Anonymous clients (no username) are accepted only when the file has no users *and* the
+listeners are on a loopback address, unless ``allow_anonymous`` says otherwise explicitly
+(Mosquitto 2.x's rule: a broker reachable from the network is never open by accident, and
+removing the last user does not reopen it). Successful checks are cached (keyed by a fast
 salted digest of the password) so a reconnect storm does not burn the CPU of a Pi on PBKDF2.
+An unknown user name costs one PBKDF2 run against a dummy hash, like a wrong password, so the
+response time does not tell which names exist. ``oxiedge.login`` runs these checks off the
+event loop and slows repeated failures.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
+import ipaddress
 import os
 import secrets
 from pathlib import Path
@@ -75,33 +81,82 @@ def write_user_file(path: Path, users: dict[str, str]) -> None:
     os.replace(tmp, path)
 
 
-class UserStore:
-    """Who may connect; used by both brokers."""
+def is_network_address(bind: str) -> bool:
+    """True unless ``bind`` is a loopback address (``0.0.0.0`` and ``::`` are the network)."""
+    if bind == "localhost":
+        return False
+    try:
+        return not ipaddress.ip_address(bind).is_loopback
+    except ValueError:
+        return True
 
-    def __init__(self, users: dict[str, str], allow_anonymous: bool | None, path: Path | None = None
-                 ) -> None:
+
+def _dummy_hash(iterations: int) -> str:
+    """A hash no password matches, for unknown user names (same cost as a real check)."""
+    return "$".join([_SCHEME, str(iterations), base64.b64encode(secrets.token_bytes(16)).decode(),
+                     base64.b64encode(secrets.token_bytes(32)).decode()])
+
+
+class UserStore:
+    """Who may connect; used by both brokers. ``network``: the listeners are on a
+    non-loopback address (then no user does not mean anonymous access)."""
+
+    def __init__(self, users: dict[str, str], allow_anonymous: bool | None,
+                 path: Path | None = None, network: bool = False) -> None:
         self.path = path
+        self.network = network
         self._users = users
         self._explicit_anonymous = allow_anonymous
         self._cache: dict[str, bytes] = {}
         self._cache_salt = secrets.token_bytes(16)
+        self._dummy = self._make_dummy()
         self.failures = 0
 
     @classmethod
-    def load(cls, path: Path | None, allow_anonymous: bool | None = None) -> UserStore:
+    def load(cls, path: Path | None, allow_anonymous: bool | None = None, network: bool = False
+             ) -> UserStore:
         users = read_user_file(path) if path is not None else {}
-        return cls(users, allow_anonymous, path)
+        return cls(users, allow_anonymous, path, network)
+
+    def _make_dummy(self) -> str:
+        # The iteration count of a real user, so that an unknown name costs exactly as much.
+        for encoded in self._users.values():
+            parts = encoded.split("$")
+            if len(parts) == 4 and parts[1].isdigit():
+                return _dummy_hash(int(parts[1]))
+        return _dummy_hash(ITERATIONS)
 
     def reload(self) -> None:
         if self.path is not None:
             self._users = read_user_file(self.path)
             self._cache.clear()
+            self._dummy = self._make_dummy()
 
     @property
     def anonymous_allowed(self) -> bool:
         if self._explicit_anonymous is not None:
             return self._explicit_anonymous
-        return not self._users
+        return not self._users and not self.network
+
+    def mode(self) -> str:
+        """How anonymous clients are treated, for the start-up log and ``oxiedge status``."""
+        users = len(self._users)
+        if self._explicit_anonymous is True:
+            warn = " - WARNING: anyone on the network may connect" if self.network and \
+                not users else ""
+            return f"anonymous clients allowed (--allow-anonymous), {users} user(s){warn}"
+        if self._explicit_anonymous is False:
+            return f"anonymous clients refused (--no-allow-anonymous), {users} user(s)"
+        if users:
+            return f"anonymous clients refused ({users} user(s) configured)"
+        if self.network:
+            return ("anonymous clients refused: non-loopback address and no user (add one with"
+                    " `oxiedge user add`, or pass --allow-anonymous)")
+        return "anonymous clients allowed (loopback address, no user configured)"
+
+    @property
+    def has_users(self) -> bool:
+        return bool(self._users)
 
     @property
     def names(self) -> list[str]:
@@ -113,8 +168,14 @@ class UserStore:
             ok = self.anonymous_allowed
         else:
             encoded = self._users.get(username)
-            if encoded is None:
-                ok = self.anonymous_allowed and not self._users
+            if encoded is None and not self._users:
+                # No users at all: a name is as good as none (an open loopback broker).
+                ok = self.anonymous_allowed
+            elif encoded is None:
+                # No user-name oracle: an unknown name costs one PBKDF2 run, like a wrong
+                # password, and fails.
+                verify_password(password or b"", self._dummy)
+                ok = False
             else:
                 pw = password or b""
                 quick = hashlib.sha256(self._cache_salt + pw).digest()

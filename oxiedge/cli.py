@@ -221,6 +221,11 @@ def serve(
     allow_anonymous: Annotated[bool | None, typer.Option("--allow-anonymous/--no-allow-anonymous", help=_flag_help("allow_anonymous"))] = None,  # noqa: E501
     device_id: Annotated[str | None, typer.Option("--device-id", help=_flag_help("device_id"))] = None,  # noqa: E501
     config_file: Annotated[Path | None, typer.Option("--config", help=_flag_help("config_file"))] = None,  # noqa: E501
+    max_connections: Annotated[int | None, typer.Option(help=_flag_help("max_connections"))] = None,
+    max_connections_per_source: Annotated[int | None, typer.Option(help=_flag_help("max_connections_per_source"))] = None,  # noqa: E501
+    login_hash_threads: Annotated[int | None, typer.Option(help=_flag_help("login_hash_threads"))] = None,  # noqa: E501
+    login_delay_max: Annotated[float | None, typer.Option(help=_flag_help("login_delay_max"))] = None,  # noqa: E501
+    login_track_max: Annotated[int | None, typer.Option(help=_flag_help("login_track_max"))] = None,
 ) -> None:
     """Run the broker (MQTT + AMQP + document store) in the foreground."""
     try:

@@ -130,6 +130,19 @@ OPTIONS: tuple[Option, ...] = (
            " default: the host name)"),
     Option("config_file", "--config", "OXIEDGE_CONFIG", "",
            "TOML file with [uplink.NAME] tables"),
+    # -- issue 14: connections and logins (docs/limits.md)
+    Option("max_connections", "--max-connections", "OXIEDGE_MAX_CONNECTIONS", "1000",
+           "open connections, MQTT and AMQP together; more are closed at once"),
+    Option("max_connections_per_source", "--max-connections-per-source",
+           "OXIEDGE_MAX_CONNECTIONS_PER_SOURCE", "100",
+           "open connections from one remote address; more are closed at once"),
+    Option("login_hash_threads", "--login-hash-threads", "OXIEDGE_LOGIN_HASH_THREADS", "1",
+           "threads hashing passwords (all protocols); other logins wait their turn"),
+    Option("login_delay_max", "--login-delay-max", "OXIEDGE_LOGIN_DELAY_MAX", "2",
+           "longest delay before a login from an address or for a user name with recent"
+           " failures, seconds (0.1 s doubling per failure; 0 = no delay)"),
+    Option("login_track_max", "--login-track-max", "OXIEDGE_LOGIN_TRACK_MAX", "4096",
+           "addresses and user names whose failed logins are remembered (each)"),
 )
 OPTIONS_BY_NAME = {o.name: o for o in OPTIONS}
 
@@ -182,6 +195,11 @@ class Config:
     allow_anonymous: bool | None = None
     device_id: str = ""
     config_file: Path | None = None
+    max_connections: int = 1000
+    max_connections_per_source: int = 100
+    login_hash_threads: int = 1
+    login_delay_max: float = 2.0
+    login_track_max: int = 4096
 
     @property
     def db_path(self) -> Path:
@@ -367,4 +385,9 @@ _PARSERS: dict[str, Any] = {
     "allow_anonymous": parse_optional_bool,
     "device_id": lambda _n, v: str(v).strip(),
     "config_file": _optional_path,
+    "max_connections": parse_positive_int,
+    "max_connections_per_source": parse_positive_int,
+    "login_hash_threads": lambda n, v: parse_positive_int(n, v, 1),
+    "login_delay_max": lambda n, v: parse_seconds(n, v, 0.0),
+    "login_track_max": lambda n, v: parse_positive_int(n, v, 16),
 }

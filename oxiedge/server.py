@@ -21,7 +21,7 @@ from . import sdnotify
 from .admin.server import AdminServer, core_handlers
 from .amqp.service import AmqpService
 from .app import App, make_logger
-from .auth import UserFileError, UserStore
+from .auth import UserFileError, UserStore, is_network_address
 from .bridge.amqp_mqtt import start_topic_bridge
 from .bridge.ingest import IngestBridge
 from .bridge.routes import Route, parse_routes
@@ -120,7 +120,8 @@ async def serve(config: Config) -> None:
     uplinks = load_config_file(config.config_file) if config.config_file else []
     config.device_id = check_device_id(config.device_id or default_device_id())
     try:
-        users = UserStore.load(config.users_path, config.allow_anonymous)
+        users = UserStore.load(config.users_path, config.allow_anonymous,
+                               network=is_network_address(config.bind))
     except (UserFileError, OSError) as exc:
         raise StartupError(str(exc)) from None
     tls = _tls_manager(config, log)  # a bad certificate or key: exit before listening
@@ -220,6 +221,8 @@ async def _start(app: App, nursery: trio.Nursery, handlers: dict[str, Any], rout
             app.endpoints[endpoint] = f"{config.bind}:{actual}"
             log.info("%s listening on %s:%d%s", name, _format_host(config.bind), actual,
                      service.listening_suffix() if i == 0 else "")
+            log.info("%s on %s:%d: %s", name, _format_host(config.bind), actual,
+                     app.users.mode())
         for line in service.extra_lines():
             log.info("%s", line)
         if key == "mqtt":

@@ -60,6 +60,7 @@ def core_handlers(app: App) -> dict[str, Handler]:
 
     def users_reload(_args: dict[str, Any]) -> dict[str, Any]:
         app.users.reload()
+        app.log.info("users reloaded: %s", app.users.mode())
         return {"users": len(app.users.names)}
 
     return {
@@ -87,6 +88,8 @@ def server_status(app: App) -> dict[str, Any]:
             "durable_writes": "STOPPED: " + str(committer.failed) if committer.failed else "ok",
         },
         "alarms": app.alarms.status(),
+        "connections": app.connections.status(),
+        "logins": app.logins.status(),
     }
     for name, service in app.services.items():
         out[name] = service.status()

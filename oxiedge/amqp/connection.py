@@ -412,7 +412,7 @@ class AmqpConnection:
         caps = self.client_properties.get("capabilities")
         self.cancel_notify = isinstance(caps, dict) and bool(caps.get("consumer_cancel_notify"))
         self.blocked_notify = isinstance(caps, dict) and bool(caps.get("connection.blocked"))
-        if not self._authenticate(start_ok.mechanism, start_ok.response):
+        if not await self._authenticate(start_ok.mechanism, start_ok.response):
             self.service.counters["auth_failures"] += 1
             raise AmqpError(ACCESS_REFUSED,
                             f"Login was refused using authentication mechanism "
@@ -458,8 +458,7 @@ class AmqpConnection:
         # verified client certificate and --tls-identity-as-username.
         return b"PLAIN AMQPLAIN EXTERNAL" if self.tls_identity else b"PLAIN AMQPLAIN"
 
-    def _authenticate(self, mechanism: str, response: bytes) -> bool:
-        users = self.service.app.users
+    async def _authenticate(self, mechanism: str, response: bytes) -> bool:
         password: bytes | None
         if mechanism == "EXTERNAL":
             # The certificate is the credential; the response (an authzid) is not used.
@@ -490,7 +489,8 @@ class AmqpConnection:
         else:
             return False
         self.user = username
-        return bool(users.authenticate(username or None, password or None))
+        # Hashing off the event loop, throttled after failures (oxiedge.login).
+        return await self.service.app.logins.check(username or None, password or None)
 
     # -- main loop -----------------------------------------------------------------------
 
@@ -576,7 +576,7 @@ class AmqpConnection:
             if isinstance(m, spec.ConnectionUpdateSecret):
                 # The new secret must authenticate the connection's user again (for PLAIN
                 # and AMQPLAIN it is the password); otherwise the connection is refused.
-                if not self.service.app.users.authenticate(self.user or None,
+                if not await self.service.app.logins.check(self.user or None,
                                                            m.new_secret or None):
                     raise AmqpError(ACCESS_REFUSED, "update-secret: new secret refused",
                                     m.CLASS_ID, m.METHOD_ID)

@@ -110,7 +110,8 @@ class AmqpService:
         async with trio.open_nursery() as nursery:
             await nursery.start(self.broker.timers.run)
             for listener in listeners:
-                nursery.start_soon(trio.serve_listeners, self._handle, [listener])
+                nursery.start_soon(trio.serve_listeners,
+                                   self.app.connections.guard(self._handle, "AMQP"), [listener])
             task_status.started()
 
     async def _handle(self, stream: trio.abc.Stream) -> None:

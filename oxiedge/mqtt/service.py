@@ -117,7 +117,8 @@ class MqttService:
         """Accept connections until cancelled."""
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self.release_held)
-            await nursery.start(trio.serve_listeners, self._handle, listeners)
+            await nursery.start(trio.serve_listeners,
+                                self.app.connections.guard(self._handle, "MQTT"), listeners)
             task_status.started()
 
     def _wake_releaser(self) -> None:
@@ -160,11 +161,8 @@ class MqttService:
             self.app.log.exception("MQTT: connection %s failed: %s", conn.client_id, exc)
 
     async def authenticate(self, username: str | None, password: bytes | None) -> bool:
-        """Check credentials; password hashing runs off the event loop."""
-        users = self.app.users
-        if username is None:
-            return bool(users.authenticate(None, password))
-        return bool(await trio.to_thread.run_sync(users.authenticate, username, password))
+        """Check credentials: off the event loop, throttled after failures (oxiedge.login)."""
+        return await self.app.logins.check(username, password)
 
     # ------------------------------------------------------------------- admin
     def admin_handlers(self) -> dict[str, Callable[[dict[str, Any]], Any]]:

@@ -4,7 +4,15 @@ from pathlib import Path
 
 import pytest
 
-from oxiedge.auth import UserFileError, UserStore, hash_password, read_user_file, write_user_file
+from oxiedge.auth import (
+    UserFileError,
+    UserStore,
+    hash_password,
+    is_network_address,
+    read_user_file,
+    write_user_file,
+)
+from oxiedge.login import LoginThrottle
 
 
 def test_no_users_means_anonymous(tmp_path: Path) -> None:
@@ -33,3 +41,66 @@ def test_malformed_file_names_the_line(tmp_path: Path) -> None:
     path.write_text("# users\nalice:plaintext\n")
     with pytest.raises(UserFileError, match="passwd:2"):
         read_user_file(path)
+
+
+def test_network_listener_without_users_is_not_anonymous(tmp_path: Path) -> None:
+    # Mosquitto 2.x's rule (issue 14, item 7): a non-loopback listener with no user refuses
+    # anonymous clients unless --allow-anonymous is given explicitly.
+    assert is_network_address("0.0.0.0") and is_network_address("::")
+    assert is_network_address("192.168.1.20")
+    assert not is_network_address("127.0.0.1") and not is_network_address("127.0.0.2")
+    assert not is_network_address("::1") and not is_network_address("localhost")
+    path = tmp_path / "passwd"
+    net = UserStore.load(path, network=True)
+    assert not net.authenticate(None, None)
+    assert not net.authenticate("guest", b"guest")
+    assert "refused" in net.mode() and "--allow-anonymous" in net.mode()
+    opened = UserStore.load(path, allow_anonymous=True, network=True)
+    assert opened.authenticate(None, None) and "WARNING" in opened.mode()
+    assert UserStore.load(path, network=False).authenticate(None, None)
+    # Removing the last user does not reopen a network listener.
+    write_user_file(path, {"alice": hash_password("pw", iterations=1000)})
+    net.reload()
+    assert not net.authenticate(None, None) and net.authenticate("alice", b"pw")
+    write_user_file(path, {})
+    net.reload()
+    assert not net.authenticate(None, None) and not net.authenticate("alice", b"pw")
+
+
+def test_unknown_user_costs_a_hash(tmp_path: Path) -> None:
+    # No user-name oracle: an unknown name runs PBKDF2 against a dummy hash with the same
+    # iteration count as the real users.
+    path = tmp_path / "passwd"
+    write_user_file(path, {"alice": hash_password("pw", iterations=200_000)})
+    users = UserStore.load(path)
+    assert users._dummy.split("$")[1] == "200000"
+    assert not users.authenticate("mallory", b"pw")
+    assert not users.authenticate("alice", b"wrong")
+    assert users.failures == 2
+
+
+def test_login_throttle_grows_caps_forgets_and_is_bounded() -> None:
+    now = [1000.0]
+    t = LoginThrottle(max_delay=2.0, max_entries=3, clock=lambda: now[0])
+    assert t.delay("10.0.0.1", "alice") == 0.0
+    delays = []
+    for _ in range(8):
+        t.failed("10.0.0.1", "alice")
+        delays.append(t.delay("10.0.0.1", "alice"))
+    assert delays == [0.1, 0.2, 0.4, 0.8, 1.6, 2.0, 2.0, 2.0]
+    # Per source: another user name from that address is slowed too ...
+    assert t.delay("10.0.0.1", "bob") == 2.0
+    # ... and per user name: the same name from another address.
+    assert t.delay("10.0.0.9", "alice") == 2.0
+    assert t.delay("10.0.0.9", "bob") == 0.0
+    # A success clears the user name, not the address.
+    t.succeeded("alice")
+    assert t.delay("10.0.0.9", "alice") == 0.0 and t.delay("10.0.0.1", "carol") == 2.0
+    # Forgotten after a quiet period.
+    now[0] += 601
+    assert t.delay("10.0.0.1", "carol") == 0.0
+    # The tables are bounded: the least recently failed is evicted, and counted.
+    for i in range(10):
+        t.failed(f"10.0.1.{i}", f"user{i}")
+    assert len(t.sources) == 3 and len(t.users) == 3 and t.evicted >= 14
+    assert LoginThrottle(max_delay=0).delay("x", "y") == 0.0

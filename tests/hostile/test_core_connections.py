@@ -1,0 +1,86 @@
+"""Connection floods (issue 14, item 4): the total and per-source bounds close extra
+connections at once, are counted, release their slots, and never stall an innocent client."""
+
+from __future__ import annotations
+
+import socket
+import time
+from collections.abc import Callable
+
+from tests.conftest import ServerProcess
+from tests.hostile.conftest import InnocentClient, server_status
+from tests.hostile.rawlogin import amqp_login, mqtt_login, open_from
+
+
+def _closed_at_once(sock: socket.socket, timeout: float = 5.0) -> bool:
+    """True if the server closed ``sock`` without sending anything."""
+    sock.settimeout(timeout)
+    try:
+        return sock.recv(1) == b""
+    except ConnectionResetError:
+        return True
+    except TimeoutError:
+        return False
+
+
+def test_per_source_limit(hostile_server: Callable[..., ServerProcess],
+                          innocent: Callable[..., InnocentClient]) -> None:
+    srv = hostile_server("--max-connections-per-source", "20")
+    mqtt_port, amqp_port = srv.mqtt_port or 0, srv.amqp_port or 0
+    client = innocent(mqtt_port, interval=0.02)  # from 127.0.0.1
+    held = [open_from(port, "127.0.0.2") for port in [mqtt_port, amqp_port] * 10]
+    extra: list[socket.socket] = []
+    try:
+        time.sleep(0.3)  # let the server accept them all
+        extra = [open_from(port, "127.0.0.2") for port in [mqtt_port, amqp_port] * 20]
+        assert all(_closed_at_once(s) for s in extra)
+        # Another address is not affected, on either protocol.
+        assert mqtt_login(mqtt_port, None, None, source="127.0.0.3") == 0
+        assert amqp_login(amqp_port, "guest", "guest", source="127.0.0.3") == 0
+        conns = server_status(srv)["connections"]
+        assert conns["refused_max_per_source"] == 40, conns
+        assert conns["max_per_source"] == 20 and conns["open"] >= 21, conns
+    finally:
+        for s in held + extra:
+            s.close()
+    # Closed connections free their slots.
+    deadline = time.monotonic() + 10
+    while mqtt_login(mqtt_port, None, None, source="127.0.0.2") != 0:
+        assert time.monotonic() < deadline, server_status(srv)["connections"]
+        time.sleep(0.1)
+    stats = client.stop()
+    stats.assert_responsive(limit_ms=100)
+
+
+def test_total_limit_under_a_flood(hostile_server: Callable[..., ServerProcess],
+                                   innocent: Callable[..., InnocentClient]) -> None:
+    srv = hostile_server("--max-connections", "60", "--max-connections-per-source", "1000")
+    mqtt_port, amqp_port = srv.mqtt_port or 0, srv.amqp_port or 0
+    client = innocent(mqtt_port, interval=0.02)  # holds one of the 60
+    srv.rss.mark()  # type: ignore[attr-defined]
+    flood: list[socket.socket] = []
+    try:
+        for i in range(400):  # 400 connections from 8 addresses, none sends a byte
+            port = mqtt_port if i % 2 else amqp_port
+            flood.append(open_from(port, f"127.0.1.{i % 8 + 1}"))
+        time.sleep(0.5)
+        conns = server_status(srv)["connections"]
+        assert conns["open"] <= 60 and conns["refused_max_connections"] >= 400 - 60, conns
+        closed = sum(_closed_at_once(s, timeout=0.05) for s in flood)
+        assert closed >= 400 - 60, closed
+    finally:
+        for s in flood:
+            s.close()
+    deadline = time.monotonic() + 10
+    while mqtt_login(mqtt_port, None, None) != 0:  # room again once the flood is gone
+        assert time.monotonic() < deadline, server_status(srv)["connections"]
+        time.sleep(0.1)
+    # Connection churn: 500 connect/close cycles in a row.
+    for i in range(500):
+        open_from(amqp_port if i % 2 else mqtt_port, "127.0.2.1").close()
+    stats = client.stop()
+    grew = (srv.rss.peak - srv.rss.baseline) >> 20  # type: ignore[attr-defined]
+    print(f"flood of 400 + churn of 500: innocent {stats}; RSS +{grew} MiB")
+    stats.assert_responsive(limit_ms=100)
+    conns = server_status(srv)["connections"]
+    assert conns["peak"] <= 60, conns

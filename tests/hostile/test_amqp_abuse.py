@@ -129,7 +129,9 @@ def test_unauthenticated_floods_are_bounded(
         innocent: Callable[..., InnocentClient]) -> None:
     """300 sockets announce a 1 MiB start-ok (refused from the frame header: 501), 300
     more send the protocol header and then nothing (closed at the handshake deadline)."""
-    srv = hostile_server("--amqp-handshake-timeout", "1")
+    # 600 sockets from 127.0.0.1: the per-source connection bound (default 100, tested in
+    # test_core_connections.py) is lifted so that the AMQP pre-login bounds are what is hit.
+    srv = hostile_server("--amqp-handshake-timeout", "1", "--max-connections-per-source", "1000")
     mqtt, amqp = _ports(srv)
     with innocent(mqtt, interval=0.02) as client:
         time.sleep(0.2)

@@ -493,6 +493,10 @@ def user_remove(name: str, data: DataOpt = None, password_file: PwFileOpt = None
     write_user_file(path, users)
     _reload_users(cfg)
     _print_line(f"user {name} removed")
+    if not users:
+        # The last user is gone: say what that means (it never reopens a network listener).
+        _print_line("no user left: anonymous clients are allowed on a loopback --bind only;"
+                    " a broker on any other address refuses them unless --allow-anonymous")
 
 
 @user_app.command("list")

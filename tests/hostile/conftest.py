@@ -15,9 +15,10 @@
     ``interval`` seconds.  Use as a context manager or call ``.stop()``; both give ``PingStats``
     (``.count``, ``.p50``, ``.p95``, ``.max`` in ms, ``.errors``).
     ``stats.assert_responsive(limit_ms=100)`` fails on any error (connection dropped, a ping
-    unanswered for 10 s), on fewer than 5 pings, if more than 2% of the pings took longer than
-    ``limit_ms`` or any single one took longer than ``stall_ms`` (default 1000): a few
-    scheduler hiccups of a shared 2-core VM are tolerated, a broker stall is not.
+    unanswered for 10 s), on fewer than 5 pings, if more than 5% of the pings (at least 2)
+    took longer than ``limit_ms`` or any single one took longer than ``stall_ms`` (default
+    1000): scheduler hiccups of a shared, overloaded 2-core VM (load average 10 seen while six
+    suites run) are tolerated, a broker stall is not.
 
 ``RssSampler(pid, interval=0.05)``
     Samples ``VmRSS`` of ``/proc/PID/status`` in a thread: ``.start()``, ``.stop()``,
@@ -139,7 +140,7 @@ class PingStats:
         assert not self.errors, f"innocent client failed: {self}"
         assert self.count >= min_pings, f"too few pings: {self}"
         slow = sum(1 for rtt in self.rtts_ms if rtt > limit_ms)
-        assert slow <= max(1, self.count // 50), f"{slow} pings over {limit_ms} ms: {self}"
+        assert slow <= max(2, self.count // 20), f"{slow} pings over {limit_ms} ms: {self}"
         assert self.max <= stall_ms, f"innocent client stalled: {self}"
 
 

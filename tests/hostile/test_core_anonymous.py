@@ -29,7 +29,8 @@ def test_all_interfaces_without_users_refuses_anonymous(
     assert amqp_login(amqp_port, "alice", "pw-alice") == 0
     assert mqtt_login(mqtt_port, None, None) == 5
     # ... and removing the last user does not reopen it.
-    srv.cli("user", "remove", "alice")
+    removed = srv.cli("user", "remove", "alice").stdout
+    assert "no user left" in removed and "--allow-anonymous" in removed, removed
     assert mqtt_login(mqtt_port, None, None) == 5
     assert amqp_login(amqp_port, "guest", "guest") == 403
     assert mqtt_login(mqtt_port, "alice", "pw-alice") == 4

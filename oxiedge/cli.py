@@ -189,6 +189,7 @@ def serve(
     tls_verify_client: Annotated[str | None, typer.Option("--tls-verify-client", help=_flag_help("tls_verify_client"))] = None,  # noqa: E501
     tls_identity_as_username: Annotated[bool | None, typer.Option("--tls-identity-as-username/--no-tls-identity-as-username", help=_flag_help("tls_identity_as_username"))] = None,  # noqa: E501
     tls_handshake_timeout: Annotated[int | None, typer.Option("--tls-handshake-timeout", help=_flag_help("tls_handshake_timeout"))] = None,  # noqa: E501
+    tls_max_handshakes: Annotated[int | None, typer.Option("--tls-max-handshakes", help=_flag_help("tls_max_handshakes"))] = None,  # noqa: E501
     mqtt_persist: Annotated[bool | None, typer.Option("--mqtt-persist/--no-mqtt-persist", help=_flag_help("mqtt_persist"))] = None,  # noqa: E501
     ingest: Annotated[list[str] | None, typer.Option("--ingest", help=_flag_help("ingest"))] = None,
     mqtt_max_packet_size: Annotated[int | None, typer.Option(help=_flag_help("mqtt_max_packet_size"))] = None,  # noqa: E501

@@ -57,6 +57,8 @@ OPTIONS: tuple[Option, ...] = (
            "a verified client certificate's CN (or first SAN) is the user name (1/0)"),
     Option("tls_handshake_timeout", "--tls-handshake-timeout", "OXIEDGE_TLS_HANDSHAKE_TIMEOUT",
            "10", "seconds a new TLS connection has to complete its handshake"),
+    Option("tls_max_handshakes", "--tls-max-handshakes", "OXIEDGE_TLS_MAX_HANDSHAKES", "256",
+           "TLS handshakes in progress at once; more new connections are closed"),
     Option("mqtt_persist", "--mqtt-persist/--no-mqtt-persist", "OXIEDGE_MQTT_PERSIST", "1",
            "persist MQTT sessions (1/0)"),
     Option("ingest", "--ingest", "OXIEDGE_MQTT_INGEST", "",
@@ -164,6 +166,7 @@ class Config:
     tls_verify_client: str = "none"
     tls_identity_as_username: bool = False
     tls_handshake_timeout: int = 10
+    tls_max_handshakes: int = 256
     mqtt_persist: bool = True
     ingest: list[str] = field(default_factory=list)
     mqtt_max_packet_size: int = 1 << 20
@@ -354,6 +357,7 @@ _PARSERS: dict[str, Any] = {
     "tls_verify_client": lambda n, v: _choice(n, v, ("none", "optional", "required")),
     "tls_identity_as_username": parse_bool,
     "tls_handshake_timeout": parse_positive_int,
+    "tls_max_handshakes": parse_positive_int,
     "mqtt_persist": parse_bool,
     "ingest": parse_routes,
     "mqtt_max_packet_size": lambda n, v: parse_positive_int(n, v, 64),

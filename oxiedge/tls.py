@@ -54,13 +54,15 @@ class TlsSettings:
     verify_client: str = "none"
     identity_as_username: bool = False
     handshake_timeout: float = 10.0
+    max_handshakes: int = 256
 
     @classmethod
     def from_config(cls, config: Any) -> TlsSettings:
         return cls(cert=config.tls_cert, key=config.tls_key, ca=config.tls_ca,
                    min_version=config.tls_min_version, verify_client=config.tls_verify_client,
                    identity_as_username=config.tls_identity_as_username,
-                   handshake_timeout=float(config.tls_handshake_timeout))
+                   handshake_timeout=float(config.tls_handshake_timeout),
+                   max_handshakes=config.tls_max_handshakes)
 
 
 def _readable(path: Path, option: str) -> None:
@@ -148,7 +150,8 @@ class TlsManager:
         self.log = log
         self.context = build_context(settings)  # TlsConfigError: before any port opens
         self.counters = {"handshakes": 0, "handshake_failures": 0, "handshake_timeouts": 0,
-                         "reloads": 0, "reload_failures": 0}
+                         "handshakes_refused": 0, "reloads": 0, "reload_failures": 0}
+        self.pending = 0  # handshakes in progress (bounded by --tls-max-handshakes)
         self.loaded_at = time.time()
         self.last_reload_error = ""
         self._last_failure_log = 0.0
@@ -180,16 +183,30 @@ class TlsManager:
     # --------------------------------------------------------------- handshake
     async def handshake(self, stream: trio.SSLStream[Any], label: str) -> bool:
         """Complete the server handshake within ``--tls-handshake-timeout``; False (counted,
-        the stream closed) when it fails or stalls. Runs in the connection's own task."""
-        with trio.move_on_after(self.settings.handshake_timeout) as scope:
-            try:
-                await stream.do_handshake()
-            except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
-                self.counters["handshake_failures"] += 1
-                cause = exc.__cause__ or exc
-                self._failure(label, stream, f"failed: {cause}")
-                await trio.aclose_forcefully(stream)
-                return False
+        the stream closed) when it fails or stalls. Runs in the connection's own task.
+
+        At most ``--tls-max-handshakes`` run at once: each holds an OpenSSL object and its
+        buffers for up to the timeout, so a flood of silent sockets must not hold more; the
+        ones beyond it are closed at once (counted ``handshakes_refused``)."""
+        if self.pending >= self.settings.max_handshakes:
+            self.counters["handshakes_refused"] += 1
+            self._failure(label, stream, f"refused: --tls-max-handshakes "
+                                         f"({self.settings.max_handshakes}) in progress")
+            await trio.aclose_forcefully(stream)
+            return False
+        self.pending += 1
+        try:
+            with trio.move_on_after(self.settings.handshake_timeout) as scope:
+                try:
+                    await stream.do_handshake()
+                except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
+                    self.counters["handshake_failures"] += 1
+                    cause = exc.__cause__ or exc
+                    self._failure(label, stream, f"failed: {cause}")
+                    await trio.aclose_forcefully(stream)
+                    return False
+        finally:
+            self.pending -= 1
         if scope.cancelled_caught:
             self.counters["handshake_timeouts"] += 1
             self._failure(label, stream,
@@ -233,6 +250,8 @@ class TlsManager:
             "verify_client": s.verify_client,
             "identity_as_username": s.identity_as_username,
             "handshake_timeout": s.handshake_timeout,
+            "handshakes_in_progress": self.pending,
+            "max_handshakes": s.max_handshakes,
         }
 
 

@@ -70,6 +70,32 @@ def test_stalled_and_garbage_handshakes(start_server: Callable[..., ServerProces
     c.disconnect()
 
 
+def test_handshakes_in_progress_are_bounded(start_server: Callable[..., ServerProcess],
+                                            pki: Pki, clients: Make) -> None:
+    srv = start_server(*pki.server_args("--tls-max-handshakes", "2",
+                                        "--tls-handshake-timeout", "2"))
+    port = srv.mqtt_tls_port
+    silent = [socket.create_connection(("127.0.0.1", port), timeout=5) for _ in range(2)]
+    deadline = time.monotonic() + 10
+    while tls_status(srv)["handshakes_in_progress"] < 2:
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    # A third one is closed at once, without waiting for the 2 s timeout.
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as third:
+        assert _closed_by_server(third, 5) < 1.5
+    status = tls_status(srv)
+    assert status["handshakes_refused"] == 1 and status["max_handshakes"] == 2, status
+    # Once the stalled ones time out, real clients are served again.
+    for sock in silent:
+        assert _closed_by_server(sock, 8) < 6
+        sock.close()
+    c = clients(port, "after-flood")
+    c.c.tls_set_context(client_context(pki.ca_file))
+    c.connect()
+    c.disconnect()
+    assert tls_status(srv)["handshakes_in_progress"] == 0
+
+
 def _handshake_ok(port: int | None, ctx: ssl.SSLContext) -> bool:
     assert port is not None
     try:

@@ -204,9 +204,20 @@ class IndexCatalog:
         for key, value in self.store.iter_raw("meta", b"x"):
             if len(key) != 5:
                 continue
-            body = json.loads(bytes(value))
-            self._add(IndexDef(_U32.unpack_from(key, 1)[0], body["collection"], body["field"],
-                               bool(body.get("ready"))))
+            try:
+                body = json.loads(bytes(value))
+                idef = IndexDef(_U32.unpack_from(key, 1)[0], body["collection"], body["field"],
+                                bool(body.get("ready")))
+                if not isinstance(idef.collection, str) or not isinstance(idef.field, str):
+                    raise TypeError("collection and field must be strings")
+                if not idef.field or any(not part for part in idef.field.split(".")):
+                    raise ValueError(f"invalid field path {idef.field!r}")
+            except (ValueError, KeyError, TypeError) as exc:
+                # Recovery never crash-loops: the definition is moved aside; its entries
+                # are merely unused (a re-created index gets a new id).
+                self.store.quarantine("meta", key, value, f"index definition: {exc}")
+                continue
+            self._add(idef)
 
     def _add(self, idef: IndexDef) -> None:
         self.defs[idef.iid] = idef

@@ -12,6 +12,11 @@ families multiply memtables and RSS, see STORAGE-NOTES.md):
 ``mqtt``  the MQTT broker's hot records (queued / in-flight messages)
 ``amqp``  the AMQP broker's hot records (persistent messages of durable queues)
 ``uplink`` the uplinks' outboxes (messages waiting for the upstream's confirm)
+``quarantine`` records recovery could not decode, moved aside (``quarantine.py``)
+
+Column families on disk that this version does not know (written by a newer one, or by a
+tool) are opened with default options and left alone: RocksDB refuses to open a database
+without naming every family it has.
 
 All column families share one WAL, so one ``WriteBatch`` plus one ``flush_wal(True)`` commits
 across them atomically. The memory profile (8 MB block cache shared by every family, 8 MB
@@ -33,7 +38,8 @@ from rocksdict import (
     Rdict,
 )
 
-COLUMN_FAMILIES: tuple[str, ...] = ("meta", "docs", "idx", "mqtt", "amqp", "uplink")
+COLUMN_FAMILIES: tuple[str, ...] = ("meta", "docs", "idx", "mqtt", "amqp", "uplink",
+                                    "quarantine")
 # Families whose records churn (insert, ack, delete): tombstones must not pile up.
 _CHURNING = frozenset({"mqtt", "amqp", "uplink"})
 
@@ -74,6 +80,22 @@ def _family_options(profile: MemoryProfile, cache: Cache, churning: bool) -> Opt
     return opts
 
 
+def existing_families(path: Path) -> list[str]:
+    """Names of the column families of the database at ``path`` ([] if there is none)."""
+    if not (path / "CURRENT").exists():
+        return []
+    try:
+        return [str(name) for name in Rdict.list_cf(str(path))]
+    except Exception:  # unreadable: the open below reports the real error
+        return []
+
+
+def unknown_families(path: Path) -> list[str]:
+    """Column families on disk that this version does not use (left alone)."""
+    return [name for name in existing_families(path)
+            if name != "default" and name not in COLUMN_FAMILIES]
+
+
 def open_db(path: Path, profile: MemoryProfile = SMALL, read_only: bool = False) -> Rdict:
     """Open (creating if needed) the database at ``path`` with every column family."""
     cache = Cache(profile.block_cache)
@@ -90,6 +112,8 @@ def open_db(path: Path, profile: MemoryProfile = SMALL, read_only: bool = False)
         name: _family_options(profile, cache, churning=name in _CHURNING)
         for name in COLUMN_FAMILIES
     }
+    for name in unknown_families(path):
+        families[name] = Options(raw_mode=True)
     access = AccessType.read_only() if read_only else AccessType.read_write()
     try:
         return Rdict(str(path), opts, column_families=families, access_type=access)

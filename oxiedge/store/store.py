@@ -17,10 +17,12 @@ import trio
 from rocksdict import ReadOptions, WriteBatch
 
 from . import encoding as enc
+from . import format as fmt
+from . import quarantine
 from .committer import GroupCommitter
 from .index import IndexCatalog
 from .query import compile_filter, parse_sort, sort_docs
-from .rocks import COLUMN_FAMILIES, SMALL, MemoryProfile, open_db
+from .rocks import COLUMN_FAMILIES, SMALL, MemoryProfile, existing_families, open_db
 
 _COLLECTION_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.\-]{0,99}$")
 
@@ -57,13 +59,26 @@ class Store:
     def __init__(self, path: Path, profile: MemoryProfile = SMALL, read_only: bool = False) -> None:
         self.path = Path(path)
         self.read_only = read_only
+        on_disk = existing_families(self.path)
         self.db = open_db(self.path, profile, read_only=read_only)
-        self._cf = {name: self.db.get_column_family_handle(name) for name in COLUMN_FAMILIES}
+        #: families on disk this version does not use: opened, never touched
+        self.unknown_families = sorted(set(on_disk) - set(COLUMN_FAMILIES) - {"default"})
+        # A read-only open cannot create families (an old data dir has no quarantine yet).
+        names = [n for n in COLUMN_FAMILIES if not read_only or n in on_disk]
+        self._cf = {name: self.db.get_column_family_handle(name) for name in names}
         self._cf_read = {name: self.db.get_column_family(name) for name in self._cf}
         self._collections: dict[str, _Collection] = {}
         self._dirty: set[str] = set()
         self._views: dict[str, list[ViewFn]] = {}
         self.committer = GroupCommitter(self.db, before_write=self._write_counters)
+        self.quarantined_now = 0  # records moved aside (or skipped, read-only) by this process
+        self.recent_quarantine: list[tuple[str, bytes, str]] = []
+        self.quarantined_keys: set[tuple[str, bytes]] = set()
+        try:
+            self.format_found = fmt.check_and_migrate(self)
+        except fmt.StoreFormatError:
+            self.close(commit=False)
+            raise
         self._load_catalog()
         self.docs_read = 0  # documents decoded by reads (shows what an index saved)
         self.indexes = IndexCatalog(self)
@@ -78,8 +93,9 @@ class Store:
             p.mkdir(parents=True, exist_ok=True)
         return cls(p, profile, read_only=read_only)
 
-    def close(self) -> None:
-        if not self.read_only and self.committer.pending and self.committer.failed is None:
+    def close(self, commit: bool = True) -> None:
+        if (commit and not self.read_only and self.committer.pending
+                and self.committer.failed is None):
             self.committer.commit_blocking()
         # Column-family handles keep the DB alive: drop them so the LOCK is released now.
         self._cf.clear()
@@ -102,16 +118,81 @@ class Store:
         meta = self._cf_read["meta"]
         ro = ReadOptions()
         ro.set_iterate_upper_bound(b"d")
+        taken: set[int] = set()
         for key, value in meta.items(from_key=b"c", read_opt=ro):
-            name = cast(bytes, key)[1:].decode()
-            cid = int(enc.decode_doc(0, cast(bytes, value))["id"])
+            raw_key, raw_value = cast(bytes, key), cast(bytes, value)
+            try:
+                name = validate_collection_name(raw_key[1:].decode())
+                cid = enc.decode_doc(0, raw_value)["id"]
+                if type(cid) is not int or not 0 < cid < 1 << 32 or cid in taken:
+                    raise ValueError(f"bad collection id {cid!r}")
+            except (ValueError, KeyError, TypeError) as exc:
+                # Its documents stay where they are (the id is unknown or shared); a
+                # collection created under the same name later gets a fresh id.
+                self.quarantine("meta", raw_key, raw_value, f"collection catalog entry: {exc}")
+                continue
+            taken.add(cid)
             raw = meta.get(enc.counters_key(cid))
-            next_id, count = enc.decode_counters(raw) if raw is not None else (1, 0)
+            try:
+                next_id, count = enc.decode_counters(raw) if raw is not None else (1, 0)
+            except ValueError as exc:
+                self.quarantine("meta", enc.counters_key(cid), raw, f"collection counters: {exc}")
+                next_id, count = 1, sum(1 for _ in self._doc_keys(cid))
+                self._dirty.add(name)
             # Never reuse an id: also look at the last stored key of the collection.
             last = self._last_doc_id(cid)
             if last is not None and last >= next_id:
                 next_id = last + 1
             self._collections[name] = _Collection(name, cid, next_id, count)
+
+    def _doc_keys(self, cid: int) -> Iterator[bytes]:
+        ro = ReadOptions()
+        ro.set_iterate_upper_bound(enc.collection_prefix(cid + 1))
+        for key in self._cf_read["docs"].keys(from_key=enc.collection_prefix(cid), read_opt=ro):
+            yield cast(bytes, key)
+
+    # ---------------------------------------------------------------- quarantine
+    def has_family(self, cf: str) -> bool:
+        return cf in self._cf
+
+    def quarantine(self, cf: str, key: bytes, value: bytes | None, reason: str) -> bool:
+        """Move one undecodable record aside (next commit), count it and log its key
+        (``quarantine.py``); False if this process already did. Callers then go on as if
+        the record were not there."""
+        return quarantine.stage(self, cf, key, value, reason)
+
+    def quarantine_doc(self, coll: str, doc_id: int, reason: str) -> None:
+        """``quarantine`` for a document whose JSON decoded but whose shape is unusable."""
+        c = self._collections.get(coll)
+        if c is None:
+            return
+        key = enc.doc_key(c.cid, int(doc_id))
+        raw = self._cf_read["docs"].get(key)
+        if raw is None:
+            return
+        self._quarantine_doc_record(c, key, cast(bytes, raw), f"{coll} document {doc_id}: {reason}")
+
+    def _quarantine_doc_record(self, c: _Collection, key: bytes, raw: bytes, reason: str) -> None:
+        # Its index entries stay: a stale entry only costs a lookup that finds nothing
+        # (index.py: the index is a candidate generator, never the judge).
+        if self.quarantine("docs", key, raw, reason) and not self.read_only:
+            c.count -= 1
+            self._dirty.add(c.name)
+
+    def _decode(self, c: _Collection, doc_id: int, key: bytes, raw: bytes
+                ) -> dict[str, Any] | None:
+        try:
+            doc = enc.decode_doc(doc_id, raw)
+        except (ValueError, TypeError) as exc:  # orjson.JSONDecodeError is a ValueError
+            self._quarantine_doc_record(c, key, raw, f"{c.name} document {doc_id}: {exc}")
+            return None
+        return doc
+
+    def quarantine_status(self) -> dict[str, Any]:
+        out = quarantine.status(self)
+        if self.unknown_families:
+            out["unknown_families"] = list(self.unknown_families)
+        return out
 
     def _last_doc_id(self, cid: int) -> int | None:
         ro = ReadOptions()
@@ -167,11 +248,12 @@ class Store:
         c = self._collections.get(coll)
         if c is None:
             return None
-        raw = self._cf_read["docs"].get(enc.doc_key(c.cid, int(doc_id)))
+        key = enc.doc_key(c.cid, int(doc_id))
+        raw = self._cf_read["docs"].get(key)
         if raw is None:
             return None
         self.docs_read += 1
-        return enc.decode_doc(int(doc_id), raw)
+        return self._decode(c, int(doc_id), key, cast(bytes, raw))
 
     def iter_docs(self, coll: str, start_id: int = 0) -> Iterator[dict[str, Any]]:
         """Stored documents of ``coll`` in ``_id`` order (no views)."""
@@ -184,7 +266,10 @@ class Store:
             from_key=enc.doc_key(c.cid, start_id), read_opt=ro
         ):
             self.docs_read += 1
-            yield enc.decode_doc(enc.doc_id_of(cast(bytes, key)), cast(bytes, value))
+            raw_key = cast(bytes, key)
+            doc = self._decode(c, enc.doc_id_of(raw_key), raw_key, cast(bytes, value))
+            if doc is not None:
+                yield doc
 
     def _all_docs(self, coll: str, filter: Any = None) -> Iterator[dict[str, Any]]:
         ids = self.indexes.candidate_ids(coll, filter) if self.indexes.active else None
@@ -281,7 +366,12 @@ class Store:
         if raw is None:
             return False
         if self.indexes.has(coll):
-            self.indexes.on_delete(coll, int(doc_id), enc.decode_doc(int(doc_id), raw))
+            try:
+                body = enc.decode_doc(int(doc_id), raw)
+            except ValueError:  # a corrupt document: its index entries cannot be derived
+                body = None
+            if body is not None:
+                self.indexes.on_delete(coll, int(doc_id), body)
         self.committer.batch.delete(key, self._cf["docs"])
         c.count -= 1
         self._dirty.add(coll)

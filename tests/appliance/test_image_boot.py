@@ -53,7 +53,8 @@ QEMU = {
 BOOT_TIMEOUT = 300 if ARCH == "amd64" else 600
 MESSAGES = 20
 
-pytestmark = pytest.mark.slow
+# Boots under TCG take minutes: far beyond the default per-test timeout (pyproject.toml).
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
 
 TOOLS = ("mmdebstrap", "mke2fs", "mkfs.vfat", "mcopy", "sfdisk", QEMU[ARCH][0][0],
          "qemu-img", "ssh", "ssh-keygen")

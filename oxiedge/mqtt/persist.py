@@ -16,6 +16,11 @@ key                          value                                              
 ``t`` topic (UTF-8)          QoS (B), payload                                    ``retain``
 ==========================  ==================================================  ==========
 
+Recovery never crash-loops: a record that does not decode (``check_*`` below: lengths,
+QoS, UTF-8, topic syntax) is handed to ``store.quarantine`` (moved aside, counted, logged
+with its key) and recovery goes on without it; the records of a session whose own record
+was quarantined go with it, so a new session can never inherit them.
+
 An outbound packet identifier is derived from the seq (``packet_id_of``), so sending a
 message never rewrites its record, and a restarted server re-sends in-flight messages
 under the identifiers the client already saw (MQTT-4.4.0-1). An ack deletes the record by
@@ -31,6 +36,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from oxiedge.mqtt.topics import topic_filter_problem
 from oxiedge.store.encoding import prefix_end
 
 CF = "mqtt"
@@ -52,6 +58,7 @@ class RawStore(Protocol):
     def iter_raw(
         self, cf: str, prefix: bytes = b"", start: bytes | None = None
     ) -> Iterator[tuple[bytes, bytes]]: ...
+    def quarantine(self, cf: str, key: bytes, value: bytes | None, reason: str) -> bool: ...
 
 
 def packet_id_of(seq: int) -> int:
@@ -115,6 +122,86 @@ def decode_session(value: bytes) -> tuple[int, dict[str, int]]:
     return owner, subs
 
 
+# ------------------------------------------------------------------ recovery checks
+# Each raises ValueError naming what is wrong; recovery quarantines the record.
+
+
+def _check_qos(qos: int) -> int:
+    if qos > 2:
+        raise ValueError(f"QoS {qos}")
+    return qos
+
+
+def _check_topic(topic: str) -> str:
+    if not topic or "+" in topic or "#" in topic or "\0" in topic:
+        raise ValueError(f"invalid topic {topic!r}")
+    return topic
+
+
+def check_session(key: bytes, value: bytes) -> tuple[str, int, dict[str, int]]:
+    """``(client id, owner, subscriptions)`` of a session record, validated."""
+    client_id = bytes(key[1:]).decode("utf-8")
+    if len(value) < _Q:
+        raise ValueError("session record shorter than its owner id")
+    owner, subs = decode_session(value)
+    if owner <= 0:
+        raise ValueError(f"owner {owner}")
+    for flt, qos in subs.items():
+        _check_qos(qos)
+        problem = topic_filter_problem(flt)
+        if problem:
+            raise ValueError(f"subscription {flt!r}: {problem}")
+    return client_id, owner, subs
+
+
+def check_msg(key: bytes, value: bytes) -> tuple[int, int, bool, str, bytes]:
+    """``(seq, qos, retain, topic, payload)`` of a message record, validated."""
+    if len(key) != 1 + 2 * _Q:
+        raise ValueError(f"message key of {len(key)} bytes")
+    if len(value) < 3 or 3 + int.from_bytes(value[1:3], "big") > len(value):
+        raise ValueError("message header does not match its length")
+    qos, retain, topic, payload = decode_msg(value)
+    _check_qos(qos)
+    _check_topic(topic)
+    return int.from_bytes(key[1 + _Q :], "big"), qos, retain, topic, payload
+
+
+def check_retained(key: bytes, value: bytes) -> tuple[str, int, bytes]:
+    if not value:
+        raise ValueError("empty retained record")
+    return _check_topic(bytes(key[1:]).decode("utf-8")), _check_qos(value[0]), bytes(value[1:])
+
+
+def _quarantine(store: RawStore, key: bytes, value: bytes | None, what: str,
+                exc: Exception) -> None:
+    store.quarantine(CF, bytes(key), None if value is None else bytes(value), f"{what}: {exc}")
+
+
+def _owners(store: RawStore, kind: bytes) -> set[int]:
+    """Owners that have records of ``kind`` (one seek per owner, not per record)."""
+    owners: set[int] = set()
+    start = kind
+    while True:
+        item = next(iter(store.iter_raw(CF, kind, start=start)), None)
+        if item is None:
+            return owners
+        owner_b = bytes(item[0][1 : 1 + _Q])
+        owners.add(int.from_bytes(owner_b, "big"))
+        nxt = prefix_end(kind + owner_b)
+        if nxt is None or len(owner_b) < _Q:
+            return owners
+        start = nxt
+
+
+def _quarantine_orphans(store: RawStore, known: set[int]) -> None:
+    """Move aside the records of owners without a session (theirs was quarantined)."""
+    for kind, what in ((MSG, "message"), (REL, "PUBREL obligation"), (RX2, "inbound QoS 2")):
+        for owner in _owners(store, kind) - known:
+            for key, value in store.iter_raw(CF, kind + owner_bytes(owner)):
+                store.quarantine(CF, bytes(key), bytes(value),
+                                 f"{what} of session owner {owner}, whose record is gone")
+
+
 def stage_delete_session(store: RawStore, client_id: str, owner: int) -> None:
     """Stage removal of a session and every record it owns."""
     ob = owner_bytes(owner)
@@ -146,12 +233,18 @@ class RecoveredSession:
 
 def load_sessions(store: RawStore, queue_limit: int | None) -> list[RecoveredSession]:
     """Read every persistent session; with ``queue_limit``, keep only the newest messages
-    of each and stage the deletion of the older surplus (caller commits). Without it
-    nothing is staged (``view_documents`` reads a live store this way)."""
+    of each and stage the deletion of the older surplus (caller commits). Without it only
+    quarantine moves are staged (``view_documents`` reads a live store this way)."""
     out: list[RecoveredSession] = []
+    bad_session = False
     for key, value in store.iter_raw(CF, SESSION):
-        owner, subs = decode_session(bytes(value))
-        rs = RecoveredSession(bytes(key[1:]).decode("utf-8"), owner, subs)
+        try:
+            client_id, owner, subs = check_session(key, value)
+        except ValueError as exc:  # UnicodeDecodeError is a ValueError
+            _quarantine(store, key, value, "session", exc)
+            bad_session = True
+            continue
+        rs = RecoveredSession(client_id, owner, subs)
         ob = owner_bytes(owner)
         kept: deque[tuple[bytes, bytes]] = deque(maxlen=queue_limit)
         total = 0
@@ -165,10 +258,26 @@ def load_sessions(store: RawStore, queue_limit: int | None) -> list[RecoveredSes
             rs.surplus = total - len(kept)
             store.stage_delete_range(CF, first_key, kept[0][0])
         for mkey, mval in kept:
-            rs.messages.append((int.from_bytes(mkey[1 + _Q :], "big"), *decode_msg(mval)))
-        rs.rel = [int.from_bytes(k[1 + _Q :], "big") for k, _ in store.iter_raw(CF, REL + ob)]
-        rs.rx2 = {int.from_bytes(k[1 + _Q :], "big") for k, _ in store.iter_raw(CF, RX2 + ob)}
+            try:
+                rs.messages.append(check_msg(mkey, mval))
+            except ValueError as exc:
+                _quarantine(store, mkey, mval, f"message of session {client_id!r}", exc)
+        for rkey, rval in store.iter_raw(CF, REL + ob):
+            if len(rkey) == 1 + 2 * _Q:
+                rs.rel.append(int.from_bytes(rkey[1 + _Q :], "big"))
+            else:
+                _quarantine(store, rkey, rval, f"PUBREL obligation of {client_id!r}",
+                            ValueError(f"key of {len(rkey)} bytes"))
+        for xkey, xval in store.iter_raw(CF, RX2 + ob):
+            pid = int.from_bytes(xkey[1 + _Q :], "big")
+            if len(xkey) == 1 + _Q + 2 and pid:
+                rs.rx2.add(pid)
+            else:
+                _quarantine(store, xkey, xval, f"inbound QoS 2 state of {client_id!r}",
+                            ValueError(f"key of {len(xkey)} bytes, packet id {pid}"))
         out.append(rs)
+    if bad_session:
+        _quarantine_orphans(store, {rs.owner for rs in out})
     return out
 
 
@@ -176,17 +285,24 @@ def session_summaries(store: RawStore) -> Iterator[tuple[str, dict[str, int], in
     """``(client id, subscriptions, queued messages, PUBREL obligations)`` per persistent
     session, counting keys without decoding payloads (offline listings)."""
     for key, value in store.iter_raw(CF, SESSION):
-        owner, subs = decode_session(bytes(value))
+        try:
+            client_id, owner, subs = check_session(key, value)
+        except ValueError as exc:
+            _quarantine(store, key, value, "session", exc)
+            continue
         ob = owner_bytes(owner)
         queued = sum(1 for _ in store.iter_raw(CF, MSG + ob))
         rel = sum(1 for _ in store.iter_raw(CF, REL + ob))
-        yield bytes(key[1:]).decode("utf-8"), subs, queued, rel
+        yield client_id, subs, queued, rel
 
 
 def load_retained(store: RawStore) -> Iterator[tuple[str, int, bytes]]:
     """``(topic, qos, payload)`` of every retained message."""
     for key, value in store.iter_raw(CF, RETAIN):
-        yield bytes(key[1:]).decode("utf-8"), value[0], bytes(value[1:])
+        try:
+            yield check_retained(key, value)
+        except ValueError as exc:
+            _quarantine(store, key, value, "retained message", exc)
 
 
 # ------------------------------------------------------------------ document views

@@ -82,6 +82,11 @@ class Store:
         self._load_catalog()
         self.docs_read = 0  # documents decoded by reads (shows what an index saved)
         self.indexes = IndexCatalog(self)
+        if not read_only and self.committer.pending:
+            # The format marker (migration) and catalog quarantine moves, durable before
+            # anything else reads or writes this store.
+            self.committer.commit_blocking()
+            self.committer.rounds = self.committer.ops = 0  # counters are of serving rounds
 
     # ----------------------------------------------------------------- lifecycle
     @classmethod

@@ -17,7 +17,7 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 NAME = "oxiedge-generic-amd64"
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(3600)]  # two image builds
 
 
 def build(out: Path, commit: str) -> None:

@@ -342,7 +342,8 @@ def status(data: DataOpt = None, as_json: JsonOpt = False) -> None:
 
     def offline(store: Any) -> dict[str, Any]:
         return {"server": "not running", "data": str(_config(data).data),
-                "collections": len(store.list_collections())}
+                "collections": len(store.list_collections()),
+                "store": {"quarantine": store.quarantine_status()}}
 
     result = _request(data, "status", {}, offline)
     if as_json:

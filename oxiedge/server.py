@@ -27,7 +27,7 @@ from .bridge.ingest import IngestBridge
 from .bridge.routes import Route, parse_routes
 from .config import Config, ConfigError
 from .mqtt.service import MqttService
-from .store import Store, StoreLockedError
+from .store import Store, StoreFormatError, StoreLockedError
 from .tls import TlsConfigError, TlsListener, TlsManager, TlsSettings
 from .uplink.definitions import UplinkDef, check_device_id, load_config_file
 from .uplink.manager import UplinkManager, default_device_id
@@ -79,6 +79,8 @@ def _open_store(config: Config) -> Store:
     except StoreLockedError:
         raise StartupError(
             f"data dir {config.data} is in use by another oxiedge process") from None
+    except StoreFormatError as exc:  # a newer oxiedge's data: refuse, change nothing
+        raise StartupError(str(exc)) from None
     except Exception as exc:
         raise StartupError(f"cannot open the store in {config.db_path}: {exc}") from None
 
@@ -203,6 +205,7 @@ async def _start(app: App, nursery: trio.Nursery, handlers: dict[str, Any], rout
     uplinks = UplinkManager(app, uplink_defs, config.device_id)
     app.extensions["uplink"] = uplinks
     await uplinks.start(nursery)
+    await _recovery_done(app)
     handlers.update(uplinks.admin_handlers())
     tls = app.extensions.get("tls")
     for key, service in app.services.items():
@@ -240,6 +243,19 @@ async def _start(app: App, nursery: trio.Nursery, handlers: dict[str, Any], rout
     log.info("oxiedge ready")
     sdnotify.ready(f"serving {', '.join(app.endpoints.values()) or 'admin socket only'}")
     nursery.start_soon(sdnotify.watchdog_loop, lambda interval: _durable_ok(app, interval))
+
+
+async def _recovery_done(app: App) -> None:
+    """Commit what recovery staged (quarantine moves among it) and say what it moved aside
+    or left alone (each record was logged with its key)."""
+    store = app.store
+    if store.committer.pending:
+        await store.commit()
+    for name in store.unknown_families:
+        app.log.warning("store: column family %r is not used by this version, left alone", name)
+    if store.quarantined_now:
+        app.log.warning("recovery: %d record(s) could not be decoded and were quarantined "
+                        "(`oxiedge status`: store.quarantine)", store.quarantined_now)
 
 
 def _durable_ok(app: App, interval: float) -> bool:

@@ -21,6 +21,7 @@ from .. import __version__
 from ..app import App
 from ..sizes import parse_memory_watermark, parse_size
 from ..store import QueryError, StoreError
+from ..store.format import FORMAT_VERSION
 from ..uplink.definitions import redact_documents
 from .protocol import MAX_REQUEST, AdminError, decode_request, encode
 
@@ -86,6 +87,8 @@ def server_status(app: App) -> dict[str, Any]:
             "commit_rounds": committer.rounds,
             "committed_ops": committer.ops,
             "durable_writes": "STOPPED: " + str(committer.failed) if committer.failed else "ok",
+            "format_version": FORMAT_VERSION,
+            "quarantine": app.store.quarantine_status(),
         },
         "alarms": app.alarms.status(),
         "connections": app.connections.status(),

@@ -9,6 +9,7 @@ the same moment see one queue and stage one ``_amqp`` record.
 from __future__ import annotations
 
 import secrets
+import struct
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -118,21 +119,42 @@ class Broker:
         ``(durable queues, messages)``.  Recovered messages are marked redelivered."""
         store = self.store
         queue_docs, exchange_docs, bind_docs = persist.load_docs(store)
+        bad = (ValueError, KeyError, TypeError, AmqpError)  # a record recovery cannot use
+
+        def quarantine(doc: dict[str, Any], what: str, exc: Exception) -> None:
+            store.quarantine_doc(persist.COLL, doc["_id"], f"{what}: {exc}")
+
         for doc in exchange_docs:
-            if doc["name"] not in self.exchanges:
-                self.exchanges[doc["name"]] = exchange_of_doc(doc)
+            try:
+                persist.check_exchange_doc(doc, SUPPORTED_TYPES)
+                if doc["name"] not in self.exchanges:
+                    self.exchanges[doc["name"]] = exchange_of_doc(doc)
+            except bad as exc:
+                quarantine(doc, "exchange", exc)
         by_qid: dict[int, Queue] = {}
+        queue_quarantined = False  # then messages without a queue are moved aside, not deleted
         for doc in queue_docs:
-            if doc["name"] in self.queues:  # a duplicate record: keep the first
-                store.stage_delete(persist.COLL, doc["_id"])
+            try:
+                persist.check_queue_doc(doc)
+                if doc["name"] in self.queues:  # a duplicate record: keep the first
+                    store.stage_delete(persist.COLL, doc["_id"])
+                    continue
+                q = self._new_queue(doc["name"], int(doc["qid"]), durable=True,
+                                    auto_delete=doc.get("auto_delete", False),
+                                    arguments=doc.get("arguments") or {})
+            except bad as exc:
+                quarantine(doc, "queue", exc)
+                queue_quarantined = True
                 continue
-            q = self._new_queue(doc["name"], int(doc["qid"]), durable=True,
-                                auto_delete=doc.get("auto_delete", False),
-                                arguments=doc.get("arguments") or {})
             q.doc_id = doc["_id"]
             by_qid[q.qid] = q
             self.next_qid = max(self.next_qid, q.qid + 1)
         for doc in bind_docs:
+            try:
+                persist.check_bind_doc(doc)
+            except bad as exc:
+                quarantine(doc, "binding", exc)
+                continue
             bx = self.exchanges.get(doc["exchange"])
             if "destination_exchange" in doc:
                 dx = self.exchanges.get(doc["destination_exchange"])
@@ -154,12 +176,25 @@ class Broker:
         orphans: set[int] = set()
         loaded: list[tuple[Queue, QueuedMessage]] = []
         for key, value in store.iter_raw(persist.CF, persist.MSG_PREFIX):
+            if len(key) != 17:
+                store.quarantine(persist.CF, key, value, f"AMQP message key of {len(key)} bytes")
+                continue
             qid, seq = persist.parse_key(key)
             mq = by_qid.get(qid)
             if mq is None:
-                orphans.add(qid)
+                if queue_quarantined:  # whose it was may not be known: keep, don't delete
+                    store.quarantine(persist.CF, key, value,
+                                     f"message {seq} of quarantined queue #{qid}")
+                else:
+                    orphans.add(qid)
                 continue
-            exchange, routing_key, props, body, expires = persist.decode_record(value)
+            try:
+                exchange, routing_key, props, body, expires = persist.decode_record(value)
+                scan_properties(props)
+            except (ValueError, IndexError, struct.error, AmqpError) as exc:
+                store.quarantine(persist.CF, key, value,
+                                 f"message {seq} of queue {mq.name!r}: {exc}")
+                continue
             loaded.append((mq, QueuedMessage(seq, exchange, routing_key, props, body, True,
                                              True, expires)))
             mq.next_seq = seq + 1

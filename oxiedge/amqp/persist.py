@@ -11,6 +11,11 @@
 * ``find _amqp`` shows those records as ``{"_kind": "qmsg", ...}`` through a store view.
 
 Nothing here awaits: callers stage, then ``await store.commit()`` (or ``kick()``).
+
+Recovery never crash-loops: a document or record that does not check out (``check_*_doc``,
+``decode_record``) is moved to the store's quarantine, counted and logged with its key
+(``oxiedge/store/quarantine.py``), and recovery goes on; the messages of a quarantined queue
+are quarantined with it, never deleted.
 """
 
 from __future__ import annotations
@@ -77,6 +82,8 @@ def decode_record(value: bytes) -> tuple[str, str, bytes, bytes, float]:
     off += 1 + n
     plen = _I.unpack_from(value, off)[0]
     off += 4
+    if off + plen > len(value):
+        raise ValueError("AMQP message record shorter than its properties")
     return (exchange, routing_key, bytes(value[off : off + plen]), bytes(value[off + plen :]),
             expires)
 
@@ -134,6 +141,46 @@ def iter_message_docs(store: Any, queue_name: Callable[[int], str | None]) -> It
     for key, value in store.iter_raw(CF, MSG_PREFIX):
         qid, seq = parse_key(key)
         yield message_doc(queue_name(qid) or f"#{qid}", qid, seq, value)
+
+
+# -- recovery checks: each raises ValueError naming what is wrong ------------------------
+
+
+def _need(doc: dict[str, Any], key: str, kind: type | tuple[type, ...],
+          optional: bool = False) -> None:
+    value = doc.get(key)
+    if value is None and optional:
+        return
+    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+        raise ValueError(f"field {key!r} is {value!r}")
+
+
+def check_exchange_doc(doc: dict[str, Any], types: tuple[str, ...]) -> None:
+    _need(doc, "name", str)
+    if doc.get("type") not in types:
+        raise ValueError(f"exchange type {doc.get('type')!r}")
+    for flag in ("auto_delete", "internal"):
+        _need(doc, flag, bool, optional=True)
+    _need(doc, "arguments", dict, optional=True)
+
+
+def check_queue_doc(doc: dict[str, Any]) -> None:
+    _need(doc, "name", str)
+    _need(doc, "qid", int)
+    if not 0 <= doc["qid"] < 1 << 64:
+        raise ValueError(f"qid {doc['qid']}")
+    _need(doc, "auto_delete", bool, optional=True)
+    _need(doc, "arguments", dict, optional=True)
+
+
+def check_bind_doc(doc: dict[str, Any]) -> None:
+    _need(doc, "exchange", str)
+    if "destination_exchange" in doc:
+        _need(doc, "destination_exchange", str)
+    else:
+        _need(doc, "queue", str)
+    _need(doc, "routing_key", str, optional=True)
+    _need(doc, "arguments", dict, optional=True)
 
 
 def load_docs(store: Any) -> tuple[list[dict], list[dict], list[dict]]:

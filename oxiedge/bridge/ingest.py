@@ -87,9 +87,21 @@ def _storable_text(text: str) -> str:
 
 # ------------------------------------------------------------ stored routes
 def stored_routes(store: Store) -> list[tuple[int, Route, Policy]]:
-    return [(int(doc["_id"]), Route(doc["filter"], doc["collection"]),
-             Policy(doc.get("max_docs"), doc.get("max_age")))
-            for doc in store.find(CONFIG, {"_kind": "route"})]
+    """Every stored route; one that no longer parses is quarantined (moved aside, counted,
+    logged) so that start-up goes on without it."""
+    out = []
+    for doc in store.find(CONFIG, {"_kind": "route"}):
+        try:
+            flt, coll = doc.get("filter"), doc.get("collection")
+            if not isinstance(flt, str) or not isinstance(coll, str):
+                raise ValueError(f"filter {flt!r}, collection {coll!r}")
+            route = parse_route(f"{flt}:{coll}")
+            policy = validate_policy(doc.get("max_docs"), doc.get("max_age"))
+        except ValueError as exc:  # RouteError is a ValueError (ConfigError)
+            store.quarantine_doc(CONFIG, int(doc["_id"]), f"ingest route: {exc}")
+            continue
+        out.append((int(doc["_id"]), route, policy))
+    return out
 
 
 def _route_doc(route: Route, policy: Policy) -> dict[str, Any]:

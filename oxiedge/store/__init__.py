@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 from .committer import CommitError, GroupCommitter
+from .format import FORMAT_VERSION, StoreFormatError
 from .query import QueryError
 from .rocks import SMALL, MemoryProfile, StoreLockedError
 from .store import Store, StoreError, validate_collection_name
 
 __all__ = [
+    "FORMAT_VERSION",
     "SMALL",
     "CommitError",
     "GroupCommitter",
@@ -15,6 +17,7 @@ __all__ = [
     "QueryError",
     "Store",
     "StoreError",
+    "StoreFormatError",
     "StoreLockedError",
     "validate_collection_name",
 ]

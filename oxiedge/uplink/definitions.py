@@ -216,7 +216,7 @@ def stored_definitions(store: Store, log: Any = None) -> list[tuple[int, UplinkD
     for doc in store.find(CONFIG, {"_kind": KIND}):
         try:
             out.append((int(doc["_id"]), parse_definition(doc, check_files=False)))
-        except UplinkError as exc:
+        except (UplinkError, ValueError, TypeError, KeyError) as exc:  # never a crash-loop
             if log is not None:
                 log.error("uplink %s: stored definition is invalid, not started (its "
                           "outbox is kept): %s", doc.get("name"), exc)

@@ -178,6 +178,17 @@ def decode_record(value: bytes) -> tuple[int, bool, str, bytes]:
             value[start + length:])
 
 
+def check_record(value: bytes) -> None:
+    """Raise ValueError unless ``value`` decodes (lengths, UTF-8 topic)."""
+    if len(value) < _HEAD.size:
+        raise ValueError("record shorter than its header")
+    length = _HEAD.unpack_from(value)[2]
+    if _HEAD.size + length > len(value):
+        raise ValueError("topic longer than the record")
+    if not bytes(value[_HEAD.size:_HEAD.size + length]).decode():  # UnicodeDecodeError too
+        raise ValueError("empty topic")
+
+
 class Outbox:
     """One uplink's outbox: stage, read back, confirm, drop, bound."""
 
@@ -204,10 +215,20 @@ class Outbox:
         """Count what a previous run left (one scan at start-up); with ``sendable``, park
         the records whose topic it refuses (the uplink's definition may have changed)."""
         mark = self.store.get_raw(CF, _mark_key(self.name))
-        if mark is not None:
+        if mark is not None and len(mark) == _SEQ.size:
             self.next_seq = int(_SEQ.unpack(mark)[0])
+        elif mark is not None:  # recovery never crash-loops: moved aside, seqs from records
+            self.store.quarantine(CF, _mark_key(self.name), mark,
+                                  f"uplink {self.name} seq high-water mark of {len(mark)} bytes")
         check = _TopicCheck(sendable) if sendable is not None else None
         for key, value in self.store.iter_raw(CF, self.prefix):
+            try:  # a record no link could send is moved aside now, not met later
+                if len(key) != len(self.prefix) + _SEQ.size:
+                    raise ValueError(f"key of {len(key)} bytes")
+                check_record(value)
+            except ValueError as exc:
+                self.store.quarantine(CF, key, value, f"uplink {self.name} outbox record: {exc}")
+                continue
             seq = self._seq(key)
             self.sizes.append(seq, len(value))
             self.messages += 1
@@ -396,7 +417,18 @@ def stored_outbox_names(store: Store) -> set[str]:
         if item is None:
             return names
         key = item[0]
-        name = key[1:key.index(b"\x00")].decode()
+        end = key.find(b"\x00")
+        try:
+            if end < 1:
+                raise ValueError("no uplink name in the key")
+            name = key[1:end].decode()
+        except ValueError as exc:  # recovery never crash-loops: moved aside
+            store.quarantine(CF, key, item[1], f"uplink outbox key: {exc}")
+            nxt = prefix_end(key)
+            if nxt is None:
+                return names
+            start = nxt
+            continue
         names.add(name)
         nxt = prefix_end(_prefix(name))
         if nxt is None:

@@ -182,7 +182,7 @@ class Broker:
             qid, seq = persist.parse_key(key)
             mq = by_qid.get(qid)
             if mq is None:
-                if queue_quarantined:  # whose it was may not be known: keep, don't delete
+                if queue_quarantined or store.quarantined_now:  # maybe a lost queue's
                     store.quarantine(persist.CF, key, value,
                                      f"message {seq} of quarantined queue #{qid}")
                 else:

@@ -212,7 +212,7 @@ class IndexCatalog:
                     raise TypeError("collection and field must be strings")
                 if not idef.field or any(not part for part in idef.field.split(".")):
                     raise ValueError(f"invalid field path {idef.field!r}")
-            except (ValueError, KeyError, TypeError) as exc:
+            except (ValueError, KeyError, TypeError, struct.error) as exc:
                 # Recovery never crash-loops: the definition is moved aside; its entries
                 # are merely unused (a re-created index gets a new id).
                 self.store.quarantine("meta", key, value, f"index definition: {exc}")

@@ -67,6 +67,7 @@ def stage(store: Store, cf: str, key: bytes, value: bytes | None, reason: str) -
     store.stage_delete_key(cf, bytes(key))
     store.recent_quarantine.append((cf, bytes(key), reason))
     del store.recent_quarantine[:-STATUS_ROWS]
+    store.kick()  # committed by the next round, even when nothing else is written
     return True
 
 

@@ -114,6 +114,9 @@ def open_db(path: Path, profile: MemoryProfile = SMALL, read_only: bool = False)
     }
     for name in unknown_families(path):
         families[name] = Options(raw_mode=True)
+    if read_only:  # a read-only open cannot create a family (an old dir has no quarantine)
+        on_disk = set(existing_families(path))
+        families = {name: o for name, o in families.items() if name in on_disk}
     access = AccessType.read_only() if read_only else AccessType.read_write()
     try:
         return Rdict(str(path), opts, column_families=families, access_type=access)

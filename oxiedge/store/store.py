@@ -8,6 +8,8 @@ or ``store.commit_blocking()`` (CLI without a running server). See ``committer.p
 from __future__ import annotations
 
 import re
+import struct
+import threading
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -74,6 +76,9 @@ class Store:
         self.quarantined_now = 0  # records moved aside (or skipped, read-only) by this process
         self.recent_quarantine: list[tuple[str, bytes, str]] = []
         self.quarantined_keys: set[tuple[str, bytes]] = set()
+        # Staging belongs to the thread that runs the committer (the event loop's); a read
+        # in a worker thread (admin ``find``) hands its quarantine moves over to it.
+        self._owner_thread = threading.get_ident()
         try:
             self.format_found = fmt.check_and_migrate(self)
         except fmt.StoreFormatError:
@@ -140,7 +145,7 @@ class Store:
             raw = meta.get(enc.counters_key(cid))
             try:
                 next_id, count = enc.decode_counters(raw) if raw is not None else (1, 0)
-            except ValueError as exc:
+            except (ValueError, struct.error) as exc:
                 self.quarantine("meta", enc.counters_key(cid), raw, f"collection counters: {exc}")
                 next_id, count = 1, sum(1 for _ in self._doc_keys(cid))
                 self._dirty.add(name)
@@ -164,7 +169,16 @@ class Store:
         """Move one undecodable record aside (next commit), count it and log its key
         (``quarantine.py``); False if this process already did. Callers then go on as if
         the record were not there."""
+        if threading.get_ident() != self._owner_thread:
+            return bool(self._in_owner_thread(quarantine.stage, self, cf, key, value, reason))
         return quarantine.stage(self, cf, key, value, reason)
+
+    def _in_owner_thread(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """Run ``fn`` in the event loop's thread when called from a trio worker thread."""
+        try:
+            return trio.from_thread.run_sync(fn, *args)
+        except RuntimeError:  # not a trio worker thread (no loop to hand over to)
+            return fn(*args)
 
     def quarantine_doc(self, coll: str, doc_id: int, reason: str) -> None:
         """``quarantine`` for a document whose JSON decoded but whose shape is unusable."""
@@ -178,6 +192,9 @@ class Store:
         self._quarantine_doc_record(c, key, cast(bytes, raw), f"{coll} document {doc_id}: {reason}")
 
     def _quarantine_doc_record(self, c: _Collection, key: bytes, raw: bytes, reason: str) -> None:
+        if threading.get_ident() != self._owner_thread:
+            self._in_owner_thread(self._quarantine_doc_record, c, key, raw, reason)
+            return
         # Its index entries stay: a stale entry only costs a lookup that finds nothing
         # (index.py: the index is a candidate generator, never the judge).
         if self.quarantine("docs", key, raw, reason) and not self.read_only:

@@ -8,6 +8,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from .access.rules import PermissionStore
 from .alarms import ResourceAlarms
 from .auth import UserStore
 from .config import Config
@@ -37,6 +38,8 @@ class App:
     store: Store
     users: UserStore
     log: logging.Logger = field(default_factory=make_logger)
+    # Who may do what (docs/permissions.md); no rules = every authenticated client may.
+    permissions: PermissionStore = field(default_factory=lambda: PermissionStore(None))
     services: dict[str, Service] = field(default_factory=dict)
     started_at: float = field(default_factory=time.time)
     endpoints: dict[str, str] = field(default_factory=dict)

@@ -41,6 +41,10 @@ def hash_password(password: str | bytes, iterations: int = ITERATIONS) -> str:
 
 
 def verify_password(password: bytes, encoded: str) -> bool:
+    if encoded.startswith("$"):  # imported from Mosquitto, verified as it is
+        from .access.mosquitto import verify_mosquitto
+
+        return verify_mosquitto(password, encoded)
     try:
         scheme, iterations, salt_b64, hash_b64 = encoded.split("$")
         if scheme != _SCHEME:
@@ -62,7 +66,7 @@ def read_user_file(path: Path) -> dict[str, str]:
         if not line or line.startswith("#"):
             continue
         name, sep, encoded = line.partition(":")
-        if not sep or not name or not encoded.startswith(_SCHEME + "$"):
+        if not sep or not name or not encoded.startswith((_SCHEME + "$", "$7$", "$6$")):
             raise UserFileError(f"{path}:{lineno}: expected NAME:{_SCHEME}$...")
         users[name] = encoded
     return users

@@ -459,12 +459,17 @@ def user_add(
     password_stdin: Annotated[bool, typer.Option("--password-stdin", help="read the password from stdin")] = False,  # noqa: E501
     data: DataOpt = None,
     password_file: PwFileOpt = None,
+    tags: Annotated[str | None, typer.Option("--tags", help="administrator, monitoring or none (comma-separated; stored, not yet used by anything remote)")] = None,  # noqa: E501
 ) -> None:
     """Add a user or change its password (prompts unless --password-stdin)."""
+    from .access.rules import TAGS
     from .auth import hash_password, read_user_file, write_user_file
 
     if not name or ":" in name or name.strip() != name:
         _fail("user names must be non-empty, without ':' or surrounding spaces", 2)
+    tag_list = [t.strip() for t in tags.split(",") if t.strip()] if tags is not None else None
+    if tag_list is not None and any(t not in TAGS for t in tag_list):
+        _fail(f"tags must be among {', '.join(TAGS)}", 2)
     if password_stdin:
         password = sys.stdin.readline().rstrip("\n")
     else:
@@ -479,6 +484,8 @@ def user_add(
     users[name] = hash_password(password)
     write_user_file(path, users)
     _reload_users(cfg)
+    if tag_list is not None:
+        _access_cli.set_tags(data, name, tag_list)
     _print_line(f"user {name} saved in {path}")
 
 
@@ -494,6 +501,7 @@ def user_remove(name: str, data: DataOpt = None, password_file: PwFileOpt = None
         _fail(f"no user {name!r} in {path}")
     write_user_file(path, users)
     _reload_users(cfg)
+    _access_cli.forget_user(data, name)
     _print_line(f"user {name} removed")
     if not users:
         # The last user is gone: say what that means (it never reopens a network listener).
@@ -504,11 +512,13 @@ def user_remove(name: str, data: DataOpt = None, password_file: PwFileOpt = None
 @user_app.command("list")
 def user_list(data: DataOpt = None, password_file: PwFileOpt = None, as_json: JsonOpt = False
               ) -> None:
-    """List users (names only)."""
+    """List users and their tags."""
     from .auth import read_user_file
 
     path = _config(data, password_file).users_path
-    _print_rows([{"user": n} for n in sorted(read_user_file(path))], as_json, "users")
+    tags = _access_cli.tags_of(data)
+    _print_rows([{"user": n, "tags": ",".join(tags.get(n, [])) or "none"}
+                 for n in sorted(read_user_file(path))], as_json, "users")
 
 
 # --------------------------------------------------------------------- uplink
@@ -623,3 +633,8 @@ def tls_reload(data: DataOpt = None, as_json: JsonOpt = False) -> None:
         sys.stdout.write(f"TLS certificate reloaded from {result.get('cert')}\n")
     if not result.get("reloaded"):
         _fail(f"TLS reload failed, the previous certificate stays in use: {result.get('error')}")
+
+
+# Permission and ACL verbs (`oxiedge permissions|acl`, `user import-mosquitto`) register
+# themselves on ``app`` / ``user_app``; imported last since they use the helpers above.
+from .access import cli as _access_cli  # noqa: E402

@@ -18,6 +18,8 @@ from typing import Any
 import trio
 
 from . import sdnotify
+from .access import PermissionError_, PermissionStore
+from .access import path_for as permissions_path
 from .admin.server import AdminServer, core_handlers
 from .amqp.service import AmqpService
 from .app import App, make_logger
@@ -124,12 +126,13 @@ async def serve(config: Config) -> None:
     try:
         users = UserStore.load(config.users_path, config.allow_anonymous,
                                network=is_network_address(config.bind))
-    except (UserFileError, OSError) as exc:
+        permissions = PermissionStore.load(permissions_path(config.data))
+    except (UserFileError, PermissionError_, OSError) as exc:
         raise StartupError(str(exc)) from None
     tls = _tls_manager(config, log)  # a bad certificate or key: exit before listening
     store = _open_store(config)
     try:
-        app = App(config=config, store=store, users=users, log=log)
+        app = App(config=config, store=store, users=users, log=log, permissions=permissions)
         if tls is not None:
             app.extensions["tls"] = tls
         await _serve_app(app, routes, uplinks)

@@ -64,6 +64,11 @@ def core_handlers(app: App) -> dict[str, Handler]:
         app.log.info("users reloaded: %s", app.users.mode())
         return {"users": len(app.users.names)}
 
+    def permissions_reload(_args: dict[str, Any]) -> dict[str, Any]:
+        # The CLI rewrote DATA/permissions.json: live connections see it at their next check.
+        app.permissions.reload()
+        return app.permissions.status()
+
     return {
         "ping": lambda _a: {"pong": True, "pid": os.getpid()},
         "status": lambda _a: server_status(app),
@@ -71,6 +76,7 @@ def core_handlers(app: App) -> dict[str, Handler]:
         "count": count,
         "collections": collections,
         "users.reload": users_reload,
+        "permissions.reload": permissions_reload,
         "alarms.set": alarms_set,
     }
 
@@ -93,6 +99,7 @@ def server_status(app: App) -> dict[str, Any]:
         "alarms": app.alarms.status(),
         "connections": app.connections.status(),
         "logins": app.logins.status(),
+        "permissions": app.permissions.status(),
     }
     for name, service in app.services.items():
         out[name] = service.status()

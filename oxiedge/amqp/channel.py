@@ -12,7 +12,7 @@ from __future__ import annotations
 import secrets
 from typing import TYPE_CHECKING, Any
 
-from oxiedge.amqp import deadletter, persist, spec
+from oxiedge.amqp import authz, deadletter, persist, spec
 from oxiedge.amqp.codec import encode_content, encode_method
 from oxiedge.amqp.errors import (
     ACCESS_REFUSED,
@@ -234,6 +234,8 @@ class Channel:
         if handler is None:
             raise AmqpError(NOT_IMPLEMENTED, f"{method.NAME} is not implemented",
                             method.CLASS_ID, method.METHOD_ID, hard=True)
+        if self.conn.perms.active:  # docs/permissions.md: nothing to check without rules
+            authz.check_method(self, method)
         await handler(self, method)
 
     async def _commit_if(self, staged: bool) -> None:

@@ -44,7 +44,8 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
-from oxiedge.amqp import persist, spec
+from oxiedge.access.grants import Grants
+from oxiedge.amqp import authz, persist, spec
 from oxiedge.amqp.channel import Channel
 from oxiedge.amqp.codec import (
     HEARTBEAT,
@@ -131,6 +132,9 @@ class AmqpConnection:
         self.unacked_limit: int = cfg.amqp_queue_limit
         self.user = ""
         self.client_properties: dict[str, Any] = {}
+        # Permissions (docs/permissions.md, ``authz.py``): checked only while rules exist.
+        self.perms = service.app.permissions
+        self.grants: Grants | None = None
         self.cancel_notify = False
         self.channels: dict[int, Channel] = {}
         self.exclusive_queues: dict[str, Queue] = {}
@@ -436,6 +440,13 @@ class AmqpConnection:
             return
         if open_.virtual_host != "/":
             raise AmqpError(NOT_ALLOWED, f"vhost '{open_.virtual_host}' not found", 10, 40)
+        client_id = self.client_properties.get("client_id", "")
+        self.grants = Grants(self.perms, self.user or None,
+                             client_id if isinstance(client_id, str) else "", "/")
+        if self.perms.active and not self.grants.vhost_allowed():
+            self.perms.counters["amqp_access_refused"] += 1
+            raise AmqpError(NOT_ALLOWED, f"access to vhost '/' refused for user '{self.user}'",
+                            10, 40)
         self.send(encode_method(0, spec.ConnectionOpenOk()))
         self._opened = True
         alarms = getattr(self.service.app, "alarms", None)
@@ -695,6 +706,8 @@ class AmqpConnection:
         if x.internal:
             raise AmqpError(ACCESS_REFUSED, f"cannot publish to internal exchange '{x.name}'",
                             60, 40)
+        if self.perms.active:
+            authz.check_publish(self, x, m.routing_key)
         rk = m.routing_key
         props = cmd.properties or b"\x00\x00"
         body = cmd.body or b""

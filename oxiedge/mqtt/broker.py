@@ -110,6 +110,10 @@ class Broker:
         # Filter levels of all subscriptions: an upper bound on the subscription trie's
         # nodes, which are what subscriptions cost in memory (--mqtt-max-subscription-levels).
         self.subscription_levels = 0
+        # Permission rules exist (docs/permissions.md): deliveries, live and retained, go
+        # only to sessions whose client may read the topic. Checked once per topic and
+        # session: the route cache holds the filtered result.
+        self.acl_active = False
 
     # ------------------------------------------------------------------ recovery
     def recover(self) -> tuple[int, int]:
@@ -221,6 +225,19 @@ class Broker:
         self._clear_routes()
         s.stage_delete()
 
+    # ---------------------------------------------------------------- permissions
+    def set_acl(self, s: Session, acl: Any) -> None:
+        """The client now attached to ``s`` reads with ``acl`` (``access.Grants``)."""
+        if s.acl is not acl:
+            s.acl = acl
+            if self.acl_active:
+                self._clear_routes()
+
+    def acl_changed(self, active: bool) -> None:
+        """The permission rules changed: cached routes were filtered by the old ones."""
+        self.acl_active = active
+        self._clear_routes()
+
     # ------------------------------------------------------------- subscriptions
     def filter_problem(self, topic_filter: str) -> str | None:
         """Why ``topic_filter`` cannot be subscribed (syntax or the topic bounds), or None."""
@@ -326,6 +343,9 @@ class Broker:
             topic = replay.topics[replay.index]
             replay.index += 1
             r = self.retained.get(topic)
+            if r is not None and self.acl_active and s.acl is not None \
+                    and not s.acl.may_read(topic):
+                continue  # a subscriber never receives a retained message it may not read
             if r is not None:
                 qos = min(r.qos, replay.granted)
                 staged |= s.deliver(r.msg, qos, True, hold if qos == 2 else None)
@@ -400,7 +420,11 @@ class Broker:
         for s, granted in self.subscriptions.match(topic):
             if best.get(s, -1) < granted:
                 best[s] = granted
-        route = tuple(best.items())
+        if self.acl_active:
+            route = tuple((s, g) for s, g in best.items()
+                          if s.acl is None or s.acl.may_read(topic))
+        else:
+            route = tuple(best.items())
         routes = self._routes
         if len(routes) >= ROUTE_CACHE_MAX or self._routes_bytes > ROUTE_CACHE_MAX_BYTES:
             self._clear_routes()

@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
+from oxiedge.access.grants import Grants
 from oxiedge.mqtt.codec import (
     Decoder,
     PacketTooLarge,
@@ -148,6 +149,10 @@ class Connection:
         # The verified client certificate's name under --tls-identity-as-username (tls.py).
         self.tls_identity: str | None = None
         self.username: str | None = None  # once CONNECT is accepted
+        # Permissions (docs/permissions.md): ``_perms.active`` is False while no rule exists,
+        # so an unrestricted broker pays one attribute test per PUBLISH.
+        self._perms = service.app.permissions
+        self.grants: Grants | None = None
 
     # -------------------------------------------------------------------- output
     def write(self, data: bytes) -> None:
@@ -262,9 +267,14 @@ class Connection:
             s.replay = None  # owed retained messages end with the connection's SUBSCRIBEs
         if self._abnormal and self.will is not None:
             will, self.will = self.will, None
-            self.broker.stats.wills += 1
-            if self.broker.route(will.topic, will.payload, will.qos, will.retain):
-                self.store.kick()
+            if self._perms.active and self.grants is not None \
+                    and not self.grants.may_publish(will.topic):
+                # A will obeys the publish rules at the moment it would go out.
+                self._perms.counters["mqtt_wills_denied"] += 1
+            else:
+                self.broker.stats.wills += 1
+                if self.broker.route(will.topic, will.payload, will.qos, will.retain):
+                    self.store.kick()
         if s is not None and ours and s.clean:
             self.broker.discard_session(s)  # MQTT-3.1.2-6: ends with the connection
 
@@ -407,6 +417,7 @@ class Connection:
             raise _Close("authentication failed", abnormal=False)
         else:
             self.username = pkt.username
+        self.grants = Grants(self._perms, self.username, client_id)
         if not broker.session_room(client_id):
             broker.stats.sessions_refused += 1
             self.write(_connack(3))  # 3.2.2.3: server unavailable
@@ -448,6 +459,7 @@ class Connection:
         # MQTT 3.1 (level 3) has no session-present flag: that byte is reserved there.
         self.write(_connack(0, present and pkt.protocol_level == 4))
         s.conn = self
+        broker.set_acl(s, self.grants)
         s.resend()
         return pkt.keep_alive
 
@@ -468,6 +480,9 @@ class Connection:
     def _on_publish(self, p: RawPublish) -> None:
         self._published = True
         topic, topic_b, qos, retain, _dup, pid, payload, frame = p
+        if self._perms.active and not self.grants.may_publish(topic):  # type: ignore[union-attr]
+            self._deny_publish(qos, pid)  # type: ignore[arg-type]
+            return
         if qos == 0:
             # ``frame``: the received bytes, forwarded unchanged to QoS 0 subscribers.
             if self.broker.route(topic, payload, 0, retain, None, topic_b, frame):
@@ -490,6 +505,16 @@ class Connection:
                 # round still open (of a connection this one took over): a barrier.
                 self._need_commit = True
             self._replies.append(_id_packet(0x50, pid))  # type: ignore[arg-type]
+
+    def _deny_publish(self, qos: int, pid: int) -> None:
+        """A PUBLISH the user may not write: acknowledged and dropped (3.1.1 has no negative
+        acknowledgement; Mosquitto does the same), counted. Nothing is routed or retained;
+        a QoS 2 id is not remembered, so its PUBREL gets the PUBCOMP of an unknown id."""
+        self._perms.counters["mqtt_publish_denied"] += 1
+        if qos == 1:
+            self._replies.append(_id_packet(0x40, pid))
+        elif qos == 2:
+            self._replies.append(_id_packet(0x50, pid))
 
     def _on_puback(self, p: Puback) -> bool:
         s = self.session
@@ -529,7 +554,7 @@ class Connection:
     def _on_subscribe(self, p: Subscribe) -> bool:
         s = self.session
         assert s is not None
-        codes, accepted, staged = self.broker.subscribe(s, p.topics)
+        codes, accepted, staged = self._subscribe(s, p.topics)
         if staged:
             self._need_commit = True
         # encode() writes the remaining length as a varint: > 125 filters need 2 bytes.
@@ -556,7 +581,7 @@ class Connection:
         codes: list[int] = []
         resulting: dict[str, int] = {}
         for chunk in _steps(list(p.topics)):
-            part, res, staged = broker.subscribe(s, chunk)
+            part, res, staged = self._subscribe(s, chunk)
             codes += part
             for flt, qos in res:
                 resulting.pop(flt, None)  # MQTT-3.8.4-3 across the steps too
@@ -567,6 +592,25 @@ class Connection:
         self._replies.append(encode(Suback(p.packet_id, tuple(codes))))
         if resulting:
             self._after_burst.append((s, list(resulting.items())))
+    def _subscribe(self, s: Session, topics: Any
+                   ) -> tuple[list[int], list[tuple[str, int]], bool]:
+        grants = self.grants
+        if self._perms.active and grants is not None:
+            return self._subscribe_checked(s, topics, grants)
+        return self.broker.subscribe(s, topics)
+
+    def _subscribe_checked(self, s: Session, topics: Any, grants: Grants
+                           ) -> tuple[list[int], list[tuple[str, int]], bool]:
+        """SUBSCRIBE with the read rules: a denied filter gets 0x80 (3.9.3), the others are
+        subscribed as usual and keep their position in the SUBACK (MQTT-3.8.4-5)."""
+        allowed = [(f, q) for f, q in topics if grants.may_subscribe(f)]
+        if len(allowed) == len(topics):
+            return self.broker.subscribe(s, topics)
+        self._perms.counters["mqtt_subscribe_denied"] += len(topics) - len(allowed)
+        got, accepted, staged = self.broker.subscribe(s, allowed)
+        it = iter(got)
+        codes = [next(it) if grants.may_subscribe(f) else 0x80 for f, _q in topics]
+        return codes, accepted, staged
 
     def _on_unsubscribe(self, p: Unsubscribe) -> bool:
         s = self.session

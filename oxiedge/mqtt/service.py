@@ -49,6 +49,9 @@ class MqttService:
         self.broker = Broker(app.store if self.persist else None, self.limits)
         self.broker.on_hold = self._wake_releaser
         self._held = trio.Event()
+        perms = app.permissions  # deliveries follow the read rules from the first change on
+        self.broker.acl_active = perms.active
+        perms.on_change.append(lambda: self.broker.acl_changed(perms.active))
         self._lines: list[str] = []
         register_views(app.store)
 

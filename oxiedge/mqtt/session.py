@@ -45,6 +45,12 @@ class Outlet(Protocol):
     def write(self, data: bytes) -> None: ...
 
 
+class Reader(Protocol):
+    """The read check of a session's client (``oxiedge.access.grants.Grants``)."""
+
+    def may_read(self, topic: str) -> bool: ...
+
+
 class Stats:
     """Broker-wide counters (``oxiedge status``)."""
 
@@ -204,6 +210,7 @@ class Session:
     """State of one client id. ``store`` is set for durable sessions only."""
 
     __slots__ = (
+        "acl",
         "clean",
         "client_id",
         "conn",
@@ -251,6 +258,9 @@ class Session:
         self.next_seq = 0
         self.dropped = 0
         self.conn: Outlet | None = None
+        # What the connected client may read (``access.Grants``), kept while offline; None
+        # for a session recovered at start-up until its client connects again.
+        self.acl: Reader | None = None
 
     # ------------------------------------------------------------------ outbound
     def deliver(self, msg: Message, qos: int, retain: bool, hold: Hold | None = None) -> bool:

@@ -67,7 +67,8 @@ def test_user_add_list_remove(tmp_path: Path) -> None:
     data = tmp_path / "d"
     res = run_cli(data, "user", "add", "sensor1", "--password-stdin", input="pw1\n")
     assert res.returncode == 0, res.stderr
-    assert json.loads(run_cli(data, "user", "list", "--json").stdout) == {"user": "sensor1"}
+    assert json.loads(run_cli(data, "user", "list", "--json").stdout) == {"user": "sensor1",
+                                                                        "tags": "none"}
     assert "pw1" not in (data / "passwd").read_text()
     assert run_cli(data, "user", "remove", "sensor1").returncode == 0
     assert run_cli(data, "user", "remove", "sensor1").returncode == 1

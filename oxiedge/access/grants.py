@@ -36,8 +36,11 @@ from .rules import (
     topic_matches,
 )
 
-#: Cached answers per connection; cleared wholesale when full (memory stays bounded).
-CACHE_MAX = 4096
+#: Cached answers per connection, cleared wholesale when full: a client cycling through
+#: more names pays the rule walk again, and its memory stays bounded (also in the bytes of
+#: the names it keeps alive: topics may be 4 KiB long).
+CACHE_MAX = 1024
+CACHE_MAX_BYTES = 64 * 1024
 
 
 def mqtt_filter_to_binding_key(flt: str) -> str | None:
@@ -72,6 +75,7 @@ class Grants:
         self.vhost = vhost
         self._gen = -1
         self._cache: dict[tuple[str, str], bool] = {}
+        self._cache_bytes = 0
         self.mqtt_restricted = False
         self.amqp_restricted = False
         self._deny: list[str] = []
@@ -88,6 +92,7 @@ class Grants:
             return
         self._gen = store.generation
         self._cache.clear()
+        self._cache_bytes = 0
         doc = store.doc
         user = store.user(self.username)
         # MQTT: a user's own lines (or the anonymous lines), then every `pattern` line.
@@ -97,7 +102,10 @@ class Grants:
             topic = substitute(pattern, self.username, self.client_id)
             if topic is not None:
                 lines.append((access, topic))
-        self.mqtt_restricted = bool(lines) or doc["default"]["mqtt"] == "deny"
+        # Any pattern line restricts every client, even one it gives nothing (a `%u` line
+        # for an anonymous client): it would otherwise be unrestricted.
+        self.mqtt_restricted = bool(own) or bool(doc["patterns"]) \
+            or doc["default"]["mqtt"] == "deny"
         self._deny = [t for a, t in lines if a == "deny"]
         self._read = [t for a, t in lines if a in ("read", "readwrite")]
         self._write = [t for a, t in lines if a in ("write", "readwrite")]
@@ -119,9 +127,11 @@ class Grants:
         key = (kind, name)
         hit = self._cache.get(key)
         if hit is None:
-            if len(self._cache) >= CACHE_MAX:
+            if len(self._cache) >= CACHE_MAX or self._cache_bytes > CACHE_MAX_BYTES:
                 self._cache.clear()
+                self._cache_bytes = 0
             hit = self._cache[key] = bool(compute(name))
+            self._cache_bytes += len(name) + len(kind)
         return hit
 
     # --------------------------------------------------------------------- MQTT

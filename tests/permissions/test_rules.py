@@ -74,6 +74,8 @@ def test_patterns_substitute_user_and_client_id() -> None:
     # a client id with a wildcard never widens the rule
     assert not Grants(perms, "alice", "+").may_publish("devices/x/temp")
     assert not Grants(perms, None, "dev7").may_subscribe("users//inbox")
+    # an anonymous client gets nothing from a %u line, and is still restricted by it
+    assert not Grants(perms, None, "x").may_publish("anything")
 
 
 def test_amqp_regexps_and_default_exchange() -> None:
@@ -162,3 +164,13 @@ def test_mosquitto_hashes_from_mosquitto_passwd(tmp_path: Path) -> None:
     store_ = UserStore(users, None)
     assert store_.authenticate("roger", b"s3cret pw") and not store_.authenticate("roger", b"x")
     assert not verify_mosquitto(b"x", "$7$999999999999$AAAA$AAAA")  # absurd rounds: refused
+
+
+def test_the_cache_stays_bounded() -> None:
+    from oxiedge.access.grants import CACHE_MAX, CACHE_MAX_BYTES
+
+    perms = store(alice={"acl": [["write", "a/#"]]})
+    g = Grants(perms, "alice")
+    for i in range(CACHE_MAX * 3):
+        assert g.may_publish(f"a/{i}/" + "x" * 1000) and not g.may_publish(f"b/{i}")
+    assert len(g._cache) <= CACHE_MAX and g._cache_bytes <= CACHE_MAX_BYTES + 1100

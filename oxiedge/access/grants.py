@@ -75,6 +75,10 @@ class Grants:
         self.vhost = vhost
         self._gen = -1
         self._cache: dict[tuple[str, str], bool] = {}
+        # The two per-message checks also have a flat copy (no key tuple on a hit); they are
+        # cleared together with ``_cache``, so the same bounds hold.
+        self._pub: dict[str, bool] = {}
+        self._read_hits: dict[str, bool] = {}
         self._cache_bytes = 0
         self.mqtt_restricted = False
         self.amqp_restricted = False
@@ -91,8 +95,7 @@ class Grants:
         if self._gen == store.generation:
             return
         self._gen = store.generation
-        self._cache.clear()
-        self._cache_bytes = 0
+        self._clear()
         doc = store.doc
         user = store.user(self.username)
         # MQTT: a user's own lines (or the anonymous lines), then every `pattern` line.
@@ -128,11 +131,16 @@ class Grants:
         hit = self._cache.get(key)
         if hit is None:
             if len(self._cache) >= CACHE_MAX or self._cache_bytes > CACHE_MAX_BYTES:
-                self._cache.clear()
-                self._cache_bytes = 0
+                self._clear()
             hit = self._cache[key] = bool(compute(name))
             self._cache_bytes += len(name) + len(kind)
         return hit
+
+    def _clear(self) -> None:
+        self._cache.clear()
+        self._pub.clear()
+        self._read_hits.clear()
+        self._cache_bytes = 0
 
     # --------------------------------------------------------------------- MQTT
     def _mqtt_write(self, topic: str) -> bool:
@@ -158,7 +166,13 @@ class Grants:
 
     def may_publish(self, topic: str) -> bool:
         """MQTT PUBLISH (and a will) on ``topic``."""
-        return self._cached("pub", topic, self._compute_publish)
+        if self._gen == self.store.generation:  # the hot path: one lookup, no tuple
+            hit = self._pub.get(topic)
+            if hit is not None:
+                return hit
+        hit = self._cached("pub", topic, self._compute_publish)
+        self._pub[topic] = hit
+        return hit
 
     def _compute_publish(self, topic: str) -> bool:
         if not self._mqtt_write(topic):
@@ -178,7 +192,13 @@ class Grants:
 
     def may_read(self, topic: str) -> bool:
         """An MQTT delivery (live or retained) of ``topic`` to this client."""
-        return self._cached("read", topic, self._mqtt_read)
+        if self._gen == self.store.generation:
+            hit = self._read_hits.get(topic)
+            if hit is not None:
+                return hit
+        hit = self._cached("read", topic, self._mqtt_read)
+        self._read_hits[topic] = hit
+        return hit
 
     def denies_part_of(self, flt: str) -> bool:
         """True if a deny rule overlaps ``flt`` (delivery then checks each topic)."""

@@ -91,9 +91,13 @@ def test_anonymous_lines_and_no_rules(serve_with: Serve, start_server: Callable[
     anon = Client(server.mqtt_port, None)
     try:
         assert anon.subscribe("public/#", "private/#") == [1, 0x80]
+        # a SUBSCRIBE big enough to be applied in steps obeys the same rules, per position
+        many = [f"{'public' if i % 2 else 'private'}/{i}" for i in range(300)]
+        assert anon.subscribe(*many) == [1 if i % 2 else 0x80 for i in range(300)]
         anon.publish("inbox", b"hi", 1)
         anon.publish("public/news", b"forged", 1)  # read-only
         assert anon.topics(0.5) == []
     finally:
         anon.close()
     assert _status(server)["mqtt_publish_denied"] == 1
+    assert _status(server)["mqtt_subscribe_denied"] == 151

@@ -163,6 +163,21 @@ def permissions_default(policy: Annotated[str, typer.Argument(help="allow | deny
     _set_default("amqp", policy, data)
 
 
+@permissions_app.command("reload")
+def permissions_reload(data: DataOpt = None) -> None:
+    """Make a running server re-read DATA/permissions.json (after editing it by hand); a
+    broken file is refused and the rules in force stay."""
+    cfg = _config(data)
+    _read(data)  # validate here first: a clear error names the file and the problem
+    try:
+        result = call(cfg.admin_socket, "permissions.reload")
+    except ServerNotRunning:
+        _fail(f"no server is running on {cfg.data} (it reads the file when it starts)")
+    except AdminError as exc:
+        _fail(str(exc))
+    _print_line(f"permissions reloaded: rules {result['rules']}")
+
+
 def _set_default(proto: str, policy: str, data: Path | None) -> None:
     if policy not in DEFAULTS:
         _fail("expected allow or deny", 2)

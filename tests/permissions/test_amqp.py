@@ -17,13 +17,17 @@ RULES = rules({
     "worker": {"vhosts": {"/": {"configure": r"^(jobs|amq\.gen-.*)$",
                                 "write": r"^(jobs|amq\.gen-.*|amq\.default|work\.x)$",
                                 "read": r"^(jobs|amq\.gen-.*|work\.x)$"}}},
+    # configure on exchanges only: the alternate-exchange rule (write on the AE, read on it)
+    "builder": {"vhosts": {"/": {"configure": r"^b\.", "write": r"^(ae\.ok|b\.)",
+                                 "read": r"^b\.ok$"}}},
     "outsider": {"vhosts": {"/other": {"configure": ".*", "write": ".*", "read": ".*"}}},
     "t": {"topics": {"/": {"events": {"write": r"^t\.{username}\.", "read": r"^t\."}}}},
+    "dev": {"topics": {"/": {"events": {"write": r"^dev\.{client_id}\.", "read": ".*"}}}},
 })
 
 
 def test_each_method_needs_its_permission(serve_with: Serve) -> None:
-    server = serve_with(["admin", "worker", "outsider", "t"], RULES)
+    server = serve_with(["admin", "worker", "outsider", "t", "builder"], RULES)
     port = server.amqp_port
     with amqp(port, "admin") as admin:  # no rules for admin: everything, as before
         ch = admin.channel()
@@ -48,6 +52,10 @@ def test_each_method_needs_its_permission(serve_with: Serve) -> None:
         refused(w, lambda ch: ch.exchange_declare("mine", "fanout"))
         allowed(w, lambda ch: ch.exchange_declare("work.x", "direct", passive=True))
         refused(w, lambda ch: ch.exchange_delete("work.x"))
+        # exchange.bind / unbind: write on the destination, read on the source
+        refused(w, lambda ch: ch.exchange_bind("work.x", "amq.direct", "k"))  # read amq.direct
+        refused(w, lambda ch: ch.exchange_bind("amq.direct", "work.x", "k"))  # write amq.direct
+        refused(w, lambda ch: ch.exchange_unbind("amq.direct", "work.x", "k"))
         # queue.bind: write on the queue, read on the exchange
         allowed(w, lambda ch: ch.queue_bind("jobs", "work.x", "k"))
         refused(w, lambda ch: ch.queue_bind("jobs", "amq.direct", "k"))
@@ -68,6 +76,18 @@ def test_each_method_needs_its_permission(serve_with: Serve) -> None:
         allowed(w, lambda ch: ch.queue_purge("jobs"))
         refused(w, lambda ch: ch.queue_delete("other"))
         allowed(w, lambda ch: ch.queue_delete("jobs"))
+    with amqp(port, "admin") as admin:
+        admin.channel().exchange_declare("ae.ok", "fanout")
+    with amqp(port, "builder") as b:
+        # exchange.declare with an alternate exchange: write on the AE, read on the exchange
+        allowed(b, lambda ch: ch.exchange_declare(
+            "b.ok", "direct", arguments={"alternate-exchange": "ae.ok"}))
+        refused(b, lambda ch: ch.exchange_declare(  # no read on b.other
+            "b.other", "direct", arguments={"alternate-exchange": "ae.ok"}))
+        refused(b, lambda ch: ch.exchange_declare(  # no write on amq.fanout
+            "b.ok", "direct", arguments={"alternate-exchange": "amq.fanout"}))
+        allowed(b, lambda ch: ch.exchange_declare("b.plain", "fanout"))
+        allowed(b, lambda ch: ch.exchange_delete("b.plain"))
     # permissions only in another vhost: '/' is refused at connection.open (530)
     with pytest.raises((pika.exceptions.ProbableAccessDeniedError,
                         pika.exceptions.ConnectionClosedByBroker)) as info:
@@ -76,7 +96,7 @@ def test_each_method_needs_its_permission(serve_with: Serve) -> None:
 
 
 def test_topic_permissions_on_a_topic_exchange(serve_with: Serve) -> None:
-    server = serve_with(["admin", "t"], RULES)
+    server = serve_with(["admin", "t", "dev"], RULES)
     port = server.amqp_port
     with amqp(port, "admin") as admin:
         admin.channel().exchange_declare("events", "topic")
@@ -96,3 +116,10 @@ def test_topic_permissions_on_a_topic_exchange(serve_with: Serve) -> None:
         assert got[2] == b"3"
         # a non-topic exchange has no topic permissions
         allowed(t, lambda ch: ch.basic_publish("amq.direct", "anything", b"4"))
+    # {client_id}: the AMQP client property client_id
+    params = pika.ConnectionParameters(
+        "127.0.0.1", port, credentials=pika.PlainCredentials("dev", "pw-of-dev"),
+        client_properties={"client_id": "d7"}, connection_attempts=1, socket_timeout=5)
+    with pika.BlockingConnection(params) as dev:
+        allowed(dev, lambda ch: ch.basic_publish("events", "dev.d7.temp", b"5"))
+        refused(dev, lambda ch: ch.basic_publish("events", "dev.d8.temp", b"6"))

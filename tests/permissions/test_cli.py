@@ -76,6 +76,17 @@ def test_live_changes_reach_connected_clients(start_server: Start, tmp_path: Pat
         assert alice.subscribe("c/#") == [0x80]
         status = json.loads(server.cli("status", "--json").stdout)["permissions"]
         assert status["default"]["mqtt"] == "deny" and status["reloads"] == 5
+        # a hand edit: `permissions reload` applies it; a broken file is refused, rules stay
+        path = server.data / "permissions.json"
+        doc = json.loads(path.read_text())
+        doc["users"]["alice"] = {"acl": [["read", "c/#"]]}
+        path.write_text(json.dumps(doc))
+        assert "rules on" in server.cli("permissions", "reload").stdout
+        assert alice.subscribe("c/#", "d/#") == [1, 0x80]
+        path.write_text("{broken")
+        res = server.cli("permissions", "reload", check=False)
+        assert res.returncode == 1 and "permissions.json" in res.stderr
+        assert alice.subscribe("c/#") == [1]
     finally:
         alice.close()
 

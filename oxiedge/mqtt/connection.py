@@ -74,6 +74,8 @@ CLOSE_FLUSH_TIMEOUT = 5.0  # seconds to flush final replies on a clean close
 
 _PINGRESP = b"\xd0\x00"
 
+#: Packets one burst handles between two checkpoints (``Connection._reader``).
+BURST_SLICE = 512
 #: A SUBSCRIBE / UNSUBSCRIBE with more filters than this is applied in steps of at most
 #: ``STEP_LEVELS`` filter levels (``Connection._in_steps``).
 STEP_FILTERS = 64
@@ -311,7 +313,14 @@ class Connection:
         alarms = self.service.app.alarms
         with trio.CancelScope() as ka:
             while True:
+                budget = BURST_SLICE
                 while (item := next_item()) is not None:
+                    budget -= 1
+                    if not budget:
+                        # A 64 KiB read can hold ~9,000 tiny packets: let the other
+                        # connections run every so often (the burst goes on afterwards).
+                        budget = BURST_SLICE
+                        await trio.sleep(0)
                     if type(item) is tuple:
                         on_publish(item)  # the hot path: no packet object, no lookup
                         continue

@@ -79,7 +79,7 @@ BURST_SLICE = 512
 #: A SUBSCRIBE / UNSUBSCRIBE with more filters than this is applied in steps of at most
 #: ``STEP_LEVELS`` filter levels (``Connection._in_steps``).
 STEP_FILTERS = 64
-STEP_LEVELS = 4000
+STEP_LEVELS = 2000
 _STEPPED = (Subscribe, Unsubscribe)
 
 

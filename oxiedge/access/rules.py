@@ -235,7 +235,8 @@ class PermissionStore:
         self.on_change: list[Callable[[], None]] = []
         # What the rules refused (``oxiedge status`` → permissions).
         self.counters = {"mqtt_publish_denied": 0, "mqtt_subscribe_denied": 0,
-                         "mqtt_wills_denied": 0, "amqp_access_refused": 0, "reloads": 0}
+                         "mqtt_wills_denied": 0, "mqtt_queued_dropped": 0, "amqp_access_refused": 0,
+                         "reloads": 0}
         self._refresh()
 
     @classmethod

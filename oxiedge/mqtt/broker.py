@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import itertools
 import secrets
+from collections import deque
 from collections.abc import Callable, Iterable, Sized
 from typing import Any, Protocol
 
@@ -232,6 +233,36 @@ class Broker:
             s.acl = acl
             if self.acl_active:
                 self._clear_routes()
+
+    def drop_unreadable(self, s: Session) -> int:
+        """A client attached to a session holding messages routed before its rules applied
+        (a persistent session taken over with another user name, a session recovered at
+        start-up, rules changed while it was offline): queued and in-flight messages on
+        topics it may not read are dropped and their records deleted, as Mosquitto checks
+        each message when it sends it. Returns how many (kick the committer if any)."""
+        acl = s.acl
+        if not self.acl_active or acl is None or not (s.queue or s.inflight):
+            return 0
+        dropped: list[Pending] = []
+        keep: deque[Pending] = deque()
+        for p in s.queue:
+            # A held delivery belongs to a commit round still open: it stays, its release
+            # path expects it (routed this very burst, under the current rules).
+            if p.held or acl.may_read(p.msg.topic):
+                keep.append(p)
+            else:
+                dropped.append(p)
+                s.queue_bytes -= len(p.msg.payload) + len(p.msg.topic_b)
+        if dropped:
+            s.queue = keep
+        for pid, p in list(s.inflight.items()):
+            if not acl.may_read(p.msg.topic):
+                del s.inflight[pid]
+                dropped.append(p)
+        if s.store is not None:
+            for p in dropped:
+                s.store.stage_delete_key(CF, persist.msg_key(s.owner_b, p.seq))
+        return len(dropped)
 
     def acl_changed(self, active: bool) -> None:
         """The permission rules changed: cached routes were filtered by the old ones."""

@@ -469,6 +469,11 @@ class Connection:
         self.write(_connack(0, present and pkt.protocol_level == 4))
         s.conn = self
         broker.set_acl(s, self.grants)
+        if self._perms.active and (s.queue or s.inflight):
+            unreadable = broker.drop_unreadable(s)
+            if unreadable:
+                self._perms.counters["mqtt_queued_dropped"] += unreadable
+                self.store.kick()
         s.resend()
         return pkt.keep_alive
 

@@ -50,13 +50,14 @@ class Client:
 
     def __init__(self, port: int, user: str | None, client_id: str = "",
                  will: tuple[str, bytes] | None = None, password: str | None = None,
-                 refused: bool = False) -> None:
+                 refused: bool = False, clean: bool = True) -> None:
         self.messages: queue.Queue[mqtt.MQTTMessage] = queue.Queue()
         self._subacks: queue.Queue[list[int]] = queue.Queue()
         self._acks: queue.Queue[int] = queue.Queue()
         self._connected = threading.Event()
         self.rc: Any = None
-        self.c = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id=client_id)
+        self.c = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id=client_id,
+                             clean_session=clean)
         if user is not None:
             self.c.username_pw_set(user, PASSWORD + user if password is None else password)
         if will is not None:

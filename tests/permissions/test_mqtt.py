@@ -101,3 +101,28 @@ def test_anonymous_lines_and_no_rules(serve_with: Serve, start_server: Callable[
         anon.close()
     assert _status(server)["mqtt_publish_denied"] == 1
     assert _status(server)["mqtt_subscribe_denied"] == 151
+
+
+def test_a_taken_over_session_keeps_only_what_the_new_user_may_read(serve_with: Serve) -> None:
+    """Messages queued for a persistent session under one user are not handed to another
+    user who takes the client id over, unless that user may read them (Mosquitto checks
+    every message as it sends it)."""
+    doc = rules({"alice": {"acl": [["read", "sensors/#"], ["read", "cmd/#"]]},
+                 "bob": {"acl": [["read", "sensors/#"]]}})
+    server = serve_with(["alice", "bob", "admin"], doc)
+    port = server.mqtt_port
+    alice = Client(port, "alice", "shared", clean=False)
+    assert alice.subscribe("sensors/#", "cmd/#") == [1, 1]
+    alice.close()
+    admin = Client(port, "admin", "pub")
+    try:
+        admin.publish("sensors/a", b"reading", 1)
+        admin.publish("cmd/x", b"alice only", 1)
+    finally:
+        admin.close()
+    bob = Client(port, "bob", "shared", clean=False)
+    try:
+        assert bob.topics() == [("sensors/a", b"reading", False)]
+    finally:
+        bob.close()
+    assert _status(server)["mqtt_queued_dropped"] == 1

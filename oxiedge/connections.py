@@ -1,12 +1,12 @@
 """Connection limits shared by every listener: total and per source address.
 
 Every listener runs its connection handler inside ``ConnectionLimits.guard``: the guard
-counts the connection against ``--max-connections`` (all protocols together) and
-``--max-connections-per-source`` (one remote address; IPv4-mapped IPv6 counts as the IPv4
-address), and a connection over either bound is closed at once, before a byte is read
-(cheapest for the broker during a flood; the client sees a closed connection, as with
-Mosquitto's ``max_connections``). Refusals are counted and logged at most once per
-``LOG_EVERY`` seconds so a flood does not flood the journal.
+counts the connection against ``--max-connections`` (all protocols together) and ``--max-
+connections-per-source`` (one remote address; IPv4-mapped IPv6 counts as the IPv4 address,
+other IPv6 addresses by their /64), and a connection over either bound is closed at once,
+before a byte is read (cheapest for the broker during a flood; the client sees a closed
+connection, as with Mosquitto's ``max_connections``). Refusals are counted and logged at
+most once per ``LOG_EVERY`` seconds so a flood does not flood the journal.
 
 The guard also sets ``PEER`` (the source address) for the handler's task, which is how
 ``oxiedge.login`` slows failed logins per source without the protocol code passing it.
@@ -14,6 +14,7 @@ The guard also sets ``PEER`` (the source address) for the handler's task, which 
 
 from __future__ import annotations
 
+import ipaddress
 import time
 from collections.abc import Awaitable, Callable
 from contextvars import ContextVar
@@ -36,7 +37,15 @@ def source_of(stream: trio.abc.Stream) -> str:
         host = str(sock.getpeername()[0]) if sock is not None else "?"
     except (OSError, IndexError, TypeError):
         return "?"
-    return host[7:] if host.startswith("::ffff:") else host
+    if host.startswith("::ffff:"):
+        return host[7:]
+    if ":" in host:
+        # One IPv6 host usually holds a whole /64: count it as one source.
+        try:
+            return str(ipaddress.ip_network(host.split("%")[0] + "/64", strict=False))
+        except ValueError:
+            return host
+    return host
 
 
 class ConnectionLimits:

@@ -104,3 +104,21 @@ def test_login_throttle_grows_caps_forgets_and_is_bounded() -> None:
         t.failed(f"10.0.1.{i}", f"user{i}")
     assert len(t.sources) == 3 and len(t.users) == 3 and t.evicted >= 14
     assert LoginThrottle(max_delay=0).delay("x", "y") == 0.0
+
+
+def test_connection_limits_count_sources() -> None:
+    from oxiedge.connections import ConnectionLimits
+
+    limits = ConnectionLimits(max_total=3, max_per_source=2)
+    assert limits.admit("10.0.0.1") is None and limits.admit("10.0.0.1") is None
+    assert "per-source" in (limits.admit("10.0.0.1") or "")
+    assert limits.admit("10.0.0.2") is None
+    assert "--max-connections 3" in (limits.admit("10.0.0.3") or "")
+    limits.release("10.0.0.1")
+    assert limits.admit("10.0.0.3") is None
+    status = limits.status()
+    assert status["open"] == 3 and status["peak"] == 3 and status["sources"] == 3
+    assert status["refused_max_connections"] == 1 and status["refused_max_per_source"] == 1
+    for source in ("10.0.0.1", "10.0.0.2", "10.0.0.3"):
+        limits.release(source)
+    assert limits.status()["open"] == 0 and limits.by_source == {}

@@ -1,12 +1,12 @@
 """Connection limits shared by every listener: total and per source address.
 
 Every listener runs its connection handler inside ``ConnectionLimits.guard``: the guard
-counts the connection against ``--max-connections`` (all protocols together) and ``--max-
-connections-per-source`` (one remote address; IPv4-mapped IPv6 counts as the IPv4 address,
-other IPv6 addresses by their /64), and a connection over either bound is closed at once,
-before a byte is read (cheapest for the broker during a flood; the client sees a closed
-connection, as with Mosquitto's ``max_connections``). Refusals are counted and logged at
-most once per ``LOG_EVERY`` seconds so a flood does not flood the journal.
+counts the connection against ``--max-connections`` (all protocols together) and
+``--max-connections-per-source`` (one remote address; IPv4-mapped IPv6 counts as the IPv4
+address, other IPv6 addresses by their /64), and a connection over either bound is closed at
+once, before a byte is read (cheapest for the broker during a flood; the client sees a
+closed connection, as with Mosquitto's ``max_connections``). Refusals are counted and logged
+at most once per ``LOG_EVERY`` seconds so a flood does not flood the journal.
 
 The guard also sets ``PEER`` (the source address) for the handler's task, which is how
 ``oxiedge.login`` slows failed logins per source without the protocol code passing it.

@@ -4,15 +4,14 @@
 Two verb sets over one model because each mirrors the tool its operator already knows:
 ``permissions set USER CONF WRITE READ`` is ``rabbitmqctl set_permissions``,
 ``permissions set-topic`` is ``set_topic_permissions``, and ``acl add --user U read T`` is a
-``topic read T`` line under ``user U`` of a Mosquitto acl_file. Every command edits the
-file under a lock (it works with no server running) and then asks a running server to
-re-read it over the admin socket; its connections apply the change at their next check.
+``topic read T`` line under ``user U`` of a Mosquitto acl_file. Every change goes to a
+running server over the admin socket (``permissions.apply``: the server, which owns the
+file, rewrites it and its connections apply the change at their next check); with no server
+running the CLI makes the same change (``edit.py``) on the file itself, under a lock.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -22,6 +21,7 @@ from ..admin.client import ServerNotRunning, call
 from ..admin.protocol import AdminError
 from ..cli import DataOpt, JsonOpt, PwFileOpt, _config, _fail, _print_line, _print_rows, app
 from ..cli import user_app as _user_app
+from .edit import apply
 from .rules import ACL_ACCESS, DEFAULTS, PermissionError_, check_acl_topic, compile_regex, editing
 from .rules import path_for as _path_for
 from .rules import read_file as _read_file
@@ -41,23 +41,20 @@ def _path(data: Path | None) -> Path:
     return _path_for(_config(data).data)
 
 
-def _reload(data: Path | None) -> None:
-    """Tell a running server (if any) to re-read the file."""
+def _change(data: Path | None, op: str, args: dict[str, Any]) -> str:
+    """One change (``edit.py``): made by the running server over the admin socket (it owns
+    the file and applies the change to live connections), or on the file when none runs."""
     cfg = _config(data)
     try:
-        call(cfg.admin_socket, "permissions.reload")
+        result = call(cfg.admin_socket, "permissions.apply", {"op": op, "args": args})
+        return str(result["message"])
     except ServerNotRunning:
         pass
     except AdminError as exc:
-        _fail(f"saved, but the running server refused the new rules: {exc}")
-
-
-@contextmanager
-def _edit(data: Path | None) -> Iterator[dict[str, Any]]:
-    """``editing`` with a clear error for a broken file; a failure inside writes nothing."""
+        _fail(str(exc))
     try:
         with editing(_path(data)) as doc:
-            yield doc
+            return apply(doc, op, args)
     except PermissionError_ as exc:
         _fail(str(exc))
 
@@ -78,25 +75,15 @@ def permissions_set(user: UserArg,
                     read: Annotated[str, typer.Argument(help="regexp of names the user may consume/bind from")],  # noqa: E501
                     vhost: VhostOpt = "/", data: DataOpt = None) -> None:
     """Set USER's configure/write/read regexps in a vhost (like rabbitmqctl set_permissions)."""
-    perms = {"configure": _regex(configure), "write": _regex(write), "read": _regex(read)}
-    with _edit(data) as doc:
-        doc["users"].setdefault(user, {}).setdefault("vhosts", {})[vhost] = perms
-    _reload(data)
-    _print_line(f"permissions of {user} in vhost {vhost} set")
+    _print_line(_change(data, "set", {"user": user, "vhost": vhost, "configure": _regex(configure),
+                                      "write": _regex(write), "read": _regex(read)}))
 
 
 @permissions_app.command("clear")
 def permissions_clear(user: UserArg, vhost: VhostOpt = "/", data: DataOpt = None) -> None:
     """Remove USER's permissions in a vhost (with none left the user is unrestricted on AMQP
     again unless `permissions default deny`)."""
-    with _edit(data) as doc:
-        entry = doc["users"].get(user, {})
-        if entry.get("vhosts", {}).pop(vhost, None) is None:
-            _fail(f"{user} has no permissions in vhost {vhost}")
-        if not entry.get("vhosts"):
-            entry.pop("vhosts", None)
-    _reload(data)
-    _print_line(f"permissions of {user} in vhost {vhost} cleared")
+    _print_line(_change(data, "clear", {"user": user, "vhost": vhost}))
 
 
 @permissions_app.command("set-topic")
@@ -107,12 +94,8 @@ def permissions_set_topic(user: UserArg,
                           vhost: VhostOpt = "/", data: DataOpt = None) -> None:
     """Set USER's topic permissions on a topic exchange (like set_topic_permissions);
     {username}, {client_id} and {vhost} in the regexps are replaced per connection."""
-    perms = {"write": _regex(write), "read": _regex(read)}
-    with _edit(data) as doc:
-        topics = doc["users"].setdefault(user, {}).setdefault("topics", {})
-        topics.setdefault(vhost, {})[exchange] = perms
-    _reload(data)
-    _print_line(f"topic permissions of {user} on {exchange} in vhost {vhost} set")
+    _print_line(_change(data, "set_topic", {"user": user, "vhost": vhost, "exchange": exchange,
+                                            "write": _regex(write), "read": _regex(read)}))
 
 
 @permissions_app.command("clear-topic")
@@ -120,21 +103,8 @@ def permissions_clear_topic(user: UserArg,
                             exchange: Annotated[str | None, typer.Argument(help="exchange (default: all)")] = None,  # noqa: E501
                             vhost: VhostOpt = "/", data: DataOpt = None) -> None:
     """Remove USER's topic permissions (on one exchange or all) in a vhost."""
-    with _edit(data) as doc:
-        entry = doc["users"].get(user, {})
-        per_vhost = entry.get("topics", {}).get(vhost, {})
-        if exchange is None:
-            found = bool(per_vhost)
-            per_vhost.clear()
-        else:
-            found = per_vhost.pop(exchange, None) is not None
-        if not found:
-            _fail(f"{user} has no topic permissions to clear in vhost {vhost}")
-        entry["topics"] = {v: x for v, x in entry.get("topics", {}).items() if x}
-        if not entry["topics"]:
-            entry.pop("topics")
-    _reload(data)
-    _print_line(f"topic permissions of {user} in vhost {vhost} cleared")
+    _print_line(_change(data, "clear_topic", {"user": user, "vhost": vhost,
+                                              "exchange": exchange}))
 
 
 @permissions_app.command("list")
@@ -181,10 +151,7 @@ def permissions_reload(data: DataOpt = None) -> None:
 def _set_default(proto: str, policy: str, data: Path | None) -> None:
     if policy not in DEFAULTS:
         _fail("expected allow or deny", 2)
-    with _edit(data) as doc:
-        doc["default"][proto] = policy
-    _reload(data)
-    _print_line(f"{proto} default: {policy}")
+    _print_line(_change(data, "default", {"protocol": proto, "policy": policy}))
 
 
 def _read(data: Path | None) -> dict[str, Any]:
@@ -202,25 +169,18 @@ PatternOpt = Annotated[bool, typer.Option("--pattern", help="a pattern line for 
 AnonOpt = Annotated[bool, typer.Option("--anonymous", help="a line for anonymous clients")]
 
 
-def _acl_list(doc: dict[str, Any], user: str | None, pattern: bool, anonymous: bool
-              ) -> list[list[str]]:
+def _acl_args(access: str, topic: str, user: str | None, pattern: bool, anonymous: bool
+              ) -> dict[str, Any]:
     if sum((user is not None, pattern, anonymous)) != 1:
         _fail("give exactly one of --user NAME, --pattern, --anonymous", 2)
-    if pattern:
-        return doc["patterns"]
-    if anonymous:
-        return doc["anonymous_acl"]
-    return doc["users"].setdefault(user, {}).setdefault("acl", [])
-
-
-def _acl_line(access: str, topic: str) -> list[str]:
     if access not in ACL_ACCESS:
         _fail(f"access must be one of {', '.join(ACL_ACCESS)}", 2)
     try:
         check_acl_topic(topic)
     except PermissionError_ as exc:
         _fail(str(exc), 2)
-    return [access, topic]
+    kind = "pattern" if pattern else "anonymous" if anonymous else "user"
+    return {"for": kind, "user": user, "access": access, "topic": topic}
 
 
 @acl_app.command("add")
@@ -228,13 +188,7 @@ def acl_add(access: AccessArg, topic: TopicArg, user: AclUserOpt = None,
             pattern: PatternOpt = False, anonymous: AnonOpt = False,
             data: DataOpt = None) -> None:
     """Add an MQTT ACL line (Mosquitto's `topic ACCESS T` / `pattern ACCESS T`)."""
-    line = _acl_line(access, topic)
-    with _edit(data) as doc:
-        lines = _acl_list(doc, user, pattern, anonymous)
-        if line not in lines:
-            lines.append(line)
-    _reload(data)
-    _print_line(f"acl: {access} {topic} added")
+    _print_line(_change(data, "acl_add", _acl_args(access, topic, user, pattern, anonymous)))
 
 
 @acl_app.command("remove")
@@ -242,16 +196,7 @@ def acl_remove(access: AccessArg, topic: TopicArg, user: AclUserOpt = None,
                pattern: PatternOpt = False, anonymous: AnonOpt = False,
                data: DataOpt = None) -> None:
     """Remove an MQTT ACL line."""
-    line = _acl_line(access, topic)
-    with _edit(data) as doc:
-        lines = _acl_list(doc, user, pattern, anonymous)
-        if line not in lines:
-            _fail(f"no such acl line: {access} {topic}")
-        lines.remove(line)
-        if user is not None and not lines:
-            doc["users"][user].pop("acl", None)
-    _reload(data)
-    _print_line(f"acl: {access} {topic} removed")
+    _print_line(_change(data, "acl_remove", _acl_args(access, topic, user, pattern, anonymous)))
 
 
 @acl_app.command("list")
@@ -283,7 +228,7 @@ def user_import_mosquitto(
     """Import users (hashes kept as they are) and ACLs from Mosquitto. Imported ACLs make the
     MQTT default `deny`, as Mosquitto has it with an acl_file."""
     from ..auth import read_user_file, write_user_file
-    from .mosquitto import merge_acl, parse_acl_file, read_passwd
+    from .mosquitto import parse_acl_file, read_passwd
 
     if passwd is None and acl is None:
         _fail("give --passwd FILE and/or --acl FILE", 2)
@@ -302,9 +247,7 @@ def user_import_mosquitto(
         except (ServerNotRunning, AdminError):
             pass
     if parsed is not None:
-        with _edit(data) as doc:
-            merge_acl(doc, parsed)
-        _reload(data)
+        _change(data, "import_acl", {"acl": parsed})
     _print_line(f"imported {len(imported)} users"
                 + ("" if parsed is None else
                    f", ACLs of {len(parsed['users'])} users and {len(parsed['patterns'])} "
@@ -313,26 +256,13 @@ def user_import_mosquitto(
 
 def set_tags(data: Path | None, name: str, tags: list[str]) -> None:
     """Store a user's tags (``user add --tags``); ``none`` clears them."""
-    with _edit(data) as doc:
-        entry = doc["users"].setdefault(name, {})
-        if tags and tags != ["none"]:
-            entry["tags"] = tags
-        else:
-            entry.pop("tags", None)
-            if not entry:
-                doc["users"].pop(name)
-    _reload(data)
+    _change(data, "tags", {"user": name, "tags": tags})
 
 
 def forget_user(data: Path | None, name: str) -> None:
     """``user remove``: the user's permissions, ACLs and tags go too (as in RabbitMQ)."""
-    path = _path(data)
-    if not path.exists():
-        return
-    with _edit(data) as doc:
-        if doc["users"].pop(name, None) is None:
-            return
-    _reload(data)
+    if _path(data).exists():
+        _change(data, "forget", {"user": name})
 
 
 def tags_of(data: Path | None) -> dict[str, list[str]]:

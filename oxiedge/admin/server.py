@@ -64,6 +64,24 @@ def core_handlers(app: App) -> dict[str, Handler]:
         app.log.info("users reloaded: %s", app.users.mode())
         return {"users": len(app.users.names)}
 
+    async def permissions_apply(args: dict[str, Any]) -> dict[str, Any]:
+        """One named change to DATA/permissions.json (``access/edit.py``), made by the server
+        that owns the file, then applied to live connections."""
+        from ..access.edit import apply
+        from ..access.rules import editing
+
+        op, change, path = _need_str(args, "op"), args.get("args") or {}, app.permissions.path
+        if not isinstance(change, dict) or path is None:
+            raise AdminError("permissions.apply needs 'op' and an 'args' object")
+
+        def run() -> str:
+            with editing(path) as doc:
+                return apply(doc, op, change)
+
+        message = await trio.to_thread.run_sync(run)  # fsync: not on the event loop
+        app.permissions.reload()
+        return {"message": message, **app.permissions.status()}
+
     def permissions_reload(_args: dict[str, Any]) -> dict[str, Any]:
         # The CLI rewrote DATA/permissions.json: live connections see it at their next check.
         app.permissions.reload()
@@ -77,6 +95,7 @@ def core_handlers(app: App) -> dict[str, Handler]:
         "collections": collections,
         "users.reload": users_reload,
         "permissions.reload": permissions_reload,
+        "permissions.apply": permissions_apply,
         "alarms.set": alarms_set,
     }
 

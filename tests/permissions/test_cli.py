@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from oxiedge.admin.client import call
+from oxiedge.admin.protocol import AdminError
 from tests.conftest import ServerProcess, run_cli
 from tests.permissions.conftest import Client
 
@@ -83,6 +85,15 @@ def test_live_changes_reach_connected_clients(start_server: Start, tmp_path: Pat
         path.write_text(json.dumps(doc))
         assert "rules on" in server.cli("permissions", "reload").stdout
         assert alice.subscribe("c/#", "d/#") == [1, 0x80]
+        # the admin operation itself: the server (owner of the file) makes the change
+        change = {"for": "user", "user": "alice", "access": "read", "topic": "e/#"}
+        reply = call(server.admin_socket, "permissions.apply", {"op": "acl_add", "args": change})
+        assert reply["message"] == "acl: read e/# added"
+        assert alice.subscribe("e/#") == [1]
+        with pytest.raises(AdminError, match="whole last level"):
+            call(server.admin_socket, "permissions.apply",
+                 {"op": "acl_add", "args": {**change, "topic": "e/#/x"}})
+        assert ["read", "e/#"] in json.loads(path.read_text())["users"]["alice"]["acl"]
         path.write_text("{broken")
         res = server.cli("permissions", "reload", check=False)
         assert res.returncode == 1 and "permissions.json" in res.stderr

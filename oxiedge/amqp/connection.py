@@ -215,9 +215,9 @@ class AmqpConnection:
 
     async def _heartbeats(self) -> None:
         interval = self.heartbeat / 2
-        while True:
+        while not self.closed:  # none after close-ok, while the socket lingers
             await trio.sleep(interval)
-            if trio.current_time() - self._last_write >= interval:
+            if trio.current_time() - self._last_write >= interval and not self.closed:
                 self.send(HEARTBEAT_FRAME)
 
     async def _receive(self) -> bytes:
@@ -257,7 +257,7 @@ class AmqpConnection:
             self.service.connections.discard(self)
             self._release()
             with trio.CancelScope(shield=True), trio.move_on_after(1):
-                if self._forced and self._opened:
+                if self._forced and self._opened and not self._clean:
                     await self._say_shutdown()
                 await self.stream.aclose()
             self._report()
@@ -561,6 +561,7 @@ class AmqpConnection:
         """A content header announced more than --amqp-max-message-size: 406 on its
         channel at once (RabbitMQ); the parser already skips the body frames."""
         self.service.counters["messages_too_large"] += 1
+        await self._flush()  # earlier publishes of the burst are confirmed first
         ch = self.channels.get(exc.channel)
         if ch is None:
             parser.resume_channel(exc.channel)

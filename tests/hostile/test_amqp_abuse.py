@@ -127,9 +127,10 @@ def test_bodies_trickled_on_many_channels_stop_at_the_memory_alarm(
 def test_unauthenticated_floods_are_bounded(
         hostile_server: Callable[..., ServerProcess],
         innocent: Callable[..., InnocentClient]) -> None:
-    """300 sockets announce a 1 MiB start-ok (refused from the frame header: 501), 300
-    more send the protocol header and then nothing (closed at the handshake deadline)."""
-    # 600 sockets from 127.0.0.1: the per-source connection bound (default 100, tested in
+    """150 sockets announce a 1 MiB start-ok (refused from the frame header: 501), 150
+    more send the protocol header and then nothing (closed at the handshake deadline).
+    (Opened 25 at a time: the rate of new connections is the core limits' business.)"""
+    # 300 sockets from 127.0.0.1: the per-source connection bound (default 100, tested in
     # test_core_connections.py) is lifted so that the AMQP pre-login bounds are what is hit.
     srv = hostile_server("--amqp-handshake-timeout", "1", "--max-connections-per-source", "1000")
     mqtt, amqp = _ports(srv)
@@ -137,25 +138,26 @@ def test_unauthenticated_floods_are_bounded(
         time.sleep(0.2)
         before = srv.rss.mark()  # type: ignore[attr-defined]
         socks: list[socket.socket] = []
-        for _ in range(300):
-            s = socket.create_connection(("127.0.0.1", amqp))
-            s.sendall(codec.PROTOCOL_HEADER + struct.pack(">BHI", 1, 0, MiB) + b"\x00" * 60_000)
-            socks.append(s)
-        for _ in range(300):
-            s = socket.create_connection(("127.0.0.1", amqp))
-            s.sendall(codec.PROTOCOL_HEADER)
-            socks.append(s)
-        deadline = time.monotonic() + 15
-        while server_status(srv)["amqp"]["connections"] and time.monotonic() < deadline:
-            time.sleep(0.2)
-        for s in socks:
+        for batch in range(12):
+            for _ in range(25):
+                s = socket.create_connection(("127.0.0.1", amqp))
+                hello = codec.PROTOCOL_HEADER
+                if batch % 2 == 0:  # a frame header announcing 1 MiB, and 60 kB of it
+                    hello += struct.pack(">BHI", 1, 0, MiB) + b"\x00" * 60_000
+                s.sendall(hello)
+                socks.append(s)
+            time.sleep(0.05)
+        for s in socks:  # each is closed by the server (no status polling: a CLI
+            s.settimeout(10)  # process per poll would load the CPU the pings share)
+            while s.recv(65536):
+                pass
             s.close()
     stats = client.stop()
     _report("pre-login flood", stats, srv)
     status = server_status(srv)["amqp"]
     assert status["connections"] == 0
-    assert status["preauth_too_large"] == 300
-    assert status["handshake_timeouts"] == 300
+    assert status["preauth_too_large"] == 150
+    assert status["handshake_timeouts"] == 150
     assert srv.rss.peak - before < 64 * MiB  # type: ignore[attr-defined]
     stats.assert_responsive(limit_ms=100)
 

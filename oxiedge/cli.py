@@ -568,8 +568,10 @@ def uplink_remove(name: NameArg, data: DataOpt = None) -> None:
     """Remove an uplink and discard its unsent messages."""
     result = _request(data, "uplink.remove", {"name": name},
                       _offline(_UPLINKS, "remove_offline", name), write=True)
+    held = [f"{result[k]} {k.split('_')[1]}" for k in ("discarded_parked", "discarded_returned")
+            if result.get(k)]
     _print_line(f"uplink {name} removed ({result.get('discarded', 0)} unsent message(s) "
-                "discarded)")
+                f"discarded{', of them ' + ' and '.join(held) if held else ''})")
 
 
 @uplink_app.command("list")

@@ -295,11 +295,13 @@ def stage_remove(store: Any, name: str, outbox: Outbox | None = None) -> dict[st
         if not docs and name not in stored_outbox_names(store):
             raise UplinkError(f"no uplink {name!r}")
         outbox = Outbox(store, name)
-    discarded = outbox.messages
+    result = {"name": name, "removed": True, "discarded": outbox.messages,
+              # known while the server runs: how many of them waited unsent on purpose
+              "discarded_parked": outbox.parked, "discarded_returned": outbox.returned}
     outbox.clear()
     for doc in docs:
         store.stage_delete(CONFIG, int(doc["_id"]))
-    return {"name": name, "removed": True, "discarded": discarded}
+    return result
 
 
 def remove_offline(store: Any, name: str) -> dict[str, Any]:

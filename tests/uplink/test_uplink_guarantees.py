@@ -207,6 +207,9 @@ def test_a_message_the_upstream_refuses_parks_only_that_message(
         st = wait_status(srv, "up1", lambda s: s["backlog_messages"] == 1 and s["parked"] == 1,
                          "the big one parked, the small ones sent", timeout=60)
         assert "406" in st["warning"], st
+        # Removing the uplink discards it on purpose, and says what it discards.
+        res = srv.cli("uplink", "remove", "up1")
+        assert "1 unsent message(s) discarded, of them 1 parked" in res.stdout, res.stdout
     finally:
         if before.startswith("{ok,"):
             rabbit.ctl("eval", f"application:set_env(rabbit, max_message_size, "

@@ -41,6 +41,7 @@ import trio
 
 from oxiedge.amqp import spec
 from oxiedge.amqp.codec import HEARTBEAT_FRAME, PROTOCOL_HEADER, Command, encode_method
+from oxiedge.amqp.errors import ACCESS_REFUSED, PRECONDITION_FAILED
 from oxiedge.uplink.amqp_client import (
     CHANNEL,
     INBOUND_CHANNEL,
@@ -176,6 +177,10 @@ class _InboundRefused(LinkError):
 
 
 _BASIC_PUBLISH = (spec.BasicPublish.CLASS_ID, spec.BasicPublish.METHOD_ID)
+#: Channel-close codes after a publish that refuse that message (or its routing key) for
+#: good: 403 no write permission, 406 over the node's max_message_size. Others (404: the
+#: exchange is gone, ...) are about the upstream, not the message: reconnect and resend.
+_REFUSES_MESSAGE = (ACCESS_REFUSED, PRECONDITION_FAILED)
 
 #: Commands (``--in``) use their own channel: a refused queue declaration (permissions, an
 #: inequivalent queue type) closes only that channel, and forwarding goes on.
@@ -275,7 +280,8 @@ class _Link:
             await self._try_send(encode_method(cmd.channel, spec.ChannelCloseOk()))
             if cmd.channel == INBOUND and not self.ready:
                 raise _InboundRefused(close_reason(m))
-            if cmd.channel == CHANNEL and (m.class_id, m.method_id) == _BASIC_PUBLISH:
+            if cmd.channel == CHANNEL and (m.class_id, m.method_id) == _BASIC_PUBLISH \
+                    and m.reply_code in _REFUSES_MESSAGE:
                 raise PublishRefused(close_reason(m), self.confirms.pending(), m.reply_code)
             raise LinkError(close_reason(m))
         if isinstance(m, spec.ConnectionBlocked):

@@ -34,7 +34,14 @@ from oxiedge.uplink.amqp_client import (
     tune_ok,
 )
 from oxiedge.uplink.amqp_link import returned_seq, run_amqp_link
-from oxiedge.uplink.link import Endpoint, LinkError, LinkOptions, OutMessage, parse_endpoint
+from oxiedge.uplink.link import (
+    Endpoint,
+    LinkError,
+    LinkOptions,
+    OutMessage,
+    PublishRefused,
+    parse_endpoint,
+)
 
 from .proxy import Proxy
 from .rabbit import Rabbit
@@ -617,6 +624,36 @@ async def test_channel_close_on_inequivalent_exchange(rabbit: Rabbit) -> None:
     err = await fails_with(parse_endpoint(rabbit.url()), opts(exchange=exchange),
                            RecordingIO())
     assert "upstream closed the channel: 406 PRECONDITION_FAILED" in str(err)
+
+
+async def test_refusals_about_the_message_or_the_upstream_differ(rabbit: Rabbit) -> None:
+    """403/406 after a publish refuse that message (PublishRefused: the manager parks it);
+    404 (our exchange deleted upstream) is about the upstream: a plain LinkError, so the
+    manager reconnects and resends instead of parking the whole backlog."""
+    tok = token()
+    exchange = f"oxiedge.gone.{tok}"
+    io = RecordingIO()
+    io.add(f"{tok}/a", b"1")
+    deleted = False
+
+    def delete_exchange() -> None:
+        conn = rabbit.connection()
+        try:
+            conn.channel().exchange_delete(exchange)
+        finally:
+            conn.close()
+
+    async def take(limit: int) -> list[OutMessage]:
+        nonlocal deleted
+        if not deleted:  # declared by the link's handshake: delete it before publishing
+            deleted = True
+            await sync(delete_exchange)
+        return await RecordingIO.take(io, limit)
+
+    io.take = take  # type: ignore[method-assign]
+    err = await fails_with(parse_endpoint(rabbit.url()), opts(exchange=exchange), io)
+    assert "404" in str(err) and not isinstance(err, PublishRefused), err
+    assert io.parked == [] and io.confirmed_seqs == []
 
 
 class PokingHandler(logging.Handler):

@@ -21,7 +21,8 @@
     suites run) are tolerated, a broker stall is not.
 
 ``RssSampler(pid, interval=0.05)``
-    Samples ``VmRSS`` of ``/proc/PID/status`` in a thread: ``.start()``, ``.stop()``,
+    Samples ``VmRSS`` of ``/proc/PID/status`` in a thread (``pid`` may be a callable, to follow
+    a restarted server): ``.start()``, ``.stop()``,
     ``.baseline`` (first sample), ``.peak``, ``.last``, ``.mark()`` (reset the peak, returns the
     current RSS) and ``.hwm()`` (the kernel's ``VmHWM``: the exact peak since start).  Bytes.
 
@@ -68,13 +69,18 @@ def rss_of(pid: int) -> int:
 class RssSampler:
     """Samples a process's RSS in a background thread (see the module docstring)."""
 
-    def __init__(self, pid: int, interval: float = 0.05) -> None:
-        self.pid = pid
+    def __init__(self, pid: int | Callable[[], int], interval: float = 0.05) -> None:
+        # A callable follows a server across restarts (``ServerProcess.restart``).
+        self._pid = pid
         self.interval = interval
-        self.baseline = rss_of(pid)
+        self.baseline = rss_of(self.pid)
         self.peak = self.last = self.baseline
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+
+    @property
+    def pid(self) -> int:
+        return self._pid() if callable(self._pid) else self._pid
 
     def start(self) -> RssSampler:
         self._thread = threading.Thread(target=self._run, daemon=True)
@@ -205,7 +211,8 @@ def hostile_server(start_server: Callable[..., ServerProcess], request: pytest.F
               ) -> ServerProcess:
         srv = start_server(*board, *args, env=env, data=data)
         assert srv.proc is not None
-        srv.rss = RssSampler(srv.proc.pid).start()  # type: ignore[attr-defined]
+        srv.rss = RssSampler(lambda: srv.proc.pid if srv.proc else 0  # type: ignore[attr-defined]
+                             ).start()
         started.append(srv)
         return srv
 

@@ -26,6 +26,7 @@ BOARD_WATERMARK = int(0.4 * (384 << 20))  # the unit's MemoryHigh=384M on a 1 GB
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1800)
 def test_hostile_suite_on_a_1gb_board_stays_under_the_watermark(tmp_path: Path) -> None:
     log = tmp_path / "rss.jsonl"
     env = clean_env()

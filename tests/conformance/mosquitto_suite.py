@@ -119,8 +119,6 @@ KNOWN_DIFFERENCES: dict[str, str] = {
                                  "byte; tests/hostile checks the RSS",
     "02-subpub-qos0-long-topic.py": _LEVELS,
     "02-subscribe-long-topic.py": _LEVELS,
-    "02-subpub-qos2.py": "expects PUBREC before the onward delivery of a QoS 2 message "
-                         "(the QoS 2 exactly-once work of issue 13 changes this)",
     "03-publish-qos2-dup.py": "Mosquitto closes a connection that re-sends a QoS 2 PUBLISH a "
                               "third time; oxiedge answers each duplicate with PUBREC "
                               "(MQTT-4.3.3-2 allows it; optional in issue 14)",

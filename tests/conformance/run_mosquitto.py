@@ -214,8 +214,11 @@ def run(git_dir: Path, cache: Path, only: list[str]) -> Results:
             res.passes.append(script)
         else:
             res.failed += 1
-            tail = [ln for ln in output.splitlines() if ln.strip()][-6:]
-            res.failures[script] = "\n".join(tail)
+            lines = [ln for ln in output.splitlines() if ln.strip()]
+            # What the script said went wrong, not the broker's log around it.
+            said = [ln for ln in lines if ln.startswith(("FAIL", "Received", "Expected",
+                                                         "Process memory", "Traceback"))]
+            res.failures[script] = "\n".join((said or lines[-1:])[:3])
     res.duration_s = round(time.monotonic() - start, 1)
     return res
 
@@ -230,11 +233,9 @@ def render(res: Results) -> str:
         lines.append("- none")
     for script, tail in sorted(res.failures.items()):
         why = suite.KNOWN_DIFFERENCES.get(script)
-        lines_ = [ln for ln in tail.splitlines() if not ln.startswith("[exit code")]
-        fail = [ln for ln in lines_ if ln.startswith(("FAIL", "Received"))]
-        last = (fail or lines_ or [""])[0]
+        said = " / ".join(tail.splitlines())
         note = f" - known difference: {why}" if why else ""
-        lines.append(f"- `{script}`{note} (last output: `{last[:160]}`)")
+        lines.append(f"- `{script}`{note} (script output: `{said[:200]}`)")
     lines += ["", "Excluded scripts (node: script name):", "",
               "| script | reason |", "| --- | --- |"]
     lines += [f"| `{e.script}` | {e.reason} |" for e in suite.EXCLUSIONS]

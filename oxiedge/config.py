@@ -281,6 +281,13 @@ def parse_positive_int(name: str, value: Any, minimum: int = 1) -> int:
     return number
 
 
+def _at_least(name: str, number: int, minimum: int) -> int:
+    # (AMQP's smallest frame_max is 4096: a start-ok must fit in one.)
+    if number < minimum:
+        raise ConfigError(f"{_label(name)}: {number} is below the minimum {minimum}")
+    return number
+
+
 def parse_seconds(name: str, value: Any, minimum: float = 0.1) -> float:
     try:
         number = float(str(value).strip())
@@ -381,7 +388,7 @@ _PARSERS: dict[str, Any] = {
     "amqp_max_queues": parse_positive_int,
     "amqp_max_queues_per_connection": parse_positive_int,
     "amqp_max_consumers_per_connection": parse_positive_int,
-    "amqp_preauth_max_size": lambda n, v: max(4096, _byte_parser(parse_size)(n, v)),
+    "amqp_preauth_max_size": lambda n, v: _at_least(n, _byte_parser(parse_size)(n, v), 4096),
     "amqp_handshake_timeout": lambda n, v: parse_seconds(n, v),
     "memory_high_watermark": _byte_parser(parse_memory_watermark),
     "disk_free_limit": _byte_parser(parse_size),

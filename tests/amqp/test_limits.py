@@ -160,3 +160,22 @@ def test_channels_per_connection(limited: ServerProcess) -> None:
     assert "channel_max (4)" in close.reply_text
     raw.close()
     assert amqp_status(limited)["channel_limit_refused"] >= 1
+
+
+def test_limit_flags_are_parsed_and_checked() -> None:
+    from oxiedge.config import Config, ConfigError
+
+    cfg = Config.resolve({}, {"OXIEDGE_AMQP_MAX_MESSAGE_SIZE": "2MiB",
+                              "OXIEDGE_AMQP_PREAUTH_MAX_SIZE": "8KiB",
+                              "OXIEDGE_AMQP_HANDSHAKE_TIMEOUT": "2.5"})
+    assert (cfg.amqp_max_message_size, cfg.amqp_preauth_max_size) == (2 << 20, 8 << 10)
+    assert cfg.amqp_handshake_timeout == 2.5
+    defaults = Config.resolve({}, {})
+    assert defaults.amqp_max_message_size == 16 << 20
+    assert defaults.amqp_queue_bytes == 64 << 20
+    for env in ({"OXIEDGE_AMQP_PREAUTH_MAX_SIZE": "1000"},
+                {"OXIEDGE_AMQP_HANDSHAKE_TIMEOUT": "0"},
+                {"OXIEDGE_AMQP_MAX_QUEUES": "0"}):
+        with pytest.raises(ConfigError) as info:
+            Config.resolve({}, env)
+        assert next(iter(env)) in str(info.value)

@@ -3,15 +3,18 @@
 Each :class:`Suite` pins a PyPI sdist, names the test files that talk to a broker, the extra
 packages its tests import, the environment that carries the broker address, overlays that
 replace Docker-based fixtures, and the exclusions. An exclusion is allowed only for a feature
-outside oxiedge's AMQP scope (``shared/DESIGN.md``: one vhost ``/``, no TLS listener, no
+outside oxiedge's AMQP scope (``shared/DESIGN.md``: one vhost ``/``, no
 management HTTP API, no tx / queue arguments yet) or for a harness limit
-(Docker); every one carries its reason into ``docs/conformance.md``.
+(Docker, a public host); every one carries its reason into ``docs/conformance.md``. The
+server also listens for AMQPS on 5671 (a trustme CA of the runner's: ``tls_material``), so
+the suites' TLS tests run.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 HOST = "127.0.0.1"
 #: The one user the runner configures on the server (what the suites use by default).
@@ -19,7 +22,7 @@ USER = "guest"
 PASSWORD = "guest"
 
 # Reasons, shared so the report groups them.
-TLS = "TLS (amqps://, port 5671, EXTERNAL auth): oxiedge has no TLS listener (out of scope)"
+PUBLIC = "dials a public host (badssl.com); this harness reaches only loopback"
 DOCKER = "restarts/stops the broker's Docker container: harness limit, not a broker feature"
 MGMT = "RabbitMQ management HTTP API (out of scope)"
 TX = "transactions (tx.select): not implemented, answers 540 (out of scope until implemented)"
@@ -44,7 +47,8 @@ class Suite:
     version: str
     test_paths: tuple[str, ...]
     requirements: tuple[str, ...]
-    env: Callable[[int], dict[str, str]]
+    #: (AMQP port, AMQPS port, directory of tls_material) -> environment of the suite
+    env: Callable[[int, int, Path], dict[str, str]]
     exclusions: tuple[Exclusion, ...] = ()
     #: relative path in the unpacked sdist -> overlay module (in ``overlays/``) appended to it
     overlays: dict[str, str] = field(default_factory=dict)
@@ -53,26 +57,30 @@ class Suite:
     #: regexes of tests seen to pass and fail against the same server (client-side races);
     #: the baseline gate forgives them, they still count in the table
     flaky: tuple[str, ...] = ()
+    #: relative path in the unpacked sdist -> file of ``run_suites.tls_material`` copied there
+    tls_files: dict[str, str] = field(default_factory=dict)
 
 
-def _docker_env(port: int) -> dict[str, str]:
-    return {"OXIEDGE_AMQP_HOST": HOST, "OXIEDGE_AMQP_PORT": str(port)}
+def _docker_env(port: int, tls_port: int, _tls: Path) -> dict[str, str]:
+    return {"OXIEDGE_AMQP_HOST": HOST, "OXIEDGE_AMQP_PORT": str(port),
+            "OXIEDGE_AMQP_TLS_PORT": str(tls_port)}
 
 
-def _rabbitmq_env(port: int) -> dict[str, str]:
+def _rabbitmq_env(port: int, tls_port: int, _tls: Path) -> dict[str, str]:
     # py-amqp and kombu read RABBITMQ_HOST and the docker-link style RABBITMQ_5672_TCP.
     return {"RABBITMQ_HOST": HOST, "RABBITMQ_5672_TCP": str(port),
-            "RABBITMQ_5671_TCP": str(port), "OXIEDGE_AMQP_PORT": str(port)}
+            "RABBITMQ_5671_TCP": str(tls_port), "OXIEDGE_AMQP_PORT": str(port)}
 
 
-def _amqpstorm_env(port: int) -> dict[str, str]:
+def _amqpstorm_env(port: int, tls_port: int, tls: Path) -> dict[str, str]:
     # Every address amqpstorm.tests reads is overridden: its defaults name a public host.
     # The HTTP URL points at a closed loopback port so a stray management call fails fast.
     uri = f"amqp://guest:guest@{HOST}:{port}/%2F"
     return {"AMQP_HOST": HOST, "AMQP_USERNAME": "guest", "AMQP_PASSWORD": "guest",
             "AMQP_URI": uri, "AMQP_HTTP_URL": f"http://{HOST}:9",
-            "AMQP_SSL_URI": f"amqps://guest:guest@{HOST}:{port}/%2F", "AMQP_SSL_HOST": HOST,
-            "OXIEDGE_AMQP_PORT": str(port)}
+            "AMQP_SSL_URI": f"amqps://guest:guest@{HOST}:{tls_port}/%2F", "AMQP_SSL_HOST": HOST,
+            "AMQP_CAFILE": str(tls / "ca.pem"), "AMQP_CERTFILE": str(tls / "client.pem"),
+            "AMQP_KEYFILE": str(tls / "client.key"), "OXIEDGE_AMQP_PORT": str(port)}
 
 
 SUITES: tuple[Suite, ...] = (
@@ -82,10 +90,6 @@ SUITES: tuple[Suite, ...] = (
         requirements=("pytest>=8.4,<10", "aiomisc-pytest>=2,<3", "pytest-timeout"),
         env=_docker_env,
         overlays={"tests/conftest.py": "docker_fixtures.py"},
-        exclusions=(
-            Exclusion(r"\[[^\]]*amqps", TLS),
-            Exclusion(r"test_connection\.py::test_(auth_external|ssl_context|ssl_)", TLS),
-        ),
         flaky=(r"test_closing_waiter_cancellation\[",
                r"test_connection_close_during_publish_drain"),
         note="The sdist's conftest uses amqp_direct_url/rabbitmq_container without defining "
@@ -99,7 +103,6 @@ SUITES: tuple[Suite, ...] = (
         env=_docker_env,
         overlays={"tests/conftest.py": "docker_fixtures.py"},
         exclusions=(
-            Exclusion(r"test_amqps\.py", TLS),
             Exclusion(r"test_robust_recovery\.py::test_(restore_topology_and_consumers|"
                       r"missing_external_queue_retries_until_recreated|"
                       r"pool_consumer_survives_broker_restart)", DOCKER),
@@ -113,10 +116,14 @@ SUITES: tuple[Suite, ...] = (
         requirements=("pytest>=6.2.5,<=8.0.0", "pytest-timeout"),
         env=_rabbitmq_env,
         exclusions=(
-            Exclusion(r"\[tls[\]-]", TLS),
-            # test_tls_default_certs / _no_default_certs_fails dial a public host (badssl.com).
-            Exclusion(r"test_rmq\.py::test_tls_", TLS + "; two of them dial a public host"),
+            Exclusion(r"test_rmq\.py::test_tls_(default_certs|no_default_certs_fails)", PUBLIC),
         ),
+        # The TLS tests read their CA and client pair from t/certs (made by py-amqp's CI).
+        tls_files={"t/certs/ca_certificate.pem": "ca.pem",
+                   "t/certs/client_certificate.pem": "client.pem",
+                   "t/certs/client_key.pem": "client.key",
+                   "t/certs/client_certificate_broken.pem": "broken.pem",
+                   "t/certs/client_key_broken.pem": "broken.key"},
         note="t/integration/test_integration.py is not run: " + MOCKED + ".",
     ),
     Suite(
@@ -141,7 +148,6 @@ SUITES: tuple[Suite, ...] = (
         exclusions=(
             Exclusion(r"functional/management/", MGMT),
             Exclusion(r"functional/test_web_based\.py", MGMT),
-            Exclusion(r"functional/ssl/", TLS),
             Exclusion(r"functional/test_tx\.py", TX),
         ),
     ),

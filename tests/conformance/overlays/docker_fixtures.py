@@ -25,10 +25,10 @@ def pytest_configure(config: object) -> None:  # replaces the Docker availabilit
 @_ox_pytest.fixture(scope="session")
 def rabbitmq_container() -> _OxBroker:
     port = int(_ox_os.environ["OXIEDGE_AMQP_PORT"])
-    # oxiedge has no TLS listener: the 5671 entry points at the plain port, so any amqps test
-    # that was not deselected fails loudly instead of reaching some other host.
+    # 5671: oxiedge's AMQPS listener (--amqp-tls-port), certificate from the runner's CA.
     return _OxBroker(id="oxiedge", host=_ox_os.environ["OXIEDGE_AMQP_HOST"],
-                     ports={"5672/tcp": port, "5671/tcp": port})
+                     ports={"5672/tcp": port,
+                            "5671/tcp": int(_ox_os.environ["OXIEDGE_AMQP_TLS_PORT"])})
 
 
 @_ox_pytest.fixture(scope="session")

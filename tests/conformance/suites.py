@@ -90,8 +90,10 @@ SUITES: tuple[Suite, ...] = (
         requirements=("pytest>=8.4,<10", "aiomisc-pytest>=2,<3", "pytest-timeout"),
         env=_docker_env,
         overlays={"tests/conftest.py": "docker_fixtures.py"},
+        # test_confirm_multiple gives 10 confirms 0.2 s of wall clock: it failed once (amqps)
+        # at load average 12 and passes on every other parametrisation.
         flaky=(r"test_closing_waiter_cancellation\[",
-               r"test_connection_close_during_publish_drain"),
+               r"test_connection_close_during_publish_drain", r"test_confirm_multiple\["),
         note="The sdist's conftest uses amqp_direct_url/rabbitmq_container without defining "
              "them; the overlay supplies both.",
     ),

@@ -189,7 +189,10 @@ class Oxiedge:
             "--tls-key", str(self.tls / "server.key")]
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "oxiedge", "serve", "--data", str(self.data),
-             "--bind", "127.0.0.1", "--mqtt-port", "off", "--amqp-port", "0", *tls_args],
+             "--bind", "127.0.0.1", "--mqtt-port", "off", "--amqp-port", "0",
+             # The suites are written against RabbitMQ 3.x's 128 MiB message size limit
+             # (aiormq's test_big_message sends 20 MiB); oxiedge's Pi default is 16 MiB.
+             "--amqp-max-message-size", "128MiB", *tls_args],
             cwd=REPO, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT, text=True)
         threading.Thread(target=self._pump, daemon=True).start()

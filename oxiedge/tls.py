@@ -255,6 +255,19 @@ class TlsManager:
         }
 
 
+async def open_secured(extensions: dict[str, Any], stream: trio.abc.Stream,
+                       label: str) -> tuple[bool, str | None]:
+    """Where a connection starts, for both protocols: a TLS stream runs its bounded, counted
+    handshake first. Returns ``(go on, the verified client certificate's identity)``; a plain
+    stream goes on with no identity."""
+    if not isinstance(stream, trio.SSLStream):
+        return True, None
+    tls: TlsManager = extensions["tls"]
+    if not await tls.handshake(stream, label):
+        return False, None
+    return True, tls.identity(stream)
+
+
 class TlsListener(trio.abc.Listener[trio.SSLStream[trio.SocketStream]]):
     """A TCP listener whose streams are TLS server streams (handshake not yet done).
     The context is read at each accept, so a reload applies to the next client."""

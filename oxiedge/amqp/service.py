@@ -25,7 +25,7 @@ from oxiedge.amqp import persist, spec
 from oxiedge.amqp.broker import Broker, TopicHook
 from oxiedge.amqp.connection import AmqpConnection
 from oxiedge.amqp.queues import QueuedMessage
-from oxiedge.tls import peer_name, transport_socket
+from oxiedge.tls import open_secured, peer_name, transport_socket
 
 if TYPE_CHECKING:
     from oxiedge.app import App
@@ -115,12 +115,9 @@ class AmqpService:
             task_status.started()
 
     async def _handle(self, stream: trio.abc.Stream) -> None:
-        identity = None
-        if isinstance(stream, trio.SSLStream):  # a TLS listener: handshake first, bounded
-            tls = self.app.extensions["tls"]
-            if not await tls.handshake(stream, "AMQP"):
-                return
-            identity = tls.identity(stream)
+        go_on, identity = await open_secured(self.app.extensions, stream, "AMQP")
+        if not go_on:
+            return
         self.counters["connections_total"] += 1
         peer = peer_name(stream)
         sock = transport_socket(stream)

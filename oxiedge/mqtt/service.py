@@ -21,6 +21,7 @@ from oxiedge.mqtt.connection import Connection
 from oxiedge.mqtt.session import Limits
 from oxiedge.mqtt.topics import valid_topic_name
 from oxiedge.mqtt.views import register_views
+from oxiedge.tls import open_secured
 
 
 class MqttService:
@@ -150,12 +151,9 @@ class MqttService:
             hold.release()
 
     async def _handle(self, stream: trio.abc.Stream) -> None:
-        identity = None
-        if isinstance(stream, trio.SSLStream):  # a TLS listener: handshake first, bounded
-            tls = self.app.extensions["tls"]
-            if not await tls.handshake(stream, "MQTT"):
-                return
-            identity = tls.identity(stream)
+        go_on, identity = await open_secured(self.app.extensions, stream, "MQTT")
+        if not go_on:
+            return
         conn = Connection(self, stream)
         conn.tls_identity = identity
         try:

@@ -14,37 +14,12 @@ from __future__ import annotations
 import json
 import select
 import socket
-import struct
 import sys
 import time
 
+from bench.mqttwire import connect_packet
+
 PING_TIMEOUT = 10.0
-
-
-def _connect_packet(client_id: str, username: str | None, password: str | None) -> bytes:
-    def s(text: str) -> bytes:
-        raw = text.encode()
-        return struct.pack("!H", len(raw)) + raw
-
-    flags = 0x02  # clean session
-    payload = s(client_id)
-    if username is not None:
-        flags |= 0x80
-        payload += s(username)
-    if password is not None:
-        flags |= 0x40
-        payload += s(password)
-    body = s("MQTT") + bytes([4, flags]) + struct.pack("!H", 600) + payload
-    return bytes([0x10]) + _varint(len(body)) + body
-
-
-def _varint(n: int) -> bytes:
-    out = bytearray()
-    while True:
-        byte, n = n & 0x7F, n >> 7
-        out.append(byte | (0x80 if n else 0))
-        if not n:
-            return bytes(out)
 
 
 def _read_exact(sock: socket.socket, n: int, deadline: float) -> bytes:
@@ -69,7 +44,8 @@ def main(argv: list[str]) -> int:
     errors: list[str] = []
     sock = socket.create_connection((host, port), timeout=PING_TIMEOUT)
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    sock.sendall(_connect_packet(f"innocent-{id(sock):x}", username, password))
+    sock.sendall(connect_packet(f"innocent-{id(sock):x}", keepalive=600,
+                                username=username, password=password))
     connack = _read_exact(sock, 4, time.monotonic() + PING_TIMEOUT)
     if connack[0] != 0x20 or connack[3] != 0:
         print(json.dumps({"rtts_ms": [], "errors": [f"CONNACK {connack.hex()}"]}), flush=True)

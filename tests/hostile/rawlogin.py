@@ -6,9 +6,9 @@ return -1 when the server closed the connection without an answer."""
 from __future__ import annotations
 
 import socket
-import struct
 import time
 
+from bench.mqttwire import connect_packet
 from oxiedge.amqp import codec, spec
 from oxiedge.amqp.codec import Command, FrameParser
 
@@ -21,26 +21,6 @@ def open_from(port: int, source: str = "127.0.0.1", timeout: float = TIMEOUT) ->
                                     source_address=(source, 0))
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     return sock
-
-
-def _s(text: str | bytes) -> bytes:
-    raw = text.encode() if isinstance(text, str) else text
-    return struct.pack("!H", len(raw)) + raw
-
-
-def mqtt_connect_packet(client_id: str, username: str | None = None,
-                        password: str | None = None) -> bytes:
-    flags = 0x02
-    payload = _s(client_id)
-    if username is not None:
-        flags |= 0x80
-        payload += _s(username)
-    if password is not None:
-        flags |= 0x40
-        payload += _s(password)
-    body = _s("MQTT") + bytes([4, flags]) + struct.pack("!H", 60) + payload
-    assert len(body) < 128
-    return bytes([0x10, len(body)]) + body
 
 
 def _recv_exact(sock: socket.socket, n: int) -> bytes:
@@ -57,7 +37,8 @@ def mqtt_login(port: int, username: str | None, password: str | None,
                source: str = "127.0.0.1", client_id: str = "") -> int:
     try:
         with open_from(port, source) as sock:
-            sock.sendall(mqtt_connect_packet(client_id, username, password))
+            sock.sendall(connect_packet(client_id, keepalive=60, username=username,
+                                        password=password))
             connack = _recv_exact(sock, 4)
     except (ConnectionResetError, BrokenPipeError):
         return -1

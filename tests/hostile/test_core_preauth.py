@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from bench.mqttwire import remaining_length
 from oxiedge.amqp import codec
 from tests.conftest import ServerProcess
 from tests.hostile.conftest import InnocentClient, PingStats, server_status
@@ -23,15 +24,6 @@ from tests.hostile.rawlogin import open_from
 
 MiB = 1 << 20
 TRICKLING = 300  # sockets trickling a 60 KB first packet, half MQTT, half AMQP
-
-
-def _varint(n: int) -> bytes:
-    out = bytearray()
-    while True:
-        byte, n = n & 0x7F, n >> 7
-        out.append(byte | (0x80 if n else 0))
-        if not n:
-            return bytes(out)
 
 
 def _trickle(socks: list[socket.socket], seconds: float, chunk: bytes = b"\x00" * 200,
@@ -100,7 +92,7 @@ def _one_run(hostile_server: Callable[..., ServerProcess],
         source = f"127.0.3.{i % 5 + 1}"
         if i % 2:
             s = open_from(mqtt_port, source)
-            s.sendall(b"\x10" + _varint(60_000) + b"\x00\x04MQTT\x04\x02")
+            s.sendall(b"\x10" + remaining_length(60_000) + b"\x00\x04MQTT\x04\x02")
         else:
             s = open_from(amqp_port, source)
             s.sendall(codec.PROTOCOL_HEADER)
@@ -111,7 +103,7 @@ def _one_run(hostile_server: Callable[..., ServerProcess],
         source = f"127.0.4.{i % 5 + 1}"
         if i % 2:
             s = open_from(mqtt_port, source)
-            s.sendall(b"\x10" + _varint(MiB))
+            s.sendall(b"\x10" + remaining_length(MiB))
         else:
             s = open_from(amqp_port, source)
             s.sendall(codec.PROTOCOL_HEADER + struct.pack(">BHI", 1, 0, MiB))

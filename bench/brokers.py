@@ -172,7 +172,8 @@ def start_rabbitmq(queue_type: str = "quorum", with_mqtt: bool = True,
                RABBITMQ_CONFIG_FILE=str(tmp / "rabbitmq.conf"),
                RABBITMQ_MNESIA_BASE=str(tmp / "mnesia"), RABBITMQ_LOG_BASE=str(tmp / "log"),
                RABBITMQ_ENABLED_PLUGINS_FILE=str(tmp / "enabled_plugins"),
-               RABBITMQ_DIST_PORT=str(dist_port), RABBITMQ_PID_FILE=str(tmp / "pid"))
+               RABBITMQ_DIST_PORT=str(dist_port), RABBITMQ_PID_FILE=str(tmp / "pid"),
+               ERL_CRASH_DUMP=str(tmp / "erl_crash.dump"))
     with open(tmp / "stdout.log", "wb") as log:
         proc = subprocess.Popen([*(cpu_prefix or []), "/usr/lib/rabbitmq/bin/rabbitmq-server"],
                                 env=env, stdout=log, stderr=subprocess.STDOUT,

@@ -158,6 +158,8 @@ class Rabbit:
             RABBITMQ_DIST_PORT=str(self.dist_port),
             ERL_EPMD_PORT=str(self.epmd_port),
             ERL_EPMD_ADDRESS="127.0.0.1",
+            # A crashing node writes erl_crash.dump into its cwd (the checkout) otherwise.
+            ERL_CRASH_DUMP=str(w / "erl_crash.dump"),
             # Distribution on loopback only; no busy-waiting schedulers on a 2-core box.
             RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS=(
                 "-kernel inet_dist_use_interface {127,0,0,1} "

@@ -13,12 +13,9 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
 from . import quarantine
-
-if TYPE_CHECKING:
-    from .store import Store
+from .raw import QuarantineState
 
 FORMAT_VERSION = 1
 KEY = b"v"
@@ -29,15 +26,15 @@ class StoreFormatError(RuntimeError):
     """The data dir was written by a newer oxiedge (or cannot be migrated)."""
 
 
-def _0_to_1(store: Store) -> None:
+def _0_to_1(store: QuarantineState) -> None:
     """Nothing to convert: the open created the ``quarantine`` family."""
 
 
 #: from-version -> the step to from-version + 1 (staged; committed with the marker)
-MIGRATIONS: dict[int, Callable[[Store], None]] = {0: _0_to_1}
+MIGRATIONS: dict[int, Callable[[QuarantineState], None]] = {0: _0_to_1}
 
 
-def read_version(store: Store) -> int:
+def read_version(store: QuarantineState) -> int:
     raw = store.get_raw("meta", KEY)
     if raw is None:
         return 0
@@ -47,7 +44,7 @@ def read_version(store: Store) -> int:
     return int(_U32.unpack(raw)[0])
 
 
-def check_and_migrate(store: Store) -> int:
+def check_and_migrate(store: QuarantineState) -> int:
     """Refuse a newer format; stage the migration of an older one. Returns the version found."""
     found = read_version(store)
     if found > FORMAT_VERSION:

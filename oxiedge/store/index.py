@@ -35,13 +35,11 @@ import math
 import struct
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from .encoding import prefix_end
 from .query import MISSING, get_path, is_operator_object
-
-if TYPE_CHECKING:
-    from .store import Store
+from .raw import DocumentRecords
 
 _U32 = struct.Struct(">I")
 _U64 = struct.Struct(">Q")
@@ -192,7 +190,7 @@ def plan_ranges(cond: Any) -> list[tuple[bytes, bytes]] | None:
 class IndexCatalog:
     """The indexes of one store, and the entry changes that keep them in step."""
 
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: IndexedStore) -> None:
         self.store = store
         self.defs: dict[int, IndexDef] = {}
         self.by_collection: dict[str, list[IndexDef]] = {}
@@ -372,7 +370,13 @@ class IndexCatalog:
                 yield int(_U64.unpack_from(key, len(key) - 8)[0])
 
 
-def _build_rounds(store: Store, idef: IndexDef) -> Iterator[None]:
+class IndexedStore(DocumentRecords, Protocol):
+    """A store that keeps an :class:`IndexCatalog` (``Store`` does)."""
+
+    indexes: IndexCatalog
+
+
+def _build_rounds(store: IndexedStore, idef: IndexDef) -> Iterator[None]:
     """Stage the build of ``idef`` one chunk of documents at a time (the last chunk with
     ``ready``); the caller commits at each step. Stops if the index was dropped meanwhile."""
     next_id: int | None = 0
@@ -383,7 +387,7 @@ def _build_rounds(store: Store, idef: IndexDef) -> Iterator[None]:
         yield
 
 
-def create_index_blocking(store: Store, collection: str, field: str) -> dict[str, Any]:
+def create_index_blocking(store: IndexedStore, collection: str, field: str) -> dict[str, Any]:
     """Define and build an index without an event loop (CLI on the data dir)."""
     idef, created = store.indexes.stage_define(collection, field)
     if not idef.ready:
@@ -392,7 +396,7 @@ def create_index_blocking(store: Store, collection: str, field: str) -> dict[str
     return {**idef.row(), "created": created}
 
 
-async def create_index(store: Store, collection: str, field: str) -> dict[str, Any]:
+async def create_index(store: IndexedStore, collection: str, field: str) -> dict[str, Any]:
     """Define and build an index inside the server: one chunk of documents per commit
     round, so publishers keep being served while a large collection is indexed."""
     idef, created = store.indexes.stage_define(collection, field)
@@ -401,25 +405,25 @@ async def create_index(store: Store, collection: str, field: str) -> dict[str, A
     return {**idef.row(), "created": created}
 
 
-async def finish_build(store: Store, idef: IndexDef) -> None:
+async def finish_build(store: IndexedStore, idef: IndexDef) -> None:
     """Build (or resume after a crash) an index that is not ready yet."""
     for _ in _build_rounds(store, idef):
         await store.commit()
 
 
-def _stage_drop(store: Store, collection: str, field: str) -> dict[str, Any]:
+def _stage_drop(store: IndexedStore, collection: str, field: str) -> dict[str, Any]:
     if not store.indexes.stage_drop(collection, field):
         raise IndexSpecError(f"no index on {collection}.{field}")
     return {"collection": collection, "field": field, "removed": True}
 
 
-def drop_index_blocking(store: Store, collection: str, field: str) -> dict[str, Any]:
+def drop_index_blocking(store: IndexedStore, collection: str, field: str) -> dict[str, Any]:
     result = _stage_drop(store, collection, field)
     store.commit_blocking()
     return result
 
 
-async def drop_index(store: Store, collection: str, field: str) -> dict[str, Any]:
+async def drop_index(store: IndexedStore, collection: str, field: str) -> dict[str, Any]:
     result = _stage_drop(store, collection, field)
     await store.commit()
     return result

@@ -20,10 +20,9 @@ from __future__ import annotations
 import logging
 import struct
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from .store import Store
+from .raw import QuarantineState
 
 CF = "quarantine"
 _H = struct.Struct(">H")
@@ -51,7 +50,7 @@ def decode_entry(value: bytes) -> tuple[str, bytes]:
     return bytes(value[2:2 + n]).decode("utf-8", "replace"), bytes(value[2 + n:])
 
 
-def stage(store: Store, cf: str, key: bytes, value: bytes | None, reason: str) -> bool:
+def stage(store: QuarantineState, cf: str, key: bytes, value: bytes | None, reason: str) -> bool:
     """Count, log and (read-write stores) stage the move of one record (see module doc);
     False if this process already handled that record."""
     if (cf, bytes(key)) in store.quarantined_keys:
@@ -71,7 +70,7 @@ def stage(store: Store, cf: str, key: bytes, value: bytes | None, reason: str) -
     return True
 
 
-def entries(store: Store) -> Iterator[tuple[str, bytes, str, bytes]]:
+def entries(store: QuarantineState) -> Iterator[tuple[str, bytes, str, bytes]]:
     """``(column family, original key, reason, original value)`` of every entry on disk."""
     if not store.has_family(CF):
         return
@@ -81,7 +80,7 @@ def entries(store: Store) -> Iterator[tuple[str, bytes, str, bytes]]:
         yield cf.decode("ascii", "replace"), key, reason, original
 
 
-def status(store: Store) -> dict[str, Any]:
+def status(store: QuarantineState) -> dict[str, Any]:
     """The ``store.quarantine`` part of ``oxiedge status``."""
     on_disk = list(entries(store))
     rows = [f"{cf} {show_key(key)}: {reason}" for cf, key, reason, _ in on_disk[-STATUS_ROWS:]]

@@ -158,6 +158,10 @@ class UserStore:
                     " `oxiedge user add`, or pass --allow-anonymous)")
         return "anonymous clients allowed (loopback address, no user configured)"
 
+    def entries(self) -> dict[str, str]:
+        """A copy of name -> encoded hash (to compare before and after a reload)."""
+        return dict(self._users)
+
     @property
     def has_users(self) -> bool:
         return bool(self._users)

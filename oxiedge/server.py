@@ -20,6 +20,7 @@ import trio
 from . import sdnotify
 from .access import PermissionError_, PermissionStore
 from .access import path_for as permissions_path
+from .access.reload import reload_access
 from .admin.server import AdminServer, core_handlers
 from .amqp.service import AmqpService
 from .app import App, make_logger
@@ -169,8 +170,11 @@ async def _serve_app(app: App, routes: list[Route], uplinks: list[UplinkDef]) ->
 
 
 async def _reload_on_hangup(hangups: Any, app: App) -> None:
-    """SIGHUP re-reads the TLS certificate and key (like ``oxiedge tls reload``)."""
+    """SIGHUP re-reads the TLS certificate and key (like ``oxiedge tls reload``), the users
+    and the permissions (``access/reload.py``; each logs what changed)."""
     async for _ in hangups:
+        app.log.info("received SIGHUP: reloading users, permissions and TLS")
+        reload_access(app.users, app.permissions, app.log)
         tls = app.extensions.get("tls")
         if tls is None:
             app.log.info("received SIGHUP: no TLS listener, nothing to reload")

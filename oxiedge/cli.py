@@ -364,7 +364,7 @@ def _flatten(obj: dict[str, Any], prefix: str = "") -> list[tuple[str, Any]]:
 
 
 # --------------------------------------------------------------------- ingest
-_INGEST = "oxiedge.bridge.ingest"
+_INGEST = "oxiedge.ingest.stored"
 RouteArg = Annotated[str, typer.Argument(help="TOPIC_FILTER:COLLECTION (split at the last :)")]
 
 
@@ -376,8 +376,8 @@ def ingest_add(
     data: DataOpt = None,
 ) -> None:
     """Store MQTT messages matching a topic filter in a collection (live, persistent)."""
-    from .bridge.retention import validate_policy
-    from .bridge.routes import RouteError, parse_route
+    from .ingest.retention import validate_policy
+    from .ingest.routes import RouteError, parse_route
 
     try:
         parse_route(route)
@@ -408,7 +408,7 @@ def ingest_list(data: DataOpt = None, as_json: JsonOpt = False) -> None:
 
 
 # ---------------------------------------------------------------------- index
-_INDEXES = "oxiedge.bridge.indexes"
+_INDEXES = "oxiedge.ingest.indexes"
 CollArg = Annotated[str, typer.Argument(help="collection name")]
 FieldArg = Annotated[str, typer.Argument(help="field path, e.g. value or room.name")]
 

@@ -26,9 +26,9 @@ from .amqp.service import AmqpService
 from .app import App, make_logger
 from .auth import UserFileError, UserStore, is_network_address
 from .bridge.amqp_mqtt import start_topic_bridge
-from .bridge.ingest import IngestBridge
-from .bridge.routes import Route, parse_routes
 from .config import Config, ConfigError
+from .ingest.routes import Route, parse_routes
+from .ingest.step import Ingest
 from .mqtt.service import MqttService
 from .store import Store, StoreFormatError, StoreLockedError
 from .tls import TlsConfigError, TlsListener, TlsManager, TlsSettings
@@ -198,7 +198,7 @@ async def _start(app: App, nursery: trio.Nursery, handlers: dict[str, Any], rout
     nursery.start_soon(_exit_on_storage_failure, app)
     await nursery.start(app.alarms.run)
     log.info("%s", app.alarms.startup_line())
-    ingest = IngestBridge(app, routes)
+    ingest = Ingest(app, routes)
     app.extensions["ingest"] = ingest
     await ingest.start()
     handlers.update(ingest.admin_handlers())

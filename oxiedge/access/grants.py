@@ -25,8 +25,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from ..bridge.amqp_mqtt import EXCHANGE as AMQ_TOPIC
-from ..bridge.amqp_mqtt import mqtt_to_routing_key, routing_key_to_mqtt
+from ..topicmap import EXCHANGE as AMQ_TOPIC
+from ..topicmap import mqtt_to_routing_key, routing_key_to_mqtt
 from .rules import (
     PermissionStore,
     compile_regex,

@@ -1,1 +1,2 @@
-"""Bridges: MQTT topics into document collections (ingest) and MQTT ⇄ AMQP via amq.topic."""
+"""The MQTT ⇄ AMQP bridge through ``amq.topic`` (``amqp_mqtt.py``); the topic mapping it uses is
+``oxiedge.topicmap``, the ingest step is ``oxiedge.ingest``."""

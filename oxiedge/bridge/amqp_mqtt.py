@@ -37,34 +37,9 @@ from __future__ import annotations
 from typing import Any
 
 from ..app import App
+from ..topicmap import EXCHANGE, mqtt_to_routing_key, routing_key_to_mqtt
 
-EXCHANGE = "amq.topic"
 _KEY_CACHE = 4096
-
-
-def mqtt_to_routing_key(topic: str) -> str | None:
-    """``sensors/t1/temp`` → ``sensors.t1.temp``; ``None`` if it cannot be translated."""
-    if not topic or topic.startswith("$") or "." in topic or len(topic.encode()) > 255:
-        return None
-    levels = topic.split("/")
-    if "" in levels:
-        return None
-    return ".".join(levels)
-
-
-def routing_key_to_mqtt(key: str) -> str | None:
-    """``devices.valve7.cmd`` → ``devices/valve7/cmd``; ``None`` if it cannot be translated."""
-    if not key or key.startswith("$") or any(c in key for c in "/+#\x00"):
-        return None
-    if not key.isascii():
-        try:  # bytes that were not UTF-8 come as surrogates; a topic is UTF-8 (MQTT-1.5.3-1)
-            key.encode("utf-8")
-        except UnicodeEncodeError:
-            return None
-    words = key.split(".")
-    if "" in words:
-        return None
-    return "/".join(words)
 
 
 class TopicBridge:

@@ -15,10 +15,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..bridge.amqp_mqtt import mqtt_to_routing_key
 from ..mqtt.topics import topic_filter_problem
 from ..sizes import parse_size
 from ..store import Store
+from ..topicmap import mqtt_to_routing_key
 from .link import Endpoint, UplinkError, parse_endpoint
 
 CONFIG = "_config"

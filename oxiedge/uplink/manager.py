@@ -27,8 +27,8 @@ from typing import Any
 import trio
 
 from ..app import App
-from ..bridge.amqp_mqtt import mqtt_to_routing_key, routing_key_to_mqtt
 from ..mqtt.topics import topic_matches
+from ..topicmap import mqtt_to_routing_key, routing_key_to_mqtt
 from .definitions import (
     CONFIG,
     KIND,

@@ -9,7 +9,7 @@ from collections.abc import Callable
 import pika
 import pytest
 
-from oxiedge.bridge.amqp_mqtt import mqtt_to_routing_key, routing_key_to_mqtt
+from oxiedge.topicmap import mqtt_to_routing_key, routing_key_to_mqtt
 from tests.bridge.conftest import Mqtt, amqp, consume, find, publish_until_killed, status
 from tests.conftest import ServerProcess
 

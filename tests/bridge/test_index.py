@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from oxiedge.bridge.indexes import resume_builds
+from oxiedge.ingest.indexes import resume_builds
 from oxiedge.store import Store
 from oxiedge.store.index import (
     create_index,

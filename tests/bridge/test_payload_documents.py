@@ -5,9 +5,9 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from oxiedge.bridge.amqp_mqtt import routing_key_to_mqtt
-from oxiedge.bridge.ingest import fallback_document, payload_document
+from oxiedge.ingest.documents import fallback_document, payload_document
 from oxiedge.store.encoding import decode_doc, encode_doc
+from oxiedge.topicmap import routing_key_to_mqtt
 
 
 def _doc(payload: bytes) -> dict:  # type: ignore[type-arg]

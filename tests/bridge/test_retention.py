@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from oxiedge.bridge.retention import BATCH, Policy, Retention, parse_duration, validate_policy
+from oxiedge.ingest.retention import BATCH, Policy, Retention, parse_duration, validate_policy
 from oxiedge.store import Store
 from oxiedge.store.index import create_index
 

@@ -1,21 +1,14 @@
-"""The broker core: sessions, subscriptions, retained messages and the publish router.
+"""The broker core: the owner of the sessions, and what a SUBSCRIBE changes.
 
 Sans-IO like the codec: nothing here awaits. A caller that gets ``True`` back ("a durable
 record was staged") must ``await store.commit()`` before acknowledging anything that
 depends on it; that is the connection's job (``connection.py``), done once per read burst.
 
-Publish path (``route``): deliver to live subscribers, stage every durable copy (one per
-durable matching session, MQTT-3.3.5-1 merges overlapping subscriptions of one client to
-the highest granted QoS), stage the retained change, feed the bridge callbacks. When no
-durable session matches and nothing is retained/ingested, no store call happens at all.
-
-QoS 2 (docs/mqtt.md, "QoS 2 exactly once"): every delivery of a QoS 2 PUBLISH, and every
-QoS 2 delivery to a durable session, is *held* in ``self.hold`` instead of being sent.
-Whoever commits next takes the hold (``take_hold``) and releases it once its commit
-returned; the connection does so for its own read burst, ``MqttService``'s releaser task
-for everything else (wills, retained replays, bridges). So nothing of a QoS 2 message
-leaves before the round that made it durable, and a publisher's re-send after a crash
-finds either nothing (nobody got anything) or its packet id (nobody gets it twice).
+Where the rest lives: the publish path (``route``), the route cache, the subscription
+trie and the QoS 2 hold are in ``router.py``; retained messages and their bounds in
+``retain.py``; what one client id is owed in ``session.py``. ``Broker`` keeps the
+sessions, applies SUBSCRIBE / UNSUBSCRIBE (the per-session and broker-wide bounds), paces
+retained replays (``replay.py``) and recovers everything at start-up.
 """
 
 from __future__ import annotations
@@ -23,60 +16,27 @@ from __future__ import annotations
 import itertools
 import secrets
 from collections import deque
-from collections.abc import Callable, Iterable, Sized
-from typing import Any, Protocol
+from collections.abc import Callable, Iterable
+from typing import Any
 
 from oxiedge.mqtt import persist
 from oxiedge.mqtt.persist import CF, RawStore
 from oxiedge.mqtt.replay import RetainedReplay
-from oxiedge.mqtt.session import Hold, Limits, Message, Outlet, Pending, Session, Stats
-from oxiedge.mqtt.topics import (
-    RetainedTrie,
-    TopicTrie,
-    topic_filter_problem,
-    topic_limit_problem,
+from oxiedge.mqtt.retain import Retained, RetainedStore
+from oxiedge.mqtt.router import (
+    ROUTE_CACHE_MAX,
+    ROUTE_CACHE_MAX_BYTES,
+    IngestStep,
+    PublishHook,
+    Route,
+    Router,
+    filter_levels,
 )
-
-#: ``on_publish(topic, payload, qos, retain) -> bool``: True if it staged durable work.
-PublishHook = Callable[[str, bytes, int, bool], bool]
-
-
-class IngestStep(Protocol):
-    """The ingest bridge as the router sees it: documents staged per publish."""
-
-    @property
-    def routes(self) -> Sized: ...
-
-    def stage_publish(self, topic: str, payload: bytes) -> bool: ...
-
-
-#: Topics whose merged subscriber list is cached (``Broker._routes``). When full the cache
-#: is cleared wholesale: a publisher cycling through more topics than this pays one trie
-#: walk per publish, as without the cache, and memory stays bounded.
-ROUTE_CACHE_MAX = 4096
-#: ... and bounded in the bytes of the cached topics' names (long topics must not pin
-#: megabytes after their publisher left).
-ROUTE_CACHE_MAX_BYTES = 1 << 20
+from oxiedge.mqtt.session import Hold, Limits, Message, Outlet, Pending, Session, Stats
+from oxiedge.mqtt.topics import TopicTrie, topic_filter_problem, topic_limit_problem
 
 #: Retained messages one ``replay_step`` sends at most before it lets other tasks run.
 REPLAY_BATCH = 64
-
-#: One topic's subscribers: ``(session, highest granted QoS of its matching filters)``.
-Route = tuple[tuple[Session, int], ...]
-
-
-def _levels(topic_filter: str) -> int:
-    return topic_filter.count("/") + 1
-
-
-class Retained:
-    """A retained message (3.3.1.3)."""
-
-    __slots__ = ("msg", "qos")
-
-    def __init__(self, msg: Message, qos: int) -> None:
-        self.msg = msg
-        self.qos = qos
 
 
 class Broker:
@@ -87,34 +47,65 @@ class Broker:
         self.limits = limits
         self.stats = stats or Stats()
         self.sessions: dict[str, Session] = {}
-        self.subscriptions: TopicTrie[Session, int] = TopicTrie()
-        self.retained: RetainedTrie[Retained] = RetainedTrie()
-        self.on_publish: list[PublishHook] = []
-        # Called directly, not as an ``on_publish`` hook: with no ingest routes (the
-        # common case) it costs one attribute test per publish instead of two calls.
-        self.ingest: IngestStep | None = None
+        self.retained = RetainedStore(store, limits, self.stats)
+        self.router = Router(self.retained, self.stats)
+        # The publish path and the hold are the router's; bound once, not forwarded per call.
+        self.route = self.router.route
+        self.take_hold = self.router.take_hold
+        self.return_hold = self.router.return_hold
         self._owners = itertools.count(1)
-        # Deliveries waiting for a commit (see the module docstring). ``on_hold`` is called
-        # whenever deliveries were added to it (the service's releaser task wakes up).
-        self.hold = Hold()
-        self.on_hold: Callable[[], None] | None = None
         # client id -> the connection whose CONNECT awaits a commit: of two CONNECTs for
         # one id that overlap that way, the newer wins (MQTT-3.1.4-2).
         self.connecting: dict[str, object] = {}
-        # topic -> merged subscribers. Publishers repeat their topics, so the trie walk and
-        # the MQTT-3.3.5-1 merge run once per topic, not once per PUBLISH. Every change of
-        # the subscription set (subscribe, unsubscribe, session discarded, recovery) clears
-        # it; nothing else can change what a topic matches.
-        self._routes: dict[str, Route] = {}
-        self._routes_bytes = 0  # sum of the cached topics' lengths
-        self.retained_bytes = 0  # topic + payload bytes of ``retained`` (--mqtt-retained-bytes)
-        # Filter levels of all subscriptions: an upper bound on the subscription trie's
-        # nodes, which are what subscriptions cost in memory (--mqtt-max-subscription-levels).
-        self.subscription_levels = 0
-        # Permission rules exist (docs/permissions.md): deliveries, live and retained, go
-        # only to sessions whose client may read the topic. Checked once per topic and
-        # session: the route cache holds the filtered result.
-        self.acl_active = False
+
+    # The router's state under the names the service, the status and the tests know.
+    @property
+    def subscriptions(self) -> TopicTrie[Session, int]:
+        return self.router.subscriptions
+
+    @property
+    def subscription_levels(self) -> int:
+        return self.router.levels
+
+    @property
+    def retained_bytes(self) -> int:
+        return self.retained.bytes
+
+    @property
+    def _routes(self) -> dict[str, Route]:
+        return self.router.routes
+
+    @property
+    def hold(self) -> Hold:
+        return self.router.hold
+
+    @property
+    def on_publish(self) -> list[PublishHook]:
+        return self.router.on_publish
+
+    @property
+    def on_hold(self) -> Callable[[], None] | None:
+        return self.router.on_hold
+
+    @on_hold.setter
+    def on_hold(self, fn: Callable[[], None] | None) -> None:
+        self.router.on_hold = fn
+
+    @property
+    def ingest(self) -> IngestStep | None:
+        return self.router.ingest
+
+    @ingest.setter
+    def ingest(self, step: IngestStep | None) -> None:
+        self.router.ingest = step
+
+    @property
+    def acl_active(self) -> bool:
+        return self.router.acl_active
+
+    @acl_active.setter
+    def acl_active(self, active: bool) -> None:
+        self.router.acl_active = active
 
     # ------------------------------------------------------------------ recovery
     def recover(self) -> tuple[int, int]:
@@ -130,8 +121,8 @@ class Broker:
             max_owner = max(max_owner, rs.owner)
             for flt, qos in rs.subs.items():
                 s.subs[flt] = qos
-                self.subscriptions.add(flt, s, qos)
-                self.subscription_levels += _levels(flt)
+                self.router.subscriptions.add(flt, s, qos)
+                self.router.levels += filter_levels(flt)
             for seq, qos, retain, topic, payload in rs.messages:
                 # Possibly sent before the restart: re-deliveries carry DUP (MQTT-3.3.1-1).
                 m = Message(topic, payload)
@@ -148,36 +139,10 @@ class Broker:
             self.stats.dropped += rs.surplus
             pending += len(rs.messages)
             self.sessions[s.client_id] = s
-        self._clear_routes()
+        self.router.clear_routes()
         self._owners = itertools.count(max_owner + 1)
-        for topic, qos, payload in persist.load_retained(store):
-            # Kept even over the retained bounds (they were accepted under other settings);
-            # the bounds apply to new retained topics.
-            m = Message(topic, payload)
-            self.retained.set(topic, Retained(m, qos))
-            self.retained_bytes += len(m.topic_b) + len(payload)
+        self.retained.load()
         return len(self.sessions), pending
-
-    # ------------------------------------------------------------------ holding
-    def take_hold(self) -> Hold | None:
-        """The deliveries held so far (None if there are none), to be released after a
-        ``store.commit()`` called from now on has returned."""
-        h = self.hold
-        if not h:
-            return None
-        self.hold = Hold()
-        return h
-
-    def return_hold(self, h: Hold) -> None:
-        """A taker that could not see its commit through (cancelled) gives the hold back;
-        the next commit releases it, ahead of what was held since."""
-        h.merge(self.hold)
-        self.hold = h
-        self._held()
-
-    def _held(self) -> None:
-        if self.on_hold is not None and self.hold:
-            self.on_hold()
 
     # ------------------------------------------------------------------ sessions
     def assign_client_id(self) -> str:
@@ -219,11 +184,10 @@ class Broker:
         if self.sessions.get(s.client_id) is s:
             del self.sessions[s.client_id]
         for flt in s.subs:
-            self.subscriptions.remove(flt, s)
-            self.subscription_levels -= _levels(flt)
+            self.router.remove(flt, s)
         s.subs.clear()
         s.replay = None
-        self._clear_routes()
+        self.router.clear_routes()
         s.stage_delete()
 
     # ---------------------------------------------------------------- permissions
@@ -231,8 +195,8 @@ class Broker:
         """The client now attached to ``s`` reads with ``acl`` (``access.Grants``)."""
         if s.acl is not acl:
             s.acl = acl
-            if self.acl_active:
-                self._clear_routes()
+            if self.router.acl_active:
+                self.router.clear_routes()
 
     def drop_unreadable(self, s: Session) -> int:
         """A client attached to a session holding messages routed before its rules applied
@@ -241,7 +205,7 @@ class Broker:
         topics it may not read are dropped and their records deleted, as Mosquitto checks
         each message when it sends it. Returns how many (kick the committer if any)."""
         acl = s.acl
-        if not self.acl_active or acl is None or not (s.queue or s.inflight):
+        if not self.router.acl_active or acl is None or not (s.queue or s.inflight):
             return 0
         dropped: list[Pending] = []
         keep: deque[Pending] = deque()
@@ -266,8 +230,8 @@ class Broker:
 
     def acl_changed(self, active: bool) -> None:
         """The permission rules changed: cached routes were filtered by the old ones."""
-        self.acl_active = active
-        self._clear_routes()
+        self.router.acl_active = active
+        self.router.clear_routes()
 
     # ------------------------------------------------------------- subscriptions
     def filter_problem(self, topic_filter: str) -> str | None:
@@ -293,7 +257,7 @@ class Broker:
         codes: list[int] = []
         resulting: dict[str, int] = {}
         verdict: dict[str, bool] = {}  # each distinct filter is validated once per packet
-        limits, stats, subs = self.limits, self.stats, s.subs
+        limits, stats, subs, router = self.limits, self.stats, s.subs, self.router
         changed = False
         for flt, qos in topics:
             old = subs.get(flt)
@@ -308,21 +272,19 @@ class Broker:
                 codes.append(0x80)
                 continue
             if old is None:
-                levels = _levels(flt)
-                if self.subscription_levels + levels > limits.max_subscription_levels:
+                levels = filter_levels(flt)
+                if router.levels + levels > limits.max_subscription_levels:
                     stats.subscriptions_refused += 1  # the subscription trie is full
                     codes.append(0x80)
                     continue
-                self.subscription_levels += levels
+                router.levels += levels
             if old != qos:
                 subs[flt] = qos  # MQTT-3.8.4-3: replaces an identical filter's QoS
-                self.subscriptions.add(flt, s, qos)
+                router.add(flt, s, qos)
                 changed = True
             codes.append(qos)
             resulting.pop(flt, None)
             resulting[flt] = qos
-        if changed:
-            self._clear_routes()
         staged = changed and s.store is not None
         if staged:
             s.stage_record()
@@ -349,7 +311,8 @@ class Broker:
         out_limit = self.limits.out_limit
         staged = False
         # A QoS 2 delivery to a durable session waits for its record (module docstring).
-        hold = self.hold if s.store is not None else None
+        router = self.router
+        hold = router.hold if s.store is not None else None
         sent = 0
         while sent < budget:
             if replay.filter is None:
@@ -374,7 +337,7 @@ class Broker:
             topic = replay.topics[replay.index]
             replay.index += 1
             r = self.retained.get(topic)
-            if r is not None and self.acl_active and s.acl is not None \
+            if r is not None and router.acl_active and s.acl is not None \
                     and not s.acl.may_read(topic):
                 continue  # a subscriber never receives a retained message it may not read
             if r is not None:
@@ -382,117 +345,19 @@ class Broker:
                 staged |= s.deliver(r.msg, qos, True, hold if qos == 2 else None)
                 sent += 1
         if hold is not None:
-            self._held()
+            router.held()
         return staged
 
     def unsubscribe(self, s: Session, filters: Iterable[str]) -> bool:
         changed = False
         for flt in filters:
             if s.subs.pop(flt, None) is not None:
-                self.subscriptions.remove(flt, s)
-                self.subscription_levels -= _levels(flt)
+                self.router.remove(flt, s)
                 if s.replay is not None:
                     s.replay.discard(flt)
                 changed = True
-        if changed:
-            self._clear_routes()
         if changed and s.store is not None:
             s.stage_record()
-            return True
-        return False
-
-    # ------------------------------------------------------------------- publish
-    def route(
-        self,
-        topic: str,
-        payload: bytes,
-        qos: int,
-        retain: bool,
-        skip: PublishHook | None = None,
-        topic_b: bytes | None = None,
-        qos0_frame: bytes | None = None,
-    ) -> bool:
-        """Route one accepted PUBLISH; True if durable work was staged (commit before
-        acknowledging). ``skip``: an ``on_publish`` hook not to call (a bridge injecting
-        a message must not be handed its own message back). ``topic_b``: the topic's
-        UTF-8 bytes if known; ``qos0_frame``: the received packet when it is exactly the
-        QoS 0 delivery (QoS 0, RETAIN 0), sent to QoS 0 subscribers as is."""
-        self.stats.messages_in += 1
-        msg = Message(topic, payload, topic_b)
-        if qos0_frame is not None:
-            msg.qos0 = qos0_frame
-        staged = False
-        if retain:
-            staged = self._retain(msg, qos)
-        route = self._routes.get(topic)
-        if route is None:
-            route = self._route_of(topic)
-        # QoS 2: nothing is sent before the round of this PUBLISH committed (module doc).
-        hold = self.hold if qos == 2 else None
-        for s, granted in route:
-            # MQTT-3.3.1-9: retain flag is 0 for deliveries to existing subscriptions.
-            if s.deliver(msg, granted if granted < qos else qos, False, hold):
-                staged = True
-        if hold is not None:
-            self._held()
-        if self.on_publish:
-            for hook in self.on_publish:
-                if hook is not skip and hook(topic, payload, qos, retain):
-                    staged = True
-        ingest = self.ingest
-        if ingest is not None and ingest.routes and ingest.stage_publish(topic, payload):
-            staged = True
-        return staged
-
-    def _route_of(self, topic: str) -> Route:
-        """Walk the trie for ``topic`` and cache the merged result."""
-        # MQTT-3.3.5-1: one copy per client at the highest granted QoS of its matches.
-        best: dict[Session, int] = {}
-        for s, granted in self.subscriptions.match(topic):
-            if best.get(s, -1) < granted:
-                best[s] = granted
-        if self.acl_active:
-            route = tuple((s, g) for s, g in best.items()
-                          if s.acl is None or s.acl.may_read(topic))
-        else:
-            route = tuple(best.items())
-        routes = self._routes
-        if len(routes) >= ROUTE_CACHE_MAX or self._routes_bytes > ROUTE_CACHE_MAX_BYTES:
-            self._clear_routes()
-        routes[topic] = route
-        self._routes_bytes += len(topic)
-        return route
-
-    def _clear_routes(self) -> None:
-        self._routes.clear()
-        self._routes_bytes = 0
-
-    def _retain(self, msg: Message, qos: int) -> bool:
-        store = self.store
-        old = self.retained.get(msg.topic)
-        old_size = 0 if old is None else len(old.msg.topic_b) + len(old.msg.payload)
-        size = len(msg.topic_b) + len(msg.payload)
-        limits = self.limits
-        refused = bool(msg.payload) and (
-            (old is None and len(self.retained) >= limits.retained_max)
-            or self.retained_bytes - old_size + size > limits.retained_bytes
-        )
-        if refused:
-            # Over --mqtt-retained-max/-bytes: the message is still delivered, not kept.
-            # An older retained message of the topic goes (it is not the latest any more).
-            self.stats.retained_refused += 1
-        if not msg.payload or refused:
-            # MQTT-3.3.1-10: an empty retained payload clears the topic's retained message.
-            if self.retained.delete(msg.topic):
-                self.retained_bytes -= old_size
-                if store is not None:
-                    store.stage_delete_key(CF, persist.retain_key(msg.topic))
-                    return True
-            return False
-        self.retained.set(msg.topic, Retained(msg, qos))  # MQTT-3.3.1-5: replaces
-        self.retained_bytes += size - old_size
-        if store is not None:
-            store.stage_put(CF, persist.retain_key(msg.topic), bytes((qos,)) + msg.payload)
             return True
         return False
 
@@ -501,10 +366,8 @@ class Broker:
         return [s.row() for s in sorted(self.sessions.values(), key=lambda s: s.client_id)]
 
     def retained_rows(self) -> list[dict[str, Any]]:
-        return [
-            {"topic": topic, "qos": r.qos, "bytes": len(r.msg.payload)}
-            for topic, r in sorted(self.retained.items(), key=lambda t: t[0])
-        ]
+        return self.retained.rows()
 
 
-__all__ = ["Broker", "Hold", "Limits", "Outlet", "PublishHook", "Retained", "Session", "Stats"]
+__all__ = ["REPLAY_BATCH", "ROUTE_CACHE_MAX", "ROUTE_CACHE_MAX_BYTES", "Broker", "Hold",
+           "Limits", "Outlet", "PublishHook", "Retained", "Session", "Stats"]

@@ -1,0 +1,92 @@
+"""Retained messages (MQTT 3.1.1, 3.3.1.3): the store, its bounds, its records.
+
+``RetainedStore`` is the topic trie of retained messages plus what bounds it
+(``--mqtt-retained-max`` topics, ``--mqtt-retained-bytes`` of topic + payload) and the
+staging of its records. Sans-IO: ``keep`` stages, the caller commits.
+
+Who reads it: the router (``router.py``) calls ``keep`` for every PUBLISH with RETAIN 1;
+``Broker.replay_step`` sends matching messages to new subscriptions (``replay.py``);
+recovery loads it (``load``); ``oxiedge retained`` lists it (``rows``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from oxiedge.mqtt import persist
+from oxiedge.mqtt.persist import CF, RawStore
+from oxiedge.mqtt.session import Limits, Message, Stats
+from oxiedge.mqtt.topics import RetainedTrie
+
+
+class Retained:
+    """A retained message (3.3.1.3)."""
+
+    __slots__ = ("msg", "qos")
+
+    def __init__(self, msg: Message, qos: int) -> None:
+        self.msg = msg
+        self.qos = qos
+
+
+class RetainedStore(RetainedTrie[Retained]):
+    """The retained messages of one broker: a ``RetainedTrie`` (``get``, ``match``,
+    ``items``, ``len``) that keeps its own bounds and records."""
+
+    __slots__ = ("bytes", "limits", "stats", "store")
+
+    def __init__(self, store: RawStore | None, limits: Limits, stats: Stats) -> None:
+        super().__init__()
+        self.store = store
+        self.limits = limits
+        self.stats = stats
+        self.bytes = 0  # topic + payload bytes of all retained messages
+
+    def load(self) -> None:
+        """Recovery: load the retained records."""
+        if self.store is None:
+            return
+        for topic, qos, payload in persist.load_retained(self.store):
+            # Kept even over the retained bounds (they were accepted under other settings);
+            # the bounds apply to new retained topics.
+            m = Message(topic, payload)
+            self.set(topic, Retained(m, qos))
+            self.bytes += len(m.topic_b) + len(payload)
+
+    def keep(self, msg: Message, qos: int) -> bool:
+        """A PUBLISH with RETAIN 1: replace, clear or refuse the topic's retained message;
+        True if a record change was staged (commit before acknowledging)."""
+        store = self.store
+        old = self.get(msg.topic)
+        old_size = 0 if old is None else len(old.msg.topic_b) + len(old.msg.payload)
+        size = len(msg.topic_b) + len(msg.payload)
+        limits = self.limits
+        refused = bool(msg.payload) and (
+            (old is None and len(self) >= limits.retained_max)
+            or self.bytes - old_size + size > limits.retained_bytes
+        )
+        if refused:
+            # Over --mqtt-retained-max/-bytes: the message is still delivered, not kept.
+            # An older retained message of the topic goes (it is not the latest any more).
+            self.stats.retained_refused += 1
+        if not msg.payload or refused:
+            # MQTT-3.3.1-10: an empty retained payload clears the topic's retained message.
+            if self.delete(msg.topic):
+                self.bytes -= old_size
+                if store is not None:
+                    store.stage_delete_key(CF, persist.retain_key(msg.topic))
+                    return True
+            return False
+        self.set(msg.topic, Retained(msg, qos))  # MQTT-3.3.1-5: replaces
+        self.bytes += size - old_size
+        if store is not None:
+            store.stage_put(CF, persist.retain_key(msg.topic), bytes((qos,)) + msg.payload)
+            return True
+        return False
+
+    def rows(self) -> list[dict[str, Any]]:
+        """The admin listing (``oxiedge retained``)."""
+        return [
+            {"topic": topic, "qos": r.qos, "bytes": len(r.msg.payload)}
+            for topic, r in sorted(self.items(), key=lambda t: t[0])
+        ]

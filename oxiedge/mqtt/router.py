@@ -1,0 +1,195 @@
+"""The MQTT publish router: the subscription trie, the route cache, the QoS 2 hold.
+
+Sans-IO. ``Router.route`` takes one accepted PUBLISH and
+
+1. stages the retained change (``retain.py``),
+2. delivers to live subscribers and stages every durable copy: one per matching session,
+   MQTT-3.3.5-1 merges overlapping subscriptions of one client to the highest granted QoS,
+3. hands the message to the destinations outside MQTT (bridge, uplink, ingest): the one
+   marked section of ``route``,
+
+and returns True if a durable record was staged: the caller must ``await
+store.commit()`` before acknowledging anything that depends on it. When no durable
+session matches and nothing is retained or ingested, no store call happens at all.
+
+QoS 2 (docs/mqtt.md, "QoS 2 exactly once"): every delivery of a QoS 2 PUBLISH, and every
+QoS 2 delivery to a durable session, is *held* in ``self.hold`` instead of being sent.
+Whoever commits next takes the hold (``take_hold``) and releases it once its commit
+returned; the connection does so for its own read burst, ``MqttService``'s releaser task
+for everything else (wills, retained replays, bridges). So nothing of a QoS 2 message
+leaves before the round that made it durable, and a publisher's re-send after a crash
+finds either nothing (nobody got anything) or its packet id (nobody gets it twice).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sized
+from typing import Protocol
+
+from oxiedge.mqtt.retain import RetainedStore
+from oxiedge.mqtt.session import Hold, Message, Session, Stats
+from oxiedge.mqtt.topics import TopicTrie
+
+#: ``on_publish(topic, payload, qos, retain) -> bool``: True if it staged durable work.
+PublishHook = Callable[[str, bytes, int, bool], bool]
+
+
+class IngestStep(Protocol):
+    """The ingest bridge as the router sees it: documents staged per publish."""
+
+    @property
+    def routes(self) -> Sized: ...
+
+    def stage_publish(self, topic: str, payload: bytes) -> bool: ...
+
+
+#: Topics whose merged subscriber list is cached (``Router.routes``). When full the cache
+#: is cleared wholesale: a publisher cycling through more topics than this pays one trie
+#: walk per publish, as without the cache, and memory stays bounded.
+ROUTE_CACHE_MAX = 4096
+#: ... and bounded in the bytes of the cached topics' names (long topics must not pin
+#: megabytes after their publisher left).
+ROUTE_CACHE_MAX_BYTES = 1 << 20
+
+#: One topic's subscribers: ``(session, highest granted QoS of its matching filters)``.
+Route = tuple[tuple[Session, int], ...]
+
+
+def filter_levels(topic_filter: str) -> int:
+    """The trie levels a subscription to ``topic_filter`` costs."""
+    return topic_filter.count("/") + 1
+
+
+class Router:
+    """Subscriptions and the publish path of one broker (see the module docstring)."""
+
+    def __init__(self, retained: RetainedStore, stats: Stats) -> None:
+        self.retained = retained
+        self.stats = stats
+        self.subscriptions: TopicTrie[Session, int] = TopicTrie()
+        # Filter levels of all subscriptions: an upper bound on the subscription trie's
+        # nodes, which are what subscriptions cost in memory (--mqtt-max-subscription-levels).
+        self.levels = 0
+        # topic -> merged subscribers. Publishers repeat their topics, so the trie walk and
+        # the MQTT-3.3.5-1 merge run once per topic, not once per PUBLISH. Every change of
+        # the subscription set (subscribe, unsubscribe, session discarded, recovery) clears
+        # it; nothing else can change what a topic matches.
+        self.routes: dict[str, Route] = {}
+        self._routes_bytes = 0  # sum of the cached topics' lengths
+        # Permission rules exist (docs/permissions.md): deliveries, live and retained, go
+        # only to sessions whose client may read the topic. Checked once per topic and
+        # session: the route cache holds the filtered result.
+        self.acl_active = False
+        # Deliveries waiting for a commit (see the module docstring). ``on_hold`` is called
+        # whenever deliveries were added to it (the service's releaser task wakes up).
+        self.hold = Hold()
+        self.on_hold: Callable[[], None] | None = None
+        # Destinations outside MQTT (see ``route``).
+        self.on_publish: list[PublishHook] = []
+        # Called directly, not as an ``on_publish`` hook: with no ingest routes (the
+        # common case) it costs one attribute test per publish instead of two calls.
+        self.ingest: IngestStep | None = None
+
+    # ------------------------------------------------------------- subscriptions
+    def add(self, topic_filter: str, s: Session, qos: int) -> None:
+        """Subscribe ``s`` (new filter or a new QoS for it); the caller counts levels."""
+        self.subscriptions.add(topic_filter, s, qos)
+        self.clear_routes()
+
+    def remove(self, topic_filter: str, s: Session) -> None:
+        """Remove ``s``'s subscription to ``topic_filter`` and its levels."""
+        self.subscriptions.remove(topic_filter, s)
+        self.levels -= filter_levels(topic_filter)
+        self.clear_routes()
+
+    def clear_routes(self) -> None:
+        """Forget the cached routes (the subscriptions or their read rules changed)."""
+        self.routes.clear()
+        self._routes_bytes = 0
+
+    # ------------------------------------------------------------------ holding
+    def take_hold(self) -> Hold | None:
+        """The deliveries held so far (None if there are none), to be released after a
+        ``store.commit()`` called from now on has returned."""
+        h = self.hold
+        if not h:
+            return None
+        self.hold = Hold()
+        return h
+
+    def return_hold(self, h: Hold) -> None:
+        """A taker that could not see its commit through (cancelled) gives the hold back;
+        the next commit releases it, ahead of what was held since."""
+        h.merge(self.hold)
+        self.hold = h
+        self.held()
+
+    def held(self) -> None:
+        """Deliveries were added to ``hold``: wake whoever releases them."""
+        if self.on_hold is not None and self.hold:
+            self.on_hold()
+
+    # ------------------------------------------------------------------- publish
+    def route(
+        self,
+        topic: str,
+        payload: bytes,
+        qos: int,
+        retain: bool,
+        skip: PublishHook | None = None,
+        topic_b: bytes | None = None,
+        qos0_frame: bytes | None = None,
+    ) -> bool:
+        """Route one accepted PUBLISH; True if durable work was staged (commit before
+        acknowledging). ``skip``: an ``on_publish`` hook not to call (a bridge injecting
+        a message must not be handed its own message back). ``topic_b``: the topic's
+        UTF-8 bytes if known; ``qos0_frame``: the received packet when it is exactly the
+        QoS 0 delivery (QoS 0, RETAIN 0), sent to QoS 0 subscribers as is."""
+        self.stats.messages_in += 1
+        msg = Message(topic, payload, topic_b)
+        if qos0_frame is not None:
+            msg.qos0 = qos0_frame
+        staged = False
+        if retain:
+            staged = self.retained.keep(msg, qos)
+        route = self.routes.get(topic)
+        if route is None:
+            route = self._route_of(topic)
+        # QoS 2: nothing is sent before the round of this PUBLISH committed (module doc).
+        hold = self.hold if qos == 2 else None
+        for s, granted in route:
+            # MQTT-3.3.1-9: retain flag is 0 for deliveries to existing subscriptions.
+            if s.deliver(msg, granted if granted < qos else qos, False, hold):
+                staged = True
+        if hold is not None:
+            self.held()
+        # ---- destinations outside MQTT: bridge / uplink hooks, then ingest --------------
+        # (the one place the publish bus will replace; everything above is MQTT's own)
+        if self.on_publish:
+            for hook in self.on_publish:
+                if hook is not skip and hook(topic, payload, qos, retain):
+                    staged = True
+        ingest = self.ingest
+        if ingest is not None and ingest.routes and ingest.stage_publish(topic, payload):
+            staged = True
+        # ---- end of the destinations outside MQTT ---------------------------------------
+        return staged
+
+    def _route_of(self, topic: str) -> Route:
+        """Walk the trie for ``topic`` and cache the merged result."""
+        # MQTT-3.3.5-1: one copy per client at the highest granted QoS of its matches.
+        best: dict[Session, int] = {}
+        for s, granted in self.subscriptions.match(topic):
+            if best.get(s, -1) < granted:
+                best[s] = granted
+        if self.acl_active:
+            route = tuple((s, g) for s, g in best.items()
+                          if s.acl is None or s.acl.may_read(topic))
+        else:
+            route = tuple(best.items())
+        routes = self.routes
+        if len(routes) >= ROUTE_CACHE_MAX or self._routes_bytes > ROUTE_CACHE_MAX_BYTES:
+            self.clear_routes()
+        routes[topic] = route
+        self._routes_bytes += len(topic)
+        return route

@@ -6,7 +6,6 @@ import logging
 import sys
 import time
 from dataclasses import dataclass, field
-from typing import Any
 
 from .access.rules import PermissionStore
 from .alarms import ResourceAlarms
@@ -32,7 +31,10 @@ def make_logger() -> logging.Logger:
 
 @dataclass
 class App:
-    """Configuration, store, users, the running services and shared counters."""
+    """Configuration, store, users, the running services and shared counters.
+
+    The parts that need one another (ingest, the bridge, the uplinks, TLS) are not looked
+    up here: ``server.py`` builds each with the typed parts it needs."""
 
     config: Config
     store: Store
@@ -43,7 +45,6 @@ class App:
     services: dict[str, Service] = field(default_factory=dict)
     started_at: float = field(default_factory=time.time)
     endpoints: dict[str, str] = field(default_factory=dict)
-    extensions: dict[str, Any] = field(default_factory=dict)
     alarms: ResourceAlarms = field(init=False)
     connections: ConnectionLimits = field(init=False)
     logins: Logins = field(init=False)

@@ -12,6 +12,7 @@ import errno
 import os
 import signal
 import sys
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +22,7 @@ from . import sdnotify
 from .access import PermissionError_, PermissionStore
 from .access import path_for as permissions_path
 from .access.reload import reload_access
-from .admin.server import AdminServer, core_handlers
+from .admin.server import AdminServer, StatusPart, core_handlers
 from .amqp.service import AmqpService
 from .app import App, make_logger
 from .auth import UserFileError, UserStore, is_network_address
@@ -134,9 +135,7 @@ async def serve(config: Config) -> None:
     store = _open_store(config)
     try:
         app = App(config=config, store=store, users=users, log=log, permissions=permissions)
-        if tls is not None:
-            app.extensions["tls"] = tls
-        await _serve_app(app, routes, uplinks)
+        await _serve_app(app, tls, routes, uplinks)
     finally:
         store.close()
         log.info("oxiedge stopped")
@@ -153,29 +152,45 @@ def _tls_manager(config: Config, log: Any) -> TlsManager | None:
         raise StartupError(str(exc)) from None
 
 
-async def _serve_app(app: App, routes: list[Route], uplinks: list[UplinkDef]) -> None:
+@dataclass
+class Parts:
+    """The parts of one server. Each is built here with the typed parts it needs (no
+    lookups by name); ``status`` holds those whose counters join ``oxiedge status``."""
+
+    tls: TlsManager | None
+    ingest: Ingest
+    mqtt: MqttService | None = None
+    amqp: AmqpService | None = None
+    status: dict[str, StatusPart] = field(default_factory=dict)
+
+
+async def _serve_app(app: App, tls: TlsManager | None, routes: list[Route],
+                     uplinks: list[UplinkDef]) -> None:
     config, log = app.config, app.log
     ports = {"mqtt": config.mqtt_port, "amqp": config.amqp_port}
     tls_ports = {"mqtt": config.mqtt_tls_port, "amqp": config.amqp_tls_port}
-    for key, (service_class, _label) in _SERVICES.items():
-        if ports[key] is not None or tls_ports[key] is not None:
-            app.services[key] = service_class(app)
-    handlers = core_handlers(app)
+    parts = Parts(tls=tls, ingest=Ingest(app, routes))
+    if tls is not None:
+        parts.status["tls"] = tls
+    if ports["mqtt"] is not None or tls_ports["mqtt"] is not None:
+        parts.mqtt = app.services["mqtt"] = MqttService(app, tls=tls, ingest=parts.ingest)
+    if ports["amqp"] is not None or tls_ports["amqp"] is not None:
+        parts.amqp = app.services["amqp"] = AmqpService(app, tls=tls)
+    handlers = core_handlers(app, parts.status)
     with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals, \
             trio.open_signal_receiver(signal.SIGHUP) as hangups:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(_stop_on_signal, signals, nursery.cancel_scope, log)
-            nursery.start_soon(_reload_on_hangup, hangups, app)
-            await _start(app, nursery, handlers, routes, uplinks, ports, tls_ports)
+            nursery.start_soon(_reload_on_hangup, hangups, app, tls)
+            await _start(app, parts, nursery, handlers, uplinks, ports, tls_ports)
 
 
-async def _reload_on_hangup(hangups: Any, app: App) -> None:
+async def _reload_on_hangup(hangups: Any, app: App, tls: TlsManager | None) -> None:
     """SIGHUP re-reads the TLS certificate and key (like ``oxiedge tls reload``), the users
     and the permissions (``access/reload.py``; each logs what changed)."""
     async for _ in hangups:
         app.log.info("received SIGHUP: reloading users, permissions and TLS")
         reload_access(app.users, app.permissions, app.log)
-        tls = app.extensions.get("tls")
         if tls is None:
             app.log.info("received SIGHUP: no TLS listener, nothing to reload")
         else:
@@ -190,7 +205,7 @@ async def _stop_on_signal(signals: Any, scope: trio.CancelScope, log: Any) -> No
         return
 
 
-async def _start(app: App, nursery: trio.Nursery, handlers: dict[str, Any], routes: list[Route],
+async def _start(app: App, parts: Parts, nursery: trio.Nursery, handlers: dict[str, Any],
                  uplink_defs: list[UplinkDef], ports: dict[str, int | None],
                  tls_ports: dict[str, int | None]) -> None:
     config, log = app.config, app.log
@@ -198,23 +213,24 @@ async def _start(app: App, nursery: trio.Nursery, handlers: dict[str, Any], rout
     nursery.start_soon(_exit_on_storage_failure, app)
     await nursery.start(app.alarms.run)
     log.info("%s", app.alarms.startup_line())
-    ingest = Ingest(app, routes)
-    app.extensions["ingest"] = ingest
+    ingest, tls = parts.ingest, parts.tls
+    parts.status["ingest"] = ingest
     await ingest.start()
     handlers.update(ingest.admin_handlers())
     await nursery.start(ingest.run)  # retention, resumed index builds
-    start_topic_bridge(app)
+    bridge = start_topic_bridge(app, parts.mqtt, parts.amqp)
+    if bridge is not None:
+        parts.status["mqtt_amqp"] = bridge
     # Recovery of everything before any port opens (DESIGN.md: "Recovery runs before any
     # listener accepts a connection").
     for service in app.services.values():
         await service.recover()
     # Uplink outboxes are recovered here too; links connect on their own schedule.
-    uplinks = UplinkManager(app, uplink_defs, config.device_id)
-    app.extensions["uplink"] = uplinks
+    uplinks = UplinkManager(app, uplink_defs, config.device_id, parts.mqtt, parts.amqp)
+    parts.status["uplink"] = uplinks
     await uplinks.start(nursery)
     await _recovery_done(app)
     handlers.update(uplinks.admin_handlers())
-    tls = app.extensions.get("tls")
     for key, service in app.services.items():
         label = _SERVICES[key][1]
         # (log label, endpoint key, listeners) - plain first, then TLS (either may be off)

@@ -255,14 +255,14 @@ class TlsManager:
         }
 
 
-async def open_secured(extensions: dict[str, Any], stream: trio.abc.Stream,
+async def open_secured(tls: TlsManager | None, stream: trio.abc.Stream,
                        label: str) -> tuple[bool, str | None]:
     """Where a connection starts, for both protocols: a TLS stream runs its bounded, counted
     handshake first. Returns ``(go on, the verified client certificate's identity)``; a plain
     stream goes on with no identity."""
     if not isinstance(stream, trio.SSLStream):
         return True, None
-    tls: TlsManager = extensions["tls"]
+    assert tls is not None, "a TLS stream comes from a TlsListener, built with the manager"
     if not await tls.handshake(stream, label):
         return False, None
     return True, tls.identity(stream)

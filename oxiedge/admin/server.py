@@ -13,7 +13,7 @@ import stat
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import trio
 
@@ -28,8 +28,17 @@ from .protocol import MAX_REQUEST, AdminError, decode_request, encode
 Handler = Callable[[dict[str, Any]], Any]
 
 
-def core_handlers(app: App) -> dict[str, Handler]:
-    """Operations every server answers, independent of the brokers."""
+class StatusPart(Protocol):
+    """A part of the server whose counters join ``oxiedge status`` under its name."""
+
+    def status(self) -> dict[str, Any]: ...
+
+
+def core_handlers(app: App, parts: dict[str, StatusPart] | None = None) -> dict[str, Handler]:
+    """Operations every server answers, independent of the brokers. ``parts``: the parts
+    besides the brokers whose ``status()`` joins ``status`` (``server.py`` adds each one as
+    it builds it)."""
+    parts = {} if parts is None else parts
     store = app.store
 
     async def find(args: dict[str, Any]) -> list[dict[str, Any]]:
@@ -89,7 +98,7 @@ def core_handlers(app: App) -> dict[str, Handler]:
 
     return {
         "ping": lambda _a: {"pong": True, "pid": os.getpid()},
-        "status": lambda _a: server_status(app),
+        "status": lambda _a: server_status(app, parts),
         "find": find,
         "count": count,
         "collections": collections,
@@ -100,7 +109,7 @@ def core_handlers(app: App) -> dict[str, Handler]:
     }
 
 
-def server_status(app: App) -> dict[str, Any]:
+def server_status(app: App, parts: dict[str, StatusPart] | None = None) -> dict[str, Any]:
     committer = app.store.committer
     out: dict[str, Any] = {
         "version": __version__,
@@ -122,10 +131,8 @@ def server_status(app: App) -> dict[str, Any]:
     }
     for name, service in app.services.items():
         out[name] = service.status()
-    for name, ext in app.extensions.items():
-        status = getattr(ext, "status", None)
-        if callable(status):
-            out[name] = status()
+    for name, part in (parts or {}).items():
+        out[name] = part.status()
     return out
 
 

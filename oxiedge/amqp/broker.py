@@ -43,7 +43,7 @@ BUILTIN_EXCHANGES = (("amq.direct", "direct"), ("amq.fanout", "fanout"), ("amq.t
                      ("amq.headers", "headers"), ("amq.match", "headers"))
 
 #: ``hook(routing_key, raw_properties, body, persistent)`` for client publishes to amq.topic.
-TopicHook = Callable[[str, bytes, bytes, bool], None]
+TopicHook = Callable[[str, bytes, bytes, bool], bool]
 
 
 def _headers_of(properties: bytes) -> dict[str, Any]:

@@ -25,7 +25,7 @@ from oxiedge.amqp import persist, spec
 from oxiedge.amqp.broker import Broker, TopicHook
 from oxiedge.amqp.connection import AmqpConnection
 from oxiedge.amqp.queues import QueuedMessage
-from oxiedge.tls import open_secured, peer_name, transport_socket
+from oxiedge.tls import TlsManager, open_secured, peer_name, transport_socket
 
 if TYPE_CHECKING:
     from oxiedge.app import App
@@ -51,8 +51,9 @@ class AmqpService:
 
     name = "amqp"
 
-    def __init__(self, app: App) -> None:
+    def __init__(self, app: App, *, tls: TlsManager | None = None) -> None:
         self.app = app
+        self.tls = tls  # the TLS listener's manager (handshakes), if there is one
         cfg = app.config
         self.broker = Broker(app.store, cfg.amqp_queue_limit, cfg.amqp_queue_bytes)
         self.connections: set[AmqpConnection] = set()
@@ -115,7 +116,7 @@ class AmqpService:
             task_status.started()
 
     async def _handle(self, stream: trio.abc.Stream) -> None:
-        go_on, identity = await open_secured(self.app.extensions, stream, "AMQP")
+        go_on, identity = await open_secured(self.tls, stream, "AMQP")
         if not go_on:
             return
         self.counters["connections_total"] += 1

@@ -36,7 +36,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..amqp.exchanges import Exchange
+from ..amqp.service import AmqpService
 from ..app import App
+from ..mqtt.service import MqttService
 from ..topicmap import EXCHANGE, mqtt_to_routing_key, routing_key_to_mqtt
 
 _KEY_CACHE = 4096
@@ -45,19 +48,18 @@ _KEY_CACHE = 4096
 class TopicBridge:
     """The two hooks of the MQTT ⇄ AMQP bridge of one server, and its counters."""
 
-    def __init__(self, app: App, mqtt: Any, amqp: Any) -> None:
+    def __init__(self, app: App, mqtt: MqttService, amqp: AmqpService) -> None:
         self.app = app
         self.mqtt = mqtt
         self.amqp = amqp
         self._injecting = False  # an AMQP message is being injected into MQTT right now
-        self._exchange: Any = None
+        # amq.topic is built in (it cannot be deleted), so one reference serves for good.
+        self._exchange: Exchange = amqp.broker.exchanges[EXCHANGE]
         self._keys: dict[str, str | None] = {}  # topic → routing key, bounded cache
         self.counters = {"mqtt_to_amqp": 0, "amqp_to_mqtt": 0, "skipped_mqtt_topics": 0,
                          "skipped_amqp_keys": 0}
 
     def attach(self) -> None:
-        # amq.topic is built in (it cannot be deleted), so one reference serves for good.
-        self._exchange = self.amqp.broker.exchanges[EXCHANGE]
         self.mqtt.on_publish.append(self.on_mqtt_publish)
         self.amqp.topic_hooks.append(self.on_amqp_publish)
 
@@ -106,14 +108,13 @@ class TopicBridge:
         return dict(self.counters)
 
 
-def start_topic_bridge(app: App) -> TopicBridge | None:
+def start_topic_bridge(app: App, mqtt: MqttService | None, amqp: AmqpService | None
+                       ) -> TopicBridge | None:
     """Wire the bridge when both brokers run (called by ``oxiedge serve`` before listening);
     it is two synchronous hooks, no task."""
-    mqtt, amqp = app.services.get("mqtt"), app.services.get("amqp")
     if mqtt is None or amqp is None:
         return None
     bridge = TopicBridge(app, mqtt, amqp)
     bridge.attach()
-    app.extensions["mqtt_amqp"] = bridge
     app.log.info("MQTT-AMQP bridge on - amq.topic")
     return bridge

@@ -15,13 +15,13 @@ from typing import Any
 import trio
 
 from oxiedge.app import App
-from oxiedge.mqtt.broker import Broker, PublishHook
+from oxiedge.mqtt.broker import Broker, IngestStep, PublishHook
 from oxiedge.mqtt.codec import topic_cache_bytes
 from oxiedge.mqtt.connection import Connection
 from oxiedge.mqtt.session import Limits
 from oxiedge.mqtt.topics import valid_topic_name
 from oxiedge.mqtt.views import register_views
-from oxiedge.tls import open_secured
+from oxiedge.tls import TlsManager, open_secured
 
 
 class MqttService:
@@ -29,8 +29,10 @@ class MqttService:
 
     name = "mqtt"
 
-    def __init__(self, app: App) -> None:
+    def __init__(self, app: App, *, tls: TlsManager | None = None,
+                 ingest: IngestStep | None = None) -> None:
         self.app = app
+        self.tls = tls  # the TLS listener's manager (handshakes), if there is one
         config = app.config
         self.persist = bool(config.mqtt_persist)
         self.limits = Limits(
@@ -49,6 +51,8 @@ class MqttService:
         self.connect_timeout = float(config.mqtt_connect_timeout)  # seconds to send CONNECT
         self.broker = Broker(app.store if self.persist else None, self.limits)
         self.broker.on_hold = self._wake_releaser
+        # Broker.route stages the ingest documents (routes or not).
+        self.broker.ingest = ingest
         self._held = trio.Event()
         perms = app.permissions  # deliveries follow the read rules from the first change on
         self.broker.acl_active = perms.active
@@ -94,9 +98,6 @@ class MqttService:
     # --------------------------------------------------------------- lifecycle
     async def recover(self) -> None:
         """Load sessions, queued messages, QoS 2 state and retained messages."""
-        # The ingest bridge is registered before recovery (``server._start``);
-        # Broker.route stages its documents (routes or not).
-        self.broker.ingest = self.app.extensions.get("ingest")
         if not self.persist:
             self._lines = ["MQTT persistence off - sessions live in memory only"]
             return
@@ -151,7 +152,7 @@ class MqttService:
             hold.release()
 
     async def _handle(self, stream: trio.abc.Stream) -> None:
-        go_on, identity = await open_secured(self.app.extensions, stream, "MQTT")
+        go_on, identity = await open_secured(self.tls, stream, "MQTT")
         if not go_on:
             return
         conn = Connection(self, stream)

@@ -26,7 +26,9 @@ from typing import Any
 
 import trio
 
+from ..amqp.service import AmqpService
 from ..app import App
+from ..mqtt.service import MqttService
 from ..mqtt.topics import topic_matches
 from ..topicmap import mqtt_to_routing_key, routing_key_to_mqtt
 from .definitions import (
@@ -58,8 +60,11 @@ def default_device_id() -> str:
 class UplinkManager:
     """Every uplink of one server, the publish hook and the admin operations."""
 
-    def __init__(self, app: App, config_defs: list[UplinkDef], device_id: str) -> None:
+    def __init__(self, app: App, config_defs: list[UplinkDef], device_id: str,
+                 mqtt: MqttService | None, amqp: AmqpService | None) -> None:
         self.app = app
+        self.mqtt = mqtt  # where inbound commands are published (MQTT if it runs)
+        self.amqp = amqp
         self.device_id = device_id  # validated by ``oxiedge serve`` before the store opens
         self.config_defs = {d.name: d for d in config_defs}
         self.stored: dict[str, tuple[int, UplinkDef]] = {}
@@ -101,9 +106,9 @@ class UplinkManager:
     def _sync_hook(self) -> None:
         """Be in the brokers' publish hooks exactly while some uplink exists: a server
         without uplinks pays nothing per published message."""
-        mqtt: Any = self.app.services.get("mqtt")
-        amqp: Any = self.app.services.get("amqp")
+        mqtt, amqp = self.mqtt, self.amqp
         hook: Any
+        hooks: list[Any]  # this hook list goes with the bus (issue 15)
         if mqtt is not None:
             hooks, hook = mqtt.on_publish, self.on_publish
         elif amqp is not None:
@@ -190,8 +195,7 @@ class UplinkManager:
 
     async def deliver(self, uplink: Uplink, topic: str, payload: bytes) -> None:
         """Publish an inbound command locally and wait until it is durable."""
-        mqtt: Any = self.app.services.get("mqtt")
-        amqp: Any = self.app.services.get("amqp")
+        mqtt, amqp = self.mqtt, self.amqp
         self._source = uplink
         try:
             if mqtt is not None:

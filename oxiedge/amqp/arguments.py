@@ -11,7 +11,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from oxiedge.amqp.errors import NOT_IMPLEMENTED, PRECONDITION_FAILED, AmqpError
+from oxiedge.amqp.constants import NOT_IMPLEMENTED, PRECONDITION_FAILED
+from oxiedge.amqp.errors import AmqpError
 
 if TYPE_CHECKING:
     from oxiedge.amqp.queues import Queue

@@ -34,7 +34,8 @@ import secrets
 from typing import TYPE_CHECKING, Any
 
 from oxiedge.amqp import spec
-from oxiedge.amqp.errors import ACCESS_REFUSED, AmqpError
+from oxiedge.amqp.constants import ACCESS_REFUSED
+from oxiedge.amqp.errors import AmqpError
 
 if TYPE_CHECKING:
     from oxiedge.amqp.channel import Channel

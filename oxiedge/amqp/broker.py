@@ -17,14 +17,14 @@ from typing import TYPE_CHECKING, Any
 from oxiedge.amqp import arguments as args
 from oxiedge.amqp import deadletter, persist, spec
 from oxiedge.amqp.codec import scan_properties
-from oxiedge.amqp.errors import (
+from oxiedge.amqp.constants import (
     ACCESS_REFUSED,
     NOT_FOUND,
     NOT_IMPLEMENTED,
     PRECONDITION_FAILED,
     RESOURCE_LOCKED,
-    AmqpError,
 )
+from oxiedge.amqp.errors import AmqpError
 from oxiedge.amqp.exchanges import (
     SUPPORTED_TYPES,
     Binding,

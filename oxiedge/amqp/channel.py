@@ -14,13 +14,13 @@ from typing import TYPE_CHECKING, Any
 
 from oxiedge.amqp import authz, deadletter, persist, spec
 from oxiedge.amqp.codec import encode_content, encode_method
-from oxiedge.amqp.errors import (
+from oxiedge.amqp.constants import (
     ACCESS_REFUSED,
     NOT_ALLOWED,
     NOT_IMPLEMENTED,
     PRECONDITION_FAILED,
-    AmqpError,
 )
+from oxiedge.amqp.errors import AmqpError
 from oxiedge.amqp.queues import Consumer, Queue, QueuedMessage
 
 if TYPE_CHECKING:

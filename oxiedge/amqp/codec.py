@@ -29,14 +29,14 @@ from __future__ import annotations
 import struct
 
 from oxiedge.amqp import spec
-from oxiedge.amqp.errors import (
+from oxiedge.amqp.constants import (
     COMMAND_INVALID,
     FRAME_ERROR,
     PRECONDITION_FAILED,
     SYNTAX_ERROR,
     UNEXPECTED_FRAME,
-    AmqpError,
 )
+from oxiedge.amqp.errors import AmqpError
 
 PROTOCOL_HEADER = b"AMQP\x00\x00\x09\x01"
 FRAME_METHOD = spec.FRAME_METHOD

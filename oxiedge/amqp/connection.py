@@ -58,7 +58,7 @@ from oxiedge.amqp.codec import (
     encode_content,
     encode_method,
 )
-from oxiedge.amqp.errors import (
+from oxiedge.amqp.constants import (
     ACCESS_REFUSED,
     CHANNEL_ERROR,
     COMMAND_INVALID,
@@ -70,8 +70,8 @@ from oxiedge.amqp.errors import (
     NOT_FOUND,
     NOT_IMPLEMENTED,
     PRECONDITION_FAILED,
-    AmqpError,
 )
+from oxiedge.amqp.errors import AmqpError
 from oxiedge.amqp.fields import decode_table, encode_longstr
 from oxiedge.amqp.queues import Consumer, Queue, QueuedMessage
 

@@ -1,66 +1,14 @@
 """Typed protocol errors: every decode or state failure becomes an :class:`AmqpError`.
 
-The reply codes are those of the AMQP 0-9-1 spec (section 1.2, constants): soft errors close a
-channel, hard errors close the whole connection.  The codec never lets ``IndexError``,
-``struct.error`` or ``UnicodeDecodeError`` escape; it translates them at its boundary.
+The reply codes and their classes come from the spec (section 1.2, constants), generated into
+``constants.py`` and re-exported by ``spec``: soft errors close a channel, hard errors close
+the whole connection.  The codec never lets ``IndexError``, ``struct.error`` or
+``UnicodeDecodeError`` escape; it translates them at its boundary.
 """
 
 from __future__ import annotations
 
-# Reply codes used by the broker (values from the spec's constants table).
-REPLY_SUCCESS = 200
-CONTENT_TOO_LARGE = 311
-NO_ROUTE = 312
-NO_CONSUMERS = 313
-CONNECTION_FORCED = 320
-INVALID_PATH = 402
-ACCESS_REFUSED = 403
-NOT_FOUND = 404
-RESOURCE_LOCKED = 405
-PRECONDITION_FAILED = 406
-FRAME_ERROR = 501
-SYNTAX_ERROR = 502
-COMMAND_INVALID = 503
-CHANNEL_ERROR = 504
-UNEXPECTED_FRAME = 505
-RESOURCE_ERROR = 506
-NOT_ALLOWED = 530
-NOT_IMPLEMENTED = 540
-INTERNAL_ERROR = 541
-
-#: Soft errors (channel level).  Everything else is a hard (connection) error.
-SOFT_ERRORS = frozenset(
-    {
-        CONTENT_TOO_LARGE,
-        NO_ROUTE,
-        NO_CONSUMERS,
-        ACCESS_REFUSED,
-        NOT_FOUND,
-        RESOURCE_LOCKED,
-        PRECONDITION_FAILED,
-    }
-)
-
-REPLY_TEXT = {
-    CONTENT_TOO_LARGE: "CONTENT_TOO_LARGE",
-    NO_ROUTE: "NO_ROUTE",
-    NO_CONSUMERS: "NO_CONSUMERS",
-    CONNECTION_FORCED: "CONNECTION_FORCED",
-    INVALID_PATH: "INVALID_PATH",
-    ACCESS_REFUSED: "ACCESS_REFUSED",
-    NOT_FOUND: "NOT_FOUND",
-    RESOURCE_LOCKED: "RESOURCE_LOCKED",
-    PRECONDITION_FAILED: "PRECONDITION_FAILED",
-    FRAME_ERROR: "FRAME_ERROR",
-    SYNTAX_ERROR: "SYNTAX_ERROR",
-    COMMAND_INVALID: "COMMAND_INVALID",
-    CHANNEL_ERROR: "CHANNEL_ERROR",
-    UNEXPECTED_FRAME: "UNEXPECTED_FRAME",
-    RESOURCE_ERROR: "RESOURCE_ERROR",
-    NOT_ALLOWED: "NOT_ALLOWED",
-    NOT_IMPLEMENTED: "NOT_IMPLEMENTED",
-    INTERNAL_ERROR: "INTERNAL_ERROR",
-}
+from oxiedge.amqp.constants import REPLY_NAMES, SOFT_ERRORS, SYNTAX_ERROR
 
 
 class AmqpError(Exception):
@@ -93,7 +41,7 @@ class AmqpError(Exception):
     @property
     def reply_text(self) -> str:
         """The reply text RabbitMQ style: ``"NOT_FOUND - no queue 'x' in vhost '/'"``."""
-        name = REPLY_TEXT.get(self.code, "ERROR")
+        name = REPLY_NAMES.get(self.code, "ERROR")
         # A shortstr holds 255 BYTES: cut on the encoded form, never inside a character.
         raw = f"{name} - {self.text}".encode("utf-8", "surrogateescape")[:255]
         return raw.decode("utf-8", "ignore")

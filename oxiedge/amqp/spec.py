@@ -29,33 +29,9 @@ _Q = struct.Struct(">Q")
 VERSION = (0, 9, 1)
 PORT = 5672
 
-# -- constants (frame types, frame-end, reply codes) ---------------------------------
-
-FRAME_METHOD = 1
-FRAME_HEADER = 2
-FRAME_BODY = 3
-FRAME_HEARTBEAT = 8
-FRAME_MIN_SIZE = 4096
-FRAME_END = 206
-REPLY_SUCCESS = 200
-CONTENT_TOO_LARGE = 311
-NO_ROUTE = 312
-NO_CONSUMERS = 313
-ACCESS_REFUSED = 403
-NOT_FOUND = 404
-RESOURCE_LOCKED = 405
-PRECONDITION_FAILED = 406
-CONNECTION_FORCED = 320
-INVALID_PATH = 402
-FRAME_ERROR = 501
-SYNTAX_ERROR = 502
-COMMAND_INVALID = 503
-CHANNEL_ERROR = 504
-UNEXPECTED_FRAME = 505
-RESOURCE_ERROR = 506
-NOT_ALLOWED = 530
-NOT_IMPLEMENTED = 540
-INTERNAL_ERROR = 541
+# -- constants (frame types, frame-end, reply codes): generated into constants.py
+# (which imports nothing, so errors.py can use them without an import cycle)
+from oxiedge.amqp.constants import *  # noqa: E402, F403
 
 
 @dataclass(frozen=True, slots=True)

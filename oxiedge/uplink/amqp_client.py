@@ -28,7 +28,8 @@ from oxiedge.amqp.codec import (
     Heartbeat,
     encode_content,
 )
-from oxiedge.amqp.errors import ACCESS_REFUSED, AmqpError
+from oxiedge.amqp.constants import ACCESS_REFUSED
+from oxiedge.amqp.errors import AmqpError
 
 #: Largest frame we accept and propose (RabbitMQ's default); the server may lower it.
 FRAME_MAX = 131072

@@ -41,7 +41,7 @@ import trio
 
 from oxiedge.amqp import spec
 from oxiedge.amqp.codec import HEARTBEAT_FRAME, PROTOCOL_HEADER, Command, encode_method
-from oxiedge.amqp.errors import ACCESS_REFUSED, PRECONDITION_FAILED
+from oxiedge.amqp.constants import ACCESS_REFUSED, PRECONDITION_FAILED
 from oxiedge.uplink.amqp_client import (
     CHANNEL,
     INBOUND_CHANNEL,

@@ -46,7 +46,7 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
-from ..amqp.errors import ACCESS_REFUSED
+from ..amqp.constants import ACCESS_REFUSED
 from ..store import CommitError
 from .definitions import UplinkDef
 from .link import (

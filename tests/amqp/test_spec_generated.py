@@ -82,3 +82,13 @@ def test_arguments_follow_spec_order_and_types() -> None:
                 for a in method["arguments"])
             assert expected == cls.ARGUMENTS, cls.NAME
             assert tuple(f.name for f in dataclasses.fields(cls)) == tuple(n for n, _ in expected)
+
+
+def test_checked_in_constants_match_generator() -> None:
+    """Reply codes live only in the generated ``constants.py`` (re-exported by ``spec``)."""
+    gen = _generator()
+    text = gen.generate_constants(_spec_json(gen))
+    assert (ROOT / "oxiedge" / "amqp" / "constants.py").read_text() == text
+    assert spec.NOT_FOUND == 404 and spec.NOT_FOUND in spec.SOFT_ERRORS
+    assert spec.FRAME_ERROR not in spec.SOFT_ERRORS
+    assert spec.REPLY_NAMES[spec.PRECONDITION_FAILED] == "PRECONDITION_FAILED"

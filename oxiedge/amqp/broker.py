@@ -3,20 +3,19 @@
 Everything here is synchronous: it changes in-memory state and *stages* the matching durable
 writes (``persist``); the connection awaits ``store.commit()`` before it answers.  Because
 the in-memory change happens before any await, two connections declaring the same queue at
-the same moment see one queue and stage one ``_amqp`` record.
+the same moment see one queue and stage one ``_amqp`` record.  The publish path (routing,
+the one enqueue path ``Broker.publish``, dead-lettering) is in ``publish.py``, recovery at
+start-up in ``recovery.py``.
 """
 
 from __future__ import annotations
 
 import secrets
-import struct
-import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from oxiedge.amqp import arguments as args
-from oxiedge.amqp import deadletter, persist, spec
-from oxiedge.amqp.codec import scan_properties
+from oxiedge.amqp import deadletter, persist
 from oxiedge.amqp.constants import (
     ACCESS_REFUSED,
     NOT_FOUND,
@@ -33,26 +32,15 @@ from oxiedge.amqp.exchanges import (
     binding_row,
     exchange_binding_row,
 )
+from oxiedge.amqp.publish import PublishPath, TopicHook
 from oxiedge.amqp.queues import ByteLimitedQueue, Queue, QueuedMessage
-from oxiedge.amqp.timers import QueueTimers
+from oxiedge.amqp.timers import Clock, QueueTimers, wall_clock
 
 if TYPE_CHECKING:
     from oxiedge.amqp.queues import Consumer
 
 BUILTIN_EXCHANGES = (("amq.direct", "direct"), ("amq.fanout", "fanout"), ("amq.topic", "topic"),
                      ("amq.headers", "headers"), ("amq.match", "headers"))
-
-#: ``hook(routing_key, raw_properties, body, persistent)`` for client publishes to amq.topic.
-TopicHook = Callable[[str, bytes, bytes, bool], bool]
-
-
-def _headers_of(properties: bytes) -> dict[str, Any]:
-    """The ``headers`` table of raw content properties ({} when absent or unreadable)."""
-    try:
-        props, _ = spec.BasicProperties.decode(properties)
-    except Exception:
-        return {}
-    return props.headers or {}
 
 
 def builtin_exchanges() -> list[Exchange]:
@@ -89,11 +77,11 @@ def _check_flags(where: str, flags: tuple[tuple[str, bool, bool], ...]) -> None:
                 f"is '{_flag(have)}'")
 
 
-class Broker:
+class Broker(PublishPath):
     """Exchanges, queues and bindings; routing; the durable mapping."""
 
     def __init__(self, store: Any, queue_limit: int = 100_000,
-                 queue_bytes: int | None = None) -> None:
+                 queue_bytes: int | None = None, clock: Clock = wall_clock) -> None:
         self.store = store
         self.queue_limit = queue_limit
         #: ready body bytes of a queue declared without x-max-length-bytes (None = no cap)
@@ -102,7 +90,9 @@ class Broker:
         self.exchanges: dict[str, Exchange] = {x.name: x for x in builtin_exchanges()}
         self.next_qid = 1
         self.topic_hooks: list[TopicHook] = []
-        self.timers = QueueTimers()
+        #: Fires TTL and x-expires deadlines; ``timers.clock`` is the broker's clock.
+        self.timers = QueueTimers(clock)
+        self.clock = clock
         #: called with a queue that x-expires deleted (the service drops it from its owner)
         self.on_queue_expired: Callable[[Queue], None] | None = None
         self.counters = {"published": 0, "unroutable": 0, "returned": 0, "dropped": 0,
@@ -112,113 +102,10 @@ class Broker:
                          "delivered": 0, "acked": 0, "requeued": 0, "discarded": 0,
                          "persisted": 0, "confirmed": 0, "nacked_confirms": 0}
 
-    # -- recovery ----------------------------------------------------------------------
-
-    def recover(self) -> tuple[int, int]:
-        """Load durable exchanges, queues, bindings and messages; returns
-        ``(durable queues, messages)``.  Recovered messages are marked redelivered."""
-        store = self.store
-        queue_docs, exchange_docs, bind_docs = persist.load_docs(store)
-        bad = (ValueError, KeyError, TypeError, AmqpError)  # a record recovery cannot use
-
-        def quarantine(doc: dict[str, Any], what: str, exc: Exception) -> None:
-            store.quarantine_doc(persist.COLL, doc["_id"], f"{what}: {exc}")
-
-        for doc in exchange_docs:
-            try:
-                persist.check_exchange_doc(doc, SUPPORTED_TYPES)
-                if doc["name"] not in self.exchanges:
-                    self.exchanges[doc["name"]] = exchange_of_doc(doc)
-            except bad as exc:
-                quarantine(doc, "exchange", exc)
-        by_qid: dict[int, Queue] = {}
-        queue_quarantined = False  # then messages without a queue are moved aside, not deleted
-        for doc in queue_docs:
-            try:
-                persist.check_queue_doc(doc)
-                if doc["name"] in self.queues:  # a duplicate record: keep the first
-                    store.stage_delete(persist.COLL, doc["_id"])
-                    continue
-                q = self._new_queue(doc["name"], int(doc["qid"]), durable=True,
-                                    auto_delete=doc.get("auto_delete", False),
-                                    arguments=doc.get("arguments") or {})
-            except bad as exc:
-                quarantine(doc, "queue", exc)
-                queue_quarantined = True
-                continue
-            q.doc_id = doc["_id"]
-            by_qid[q.qid] = q
-            self.next_qid = max(self.next_qid, q.qid + 1)
-        for doc in bind_docs:
-            try:
-                persist.check_bind_doc(doc)
-            except bad as exc:
-                quarantine(doc, "binding", exc)
-                continue
-            bx = self.exchanges.get(doc["exchange"])
-            if "destination_exchange" in doc:
-                dx = self.exchanges.get(doc["destination_exchange"])
-                if bx is None or dx is None:
-                    store.stage_delete(persist.COLL, doc["_id"])
-                    continue
-                xb = ExchangeBinding(bx.name, dx.name, doc.get("routing_key", ""))
-                xb.doc_id = doc["_id"]
-                bx.add_exchange_binding(xb)
-                continue
-            bq = self.queues.get(doc["queue"])
-            if bq is None or bx is None:
-                store.stage_delete(persist.COLL, doc["_id"])
-                continue
-            b = Binding(bx.name, bq, doc.get("routing_key", ""), doc.get("arguments") or {})
-            b.doc_id = doc["_id"]
-            bx.add(b)
-        messages = 0
-        orphans: set[int] = set()
-        loaded: list[tuple[Queue, QueuedMessage]] = []
-        for key, value in store.iter_raw(persist.CF, persist.MSG_PREFIX):
-            if len(key) != 17:
-                store.quarantine(persist.CF, key, value, f"AMQP message key of {len(key)} bytes")
-                continue
-            qid, seq = persist.parse_key(key)
-            mq = by_qid.get(qid)
-            if mq is None:
-                if queue_quarantined or store.quarantined_now:  # maybe a lost queue's
-                    store.quarantine(persist.CF, key, value,
-                                     f"message {seq} of quarantined queue #{qid}")
-                else:
-                    orphans.add(qid)
-                continue
-            try:
-                exchange, routing_key, props, body, expires = persist.decode_record(value)
-                scan_properties(props)
-            except (ValueError, IndexError, struct.error, AmqpError) as exc:
-                store.quarantine(persist.CF, key, value,
-                                 f"message {seq} of queue {mq.name!r}: {exc}")
-                continue
-            loaded.append((mq, QueuedMessage(seq, exchange, routing_key, props, body, True,
-                                             True, expires)))
-            mq.next_seq = seq + 1
-            messages += 1
-        # Enqueued only once every queue knows its next seq: a message dropped at a length
-        # limit during recovery may be dead-lettered into another recovered queue, and its
-        # new record must not take the key of one not loaded yet.
-        for mq, msg in loaded:
-            mq.enqueue(msg)
-            if msg.expires:
-                mq.ttl_seen = True
-        del loaded
-        for q in by_qid.values():
-            q.arm()  # head expiry (TTLs kept running while the server was down), x-expires
-        for qid in orphans:
-            store.stage_delete_range(persist.CF, *persist.queue_range(qid))
-        for q in by_qid.values():
-            messages -= q.dropped
-            q.published = 0
-        return len(by_qid), messages
-
     # -- queues ------------------------------------------------------------------------
 
-    def _new_queue(self, name: str, qid: int, **kw: Any) -> Queue:
+    def new_queue(self, name: str, qid: int, **kw: Any) -> Queue:
+        """Create and register a queue (declare, recovery); its arguments configure it."""
         byte_limited = self.queue_bytes is not None or \
             "x-max-length-bytes" in (kw.get("arguments") or {})
         cls = ByteLimitedQueue if byte_limited else Queue
@@ -291,7 +178,7 @@ class Broker:
             return q, False
         qid = self.next_qid
         self.next_qid += 1
-        q = self._new_queue(name, qid, durable=durable, auto_delete=auto_delete,
+        q = self.new_queue(name, qid, durable=durable, auto_delete=auto_delete,
                             exclusive_owner=owner if exclusive else None,
                             arguments=persist.jsonable(arguments))
         staged = False
@@ -495,62 +382,6 @@ class Broker:
         self._maybe_auto_delete_exchange(sx)
         return staged
 
-    def route(self, x: Exchange, routing_key: str, properties: bytes = b"\x00\x00"
-              ) -> list[Queue]:
-        """Every queue a message published to ``x`` reaches, following exchange-to-exchange
-        bindings (each queue once, cycles cut); headers exchanges match ``properties``.
-
-        A message the exchange cannot route goes to its ``alternate-exchange`` (and on to
-        that one's alternate; a cycle of alternates ends), as in RabbitMQ's "ae" doc.
-        (``connection._publish`` inlines the common cases.)"""
-        if not x.name:  # the default exchange: the queue named by the key (spec 3.1.3.1)
-            q = self.queues.get(routing_key)
-            return [q] if q is not None else []
-        queues = self._route(x, routing_key, properties)
-        if queues or x.alternate is None:
-            return queues
-        return self.route_alternate(x, routing_key, properties)
-
-    def route_alternate(self, x: Exchange, routing_key: str, properties: bytes
-                        ) -> list[Queue]:
-        """Route through ``x``'s alternate exchanges (``x`` itself routed nowhere)."""
-        seen = {x.name}
-        queues: list[Queue] = []
-        while not queues and x.alternate is not None and x.alternate not in seen:
-            ax = self.exchanges.get(x.alternate)
-            if ax is None:
-                break
-            seen.add(ax.name)
-            x = ax
-            queues = self._route(ax, routing_key, properties)
-        if queues:
-            self.counters["alternate_routed"] += 1
-        return queues
-
-    def _route(self, x: Exchange, routing_key: str, properties: bytes) -> list[Queue]:
-        if not x.xbindings and x.type != "headers":
-            return x.route(routing_key)
-        headers: dict[str, Any] | None = None
-        found: dict[int, Queue] = {}
-        seen = {x.name}
-        stack = [x]
-        while stack:
-            ex = stack.pop()
-            if ex.type == "headers":
-                if headers is None:
-                    headers = _headers_of(properties)
-                routed = ex.route_headers(headers)
-            else:
-                routed = ex.route(routing_key)
-            for q in routed:
-                found.setdefault(id(q), q)
-            for name in ex.route_exchanges(routing_key):
-                dx = self.exchanges.get(name)
-                if dx is not None and name not in seen:
-                    seen.add(name)
-                    stack.append(dx)
-        return list(found.values())
-
     def _unstage_binding(self, b: Binding | ExchangeBinding) -> bool:
         if b.doc_id is not None:
             self.store.stage_delete(persist.COLL, b.doc_id)
@@ -569,89 +400,3 @@ class Broker:
                 rows.append(exchange_binding_row(x.name, xb.destination, xb.routing_key,
                                                  xb.doc_id is not None))
         return rows
-
-    # -- messages ----------------------------------------------------------------------
-
-    def store_message(self, q: Queue, msg: QueuedMessage, record: bytes) -> None:
-        """Stage the durable record of a persistent message on a durable queue."""
-        self.store.stage_put(persist.CF, persist.msg_key(q.qid, msg.seq), record)
-        msg.stored = True
-        self.counters["persisted"] += 1
-
-    def forget(self, q: Queue, msg: QueuedMessage) -> None:
-        """Stage the deletion of a message's durable record (ack, drop, purge)."""
-        if msg.stored:
-            msg.stored = False
-            self.store.stage_delete_key(persist.CF, persist.msg_key(q.qid, msg.seq))
-            # Cheap when already kicked; the round itself runs only once this task yields,
-            # so the deletes of one burst still share one commit.
-            self.store.kick()
-
-    # -- RabbitMQ's production semantics: overflow, TTL, dead-lettering -----------------
-
-    def enqueue_message(self, q: Queue, exchange: str, routing_key: str, properties: bytes,
-                        body: bytes, persistent: bool, expires: float = 0.0) -> int:
-        """Put one message in a queue that is not ``plain`` (or any queue, off the hot
-        path).  Returns -1 if the queue refused it (x-overflow reject-publish*), 1 if a
-        durable record was staged, else 0."""
-        if q.reject_publish and q.would_overflow(len(body)):
-            # reject-publish: the new message is not taken and a confirming publisher gets
-            # basic.nack; reject-publish-dlx also dead-letters it (RabbitMQ "maxlen" doc).
-            q.rejected += 1
-            self.counters["rejected"] += 1
-            if q.overflow == "reject-publish-dlx":
-                self.dead_letter(q, QueuedMessage(0, exchange, routing_key, properties, body),
-                                 deadletter.MAXLEN)
-            return -1
-        if q.message_ttl is not None:  # the earlier of the queue's and the message's TTL
-            qexp = time.time() + q.message_ttl / 1000
-            expires = min(expires, qexp) if expires else qexp
-        msg = QueuedMessage(q.take_seq(), exchange, routing_key, properties, body,
-                            expires=expires)
-        staged = 0
-        if persistent and q.doc_id is not None:
-            self.store_message(q, msg, persist.encode_record(exchange, routing_key, properties,
-                                                             body, expires))
-            staged = 1
-        q.enqueue(msg)
-        if expires:
-            q.saw_deadline()
-        return staged
-
-    def dead_letter(self, q: Queue, msg: QueuedMessage, reason: str) -> None:
-        """Move a message out of ``q``: republish it to ``q``'s dead-letter exchange with
-        ``x-death`` headers, or (no DLX) drop it.
-
-        The source record's delete and the target records' inserts are staged together,
-        synchronously, so they land in ONE write batch and one sync: across a crash the
-        message is either still in ``q`` or in its targets, never lost, never in both."""
-        dlx = q.dlx
-        if dlx is None or q.deleted:
-            self.forget(q, msg)
-            return
-        x = self.exchanges.get(dlx)
-        if x is None:  # RabbitMQ drops what goes to a missing DLX
-            self.counters["dead_letter_dropped"] += 1
-            self.forget(q, msg)
-            return
-        routing_key = q.dlrk if q.dlrk is not None else msg.routing_key
-        props, deaths = deadletter.mark_dead(msg.properties, q.name, reason, msg.exchange,
-                                             [msg.routing_key], time.time())
-        targets = self.route(x, routing_key, props)
-        try:
-            persistent = scan_properties(props) == 2
-        except AmqpError:
-            persistent = False
-        placed = 0
-        for t in targets:
-            if t.deleted or deadletter.is_cycle(t.name, deaths):
-                continue
-            if self.enqueue_message(t, dlx, routing_key, props, msg.body, persistent) >= 0:
-                placed += 1
-        q.dead_lettered += 1
-        self.counters["dead_lettered"] += 1
-        if not placed:
-            self.counters["dead_letter_dropped"] += 1
-        self.forget(q, msg)
-        self.store.kick()
-

@@ -39,13 +39,12 @@ broke the framing badly enough that no close could be sent).
 from __future__ import annotations
 
 import logging
-import time
 from typing import TYPE_CHECKING, Any
 
 import trio
 
 from oxiedge.access.grants import Grants
-from oxiedge.amqp import authz, persist, spec
+from oxiedge.amqp import authz, spec
 from oxiedge.amqp.channel import Channel
 from oxiedge.amqp.codec import (
     HEARTBEAT,
@@ -73,7 +72,8 @@ from oxiedge.amqp.constants import (
 )
 from oxiedge.amqp.errors import AmqpError
 from oxiedge.amqp.fields import decode_table, encode_longstr
-from oxiedge.amqp.queues import Consumer, Queue, QueuedMessage
+from oxiedge.amqp.publish import REFUSED, RETURNED, STAGED
+from oxiedge.amqp.queues import Consumer, Queue
 
 if TYPE_CHECKING:
     from oxiedge.amqp.service import AmqpService
@@ -87,18 +87,6 @@ RECEIVE_SIZE = 1 << 16
 _CLOSE_OK_FRAME = encode_method(0, spec.ConnectionCloseOk())
 _PUBLISH = spec.BasicPublish
 _ACK = spec.BasicAck
-
-
-def _deadline(expiration: str) -> float:
-    """The wall-clock deadline of a per-message TTL (the ``expiration`` property, in ms).
-
-    RabbitMQ accepts only a non-negative integer; anything else is a 406 channel error.
-    """
-    if not expiration.isdigit():
-        raise AmqpError(PRECONDITION_FAILED, f"invalid expiration '{expiration}'", 60, 40)
-    # A TTL of 0 still lets a consumer with credit take the message at once (enqueue
-    # dispatches synchronously); any later look finds it expired.
-    return time.time() + int(expiration) / 1000
 
 
 class PeerGone(Exception):
@@ -696,9 +684,8 @@ class AmqpConnection:
 
     def _publish(self, ch: Channel, cmd: Command) -> None:
         m: spec.BasicPublish = cmd.method  # type: ignore[assignment]
-        broker = self.broker
         self.publisher = True
-        x = broker.exchanges.get(m.exchange)
+        x = self.broker.exchanges.get(m.exchange)
         if x is None:
             raise AmqpError(NOT_FOUND, f"no exchange '{m.exchange}' in vhost '/'", 60, 40)
         if m.immediate:
@@ -709,71 +696,27 @@ class AmqpConnection:
                             60, 40)
         if self.perms.active:
             authz.check_publish(self, x, m.routing_key)
-        rk = m.routing_key
-        props = cmd.properties or b"\x00\x00"
-        body = cmd.body or b""
-        if m.exchange:
-            if not x.xbindings and x.type != "headers":
-                queues = x.route(rk)  # the common case, inlined
-                if not queues and x.alternate is not None:
-                    queues = broker.route_alternate(x, rk, props)
-            else:  # Broker.route already falls back to the alternate exchange
-                queues = broker.route(x, rk, props)
-        else:  # the default exchange (Broker.route, inlined)
-            q = broker.queues.get(rk)
-            queues = [q] if q is not None else []
-        x.published += 1
         self.published += 1
-        counters = broker.counters
-        counters["published"] += 1
         confirm = ch.confirm
         if confirm:
             ch.publish_seq += 1
             self._confirms.append((ch, ch.publish_seq, True))
-        bridged = False
-        if broker.topic_hooks and m.exchange == "amq.topic":
-            for hook in broker.topic_hooks:
-                # True: the bridge staged durable copies (e.g. MQTT persistent sessions):
-                # commit before the confirm, and the message was routed (mandatory).
-                if hook(rk, props, body, cmd.delivery_mode == 2):
-                    bridged = self._needs_commit = True
-        if not queues:
-            if bridged:
-                return
-            x.unroutable += 1
-            counters["unroutable"] += 1
-            if m.mandatory:
-                # Sent now, so it always precedes the confirm (sent at the flush).
-                counters["returned"] += 1
-                self.send(encode_content(ch.number, spec.BasicReturn(
-                    NO_ROUTE, "NO_ROUTE", m.exchange, rk), props, body, self.frame_max))
-            return
-        persistent = cmd.delivery_mode == 2
-        expires = 0.0 if cmd.expiration is None else _deadline(cmd.expiration)
-        record = None
-        for q in queues:
-            if q.plain:
-                msg = QueuedMessage(q.take_seq(), m.exchange, rk, props, body, expires=expires)
-                if persistent and q.doc_id is not None:
-                    if record is None:
-                        record = persist.encode_record(m.exchange, rk, props, body, expires)
-                    # Staged BEFORE the message becomes deliverable: an ack's delete is
-                    # always staged after this put, so it can never race ahead of the insert.
-                    broker.store_message(q, msg, record)
-                    self._needs_commit = True
-                q.enqueue(msg)
-                if expires:
-                    q.saw_deadline()  # the head may need a timer
-                continue
-            # x-message-ttl, x-max-length-bytes, x-overflow reject-publish(-dlx)
-            staged = broker.enqueue_message(q, m.exchange, rk, props, body, persistent, expires)
-            if staged < 0:
-                # Refused by x-overflow=reject-publish: a confirming publisher gets
-                # basic.nack for it (RabbitMQ).
-                if confirm:
-                    self._confirms[-1] = (ch, ch.publish_seq, False)
-            elif staged:
-                self._needs_commit = True
+        props = cmd.properties or b"\x00\x00"
+        body = cmd.body or b""
+        flags, _routed = self.broker.publish(x, m.routing_key, props, body,
+                                             cmd.delivery_mode == 2, cmd.expiration,
+                                             m.mandatory)
+        if flags & STAGED:
+            self._needs_commit = True
+        if flags & REFUSED and confirm:
+            # Refused by x-overflow=reject-publish: a confirming publisher gets basic.nack
+            # for it (RabbitMQ).
+            self._confirms[-1] = (ch, ch.publish_seq, False)
+        if flags & RETURNED:
+            # Sent now, so it always precedes the confirm (sent at the flush).
+            self.send(encode_content(ch.number, spec.BasicReturn(
+                NO_ROUTE, "NO_ROUTE", m.exchange, m.routing_key), props, body,
+                self.frame_max))
 
     async def _flush(self) -> None:
         """End of a burst: one commit for all its durable records, then the confirms in

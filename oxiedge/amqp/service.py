@@ -4,13 +4,13 @@ It owns the :class:`~oxiedge.amqp.broker.Broker` (exchanges, queues, bindings), 
 connections, recovers durable state before any listener opens, and exposes the admin
 operations (``queues``, ``exchanges``, ``bindings``) and counters.
 
-Bridge hook (MQTT ⇄ AMQP, a later issue): :meth:`AmqpService.publish_from_bridge` routes one
-message, stages its durable records (before the message becomes deliverable) and enqueues
-it; when ``needs_commit`` the bridge awaits ``store.commit()`` (one commit for its whole
-batch) before it acknowledges upstream.  ``broker.topic_hooks`` is a
-list of ``hook(routing_key, raw_properties, body, persistent)`` called synchronously for
-every client publish to ``amq.topic`` (AMQP → MQTT; bridge publishes do not call it, so
-nothing loops back).
+Bridge hook (MQTT ⇄ AMQP): :meth:`AmqpService.publish_from_bridge` goes through the one
+enqueue path, :meth:`Broker.publish() <oxiedge.amqp.publish.PublishPath.publish>` (routing,
+durable records staged before the message becomes deliverable); when ``needs_commit`` the
+bridge awaits ``store.commit()`` (one commit for its whole batch) before it acknowledges
+upstream.  ``broker.topic_hooks`` is a list of ``hook(routing_key, raw_properties, body,
+persistent)`` that ``Broker.publish`` calls synchronously for every client publish to
+``amq.topic`` (AMQP → MQTT; bridge publishes pass ``hooks=False``, so nothing loops back).
 """
 
 from __future__ import annotations
@@ -21,10 +21,10 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
-from oxiedge.amqp import persist, spec
-from oxiedge.amqp.broker import Broker, TopicHook
+from oxiedge.amqp import persist, recovery, spec
+from oxiedge.amqp.broker import Broker
 from oxiedge.amqp.connection import AmqpConnection
-from oxiedge.amqp.queues import QueuedMessage
+from oxiedge.amqp.publish import STAGED, TopicHook
 from oxiedge.tls import TlsManager, open_secured, peer_name, transport_socket
 
 if TYPE_CHECKING:
@@ -86,7 +86,7 @@ class AmqpService:
 
     async def recover(self) -> None:
         """Load durable queues, exchanges, bindings and messages (before listening)."""
-        self._recovered = self.broker.recover()
+        self._recovered = recovery.recover(self.broker)
         await self.app.store.commit()  # orphan/duplicate clean-ups staged by recovery
 
     def _queue_expired(self, queue: Any) -> None:
@@ -216,31 +216,12 @@ class AmqpService:
         Returns a :class:`StagedPublish`: if ``needs_commit``, ``await store.commit()``
         before acknowledging upstream.  An unknown exchange routes nowhere (``routed == 0``).
         """
-        broker = self.broker
         if properties is None:
             properties = spec.BasicProperties(delivery_mode=2 if persistent else 1)
-        props = properties.encode()
-        x = broker.exchanges.get(exchange)
+        x = self.broker.exchanges.get(exchange)
         if x is None:
             return StagedPublish(0, False)
-        queues = broker.route(x, routing_key, props)
-        x.published += 1
-        broker.counters["published"] += 1
-        if not queues:
-            x.unroutable += 1
-            broker.counters["unroutable"] += 1
-        record = None
-        staged = False
-        for q in queues:
-            if not q.plain:
-                staged |= broker.enqueue_message(q, exchange, routing_key, props, body,
-                                                 persistent) > 0
-                continue
-            msg = QueuedMessage(q.take_seq(), exchange, routing_key, props, body)
-            if persistent and q.doc_id is not None:
-                if record is None:
-                    record = persist.encode_record(exchange, routing_key, props, body)
-                broker.store_message(q, msg, record)
-                staged = True
-            q.enqueue(msg)
-        return StagedPublish(len(queues), staged)
+        # hooks=False: a bridged message never goes back out through the amq.topic hook.
+        flags, routed = self.broker.publish(x, routing_key, properties.encode(), body,
+                                            persistent, hooks=False)
+        return StagedPublish(routed, bool(flags & STAGED))

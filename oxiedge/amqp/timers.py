@@ -13,7 +13,9 @@ unused queue, and asks again for the next deadline.  Stale entries (the queue re
 earlier, or went away) are skipped.  No per-message task, no polling loop.
 
 Deadlines are wall-clock seconds (``time.time()``): a TTL stored with a durable message
-keeps running across a restart.
+keeps running across a restart.  The clock is injected (:data:`Clock`): the queues of a
+broker read the time through their ``QueueTimers.clock``, so tests run TTLs and
+``x-expires`` on trio's ``MockClock`` (``clock=trio.current_time``) instead of sleeping.
 """
 
 from __future__ import annotations
@@ -22,11 +24,16 @@ import heapq
 import itertools
 import logging
 import time
+from collections.abc import Callable
 from typing import Protocol
 
 import trio
 
 _log = logging.getLogger("oxiedge")
+
+#: A function returning the current time in seconds (wall clock in production).
+Clock = Callable[[], float]
+wall_clock: Clock = time.time
 
 
 class TimedQueue(Protocol):
@@ -39,7 +46,9 @@ class TimedQueue(Protocol):
 class QueueTimers:
     """The heap of queue deadlines and the task that fires them."""
 
-    def __init__(self) -> None:
+    def __init__(self, clock: Clock = wall_clock) -> None:
+        #: The time deadlines are measured in; queues of this broker read it too.
+        self.clock = clock
         self._heap: list[tuple[float, int, TimedQueue]] = []
         self._order = itertools.count()
         self._wake = trio.Event()
@@ -67,7 +76,7 @@ class QueueTimers:
                 await self._wake.wait()
                 self._wake = trio.Event()
                 continue
-            delay = heap[0][0] - time.time()
+            delay = heap[0][0] - self.clock()
             if delay > 0:
                 with trio.move_on_after(delay):
                     await self._wake.wait()

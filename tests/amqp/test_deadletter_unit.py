@@ -6,6 +6,7 @@ import time
 from typing import Any
 
 import trio
+import trio.testing
 
 from oxiedge.amqp import spec
 from oxiedge.amqp.deadletter import is_cycle, mark_dead, with_delivery_count
@@ -52,12 +53,21 @@ def test_delivery_count_header_replaces_and_dead_lettering_removes_it() -> None:
     assert "x-delivery-count" not in headers(raw)
 
 
-async def test_one_timer_per_queue_expires_the_head_without_polling() -> None:
-    timers = QueueTimers()
+async def test_one_timer_per_queue_expires_the_head_without_polling(
+        autojump_clock: trio.testing.MockClock) -> None:
+    # The injected clock is trio's (virtual) one: the 50 ms TTL passes without sleeping.
+    timers = QueueTimers(clock=trio.current_time)
     expired: list[int] = []
-    q = Queue("q", 1, timers=timers, on_expire=lambda _q, m: expired.append(m.seq))
+    all_expired = trio.Event()
+
+    def on_expire(_q: Queue, m: QueuedMessage) -> None:
+        expired.append(m.seq)
+        if len(expired) == 1000:
+            all_expired.set()
+
+    q = Queue("q", 1, timers=timers, on_expire=on_expire)
     plain = Queue("p", 2, timers=timers)
-    deadline = time.time() + 0.05  # one burst, one deadline
+    deadline = timers.clock() + 0.05  # one burst, one deadline
     for i in range(1, 1001):
         plain.enqueue(QueuedMessage(i, "", "p", b"\x00\x00", b"x"))
         q.enqueue(QueuedMessage(i, "", "q", b"\x00\x00", b"x", expires=deadline))
@@ -66,8 +76,8 @@ async def test_one_timer_per_queue_expires_the_head_without_polling() -> None:
     async with trio.open_nursery() as nursery:
         await nursery.start(timers.run)
         with trio.fail_after(5):
-            while len(expired) < 1000:
-                await trio.sleep(0.01)
+            await all_expired.wait()
+        assert trio.current_time() >= deadline  # fired at the deadline, not before
         nursery.cancel_scope.cancel()
     assert expired == list(range(1, 1001)) and not q.ready and len(plain.ready) == 1000
     assert timers.fired == 1  # one wake-up expired the whole run at the head

@@ -1,0 +1,123 @@
+"""Recovery of the durable AMQP state at start-up (before any listener opens).
+
+Exchanges, queues and bindings come from their ``_amqp`` documents, messages from the
+``amqp`` column family (key ``(queue id, seq)``).  A record recovery cannot use is
+quarantined (``store.quarantine*``), never silently dropped; a message whose queue is gone
+is deleted unless a queue record was quarantined in the same start (then it may be that
+queue's, and is moved aside too).
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import Any
+
+from oxiedge.amqp import persist
+from oxiedge.amqp.broker import Broker, exchange_of_doc
+from oxiedge.amqp.codec import scan_properties
+from oxiedge.amqp.errors import AmqpError
+from oxiedge.amqp.exchanges import SUPPORTED_TYPES, Binding, ExchangeBinding
+from oxiedge.amqp.queues import Queue, QueuedMessage
+
+
+def recover(broker: Broker) -> tuple[int, int]:
+    """Load durable exchanges, queues, bindings and messages into ``broker``; returns
+    ``(durable queues, messages)``.  Recovered messages are marked redelivered."""
+    store = broker.store
+    queue_docs, exchange_docs, bind_docs = persist.load_docs(store)
+    bad = (ValueError, KeyError, TypeError, AmqpError)  # a record recovery cannot use
+
+    def quarantine(doc: dict[str, Any], what: str, exc: Exception) -> None:
+        store.quarantine_doc(persist.COLL, doc["_id"], f"{what}: {exc}")
+
+    for doc in exchange_docs:
+        try:
+            persist.check_exchange_doc(doc, SUPPORTED_TYPES)
+            if doc["name"] not in broker.exchanges:
+                broker.exchanges[doc["name"]] = exchange_of_doc(doc)
+        except bad as exc:
+            quarantine(doc, "exchange", exc)
+    by_qid: dict[int, Queue] = {}
+    queue_quarantined = False  # then messages without a queue are moved aside, not deleted
+    for doc in queue_docs:
+        try:
+            persist.check_queue_doc(doc)
+            if doc["name"] in broker.queues:  # a duplicate record: keep the first
+                store.stage_delete(persist.COLL, doc["_id"])
+                continue
+            q = broker.new_queue(doc["name"], int(doc["qid"]), durable=True,
+                                auto_delete=doc.get("auto_delete", False),
+                                arguments=doc.get("arguments") or {})
+        except bad as exc:
+            quarantine(doc, "queue", exc)
+            queue_quarantined = True
+            continue
+        q.doc_id = doc["_id"]
+        by_qid[q.qid] = q
+        broker.next_qid = max(broker.next_qid, q.qid + 1)
+    for doc in bind_docs:
+        try:
+            persist.check_bind_doc(doc)
+        except bad as exc:
+            quarantine(doc, "binding", exc)
+            continue
+        bx = broker.exchanges.get(doc["exchange"])
+        if "destination_exchange" in doc:
+            dx = broker.exchanges.get(doc["destination_exchange"])
+            if bx is None or dx is None:
+                store.stage_delete(persist.COLL, doc["_id"])
+                continue
+            xb = ExchangeBinding(bx.name, dx.name, doc.get("routing_key", ""))
+            xb.doc_id = doc["_id"]
+            bx.add_exchange_binding(xb)
+            continue
+        bq = broker.queues.get(doc["queue"])
+        if bq is None or bx is None:
+            store.stage_delete(persist.COLL, doc["_id"])
+            continue
+        b = Binding(bx.name, bq, doc.get("routing_key", ""), doc.get("arguments") or {})
+        b.doc_id = doc["_id"]
+        bx.add(b)
+    messages = 0
+    orphans: set[int] = set()
+    loaded: list[tuple[Queue, QueuedMessage]] = []
+    for key, value in store.iter_raw(persist.CF, persist.MSG_PREFIX):
+        if len(key) != 17:
+            store.quarantine(persist.CF, key, value, f"AMQP message key of {len(key)} bytes")
+            continue
+        qid, seq = persist.parse_key(key)
+        mq = by_qid.get(qid)
+        if mq is None:
+            if queue_quarantined or store.quarantined_now:  # maybe a lost queue's
+                store.quarantine(persist.CF, key, value,
+                                 f"message {seq} of quarantined queue #{qid}")
+            else:
+                orphans.add(qid)
+            continue
+        try:
+            exchange, routing_key, props, body, expires = persist.decode_record(value)
+            scan_properties(props)
+        except (ValueError, IndexError, struct.error, AmqpError) as exc:
+            store.quarantine(persist.CF, key, value,
+                             f"message {seq} of queue {mq.name!r}: {exc}")
+            continue
+        loaded.append((mq, QueuedMessage(seq, exchange, routing_key, props, body, True,
+                                         True, expires)))
+        mq.next_seq = seq + 1
+        messages += 1
+    # Enqueued only once every queue knows its next seq: a message dropped at a length
+    # limit during recovery may be dead-lettered into another recovered queue, and its
+    # new record must not take the key of one not loaded yet.
+    for mq, msg in loaded:
+        mq.enqueue(msg)
+        if msg.expires:
+            mq.ttl_seen = True
+    del loaded
+    for q in by_qid.values():
+        q.arm()  # head expiry (TTLs kept running while the server was down), x-expires
+    for qid in orphans:
+        store.stage_delete_range(persist.CF, *persist.queue_range(qid))
+    for q in by_qid.values():
+        messages -= q.dropped
+        q.published = 0
+    return len(by_qid), messages

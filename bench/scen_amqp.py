@@ -293,3 +293,44 @@ def latency(t: Target, o: Options) -> Result:
     r.lost = sent - len(lat)
     r.extra = {"rate": o.rate}
     return meter.fill(r)
+
+
+def confirm_sequential(t: Target, o: Options) -> Result:
+    """One persistent publish at a time into a durable queue, confirm mode (raw client);
+    latency from the send to its ``basic.ack``: a lone publisher's commit round trip."""
+    addr = _need_amqp(t)
+    q = Queue(t, "cseq")
+    c = RawAmqp(*addr, user=t.user, password=t.password)
+    try:
+        c.confirm_select()
+        one = publish_frames(1, "", q.name, os.urandom(o.payload), persistent=True)
+        sock = c.sock
+        lat: list[int] = []
+        meter = Meter(t.pid)
+        t0 = meter.start()
+        deadline = time.perf_counter() + o.duration
+        for i in range(1, o.latency_count + 1):
+            a = time.perf_counter_ns()
+            sock.sendall(one)
+            settled = False
+            while not settled:
+                c.fill(o.idle_timeout)
+                for ftype, _ch, payload in c.frames():
+                    if ftype != FRAME_METHOD:
+                        continue
+                    ids = _IDS.unpack_from(payload)
+                    if ids == BASIC_ACK:
+                        settled = _TAG_BITS.unpack_from(payload, 4)[0] >= i
+                    elif ids == BASIC_NACK:
+                        raise AmqpError(f"publish {i} was nacked")
+                    elif ids in (CONNECTION_CLOSE, CHANNEL_CLOSE):
+                        raise AmqpError(describe_close(payload[4:]))
+            lat.append(time.perf_counter_ns() - a)
+            if time.perf_counter() > deadline:
+                break
+        t1 = meter.stop()
+    finally:
+        c.close()
+        q.delete()
+    r = Result("amqp-confirm-seq", t.name, elapsed=t1 - t0)
+    return meter.fill(latency_result(r, lat))

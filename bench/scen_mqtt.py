@@ -316,6 +316,75 @@ def qos1_sequential_paho(t: Target, o: Options) -> Result:
     return meter.fill(latency_result(r, lat))
 
 
+def qos1_delivery_paho(t: Target, o: Options) -> Result:
+    """paho publisher paced at ``rate`` msgs/s, QoS 1 → paho subscriber (QoS 1, clean
+    sessions, no durable copy); latency from publish to delivery (timestamp in the payload)."""
+    import paho.mqtt.client as mqtt
+
+    addr = _need_mqtt(t, "mqtt-qos1-latency-paho")
+    topic = f"bench/{_uid()}/lat"
+    n = o.latency_count
+    lat: list[int] = []
+    got_all = threading.Event()
+    subscribed = threading.Event()
+
+    def client(role: str) -> mqtt.Client:
+        c = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id=f"b{role}-" + _uid(),
+                        protocol=mqtt.MQTTv311, clean_session=True)
+        c.connect(addr[0], addr[1], keepalive=60)
+        return c
+
+    def on_message(_c: mqtt.Client, _u: object, msg: mqtt.MQTTMessage) -> None:
+        lat.append(time.perf_counter_ns() - struct.unpack_from(">q", msg.payload)[0])
+        if len(lat) >= n:
+            got_all.set()
+
+    sub = client("lsub")
+    sub.on_message = on_message
+    sub.on_subscribe = lambda *_a: subscribed.set()
+    sub.on_connect = lambda c, *_a: c.subscribe(topic, qos=1)
+    sub.loop_start()
+    pub = client("lpub")
+    pub.loop_start()
+    meter = Meter(t.pid)
+    try:
+        if not subscribed.wait(10):
+            raise ConnectionError("paho subscriber did not subscribe")
+        deadline_connect = time.monotonic() + 10
+        while not pub.is_connected():
+            if time.monotonic() > deadline_connect:
+                raise ConnectionError("paho publisher did not connect")
+            time.sleep(0.005)
+        pad = os.urandom(max(0, o.payload - 8))
+        t0 = meter.start()
+        step = 1.0 / o.rate
+        nxt = t0
+        sent = 0
+        deadline = t0 + o.duration
+        for _ in range(n):
+            now = time.perf_counter()
+            if now < nxt:
+                time.sleep(nxt - now)
+            nxt += step
+            pub.publish(topic, struct.pack(">q", time.perf_counter_ns()) + pad, qos=1)
+            sent += 1
+            if time.perf_counter() > deadline:
+                break
+        end_wait = time.monotonic() + o.idle_timeout
+        while len(lat) < sent and time.monotonic() < end_wait:
+            got_all.wait(0.01)
+        t1 = meter.stop()
+    finally:
+        for c in (pub, sub):
+            c.disconnect()
+            c.loop_stop()
+    r = Result("mqtt-qos1-latency-paho", t.name, elapsed=t1 - t0)
+    latency_result(r, lat[:sent])
+    r.lost = max(0, sent - len(lat))
+    r.extra = {"rate": o.rate}
+    return meter.fill(r)
+
+
 def bridge_mqtt_amqp(t: Target, o: Options) -> Result:
     """MQTT QoS 1 (window in flight) → ``amq.topic`` → a durable queue: PUBACKs/s.
 

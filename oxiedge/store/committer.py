@@ -31,6 +31,7 @@ from __future__ import annotations
 import errno
 import os
 import queue
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -74,66 +75,89 @@ class _Round:
 class _SyncThread:
     """One long-lived thread that runs ``flush_wal(True)`` for the committer.
 
-    Cheaper per round than ``trio.to_thread.run_sync`` (no capacity limiter, no thread-cache
-    hand-off, no context copy): the loop thread puts a request in a queue and waits on an
-    event that the sync thread sets through the trio token when the sync returned.
+    The loop thread hands it a request through a ``SimpleQueue`` (no await) and learns of the
+    result through a wakeup fd (an ``eventfd``, a pipe where there is none) that the waiting
+    task watches with ``wait_readable``: epoll wakes *that* task directly, with no hop through
+    trio's ``run_sync_soon`` task or a worker-thread cache. One sync is in flight at a time.
     """
 
     def __init__(self, fn: Callable[[], object]) -> None:
         self._fn = fn
-        self._requests: queue.SimpleQueue[tuple[trio.Event, list[BaseException]] | None] = (
-            queue.SimpleQueue())
+        self._requests: queue.SimpleQueue[bool] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
-        self._token: trio.lowlevel.TrioToken | None = None
+        self._rfd = self._wfd = -1
+        self._error: BaseException | None = None
 
     def start(self) -> None:
-        self._token = trio.lowlevel.current_trio_token()
+        if hasattr(os, "eventfd"):
+            self._rfd = self._wfd = os.eventfd(0, os.EFD_CLOEXEC | os.EFD_NONBLOCK)
+        else:  # pragma: no cover - macOS
+            self._rfd, self._wfd = os.pipe()
+            os.set_blocking(self._rfd, False)
         self._thread = threading.Thread(target=self._loop, name="oxiedge-wal-sync", daemon=True)
         self._thread.start()
 
     def stop(self) -> None:
         if self._thread is not None:
-            self._requests.put(None)
+            self._requests.put(False)
             self._thread.join()
             self._thread = None
+            os.close(self._rfd)
+            if self._wfd != self._rfd:
+                os.close(self._wfd)
+            self._rfd = self._wfd = -1
 
-    async def sync(self) -> None:
-        """Run one sync in the thread; re-raises its exception here."""
-        done = trio.Event()
-        errors: list[BaseException] = []
-        self._requests.put((done, errors))
-        await done.wait()
-        if errors:
-            raise errors[0]
+    def request(self) -> None:
+        """Start one sync in the thread (returns at once)."""
+        self._requests.put(True)
+
+    async def wait_done(self) -> BaseException | None:
+        """Wait for the sync started by :meth:`request`; returns its exception, if any.
+
+        If cancelled, the sync is still running and its result still unread: another task
+        must call this again (the committer does).
+        """
+        await trio.lowlevel.wait_readable(self._rfd)
+        os.read(self._rfd, 8)
+        error, self._error = self._error, None
+        return error
 
     def _loop(self) -> None:
-        assert self._token is not None
-        while True:
-            request = self._requests.get()
-            if request is None:
-                return
-            done, errors = request
+        while self._requests.get():
             try:
                 self._fn()
             except BaseException as exc:  # handed to the waiting task
-                errors.append(exc)
-            try:
-                self._token.run_sync_soon(done.set)
-            except trio.RunFinishedError:
-                return
+                self._error = exc
+            # The result is stored before the wake-up is written (the GIL orders both).
+            os.write(self._wfd, (1).to_bytes(8, sys.byteorder))
 
 
 class GroupCommitter:
-    """Batches staged writes of many tasks into one synced RocksDB write per round."""
+    """Batches staged writes of many tasks into one synced RocksDB write per round.
+
+    Who runs a round: the first ``commit()`` that finds no sync in flight starts the round
+    itself (unsynced ``db.write`` in its own task, then the sync thread is asked) and waits
+    for the sync's wake-up fd itself, then wakes the other waiters of the round: a lone
+    writer's round costs no hop through another task. Writers arriving during a sync stage
+    into the next batch; the round that finishes starts the next one at once. The committer
+    task (``run``) starts rounds that only ``kick()`` asked for, waits for the syncs nobody
+    leads (a round started when the previous one finished, or a leader that was cancelled),
+    and commits what is left at shutdown.
+    """
 
     def __init__(self, db: Rdict, before_write: Callable[[WriteBatch], None] | None = None) -> None:
         self._db = db
         self._before_write = before_write
         self.batch = WriteBatch(raw_mode=True)
-        self._round = _Round()
+        self._round = _Round()  # the round of ``batch`` (not started yet)
+        self._syncing: _Round | None = None  # the round whose sync is in flight
+        self._leading = False  # a commit() task waits for the sync in flight itself
+        self._requested = False  # someone waits for (or kicked) the pending batch
+        self._leader_gone: trio.Event | None = None  # shutdown waits for a leader (run)
         self._wake: trio.Event | None = None
         self._failure: BaseException | None = None
         self._running = False
+        self._count = 0  # operations in the round in flight
         self._sync_thread = _SyncThread(_with_injected_fault(lambda: db.flush_wal(True)))
         self.rounds = 0  # synced rounds completed
         self.ops = 0  # operations committed
@@ -163,8 +187,9 @@ class GroupCommitter:
 
     def kick(self) -> None:
         """Have the staged operations committed soon, without waiting for them."""
-        if self._wake is not None:
-            self._wake.set()
+        self._requested = True
+        if self._wake is not None and self._syncing is None:
+            self._wake.set()  # the committer starts the round once this task yields
 
     async def commit(self) -> None:
         """Wait until everything staged before this call is durable.
@@ -175,11 +200,84 @@ class GroupCommitter:
             raise CommitError(f"durable writes stopped: {self._failure}") from self._failure
         if not self._running:
             raise CommitError("the group committer is not running")
-        round_ = self._round
-        self.kick()
+        if not self.batch.is_empty():
+            round_ = self._round
+            if self._syncing is None:
+                self._start_round()
+                if self._syncing is round_:
+                    await self._lead()
+                if round_.done.is_set():  # (no second scheduler pass for the leader)
+                    if round_.error is not None:
+                        raise CommitError(f"commit failed: {round_.error}") from round_.error
+                    return
+            else:
+                self._requested = True  # the round in flight starts this one when it ends
+        elif self._syncing is not None:
+            round_ = self._syncing  # what this caller staged may be in the round in flight
+        else:
+            await trio.lowlevel.checkpoint()  # nothing staged, nothing in flight: durable
+            return
         await round_.done.wait()
         if round_.error is not None:
             raise CommitError(f"commit failed: {round_.error}") from round_.error
+
+    def _start_round(self) -> None:
+        """Write the pending batch (unsynced) and have the sync thread sync it."""
+        batch, round_ = self.batch, self._round
+        self.batch, self._round = WriteBatch(raw_mode=True), _Round()
+        self._requested = False
+        try:
+            if self._failure is not None:
+                raise CommitError(f"durable writes stopped: {self._failure}")
+            if self._before_write is not None:
+                self._before_write(batch)
+            count = batch.len()
+            self._db.write(batch)
+        except Exception as exc:
+            self._fail(exc)
+            round_.error = exc
+            round_.done.set()
+            return
+        self._count = count
+        self._syncing = round_
+        self.sync_started = time.monotonic()
+        self._sync_thread.request()
+
+    def _finish_round(self, error: BaseException | None) -> None:
+        """The sync in flight returned: wake its waiters; start the next round if asked."""
+        round_ = self._syncing
+        assert round_ is not None
+        self._syncing = None
+        self.sync_started = None
+        if error is None:
+            self.ops += self._count
+            self.rounds += 1
+        else:
+            self._fail(error)
+            round_.error = error
+        round_.done.set()  # only now: every waiter of the round is after its WAL sync
+        if self._requested and not self.batch.is_empty():
+            self._start_round()
+            if self._syncing is not None and self._wake is not None:
+                self._wake.set()  # nobody leads this round: the committer waits for it
+
+    async def _lead(self) -> None:
+        """Wait for the sync in flight in this task (it started the round)."""
+        self._leading = True
+        try:
+            error = await self._sync_thread.wait_done()
+        except BaseException:
+            # Cancelled before the sync returned: the committer task takes the round over.
+            self._leading = False
+            if self._wake is not None:
+                self._wake.set()
+            if self._leader_gone is not None:
+                self._leader_gone.set()
+            raise
+        self._leading = False
+        self._finish_round(error)
+        if self._leader_gone is not None:
+            self._leader_gone.set()
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """The committer task; runs until cancelled, then commits what is still pending."""
@@ -191,42 +289,38 @@ class GroupCommitter:
             while True:
                 await self._wake.wait()
                 self._wake = trio.Event()
-                await self._run_round()
+                await self._serve()
         finally:
             self._running = False
             self._wake = None
+            # A sync in flight: its outcome is known before the thread stops, so no waiter
+            # is left with an unknown one (a leader still waiting finishes it itself).
+            with trio.CancelScope(shield=True):
+                while self._syncing is not None:
+                    if self._leading:
+                        self._leader_gone = trio.Event()
+                        await self._leader_gone.wait()
+                        self._leader_gone = None
+                    else:
+                        self._finish_round(await self._sync_thread.wait_done())
             self._sync_thread.stop()
             if self._failure is None:
                 self.commit_blocking()
 
-    async def _run_round(self) -> None:
-        batch, round_ = self.batch, self._round
-        self.batch, self._round = WriteBatch(raw_mode=True), _Round()
-        try:
-            if self._failure is not None:
-                raise CommitError(f"durable writes stopped: {self._failure}")
-            if not batch.is_empty():
-                if self._before_write is not None:
-                    self._before_write(batch)
-                count = batch.len()
-                self._db.write(batch)
-                # Shielded: a cancelled server still waits for the sync it started, so no
-                # waiter is left with an unknown outcome.
-                self.sync_started = time.monotonic()
-                try:
-                    with trio.CancelScope(shield=True):
-                        await self._sync_thread.sync()
-                finally:
-                    self.sync_started = None
-                self.ops += count
-            self.rounds += 1
-        except BaseException as exc:
-            self._fail(exc)
-            round_.error = exc
-            if not isinstance(exc, Exception):
-                round_.done.set()
-                raise
-        round_.done.set()
+    async def _serve(self) -> None:
+        while True:
+            if self._syncing is not None:
+                if self._leading:
+                    return  # its leader finishes it (and wakes us for an unled next one)
+                # Shielded: a cancelled server still waits for the sync it started.
+                with trio.CancelScope(shield=True):
+                    error = await self._sync_thread.wait_done()
+                self._finish_round(error)
+            elif self._requested and not self.batch.is_empty():
+                self._start_round()
+            else:
+                self._requested = False
+                return
 
     def commit_blocking(self) -> None:
         """Write and sync the pending batch in the calling thread (CLI, shutdown).

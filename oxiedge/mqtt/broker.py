@@ -57,6 +57,9 @@ class Broker:
         # client id -> the connection whose CONNECT awaits a commit: of two CONNECTs for
         # one id that overlap that way, the newer wins (MQTT-3.1.4-2).
         self.connecting: dict[str, object] = {}
+        # (user, client id) -> the read check of that client (``access.Grants``), for the
+        # sessions recovered at start-up: their offline deliveries follow the read rules.
+        self.reader_for: Callable[[str, str], Any] | None = None
 
     # The router's state under the names the service, the status and the tests know.
     @property
@@ -118,6 +121,9 @@ class Broker:
         pending = 0
         for rs in persist.load_sessions(store, self.limits.queue_limit):
             s = Session(rs.client_id, False, rs.owner, self.limits, self.stats, store)
+            s.user = rs.user
+            if rs.user is not None and self.reader_for is not None:
+                s.acl = self.reader_for(rs.user, rs.client_id)
             max_owner = max(max_owner, rs.owner)
             for flt, qos in rs.subs.items():
                 s.subs[flt] = qos
@@ -157,12 +163,13 @@ class Broker:
         ``max_sessions`` (resuming or replacing an existing one is always possible)."""
         return client_id in self.sessions or len(self.sessions) < self.limits.max_sessions
 
-    def open_session(self, client_id: str, clean: bool) -> tuple[Session, bool, bool]:
+    def open_session(self, client_id: str, clean: bool, user: str | None = None
+                     ) -> tuple[Session, bool, bool]:
         """The session for a CONNECT: ``(session, session_present, staged)``.
 
         clean=1 discards any previous session (MQTT-3.1.2-6); clean=0 resumes it or
         creates a durable one (MQTT-3.1.2-4). The caller has already detached the old
-        connection (take-over)."""
+        connection (take-over). ``user`` ("" anonymous) goes into the session record."""
         old = self.sessions.get(client_id)
         staged = False
         if old is not None and (clean or old.clean):
@@ -170,9 +177,15 @@ class Broker:
             staged = old.store is not None
             old = None
         if old is not None:
+            if user is not None and old.user != user:
+                old.user = user  # taken over by another user: the record says so
+                if old.store is not None:
+                    old.stage_record()
+                    return old, True, True
             return old, True, False  # MQTT-3.2.2-2: session present
         store = None if clean else self.store
         s = Session(client_id, clean, next(self._owners), self.limits, self.stats, store)
+        s.user = user
         self.sessions[client_id] = s
         if store is not None:
             s.stage_record()

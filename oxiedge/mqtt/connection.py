@@ -445,7 +445,8 @@ class Connection:
                     conn.will = None
                     broker.stats.wills_skipped += 1
                 conn.take_over()
-        s, present, staged = broker.open_session(client_id, pkt.clean_session)
+        s, present, staged = broker.open_session(client_id, pkt.clean_session,
+                                                 self.username or "")
         # CONNACK waits for a commit when it depends on one: the session record (new, or
         # a clean session replacing a durable one) exists before CONNACK; a resumed
         # durable session may have state that an earlier connection staged in a round

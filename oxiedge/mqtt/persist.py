@@ -7,8 +7,9 @@ never JSON or pickle, see STORAGE-NOTES.md):
 ==========================  ==================================================  ==========
 key                          value                                               doc kind
 ==========================  ==================================================  ==========
-``s`` client id (UTF-8)      owner (Q), then per subscription: len (H), filter,  ``session``
-                             granted QoS (B)                                     + ``sub``
+``s`` client id (UTF-8)      owner (Q), then the user entry (a zero length (H),  ``session``
+                             then user len (H), user; empty = anonymous), then   + ``sub``
+                             per subscription: len (H), filter, granted QoS (B)
 ``m`` owner seq              flags (B: QoS bits 0-1, retain bit 2), topic len    ``msg``
                              (H), topic, payload
 ``r`` owner seq              empty: PUBREC received, PUBCOMP awaited (``rel``)   ``rel``
@@ -20,6 +21,14 @@ Recovery never crash-loops: a record that does not decode (``check_*`` below: le
 QoS, UTF-8, topic syntax) is handed to ``store.quarantine`` (moved aside, counted, logged
 with its key) and recovery goes on without it; the records of a session whose own record
 was quarantined go with it, so a new session can never inherit them.
+
+The user entry (format 2): a recovered session knows which user owned it, so the read
+ACL (and ``%u`` patterns) apply to what is delivered to it while its client is still
+offline. It is marked by a zero-length "filter", which no subscription can have (an empty
+filter is invalid, MQTT-4.7.3-1), so a format-1 record (no entry) still decodes: its user is
+unknown (``None``) and its deliveries are checked when the client reconnects, as before.
+An older oxiedge would reject the entry as a bad filter and quarantine the session, which is
+why the data dir's format version moved to 2 (an older oxiedge refuses it, changing nothing).
 
 An outbound packet identifier is derived from the seq (``packet_id_of``), so sending a
 message never rewrites its record, and a restarted server re-sends in-flight messages
@@ -103,23 +112,38 @@ def decode_msg(value: bytes) -> tuple[int, bool, str, bytes]:
     return flags & 3, bool(flags & 4), value[3:end].decode("utf-8"), bytes(value[end:])
 
 
-def encode_session(owner: int, subs: dict[str, int]) -> bytes:
+def encode_session(owner: int, subs: dict[str, int], user: str | None = None) -> bytes:
+    """A session record; ``user`` None (unknown) writes no user entry, ``""`` anonymous."""
     parts = [owner_bytes(owner)]
+    if user is not None:
+        raw = user.encode("utf-8")
+        parts.append(b"\0\0" + len(raw).to_bytes(2, "big") + raw)
     for flt, qos in subs.items():
         raw = flt.encode("utf-8")
         parts.append(len(raw).to_bytes(2, "big") + raw + bytes((qos,)))
     return b"".join(parts)
 
 
-def decode_session(value: bytes) -> tuple[int, dict[str, int]]:
+def decode_session(value: bytes) -> tuple[int, dict[str, int], str | None]:
+    """``(owner, subscriptions, user)``; user None: a record without the entry (format 1).
+    Raises ValueError for an entry that does not fit the record."""
     owner = int.from_bytes(value[:_Q], "big")
     subs: dict[str, int] = {}
+    user: str | None = None
     off = _Q
+    if value[off : off + 2] == b"\0\0":
+        end = off + 4 + int.from_bytes(value[off + 2 : off + 4], "big")
+        if len(value) < off + 4 or end > len(value):
+            raise ValueError("user entry longer than the session record")
+        user = value[off + 4 : end].decode("utf-8")
+        off = end
     while off < len(value):
         end = off + 2 + int.from_bytes(value[off : off + 2], "big")
+        if end >= len(value):
+            raise ValueError("subscription entry longer than the session record")
         subs[value[off + 2 : end].decode("utf-8")] = value[end]
         off = end + 1
-    return owner, subs
+    return owner, subs, user
 
 
 # ------------------------------------------------------------------ recovery checks
@@ -138,12 +162,12 @@ def _check_topic(topic: str) -> str:
     return topic
 
 
-def check_session(key: bytes, value: bytes) -> tuple[str, int, dict[str, int]]:
-    """``(client id, owner, subscriptions)`` of a session record, validated."""
+def check_session(key: bytes, value: bytes) -> tuple[str, int, dict[str, int], str | None]:
+    """``(client id, owner, subscriptions, user)`` of a session record, validated."""
     client_id = bytes(key[1:]).decode("utf-8")
     if len(value) < _Q:
         raise ValueError("session record shorter than its owner id")
-    owner, subs = decode_session(value)
+    owner, subs, user = decode_session(value)
     if owner <= 0:
         raise ValueError(f"owner {owner}")
     for flt, qos in subs.items():
@@ -151,7 +175,7 @@ def check_session(key: bytes, value: bytes) -> tuple[str, int, dict[str, int]]:
         problem = topic_filter_problem(flt)
         if problem:
             raise ValueError(f"subscription {flt!r}: {problem}")
-    return client_id, owner, subs
+    return client_id, owner, subs, user
 
 
 def check_msg(key: bytes, value: bytes) -> tuple[int, int, bool, str, bytes]:
@@ -219,6 +243,7 @@ class RecoveredSession:
     client_id: str
     owner: int
     subs: dict[str, int]
+    user: str | None = None  # "" anonymous; None: not recorded (a format-1 record)
     # (seq, qos, retain, topic, payload) in seq order, at most the queue bound
     messages: list[tuple[int, int, bool, str, bytes]] = field(default_factory=list)
     rel: list[int] = field(default_factory=list)  # seqs awaiting PUBCOMP
@@ -239,12 +264,12 @@ def load_sessions(store: RawStore, queue_limit: int | None) -> list[RecoveredSes
     bad_session = False
     for key, value in store.iter_raw(CF, SESSION):
         try:
-            client_id, owner, subs = check_session(key, value)
+            client_id, owner, subs, user = check_session(key, value)
         except ValueError as exc:  # UnicodeDecodeError is a ValueError
             _quarantine(store, key, value, "session", exc)
             bad_session = True
             continue
-        rs = RecoveredSession(client_id, owner, subs)
+        rs = RecoveredSession(client_id, owner, subs, user)
         ob = owner_bytes(owner)
         kept: deque[tuple[bytes, bytes]] = deque(maxlen=queue_limit)
         total = 0
@@ -286,7 +311,7 @@ def session_summaries(store: RawStore) -> Iterator[tuple[str, dict[str, int], in
     session, counting keys without decoding payloads (offline listings)."""
     for key, value in store.iter_raw(CF, SESSION):
         try:
-            client_id, owner, subs = check_session(key, value)
+            client_id, owner, subs, _user = check_session(key, value)
         except ValueError as exc:
             _quarantine(store, key, value, "session", exc)
             continue
@@ -322,8 +347,11 @@ def _payload_fields(payload: bytes) -> dict[str, Any]:
 def view_documents(store: RawStore) -> Iterator[dict[str, Any]]:
     """Every MQTT record on disk in document shape (the ``_mqtt`` view)."""
     for rs in load_sessions(store, None):  # no bound: stages nothing
-        yield {"_kind": "session", "client": rs.client_id, "owner": rs.owner,
-               "subscriptions": len(rs.subs), "queued": len(rs.messages)}  # fmt: skip
+        doc: dict[str, Any] = {"_kind": "session", "client": rs.client_id, "owner": rs.owner,
+                               "subscriptions": len(rs.subs), "queued": len(rs.messages)}
+        if rs.user is not None:  # a format-1 record does not know its user
+            doc["user"] = rs.user or None  # anonymous: null
+        yield doc
         for flt, qos in rs.subs.items():
             yield {"_kind": "sub", "client": rs.client_id, "filter": flt, "qos": qos}
         for seq, qos, retain, topic, payload in rs.messages:

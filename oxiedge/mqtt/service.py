@@ -14,6 +14,7 @@ from typing import Any
 
 import trio
 
+from oxiedge.access.grants import Grants
 from oxiedge.app import App
 from oxiedge.mqtt.broker import Broker, IngestStep, PublishHook
 from oxiedge.mqtt.codec import topic_cache_bytes
@@ -57,6 +58,8 @@ class MqttService:
         perms = app.permissions  # deliveries follow the read rules from the first change on
         self.broker.acl_active = perms.active
         perms.on_change.append(lambda: self.broker.acl_changed(perms.active))
+        # A session recovered at start-up reads with its recorded user's rules at once.
+        self.broker.reader_for = lambda user, client_id: Grants(perms, user, client_id)
         self._lines: list[str] = []
         register_views(app.store)
 

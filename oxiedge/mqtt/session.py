@@ -228,6 +228,7 @@ class Session:
         "stats",
         "store",
         "subs",
+        "user",
     )
 
     def __init__(
@@ -261,6 +262,10 @@ class Session:
         # What the connected client may read (``access.Grants``), kept while offline; None
         # for a session recovered at start-up until its client connects again.
         self.acl: Reader | None = None
+        # The user whose client owns the session ("" anonymous; None unknown: a session
+        # recovered from a record written before the user was kept). Kept in the session
+        # record, so a recovered session reads with its user's rules before it reconnects.
+        self.user: str | None = None
 
     # ------------------------------------------------------------------ outbound
     def deliver(self, msg: Message, qos: int, retain: bool, hold: Hold | None = None) -> bool:
@@ -434,12 +439,12 @@ class Session:
 
     # ------------------------------------------------------------------- records
     def stage_record(self) -> None:
-        """Stage the session record (owner + subscriptions) of a durable session."""
+        """Stage the session record (owner, user, subscriptions) of a durable session."""
         if self.store is not None:
             self.store.stage_put(
                 CF,
                 persist.session_key(self.client_id),
-                persist.encode_session(self.owner, self.subs),
+                persist.encode_session(self.owner, self.subs, self.user),
             )
 
     def stage_delete(self) -> None:

@@ -3,10 +3,12 @@
 The version is the ``meta`` key ``v`` (4 bytes BE). Data dirs written before it existed
 have no such key: format 0, whose layout is format 1's without the marker and without the
 ``quarantine`` column family, so the migration 0 -> 1 creates the family (the open does) and
-writes the marker. A version above ``FORMAT_VERSION`` was written by a newer oxiedge whose
-records this one may misread: the open fails with ``StoreFormatError`` (``serve`` exits 2
-naming both versions) and nothing is written. A marker that is itself unreadable is
-quarantined and treated as format 0 (every record is still checked as it is decoded).
+writes the marker. Format 2 adds the user entry of MQTT session records; 1 -> 2 converts
+nothing (a record without it still decodes). A version above ``FORMAT_VERSION`` was
+written by a newer oxiedge whose records this one may misread: the open fails with
+``StoreFormatError`` (``serve`` exits 2 naming both versions) and nothing is written. A
+marker that is itself unreadable is quarantined and treated as format 0 (every record is
+still checked as it is decoded).
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from collections.abc import Callable
 from . import quarantine
 from .raw import QuarantineState
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: MQTT session records carry their user
 KEY = b"v"
 _U32 = struct.Struct(">I")
 
@@ -30,8 +32,15 @@ def _0_to_1(store: QuarantineState) -> None:
     """Nothing to convert: the open created the ``quarantine`` family."""
 
 
+def _1_to_2(store: QuarantineState) -> None:
+    """Nothing to convert: a format-1 MQTT session record (no user entry) still decodes
+    (``mqtt/persist.py``: its user is unknown until its client reconnects). The marker moves
+    so that an older oxiedge refuses a data dir whose session records carry the entry,
+    instead of quarantining every such session as undecodable."""
+
+
 #: from-version -> the step to from-version + 1 (staged; committed with the marker)
-MIGRATIONS: dict[int, Callable[[QuarantineState], None]] = {0: _0_to_1}
+MIGRATIONS: dict[int, Callable[[QuarantineState], None]] = {0: _0_to_1, 1: _1_to_2}
 
 
 def read_version(store: QuarantineState) -> int:

@@ -19,8 +19,8 @@ import typer
 
 from ..admin.client import ServerNotRunning, call
 from ..admin.protocol import AdminError
-from ..cli import DataOpt, JsonOpt, PwFileOpt, _config, _fail, _print_line, _print_rows, app
-from ..cli import user_app as _user_app
+from ..cli.base import DataOpt, JsonOpt, PwFileOpt, _config, _fail, _print_line, _print_rows, app
+from ..cli.base import user_app as _user_app
 from .edit import apply
 from .rules import ACL_ACCESS, DEFAULTS, PermissionError_, check_acl_topic, compile_regex, editing
 from .rules import path_for as _path_for

@@ -28,7 +28,7 @@ from oxiedge.amqp.codec import (
     Heartbeat,
     encode_content,
 )
-from oxiedge.amqp.constants import ACCESS_REFUSED
+from oxiedge.amqp.constants import ACCESS_REFUSED, PRECONDITION_FAILED
 from oxiedge.amqp.errors import AmqpError
 
 #: Largest frame we accept and propose (RabbitMQ's default); the server may lower it.
@@ -210,3 +210,36 @@ class ConfirmTracker:
                 break
             done.append(t)
         return [self._seqs.pop(t) for t in done]
+
+
+def returned_seq(properties: bytes | None, device_id: str, link_name: str) -> int | None:
+    """The outbox seq in a returned message's ``message-id`` (``DEVICE/UPLINK/SEQ``), if it
+    is one of this uplink's."""
+    if not properties:
+        return None
+    try:
+        props, _ = spec.BasicProperties.decode(properties)
+    except Exception:  # malformed properties from the upstream: not ours to trust
+        return None
+    mid = props.message_id
+    if isinstance(mid, bytes):
+        mid = mid.decode("utf-8", "replace")
+    if not isinstance(mid, str):
+        return None
+    head, _, tail = mid.rpartition("/")
+    if head != f"{device_id}/{link_name}" or not tail.isdigit():
+        return None
+    return int(tail)
+
+
+_BASIC_PUBLISH = (spec.BasicPublish.CLASS_ID, spec.BasicPublish.METHOD_ID)
+#: Channel-close codes after a publish that refuse that message (or its routing key) for
+#: good: 403 no write permission, 406 over the node's max_message_size. Others (404: the
+#: exchange is gone, ...) are about the upstream, not the message: reconnect and resend.
+_REFUSES_MESSAGE = (ACCESS_REFUSED, PRECONDITION_FAILED)
+
+
+def refuses_message(close: spec.ChannelClose) -> bool:
+    """Whether the upstream's Channel.Close refuses the publish it answers, for good."""
+    return (close.class_id, close.method_id) == _BASIC_PUBLISH \
+        and close.reply_code in _REFUSES_MESSAGE

@@ -25,7 +25,8 @@ deliverer
 
 A failure anywhere ends all four and raises :class:`LinkError` with a one-line reason; the
 manager reconnects (possibly to another node) and resends what was not confirmed.
-Protocol details that need no I/O live in ``amqp_client.py``.
+Protocol details that need no I/O live in ``amqp_client.py``, opening the TCP/TLS stream
+in ``streams.py``.
 """
 
 from __future__ import annotations
@@ -41,7 +42,6 @@ import trio
 
 from oxiedge.amqp import spec
 from oxiedge.amqp.codec import HEARTBEAT_FRAME, PROTOCOL_HEADER, Command, encode_method
-from oxiedge.amqp.constants import ACCESS_REFUSED, PRECONDITION_FAILED
 from oxiedge.uplink.amqp_client import (
     CHANNEL,
     INBOUND_CHANNEL,
@@ -50,6 +50,8 @@ from oxiedge.uplink.amqp_client import (
     UpstreamFrames,
     close_reason,
     publish_bytes,
+    refuses_message,
+    returned_seq,
     start_ok,
     tune_ok,
 )
@@ -61,10 +63,10 @@ from oxiedge.uplink.link import (
     OutMessage,
     PublishRefused,
     local_topic,
-    tls_context,
     upstream_filter,
     upstream_name,
 )
+from oxiedge.uplink.streams import connect_tcp, oneline, start_tls
 
 log = logging.getLogger("oxiedge")
 
@@ -87,10 +89,10 @@ async def run_amqp_link(endpoint: Endpoint, options: LinkOptions, io: LinkIO) ->
     phase = "TCP connect"
     try:
         with trio.move_on_after(options.connect_timeout) as deadline:
-            stream = await _connect_tcp(endpoint)
+            stream = await connect_tcp(endpoint)
             if endpoint.tls:
                 phase = "TLS handshake"
-                stream = await _start_tls(stream, endpoint, options)
+                stream = await start_tls(stream, endpoint, options)
             phase = "AMQP handshake"
             link = _Link(endpoint, options, io, stream)
             detail = await link.handshake()
@@ -111,63 +113,6 @@ async def run_amqp_link(endpoint: Endpoint, options: LinkOptions, io: LinkIO) ->
             await trio.aclose_forcefully(stream)
 
 
-def returned_seq(properties: bytes | None, device_id: str, link_name: str) -> int | None:
-    """The outbox seq in a returned message's ``message-id`` (``DEVICE/UPLINK/SEQ``), if it
-    is one of this uplink's."""
-    if not properties:
-        return None
-    try:
-        props, _ = spec.BasicProperties.decode(properties)
-    except Exception:  # malformed properties from the upstream: not ours to trust
-        return None
-    mid = props.message_id
-    if isinstance(mid, bytes):
-        mid = mid.decode("utf-8", "replace")
-    if not isinstance(mid, str):
-        return None
-    head, _, tail = mid.rpartition("/")
-    if head != f"{device_id}/{link_name}" or not tail.isdigit():
-        return None
-    return int(tail)
-
-
-async def _connect_tcp(endpoint: Endpoint) -> trio.SocketStream:
-    try:
-        return await trio.open_tcp_stream(endpoint.host, endpoint.port)
-    except OSError as exc:
-        raise LinkError(f"{endpoint.redacted()}: cannot connect: {_oneline(exc)}") from None
-
-
-async def _start_tls(tcp: trio.abc.Stream, endpoint: Endpoint,
-                     options: LinkOptions) -> trio.SSLStream[trio.abc.Stream]:
-    """TLS over ``tcp`` with certificate and host name verification; the handshake is
-    completed here so a certificate error is reported as such. Closes ``tcp`` on failure."""
-    where = endpoint.redacted()
-    try:
-        ctx = tls_context(endpoint, options.ca_file)
-    except (OSError, ssl.SSLError) as exc:  # unreadable or invalid CA file
-        await trio.aclose_forcefully(tcp)
-        raise LinkError(f"{where}: TLS setup: {_oneline(exc)}") from None
-    tls = trio.SSLStream(tcp, ctx, server_hostname=endpoint.host)
-    try:
-        await tls.do_handshake()
-    except (trio.BrokenResourceError, OSError, ssl.SSLError) as exc:
-        await trio.aclose_forcefully(tls)
-        raise LinkError(f"{where}: TLS handshake failed: {_oneline(exc)}") from None
-    except BaseException:  # cancelled (timeout): the caller never sees this stream
-        await trio.aclose_forcefully(tls)
-        raise
-    return tls
-
-
-def _oneline(exc: BaseException) -> str:
-    """The most telling one-line text of a socket/TLS error (trio wraps the real cause)."""
-    while isinstance(exc, trio.BrokenResourceError) and exc.__cause__ is not None:
-        exc = exc.__cause__
-    text = str(exc) or type(exc).__name__
-    return " ".join(text.split())
-
-
 class _Closed(LinkError):
     """The upstream closed the TCP connection (EOF)."""
 
@@ -175,12 +120,6 @@ class _Closed(LinkError):
 class _InboundRefused(LinkError):
     """The upstream closed the inbound channel while it was being set up."""
 
-
-_BASIC_PUBLISH = (spec.BasicPublish.CLASS_ID, spec.BasicPublish.METHOD_ID)
-#: Channel-close codes after a publish that refuse that message (or its routing key) for
-#: good: 403 no write permission, 406 over the node's max_message_size. Others (404: the
-#: exchange is gone, ...) are about the upstream, not the message: reconnect and resend.
-_REFUSES_MESSAGE = (ACCESS_REFUSED, PRECONDITION_FAILED)
 
 #: Commands (``--in``) use their own channel: a refused queue declaration (permissions, an
 #: inequivalent queue type) closes only that channel, and forwarding goes on.
@@ -220,7 +159,7 @@ class _Link:
             except (trio.BrokenResourceError, trio.ClosedResourceError, OSError,
                     ssl.SSLError) as exc:
                 raise LinkError(f"{self.endpoint.redacted()}: send failed: "
-                                f"{_oneline(exc)}") from None
+                                f"{oneline(exc)}") from None
             self.broken = False
             self.last_sent = trio.current_time()
 
@@ -246,7 +185,7 @@ class _Link:
                 except (trio.BrokenResourceError, trio.ClosedResourceError, OSError,
                         ssl.SSLError) as exc:
                     raise LinkError(f"{self.endpoint.redacted()}: receive failed: "
-                                    f"{_oneline(exc)}") from None
+                                    f"{oneline(exc)}") from None
                 if not data:
                     raise _Closed("connection closed by upstream")
                 self.frames.feed(data)
@@ -280,8 +219,7 @@ class _Link:
             await self._try_send(encode_method(cmd.channel, spec.ChannelCloseOk()))
             if cmd.channel == INBOUND and not self.ready:
                 raise _InboundRefused(close_reason(m))
-            if cmd.channel == CHANNEL and (m.class_id, m.method_id) == _BASIC_PUBLISH \
-                    and m.reply_code in _REFUSES_MESSAGE:
+            if cmd.channel == CHANNEL and refuses_message(m):
                 raise PublishRefused(close_reason(m), self.confirms.pending(), m.reply_code)
             raise LinkError(close_reason(m))
         if isinstance(m, spec.ConnectionBlocked):

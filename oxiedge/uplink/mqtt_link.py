@@ -64,8 +64,6 @@ from __future__ import annotations
 
 import logging
 import math
-import os
-import ssl
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from typing import NoReturn
@@ -96,10 +94,10 @@ from .link import (
     LinkIO,
     LinkOptions,
     local_topic,
-    tls_context,
     upstream_filter,
     upstream_name,
 )
+from .streams import first_link_error, io_reason, open_stream
 
 log = logging.getLogger("oxiedge.uplink")
 
@@ -156,7 +154,7 @@ async def run_mqtt_link(endpoint: Endpoint, options: LinkOptions, io: LinkIO) ->
         with _as_link_error(where):
             try:
                 with trio.fail_after(options.connect_timeout):
-                    stream = await _open(endpoint, options)
+                    stream = await open_stream(endpoint, options)
                     link = _Link(stream, endpoint, options, io, phase)
                     detail = await link.handshake()
             except trio.TooSlowError:
@@ -171,25 +169,6 @@ async def run_mqtt_link(endpoint: Endpoint, options: LinkOptions, io: LinkIO) ->
         if stream is not None:
             await _close(stream, link if orderly else None)
     raise AssertionError("unreachable: _Link.run only ends by raising")  # pragma: no cover
-
-
-async def _open(endpoint: Endpoint, options: LinkOptions) -> trio.abc.Stream:
-    """TCP, or TLS with certificate and host name verification; the TLS handshake is done
-    here so its failure is reported as such."""
-    if not endpoint.tls:
-        return await trio.open_tcp_stream(endpoint.host, endpoint.port)
-    try:
-        ctx = tls_context(endpoint, options.ca_file)
-    except (OSError, ValueError) as exc:  # ssl.SSLError is an OSError
-        raise LinkError(f"{endpoint.redacted()}: cannot use CA file {options.ca_file!r}: "
-                        f"{_reason(exc)}") from None
-    tls = await trio.open_ssl_over_tcp_stream(endpoint.host, endpoint.port, ssl_context=ctx)
-    try:
-        await tls.do_handshake()
-    except BaseException:
-        await trio.aclose_forcefully(tls)
-        raise
-    return tls
 
 
 async def _close(stream: trio.abc.Stream, link: _Link | None) -> None:
@@ -217,47 +196,7 @@ def _as_link_error(where: str) -> Iterator[None]:
     except ProtocolError as exc:
         raise LinkError(f"malformed packet from upstream: {exc}") from None
     except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
-        raise LinkError(f"{where}: {_reason(exc)}") from None
-
-
-def _reason(exc: BaseException) -> str:
-    """A one-line reason for an I/O error (trio wraps TLS errors in BrokenResourceError;
-    a failed connect has one error per address tried as its cause)."""
-    cause = exc.__cause__
-    if isinstance(exc, trio.BrokenResourceError) and isinstance(cause, BaseException):
-        exc = cause
-    if isinstance(exc, ssl.SSLEOFError) or (isinstance(exc, ssl.SSLError)
-                                            and "EOF" in str(exc.reason)):
-        return "connection closed by upstream (without TLS close_notify)"
-    if isinstance(exc, ssl.SSLCertVerificationError):
-        return f"TLS certificate verification failed: {exc.verify_message}"
-    if isinstance(exc, ssl.SSLError):
-        return f"TLS error: {exc.reason or exc}"
-    if isinstance(exc, OSError):
-        group = exc.__cause__
-        if isinstance(group, BaseExceptionGroup) and group.exceptions:
-            # trio.open_tcp_stream: "all attempts to connect to H:P failed", one error per
-            # address as the cause; the first one's errno says why.
-            first = group.exceptions[0]
-            if isinstance(first, OSError) and first.errno:
-                return f"{os.strerror(first.errno).lower()} ({exc})"
-            return f"{exc} ({first})"
-        if exc.strerror:
-            return exc.strerror[0].lower() + exc.strerror[1:]
-    text = str(exc).strip().splitlines()
-    return text[0] if text else type(exc).__name__
-
-
-def _first_link_error(group: BaseExceptionGroup) -> LinkError | None:
-    """The first ``LinkError`` anywhere in a (nested) exception group."""
-    for exc in group.exceptions:
-        if isinstance(exc, LinkError):
-            return exc
-        if isinstance(exc, BaseExceptionGroup):
-            found = _first_link_error(exc)
-            if found is not None:
-                return found
-    return None
+        raise LinkError(f"{where}: {io_reason(exc)}") from None
 
 
 class _Link:
@@ -382,7 +321,7 @@ class _Link:
                     if self.keep_alive:
                         nursery.start_soon(self._guarded, self._watchdog)
         except BaseExceptionGroup as group:
-            found = _first_link_error(group)
+            found = first_link_error(group)
             if found is None:
                 raise
             raise found from None

@@ -3,15 +3,15 @@
 Theory of operation
 -------------------
 ``Uplink.run`` connects to the uplink's nodes in turn (``run_amqp_link`` /
-``run_mqtt_link``) and, after a failure, waits with exponential back-off and jitter. A
-``_Connection`` is the link's ``LinkIO``: ``take`` hands out committed outbox records in seq
-order while fewer than ``window`` are unconfirmed; ``confirmed`` stages the record's delete
-and kicks the committer; ``deliver`` publishes an inbound command locally through the
-manager. A new connection starts again from the oldest record, so what was in flight when a
-link died is sent again: duplicates upstream, at most one window (counted in ``resent``),
-never a loss. Deletes of confirmed records are committed in groups (half a window, or 50 ms
-after the first), not one synced round each, so a crash can add up to half a window of
-duplicates more.
+``run_mqtt_link``) and, after a failure, waits with exponential back-off and jitter. An
+``UplinkConnection`` (``connection.py``) is the link's ``LinkIO``: ``take`` hands out
+committed outbox records in seq order while fewer than ``window`` are unconfirmed;
+``confirmed`` stages the record's delete and kicks the committer; ``deliver`` publishes an
+inbound command locally through the manager. A new connection starts again from the oldest
+record, so what was in flight when a link died is sent again: duplicates upstream, at most
+one window (counted in ``resent``), never a loss. Deletes of confirmed records are
+committed in groups (half a window, or 50 ms after the first), not one synced round each,
+so a crash can add up to half a window of duplicates more.
 
 Nothing leaves the outbox that the upstream did not take:
 
@@ -38,7 +38,6 @@ publishing connection from reading until the upstream has drained the outbox bel
 
 from __future__ import annotations
 
-import math
 import random
 import time
 from collections.abc import Awaitable, Callable
@@ -48,6 +47,7 @@ import trio
 
 from ..amqp.constants import ACCESS_REFUSED
 from ..store import CommitError
+from .connection import UplinkConnection
 from .definitions import UplinkDef
 from .link import (
     Endpoint,
@@ -81,109 +81,6 @@ def _runner(protocol: str) -> LinkRunner:
         return run_amqp_link
     from .mqtt_link import run_mqtt_link
     return run_mqtt_link
-
-class _Connection:
-    """``LinkIO`` for one connection attempt of one uplink."""
-
-    def __init__(self, uplink: Uplink) -> None:
-        self.uplink = uplink
-        oldest = uplink.outbox.oldest()
-        self.next_seq = oldest if oldest is not None else uplink.outbox.next_seq
-        self.inflight: set[int] = set()
-        self.retrying: set[int] = set()  # in flight again after a Basic.Return
-        self.up_at: float | None = None
-
-    async def take(self, limit: int) -> list[OutMessage]:
-        u = self.uplink
-        while True:
-            window = 1 if u.probe_until is not None else u.definition.window
-            room = min(limit, window - len(self.inflight))
-            if room > 0 and u.retry_due():
-                retry = u.take_returned(room)
-                if retry:
-                    for m in retry:
-                        self.inflight.add(m.seq)
-                        self.retrying.add(m.seq)
-                    u.retried += len(retry)
-                    u.forwarded += len(retry)
-                    return retry
-            staged_end = u.outbox.next_seq
-            waiting = staged_end - self.next_seq  # at most this many to send
-            if room > 0 and waiting > 0 and (room >= u.batch_min or waiting <= room
-                                             or not self.inflight):
-                if u.durable_end < staged_end:
-                    # Only what is on disk here goes upstream.
-                    await u.app.store.commit()
-                    u.durable_end = max(u.durable_end, staged_end)
-                batch = list(u.outbox.read(self.next_seq, room, before=u.durable_end))
-                if batch:
-                    self.next_seq = batch[-1].seq + 1
-                    if u.refused:
-                        batch = u.without_refused(batch)
-                        if not batch:
-                            continue
-                    for m in batch:
-                        self.inflight.add(m.seq)
-                        if m.seq < u.sent_end:
-                            u.resent += 1
-                    u.sent_end = max(u.sent_end, self.next_seq)
-                    u.forwarded += len(batch)
-                    return batch
-                self.next_seq = u.durable_end  # the rest was confirmed or dropped meanwhile
-                continue
-            # Wake for new messages, a freed window, or (with room) the next retry round.
-            wake = math.inf
-            if room > 0 and u.outbox.returned and u.retry_at is not None:
-                wake = u.retry_at
-            with trio.move_on_at(wake):
-                await u.lot.park()
-
-    def confirmed(self, seq: int) -> None:
-        u = self.uplink
-        self.inflight.discard(seq)
-        if u.outbox.remove(seq):
-            u.confirmed += 1
-            u.deleted_unsynced += 1
-            if u.deleted_unsynced >= u.flush_every:
-                u.flush_deletes()
-            elif u.deleted_unsynced == 1:
-                u.manager.flush_soon.set()
-        if seq in self.retrying:
-            self.retrying.discard(seq)
-            u.retry_taken()
-        if u.probe_until is not None and seq >= u.probe_until:
-            u.probe_until = None  # past every message that was in flight at the refusal
-        u.after_removal()
-        self._window_freed()
-
-    def returned(self, seq: int, reason: str) -> None:
-        self.inflight.discard(seq)
-        self.retrying.discard(seq)
-        self.uplink.note_returned(seq, reason)
-        self._window_freed()
-
-    def park(self, seq: int, reason: str) -> None:
-        self.inflight.discard(seq)
-        self.retrying.discard(seq)
-        self.uplink.note_parked(seq, reason)
-        self._window_freed()
-
-    def _window_freed(self) -> None:
-        u = self.uplink
-        if len(self.inflight) <= u.definition.window - u.batch_min or not self.inflight:
-            u.lot.unpark_all()
-
-    async def deliver(self, topic: str, payload: bytes) -> None:
-        await self.uplink.manager.deliver(self.uplink, topic, payload)
-
-    def up(self, endpoint: Endpoint, detail: str = "") -> None:
-        u = self.uplink
-        self.up_at = time.monotonic()
-        u.state, u.node = "connected", endpoint.redacted()
-        u.connected_since = time.time()
-        u.app.log.info("uplink %s connected to %s%s", u.name, endpoint.redacted(),
-                       f" ({detail})" if detail else "")
-
 
 class Uplink:
     """One configured uplink: its outbox, its link task and its counters."""
@@ -260,7 +157,7 @@ class Uplink:
         self.rate = 0.0
         self._rate_last = (time.monotonic(), 0)
         self._alarm = False
-        self.conn: _Connection | None = None
+        self.conn: UplinkConnection | None = None
         # Confirmed deletes are committed in bounded groups, not one synced round each: a
         # crash re-sends at most the unsynced ones (< window / 2) plus one window in flight.
         self.deleted_unsynced = 0
@@ -463,7 +360,7 @@ class Uplink:
             endpoint = self.endpoints[index % len(self.endpoints)]
             index += 1
             self.state, self.node = "connecting", endpoint.redacted()
-            conn = self.conn = _Connection(self)
+            conn = self.conn = UplinkConnection(self)
             try:
                 await _runner(self.protocol)(endpoint, self.options, conn)
                 reason = "link ended"

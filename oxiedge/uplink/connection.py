@@ -1,0 +1,126 @@
+"""The ``LinkIO`` of one connection attempt of one uplink: its in-flight window over the
+outbox (``uplink.py`` explains the whole).
+
+``take`` hands out committed outbox records in seq order (first the returned ones of a
+due retry round) while fewer than the window are unconfirmed, committing the outbox first
+when the records to send were only staged: only what is on disk here goes upstream.
+``confirmed`` / ``returned`` / ``park`` settle one in-flight record and wake a waiting
+``take`` once the window has room for a batch; ``deliver`` hands an inbound command to the
+manager; ``up`` records the connection. A new attempt starts again from the oldest record.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import TYPE_CHECKING
+
+import trio
+
+from .link import Endpoint, OutMessage
+
+if TYPE_CHECKING:
+    from .uplink import Uplink
+
+
+class UplinkConnection:
+    """``LinkIO`` for one connection attempt of one uplink."""
+
+    def __init__(self, uplink: Uplink) -> None:
+        self.uplink = uplink
+        oldest = uplink.outbox.oldest()
+        self.next_seq = oldest if oldest is not None else uplink.outbox.next_seq
+        self.inflight: set[int] = set()
+        self.retrying: set[int] = set()  # in flight again after a Basic.Return
+        self.up_at: float | None = None
+
+    async def take(self, limit: int) -> list[OutMessage]:
+        u = self.uplink
+        while True:
+            window = 1 if u.probe_until is not None else u.definition.window
+            room = min(limit, window - len(self.inflight))
+            if room > 0 and u.retry_due():
+                retry = u.take_returned(room)
+                if retry:
+                    for m in retry:
+                        self.inflight.add(m.seq)
+                        self.retrying.add(m.seq)
+                    u.retried += len(retry)
+                    u.forwarded += len(retry)
+                    return retry
+            staged_end = u.outbox.next_seq
+            waiting = staged_end - self.next_seq  # at most this many to send
+            if room > 0 and waiting > 0 and (room >= u.batch_min or waiting <= room
+                                             or not self.inflight):
+                if u.durable_end < staged_end:
+                    # Only what is on disk here goes upstream.
+                    await u.app.store.commit()
+                    u.durable_end = max(u.durable_end, staged_end)
+                batch = list(u.outbox.read(self.next_seq, room, before=u.durable_end))
+                if batch:
+                    self.next_seq = batch[-1].seq + 1
+                    if u.refused:
+                        batch = u.without_refused(batch)
+                        if not batch:
+                            continue
+                    for m in batch:
+                        self.inflight.add(m.seq)
+                        if m.seq < u.sent_end:
+                            u.resent += 1
+                    u.sent_end = max(u.sent_end, self.next_seq)
+                    u.forwarded += len(batch)
+                    return batch
+                self.next_seq = u.durable_end  # the rest was confirmed or dropped meanwhile
+                continue
+            # Wake for new messages, a freed window, or (with room) the next retry round.
+            wake = math.inf
+            if room > 0 and u.outbox.returned and u.retry_at is not None:
+                wake = u.retry_at
+            with trio.move_on_at(wake):
+                await u.lot.park()
+
+    def confirmed(self, seq: int) -> None:
+        u = self.uplink
+        self.inflight.discard(seq)
+        if u.outbox.remove(seq):
+            u.confirmed += 1
+            u.deleted_unsynced += 1
+            if u.deleted_unsynced >= u.flush_every:
+                u.flush_deletes()
+            elif u.deleted_unsynced == 1:
+                u.manager.flush_soon.set()
+        if seq in self.retrying:
+            self.retrying.discard(seq)
+            u.retry_taken()
+        if u.probe_until is not None and seq >= u.probe_until:
+            u.probe_until = None  # past every message that was in flight at the refusal
+        u.after_removal()
+        self._window_freed()
+
+    def returned(self, seq: int, reason: str) -> None:
+        self.inflight.discard(seq)
+        self.retrying.discard(seq)
+        self.uplink.note_returned(seq, reason)
+        self._window_freed()
+
+    def park(self, seq: int, reason: str) -> None:
+        self.inflight.discard(seq)
+        self.retrying.discard(seq)
+        self.uplink.note_parked(seq, reason)
+        self._window_freed()
+
+    def _window_freed(self) -> None:
+        u = self.uplink
+        if len(self.inflight) <= u.definition.window - u.batch_min or not self.inflight:
+            u.lot.unpark_all()
+
+    async def deliver(self, topic: str, payload: bytes) -> None:
+        await self.uplink.manager.deliver(self.uplink, topic, payload)
+
+    def up(self, endpoint: Endpoint, detail: str = "") -> None:
+        u = self.uplink
+        self.up_at = time.monotonic()
+        u.state, u.node = "connected", endpoint.redacted()
+        u.connected_since = time.time()
+        u.app.log.info("uplink %s connected to %s%s", u.name, endpoint.redacted(),
+                       f" ({detail})" if detail else "")

@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from oxiedge.mqtt import persist
+from oxiedge.mqtt.packets import SUBACK_FAILURE
 from oxiedge.mqtt.persist import CF, RawStore
 from oxiedge.mqtt.replay import RetainedReplay
 from oxiedge.mqtt.retain import Retained, RetainedStore
@@ -276,19 +277,19 @@ class Broker:
             old = subs.get(flt)
             if old is None and len(subs) >= limits.max_subscriptions:
                 stats.subscriptions_refused += 1
-                codes.append(0x80)  # 3.9.3: failure
+                codes.append(SUBACK_FAILURE)  # 3.9.3: failure
                 continue
             ok = verdict.get(flt)
             if ok is None:
                 ok = verdict[flt] = self.filter_problem(flt) is None
             if not ok:
-                codes.append(0x80)
+                codes.append(SUBACK_FAILURE)
                 continue
             if old is None:
                 levels = filter_levels(flt)
                 if router.levels + levels > limits.max_subscription_levels:
                     stats.subscriptions_refused += 1  # the subscription trie is full
-                    codes.append(0x80)
+                    codes.append(SUBACK_FAILURE)
                     continue
                 router.levels += levels
             if old != qos:

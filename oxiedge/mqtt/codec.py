@@ -27,6 +27,7 @@ from oxiedge.mqtt.packets import (
     Connect,
     Disconnect,
     Packet,
+    PacketType,
     Pingreq,
     Pingresp,
     Puback,
@@ -39,6 +40,7 @@ from oxiedge.mqtt.packets import (
     Unsuback,
     Unsubscribe,
     Will,
+    first_byte,
 )
 from oxiedge.mqtt.topics import DEFAULT_MAX_TOPIC_LENGTH, DEFAULT_MAX_TOPIC_LEVELS
 
@@ -474,6 +476,13 @@ class Decoder:
 
 # --------------------------------------------------------------------------- encoding
 
+#: The fixed header's first byte of every packet type but PUBLISH (whose flags vary).
+_FIRST = {t: first_byte(t) for t in PacketType}
+_PUBLISH_FIRST = first_byte(PacketType.PUBLISH, 0)
+PINGREQ_BYTES = bytes((_FIRST[PacketType.PINGREQ], 0))
+PINGRESP_BYTES = bytes((_FIRST[PacketType.PINGRESP], 0))
+DISCONNECT_BYTES = bytes((_FIRST[PacketType.DISCONNECT], 0))
+
 
 def _remaining_length(n: int) -> bytes:
     if n < 128:
@@ -515,7 +524,7 @@ def encode_publish(
     packet_id: int | None = None,
 ) -> bytes:
     """Encode PUBLISH from an already UTF-8 encoded topic (the delivery hot path)."""
-    first = 0x30 | (qos << 1) | (8 if dup else 0) | (1 if retain else 0)
+    first = _PUBLISH_FIRST | (qos << 1) | (8 if dup else 0) | (1 if retain else 0)
     tl = len(topic)
     if qos:
         if not packet_id:
@@ -542,24 +551,38 @@ def _enc_connect(p: Connect) -> bytes:
     head = _enc_string(p.protocol_name) + bytes(
         (p.protocol_level, flags, p.keep_alive >> 8, p.keep_alive & 0xFF)
     )
-    return _frame(0x10, head + tail)
+    return _frame(_FIRST[PacketType.CONNECT], head + tail)
 
 
 def _enc_subscribe(p: Subscribe) -> bytes:
     body = p.packet_id.to_bytes(2, "big") + b"".join(
         _enc_string(t) + bytes((q,)) for t, q in p.topics
     )
-    return _frame(0x82, body)
+    return _frame(_FIRST[PacketType.SUBSCRIBE], body)
 
 
 def _enc_unsubscribe(p: Unsubscribe) -> bytes:
     body = p.packet_id.to_bytes(2, "big") + b"".join(_enc_string(t) for t in p.topics)
-    return _frame(0xA2, body)
+    return _frame(_FIRST[PacketType.UNSUBSCRIBE], body)
 
 
-def _enc_id(first: int) -> Callable[[Any], bytes]:
-    head = bytes((first, 2))
-    return lambda p: head + p.packet_id.to_bytes(2, "big")
+def _id_packet(ptype: PacketType) -> Callable[[int], bytes]:
+    """The encoder of a packet that carries only a packet id (PUBACK ... UNSUBACK)."""
+    first = _FIRST[ptype]
+    return lambda packet_id: bytes((first, 2, packet_id >> 8, packet_id & 0xFF))
+
+
+#: The id-only acknowledgements, by packet id (the protocol's hot path: no packet object).
+encode_puback = _id_packet(PacketType.PUBACK)
+encode_pubrec = _id_packet(PacketType.PUBREC)
+encode_pubrel = _id_packet(PacketType.PUBREL)
+encode_pubcomp = _id_packet(PacketType.PUBCOMP)
+encode_unsuback = _id_packet(PacketType.UNSUBACK)
+
+
+def _enc_id(ptype: PacketType) -> Callable[[Any], bytes]:
+    enc = _id_packet(ptype)
+    return lambda p: enc(p.packet_id)
 
 
 def _enc_const(raw: bytes) -> Callable[[Any], bytes]:
@@ -567,7 +590,7 @@ def _enc_const(raw: bytes) -> Callable[[Any], bytes]:
 
 
 def _enc_connack(p: Connack) -> bytes:
-    return bytes((0x20, 2, 1 if p.session_present else 0, p.return_code))
+    return bytes((_FIRST[PacketType.CONNACK], 2, 1 if p.session_present else 0, p.return_code))
 
 
 def _enc_publish(p: Publish) -> bytes:
@@ -575,24 +598,24 @@ def _enc_publish(p: Publish) -> bytes:
 
 
 def _enc_suback(p: Suback) -> bytes:
-    return _frame(0x90, p.packet_id.to_bytes(2, "big") + bytes(p.return_codes))
+    return _frame(_FIRST[PacketType.SUBACK], p.packet_id.to_bytes(2, "big") + bytes(p.return_codes))
 
 
 _ENCODERS: dict[type, Callable[[Any], bytes]] = {
     Connect: _enc_connect,
     Connack: _enc_connack,
     Publish: _enc_publish,
-    Puback: _enc_id(0x40),
-    Pubrec: _enc_id(0x50),
-    Pubrel: _enc_id(0x62),  # MQTT-3.6.1-1: flags 0010
-    Pubcomp: _enc_id(0x70),
+    Puback: _enc_id(PacketType.PUBACK),
+    Pubrec: _enc_id(PacketType.PUBREC),
+    Pubrel: _enc_id(PacketType.PUBREL),
+    Pubcomp: _enc_id(PacketType.PUBCOMP),
     Subscribe: _enc_subscribe,
     Suback: _enc_suback,
     Unsubscribe: _enc_unsubscribe,
-    Unsuback: _enc_id(0xB0),
-    Pingreq: _enc_const(b"\xc0\x00"),
-    Pingresp: _enc_const(b"\xd0\x00"),
-    Disconnect: _enc_const(b"\xe0\x00"),
+    Unsuback: _enc_id(PacketType.UNSUBACK),
+    Pingreq: _enc_const(PINGREQ_BYTES),
+    Pingresp: _enc_const(PINGRESP_BYTES),
+    Disconnect: _enc_const(DISCONNECT_BYTES),
 }
 
 

@@ -30,6 +30,17 @@ class PacketType(IntEnum):
     DISCONNECT = 14
 
 
+#: Flags of the fixed header that are reserved with a fixed value (2.2.2, MQTT-3.6.1-1,
+#: MQTT-3.8.1-1, MQTT-3.10.1-1): 0010 for PUBREL, SUBSCRIBE and UNSUBSCRIBE, else 0000.
+RESERVED_FLAGS = {PacketType.PUBREL: 0x2, PacketType.SUBSCRIBE: 0x2, PacketType.UNSUBSCRIBE: 0x2}
+
+
+def first_byte(ptype: PacketType, flags: int | None = None) -> int:
+    """The fixed header's first byte (2.2): the type and its flags (PUBLISH's flags are
+    DUP/QoS/RETAIN, given by the caller; the others' are the reserved ones)."""
+    return ptype << 4 | (RESERVED_FLAGS.get(ptype, 0) if flags is None else flags)
+
+
 class ConnackCode(IntEnum):
     """CONNACK return codes (3.2.2.3)."""
 

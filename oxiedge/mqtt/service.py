@@ -158,8 +158,7 @@ class MqttService:
         go_on, identity = await open_secured(self.tls, stream, "MQTT")
         if not go_on:
             return
-        conn = Connection(self, stream)
-        conn.tls_identity = identity
+        conn = Connection(self, stream, identity)
         try:
             await conn.serve()
         except Exception as exc:  # a bug in one connection must not end the server

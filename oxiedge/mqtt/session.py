@@ -29,7 +29,7 @@ from collections import deque
 from typing import TYPE_CHECKING, Protocol
 
 from oxiedge.mqtt import persist
-from oxiedge.mqtt.codec import encode_publish
+from oxiedge.mqtt.codec import encode_publish, encode_pubrel
 from oxiedge.mqtt.persist import CF, packet_id_of
 from oxiedge.mqtt.topics import DEFAULT_MAX_TOPIC_LENGTH, DEFAULT_MAX_TOPIC_LEVELS
 
@@ -373,7 +373,7 @@ class Session:
         items.sort(key=lambda t: t[0])
         for _seq, pid, p in items:
             if p is None:
-                conn.write(b"\x62\x02" + pid.to_bytes(2, "big"))
+                conn.write(encode_pubrel(pid))
             else:
                 m = p.msg
                 conn.write(encode_publish(m.topic_b, m.payload, p.qos, p.retain, True, pid))

@@ -1,0 +1,685 @@
+"""``MqttProtocol``: one MQTT 3.1.1 client connection, sans-IO (no trio, no socket).
+
+Bytes in (``receive_data``), actions out (``next_action``, see ``oxiedge.net.actions``);
+``oxiedge.net.loop.Transport`` performs them. The protocol is one generator
+(``_run``) that reads like the connection it is: wait for CONNECT, authenticate, open
+the session, then handle bursts. Wherever only the loop can go on (await a commit, run
+the login check in a thread, let other tasks run) it yields an action and resumes with
+the answer, so the order of everything stays the straight-line order of the code.
+
+Bursts: every complete packet of one read is handled; replies (PUBACK, PUBREC, SUBACK,
+...) collect in ``_replies``. At the end, if anything a reply depends on was staged, the
+protocol asks for ONE commit (``COMMIT``) and only then releases the replies, in order,
+and after them the deliveries the router held for that commit (QoS 2, ``router.py``).
+If the commit fails, no reply of the burst is sent and the connection closes: an ack
+always means "on disk". Staged work nobody waits for (a subscriber's PUBACK deleting
+its record) only asks for a ``KICK``. A reply that depends on state another connection
+may have staged in a round still open (a re-sent QoS 2 PUBLISH or PUBREL, a resumed
+session's CONNACK) awaits a commit too, with nothing of its own staged: a barrier. A
+burst that needs no commit has its replies go out at once (``NEED_DATA`` then
+``data_to_send()``: one write from the reading task).
+
+Deliveries (other connections' publishes, re-sends, retained replays) are written
+straight into the transport's buffer (``Session.conn`` is the ``Outlet``, the
+transport), never through this object: the fan-out path costs no extra call.
+
+Rules: the first packet must be CONNECT (MQTT-3.1.0-1), a second one is a violation
+(MQTT-3.1.0-2); keep-alive is 1.5x the client's value (MQTT-3.1.2-24); the will is
+published when the connection ends without DISCONNECT (MQTT-3.1.2-8, MQTT-3.14.4-3).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Generator, Iterator
+from typing import Any, Protocol
+
+from oxiedge.access.grants import Grants
+from oxiedge.access.rules import PermissionStore
+from oxiedge.mqtt.broker import Broker
+from oxiedge.mqtt.codec import (
+    PINGRESP_BYTES,
+    Decoder,
+    PacketTooLarge,
+    ProtocolError,
+    RawPublish,
+    TopicTooLong,
+    encode,
+    encode_puback,
+    encode_pubcomp,
+    encode_pubrec,
+    encode_pubrel,
+    encode_unsuback,
+)
+from oxiedge.mqtt.packets import (
+    SUBACK_FAILURE,
+    Connack,
+    ConnackCode,
+    Connect,
+    Disconnect,
+    PacketType,
+    Pingreq,
+    Puback,
+    Pubcomp,
+    Pubrec,
+    Pubrel,
+    Suback,
+    Subscribe,
+    Unsubscribe,
+    Will,
+    first_byte,
+)
+from oxiedge.mqtt.session import Session
+from oxiedge.mqtt.topics import topic_limit_problem
+from oxiedge.net.actions import (
+    BLOCKED,
+    CHECKPOINT,
+    COMMIT,
+    KICK,
+    NEED_DATA,
+    SEND,
+    Authenticate,
+    Close,
+)
+
+#: Packets one burst handles between two checkpoints.
+BURST_SLICE = 512
+#: A SUBSCRIBE / UNSUBSCRIBE with more filters than this is applied in steps of at most
+#: ``STEP_LEVELS`` filter levels, with a checkpoint in between.
+STEP_FILTERS = 64
+STEP_LEVELS = 2000
+_STEPPED = (Subscribe, Unsubscribe)
+_CONNECT_FIRST = first_byte(PacketType.CONNECT)
+
+
+class Outlet(Protocol):
+    """The transport as the protocol sees it (``oxiedge.net.loop.Transport``)."""
+
+    out_bytes: int
+    protocol: Any
+
+    def write(self, data: bytes) -> None: ...
+
+    def abort(self) -> None: ...
+
+
+class Alarms(Protocol):
+    """The resource alarms as the protocol sees them (``oxiedge.alarms``)."""
+
+    @property
+    def blocked(self) -> bool: ...
+
+
+class Log(Protocol):
+    def error(self, msg: str, *args: Any) -> None: ...
+
+
+def _steps(topics: list[tuple[str, int]]) -> Iterator[list[tuple[str, int]]]:
+    """``topics`` in consecutive slices of at most ``STEP_LEVELS`` levels each."""
+    start, levels = 0, 0
+    for i, (flt, _qos) in enumerate(topics):
+        levels += flt.count("/") + 1
+        if levels >= STEP_LEVELS:
+            yield topics[start : i + 1]
+            start, levels = i + 1, 0
+    if start < len(topics):
+        yield topics[start:]
+
+
+def _connack(code: int, present: bool = False) -> bytes:
+    return encode(Connack(code, present))
+
+
+class _Close(Exception):
+    """End the connection; ``abnormal`` means the will is published."""
+
+    def __init__(self, reason: str, abnormal: bool = True) -> None:
+        super().__init__(reason)
+        self.abnormal = abnormal
+
+
+class _Cancelled(BaseException):
+    """Thrown into the generator when the loop's commit was cancelled."""
+
+
+class MqttProtocol:
+    """One client connection's protocol state (see the module docstring)."""
+
+    def __init__(
+        self,
+        broker: Broker,
+        outlet: Outlet,
+        *,
+        max_packet_size: int,
+        max_connect_size: int,
+        connect_timeout: float,
+        perms: PermissionStore,
+        alarms: Alarms,
+        log: Log,
+        clock: Callable[[], float],
+        tls_identity: str | None = None,
+    ) -> None:
+        self.broker = broker
+        self.outlet = outlet
+        limits = broker.limits
+        self.limits = limits
+        self.max_packet_size = max_packet_size
+        # Before CONNECT is accepted only a small packet is buffered (--mqtt-max-connect-size):
+        # unauthenticated sockets cannot hold --mqtt-max-packet-size each.
+        self.decoder = Decoder(min(max_connect_size, max_packet_size),
+                               limits.max_topic_levels, limits.max_topic_length)  # fmt: skip
+        self.clock = clock
+        self.deadline = clock() + connect_timeout
+        self.session: Session | None = None
+        self.will: Will | None = None
+        self.client_id = ""
+        self.close_reason = ""
+        # The verified client certificate's name under --tls-identity-as-username (tls.py).
+        self.tls_identity = tls_identity
+        self.username: str | None = None  # once CONNECT is accepted
+        # Permissions (docs/permissions.md): ``_perms.active`` is False while no rule exists,
+        # so an unrestricted broker pays one attribute test per PUBLISH.
+        self._perms = perms
+        self.grants: Grants | None = None
+        self._alarms = alarms
+        self._log = log
+        self._replies: list[bytes] = []
+        self._ready = b""  # replies that may go now (``data_to_send``)
+        # (session, newly accepted filters): retained sends pending after the SUBACK
+        self._after_burst: list[tuple[Session, list[tuple[str, int]]]] = []
+        self._need_commit = False
+        self._kick = False
+        self._published = False  # publishers are held while a resource alarm is on
+        self._disconnected = False
+        self._abnormal = False
+        self._eof = False
+        self._timed_out = False
+        self._ok = False  # the answer to ``Authenticate``
+        self._commit_error: Exception | None = None
+        self._closed: Close | None = None
+        self._gen: Generator[object, None, None] = self._run()
+        broker.stats.connections += 1
+        broker.stats.connections_total += 1
+
+    # ------------------------------------------------------------ loop interface
+    def receive_data(self, data: bytes | bytearray) -> None:
+        if data:
+            self.decoder.feed(data)
+        else:
+            self._eof = True
+
+    def next_action(self) -> object:
+        closed = self._closed
+        if closed is not None:
+            return closed
+        return next(self._gen)
+
+    def data_to_send(self) -> bytes:
+        data, self._ready = self._ready, b""
+        return data
+
+    def commit_done(self, error: Exception | None) -> None:
+        self._commit_error = error
+
+    def commit_cancelled(self) -> None:
+        # Runs the generator's ``except``/``finally`` of the commit it was waiting for.
+        try:
+            self._gen.throw(_Cancelled())
+        except _Cancelled:
+            pass
+
+    def authenticated(self, ok: bool) -> None:
+        self._ok = ok
+
+    def unblocked(self) -> None:
+        pass
+
+    def timed_out(self) -> None:
+        self._timed_out = True
+
+    def connection_lost(self, reason: str) -> None:
+        self._abnormal = True
+        self.close_reason = self.close_reason or reason
+
+    def on_sent(self) -> bool:
+        s = self.session
+        if s is not None and s.conn is self.outlet:
+            if s.queue:
+                s.pump()
+            if s.replay is not None:
+                return self.broker.replay_step(s)
+        return False
+
+    def connection_closed(self) -> bool:
+        """Publish the will if the end was abnormal, release the session."""
+        broker = self.broker
+        broker.stats.connections -= 1
+        kick = False
+        s = self.session
+        ours = s is not None and s.conn is self.outlet
+        if s is not None and ours:
+            s.conn = None
+            s.replay = None  # owed retained messages end with the connection's SUBSCRIBEs
+        if self._abnormal and self.will is not None:
+            will, self.will = self.will, None
+            if self._perms.active and self.grants is not None \
+                    and not self.grants.may_publish(will.topic):
+                # A will obeys the publish rules at the moment it would go out.
+                self._perms.counters["mqtt_wills_denied"] += 1
+            else:
+                broker.stats.wills += 1
+                kick = broker.route(will.topic, will.payload, will.qos, will.retain)
+        if s is not None and ours and s.clean:
+            broker.discard_session(s)  # MQTT-3.1.2-6: ends with the connection
+        return kick
+
+    def take_over(self) -> None:
+        """Another CONNECT with our client id won (MQTT-3.1.4-2): end this connection.
+        Unsent deliveries stay with the session (in-flight ones are re-sent on the new
+        connection); none of them may still leave through this one."""
+        self._abnormal = True
+        self.close_reason = "session taken over"
+        self.outlet.abort()
+
+    # ----------------------------------------------------------------- the run
+    def _run(self) -> Generator[object, None, None]:
+        stats = self.broker.stats
+        try:
+            keep_alive = yield from self._handshake()
+            yield from self._serve(keep_alive)
+        except _Close as exc:
+            self._abnormal = exc.abnormal
+            self.close_reason = str(exc)
+        except ProtocolError as exc:
+            stats.protocol_errors += 1
+            if isinstance(exc, TopicTooLong):
+                stats.topics_refused += 1
+            self._abnormal = True
+            self.close_reason = f"protocol error: {exc}"
+        self._replies.clear()  # nothing of an unfinished burst is acknowledged
+        self._ready = b""
+        self._closed = Close(self.close_reason)
+        yield self._closed
+
+    def _read(self) -> Generator[object, None, None]:
+        """Wait for more input; raises ``_Close`` at the deadline or end of input."""
+        yield NEED_DATA
+        if self._timed_out:
+            self._timed_out = False
+            if self.session is None:
+                self.broker.stats.connect_timeouts += 1
+                raise _Close("no CONNECT in time", abnormal=False)
+            raise _Close(f"keep-alive timeout ({self._keep_alive}s x 1.5)")
+        if self._eof:
+            if self.session is None:
+                raise _Close("closed before CONNECT", abnormal=False)
+            raise _Close("connection closed without DISCONNECT")
+
+    def _commit(self) -> Generator[object, None, None]:
+        """Ask the loop for one commit; raises ``_Close`` if it failed."""
+        self._commit_error = None
+        yield COMMIT
+        exc = self._commit_error
+        if exc is not None:  # CommitError: nothing that waited for it may be acked
+            self.broker.stats.commit_errors += 1
+            self._log.error("MQTT: commit failed, closing %s: %s", self.client_id, exc)
+            raise _Close(f"commit failed: {exc}")
+
+    # ------------------------------------------------------------------- CONNECT
+    def _handshake(self) -> Generator[object, None, int]:
+        decoder = self.decoder
+        first = None
+        while first is None:
+            yield from self._read()
+            if decoder.first_byte != _CONNECT_FIRST:
+                # MQTT-3.1.0-1: no need to wait for the body of a non-CONNECT.
+                raise ProtocolError("first packet is not CONNECT (MQTT-3.1.0-1)")
+            try:
+                first = decoder.next_packet()
+            except PacketTooLarge:
+                self.broker.stats.connect_too_large += 1
+                raise
+        if not isinstance(first, Connect):
+            raise ProtocolError("first packet is not CONNECT (MQTT-3.1.0-1)")
+        self.deadline = math.inf  # a slow login or disk is not the client's delay
+        keep_alive = yield from self._connect(first)
+        decoder.max_packet_size = self.max_packet_size  # authenticated now
+        decoder.mqtt31 = first.protocol_level == 3
+        return keep_alive
+
+    def _connect(self, pkt: Connect) -> Generator[object, None, int]:
+        broker, write = self.broker, self.outlet.write
+        if (pkt.protocol_name, pkt.protocol_level) not in (("MQTT", 4), ("MQIsdp", 3)):
+            write(_connack(ConnackCode.UNACCEPTABLE_PROTOCOL_VERSION))  # MQTT-3.1.2-2
+            raise _Close(f"unsupported protocol level {pkt.protocol_level}", abnormal=False)
+        client_id = pkt.client_id
+        if not client_id:
+            if not pkt.clean_session:
+                write(_connack(ConnackCode.IDENTIFIER_REJECTED))  # MQTT-3.1.3-8
+                raise _Close("empty client id with clean_session=0", abnormal=False)
+            client_id = broker.assign_client_id()  # MQTT-3.1.3-6
+        self.client_id = client_id
+        will = pkt.will
+        if will is not None:
+            lim = self.limits
+            if topic_limit_problem(will.topic, lim.max_topic_levels, lim.max_topic_length):
+                raise TopicTooLong("will topic over --mqtt-max-topic-levels/-length")
+        if self.tls_identity is not None:
+            # --tls-identity-as-username (Mosquitto's use_identity_as_username): the verified
+            # certificate is the credential and its name the user; CONNECT's are ignored.
+            self.username = self.tls_identity
+        else:
+            self._ok = False
+            yield Authenticate(pkt.username, pkt.password)  # off the event loop
+            if not self._ok:
+                broker.stats.auth_failures += 1
+                # 3.2.2.3: 4 = bad user name or password, 5 = not authorized (none given).
+                write(_connack(ConnackCode.BAD_USERNAME_OR_PASSWORD if pkt.username is not None
+                               else ConnackCode.NOT_AUTHORIZED))  # fmt: skip
+                raise _Close("authentication failed", abnormal=False)
+            self.username = pkt.username
+        self.grants = Grants(self._perms, self.username, client_id)
+        if not broker.session_room(client_id):
+            broker.stats.sessions_refused += 1
+            write(_connack(ConnackCode.SERVER_UNAVAILABLE))  # 3.2.2.3
+            raise _Close(f"--mqtt-max-sessions ({self.limits.max_sessions}) reached",
+                         abnormal=False)  # fmt: skip
+        old = broker.sessions.get(client_id)
+        if old is not None and old.conn is not None:
+            conn = old.conn
+            old.conn = None  # from here on the old connection delivers nothing
+            old.replay = None
+            broker.stats.takeovers += 1
+            other = getattr(conn, "protocol", None)
+            if isinstance(other, MqttProtocol):
+                if not old.clean and not pkt.clean_session and other.will is not None:
+                    # A persistent session taken over by a persistent one continues: its
+                    # will is not published (Mosquitto 2; MQTT 5 does the same).
+                    other.will = None
+                    broker.stats.wills_skipped += 1
+                other.take_over()
+        s, present, staged = broker.open_session(client_id, pkt.clean_session,
+                                                 self.username or "")
+        # CONNACK waits for a commit when it depends on one: the session record (new, or
+        # a clean session replacing a durable one) exists before CONNACK; a resumed
+        # durable session may have state that an earlier connection staged in a round
+        # still open (QoS 2 packet ids, PUBREL obligations that ``resend`` sends below).
+        if staged or (present and s.store is not None):
+            broker.connecting[client_id] = self
+            try:
+                yield from self._commit()
+            finally:
+                newest = broker.connecting.get(client_id) is self
+                if newest:
+                    del broker.connecting[client_id]
+            if not newest or broker.sessions.get(client_id) is not s or s.conn is not None:
+                raise _Close("session taken over during CONNECT")
+        self.session = s
+        self.will = pkt.will
+        # MQTT 3.1 (level 3) has no session-present flag: that byte is reserved there.
+        write(_connack(ConnackCode.ACCEPTED, present and pkt.protocol_level == 4))
+        s.conn = self.outlet
+        broker.set_acl(s, self.grants)
+        if self._perms.active and (s.queue or s.inflight):
+            unreadable = broker.drop_unreadable(s)
+            if unreadable:
+                self._perms.counters["mqtt_queued_dropped"] += unreadable
+                yield KICK
+        s.resend()
+        return pkt.keep_alive
+
+    # -------------------------------------------------------------------- bursts
+    def _serve(self, keep_alive: int) -> Generator[object, None, None]:
+        self._keep_alive = keep_alive
+        # MQTT-3.1.2-24: 1.5x the keep-alive without any packet closes the connection.
+        window = keep_alive * 1.5 if keep_alive else math.inf
+        handlers = self._handlers()
+        next_item, on_publish = self.decoder.next_item, self._on_publish
+        alarms, clock = self._alarms, self.clock
+        while True:
+            budget = BURST_SLICE
+            while (item := next_item()) is not None:
+                budget -= 1
+                if not budget:
+                    # A 64 KiB read can hold ~9,000 tiny packets: let the other
+                    # connections run every so often (the burst goes on afterwards).
+                    budget = BURST_SLICE
+                    yield CHECKPOINT
+                if type(item) is tuple:
+                    on_publish(item)  # the hot path: no packet object, no lookup
+                    continue
+                if isinstance(item, _STEPPED) and len(item.topics) > STEP_FILTERS:
+                    yield from self._in_steps(item)  # a big (UN)SUBSCRIBE: others run
+                    continue
+                handler = handlers.get(type(item))
+                if handler is None:
+                    raise ProtocolError(f"unexpected {type(item).__name__} from a client")
+                if handler(item):
+                    break  # DISCONNECT: nothing after it is processed
+            # A slow disk is not the client's silence: no keep-alive during the commit.
+            self.deadline = math.inf
+            yield from self._end_burst()
+            if self._disconnected:
+                if self._ready:
+                    yield SEND  # the burst before DISCONNECT is answered in full
+                raise _Close("client sent DISCONNECT", abnormal=False)
+            self.deadline = clock() + window
+            yield from self._read()
+            if self._published and alarms.blocked:
+                # Memory or disk alarm: hold a publisher's input unprocessed (and so its
+                # socket unread: TCP back-pressure) while subscribers keep draining. A
+                # held client is not silent by choice, so no keep-alive meanwhile.
+                self.deadline = math.inf
+                self.broker.stats.blocked += 1
+                yield BLOCKED
+                self.deadline = clock() + window
+
+    def _end_burst(self) -> Generator[object, None, None]:
+        broker = self.broker
+        # Deliveries held for a commit (QoS 2): staged before the commit below, so it
+        # makes them durable. Held deliveries always mean a commit, if only a barrier.
+        hold = broker.take_hold()
+        if self._need_commit or hold is not None:
+            self._need_commit = False
+            try:
+                yield from self._commit()  # a failure drops ``hold``: never sent
+            except _Cancelled:  # (take-over, peer gone): the next commit releases them
+                if hold is not None:  # (the service's releaser task)
+                    broker.return_hold(hold)
+                raise
+        elif self._kick:
+            yield KICK
+        self._kick = False
+        replies = self._replies
+        if replies:
+            self._ready = replies[0] if len(replies) == 1 else b"".join(replies)
+            replies.clear()
+        if hold is None and not self._after_burst:
+            return  # the loop sends ``_ready`` with NEED_DATA: one write per burst
+        if self._ready:
+            yield SEND
+        if hold is not None:
+            # After the replies: a client subscribed to its own QoS 2 PUBLISH gets the
+            # PUBREC first, then the delivery (as mosquitto's 02-subpub-qos2 expects).
+            hold.release()
+        if self._after_burst:
+            # Retained messages go out after the SUBACK that establishes the subscription,
+            # paced by the output buffer and the in-flight window (``replay.py``).
+            for sub, resulting in self._after_burst:
+                if sub.conn is self.outlet:
+                    broker.queue_retained(sub, resulting)
+            self._after_burst.clear()
+            own = self.session
+            if own is not None and own.conn is self.outlet and broker.replay_step(own):
+                yield KICK
+
+    # ------------------------------------------------------------------ handlers
+    def _handlers(self) -> dict[type, Callable[[Any], bool]]:
+        return {
+            Puback: self._on_puback,
+            Pubrec: self._on_pubrec,
+            Pubrel: self._on_pubrel,
+            Pubcomp: self._on_pubcomp,
+            Subscribe: self._on_subscribe,
+            Unsubscribe: self._on_unsubscribe,
+            Pingreq: self._on_pingreq,
+            Disconnect: self._on_disconnect,
+            Connect: self._on_second_connect,
+        }
+
+    def _on_publish(self, p: RawPublish) -> None:
+        self._published = True
+        topic, topic_b, qos, retain, _dup, pid, payload, frame = p
+        if self._perms.active and not self.grants.may_publish(topic):  # type: ignore[union-attr]
+            self._deny_publish(qos, pid)  # type: ignore[arg-type]
+            return
+        if qos == 0:
+            # ``frame``: the received bytes, forwarded unchanged to QoS 0 subscribers.
+            if self.broker.route(topic, payload, 0, retain, None, topic_b, frame):
+                self._kick = True
+        elif qos == 1:
+            if self.broker.route(topic, payload, 1, retain, None, topic_b):
+                self._need_commit = True
+            self._replies.append(encode_puback(pid))  # type: ignore[arg-type]
+        else:
+            s = self.session
+            assert s is not None
+            # Method B of 4.3.3: route once, remember the id until PUBREL (MQTT-4.3.3-2);
+            # the deliveries are held until the commit (router.py), PUBREC follows it.
+            if s.received_qos2(pid):  # type: ignore[arg-type]
+                routed = self.broker.route(topic, payload, 2, retain, None, topic_b)
+                if routed or s.store is not None:
+                    self._need_commit = True
+            elif s.store is not None:
+                # A re-send of an id we hold: not routed again. Its first copy may sit in a
+                # round still open (of a connection this one took over): a barrier.
+                self._need_commit = True
+            self._replies.append(encode_pubrec(pid))  # type: ignore[arg-type]
+
+    def _deny_publish(self, qos: int, pid: int) -> None:
+        """A PUBLISH the user may not write: acknowledged and dropped (3.1.1 has no negative
+        acknowledgement; Mosquitto does the same), counted. Nothing is routed or retained;
+        a QoS 2 id is not remembered, so its PUBREL gets the PUBCOMP of an unknown id."""
+        self._perms.counters["mqtt_publish_denied"] += 1
+        if qos == 1:
+            self._replies.append(encode_puback(pid))
+        elif qos == 2:
+            self._replies.append(encode_pubrec(pid))
+
+    def _on_puback(self, p: Puback) -> bool:
+        s = self.session
+        if s is not None and s.on_puback(p.packet_id):
+            self._kick = True
+        return False
+
+    def _on_pubrec(self, p: Pubrec) -> bool:
+        s = self.session
+        if s is not None:
+            # PUBREL only after the PUBREC transition (message record -> PUBREL
+            # obligation) is synced: after a PUBREL the PUBLISH is never sent again, not
+            # even after a crash (MQTT-4.3.3). A repeated PUBREC is answered the same way.
+            if s.on_pubrec(p.packet_id):
+                self._need_commit = True
+            if p.packet_id in s.rel:
+                if s.store is not None:
+                    self._need_commit = True
+                self._replies.append(encode_pubrel(p.packet_id))
+        return False
+
+    def _on_pubrel(self, p: Pubrel) -> bool:
+        s = self.session
+        if s is not None and (s.released_qos2(p.packet_id) or s.store is not None):
+            # PUBCOMP after the id's removal is durable; for an id we do not know, after a
+            # barrier (a taken-over connection may have staged its removal).
+            self._need_commit = True
+        self._replies.append(encode_pubcomp(p.packet_id))  # known id or not
+        return False
+
+    def _on_pubcomp(self, p: Pubcomp) -> bool:
+        s = self.session
+        if s is not None and s.on_pubcomp(p.packet_id):
+            self._kick = True
+        return False
+
+    def _on_subscribe(self, p: Subscribe) -> bool:
+        s = self.session
+        assert s is not None
+        codes, accepted, staged = self._subscribe(s, p.topics)
+        if staged:
+            self._need_commit = True
+        # encode() writes the remaining length as a varint: > 125 filters need 2 bytes.
+        self._replies.append(encode(Suback(p.packet_id, tuple(codes))))
+        if accepted:
+            self._after_burst.append((s, accepted))
+        return False
+
+    def _in_steps(self, p: Subscribe | Unsubscribe) -> Generator[object, None, None]:
+        """Apply a SUBSCRIBE or UNSUBSCRIBE with many filters a few thousand filter levels
+        at a time, letting other tasks run in between: 1,000 filters of 200 levels are
+        200,000 trie nodes, a third of a second of work in one go. The result is the same
+        as in one go: one SUBACK with a code per filter, identical filters merged."""
+        s = self.session
+        assert s is not None
+        broker = self.broker
+        if isinstance(p, Unsubscribe):
+            for chunk in _steps([(flt, 0) for flt in p.topics]):
+                if broker.unsubscribe(s, [flt for flt, _ in chunk]):
+                    self._need_commit = True
+                yield CHECKPOINT
+            self._replies.append(encode_unsuback(p.packet_id))  # MQTT-3.10.4-4
+            return
+        codes: list[int] = []
+        resulting: dict[str, int] = {}
+        for chunk in _steps(list(p.topics)):
+            part, res, staged = self._subscribe(s, chunk)
+            codes += part
+            for flt, qos in res:
+                resulting.pop(flt, None)  # MQTT-3.8.4-3 across the steps too
+                resulting[flt] = qos
+            if staged:
+                self._need_commit = True
+            yield CHECKPOINT
+        self._replies.append(encode(Suback(p.packet_id, tuple(codes))))
+        if resulting:
+            self._after_burst.append((s, list(resulting.items())))
+
+    def _subscribe(self, s: Session, topics: Any
+                   ) -> tuple[list[int], list[tuple[str, int]], bool]:
+        grants = self.grants
+        if self._perms.active and grants is not None:
+            return self._subscribe_checked(s, topics, grants)
+        return self.broker.subscribe(s, topics)
+
+    def _subscribe_checked(self, s: Session, topics: Any, grants: Grants
+                           ) -> tuple[list[int], list[tuple[str, int]], bool]:
+        """SUBSCRIBE with the read rules: a denied filter gets 0x80 (3.9.3), the others are
+        subscribed as usual and keep their position in the SUBACK (MQTT-3.8.4-5)."""
+        allowed = [(f, q) for f, q in topics if grants.may_subscribe(f)]
+        if len(allowed) == len(topics):
+            return self.broker.subscribe(s, topics)
+        self._perms.counters["mqtt_subscribe_denied"] += len(topics) - len(allowed)
+        got, accepted, staged = self.broker.subscribe(s, allowed)
+        it = iter(got)
+        codes = [next(it) if grants.may_subscribe(f) else SUBACK_FAILURE for f, _q in topics]
+        return codes, accepted, staged
+
+    def _on_unsubscribe(self, p: Unsubscribe) -> bool:
+        s = self.session
+        assert s is not None
+        if self.broker.unsubscribe(s, p.topics):
+            self._need_commit = True
+        self._replies.append(encode_unsuback(p.packet_id))  # MQTT-3.10.4-4
+        return False
+
+    def _on_pingreq(self, p: Pingreq) -> bool:
+        self._replies.append(PINGRESP_BYTES)
+        return False
+
+    def _on_disconnect(self, p: Disconnect) -> bool:
+        self.will = None  # MQTT-3.14.4-3: discard the will
+        self._disconnected = True
+        return True
+
+    def _on_second_connect(self, p: Connect) -> bool:
+        raise ProtocolError("second CONNECT (MQTT-3.1.0-2)")
+

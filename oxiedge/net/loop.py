@@ -1,0 +1,256 @@
+"""The trio transport loop: one stream, one sans-IO protocol object.
+
+Theory of operation
+-------------------
+Two tasks per connection. The *reader* (``Transport.run``'s own task) receives bytes,
+hands them to the protocol object and performs what ``next_action()`` asks for until the
+protocol needs more data (``oxiedge.net.actions``). Everything received in one read is
+one **burst**: the protocol stages durable records for all of it and asks for ONE commit
+at its end (``COMMIT``), and only then releases the replies that waited for it. A reply
+that waits for nothing goes out from the reader itself, in the same wake-up, with one
+write for the whole burst (``send_now``: a direct non-blocking ``os.write`` when nothing
+is buffered or in transit, so nothing can be overtaken; the rest goes to the writer).
+
+The *writer* owns the send side. Everything else (deliveries from other connections'
+publishes, re-sends, heartbeats) is appended with ``write`` (never blocks, keeps order)
+and coalesced into one ``send_all`` per wake-up; after each send the protocol hears
+``on_sent()`` so it can refill (the MQTT in-flight window, a retained replay).
+``out_bytes`` (buffered + in transit) is the back-pressure signal: protocols hold back
+deliveries while it is over their bound, and the reader stops reading while it is over
+``pause_at`` (a peer that sends but never reads cannot make us buffer its replies
+without limit; TCP then pushes back on it).
+
+Deadlines are the protocol's (``deadline``, in ``trio.current_time()``): the CONNECT or
+handshake deadline, the keep-alive or heartbeat window. The loop applies it to every
+read (and to the wait for the output to drain) and tells the protocol ``timed_out()``.
+
+Closing: on ``Close`` (or the peer gone, or ``abort``) the reader stops, the writer gets
+``CLOSE_FLUSH_TIMEOUT`` to send what is buffered, the protocol hears
+``connection_closed()`` and the stream is closed forcefully in a shielded scope.
+
+Which stream: anything ``trio.abc.Stream`` — a ``trio.SocketStream`` (plain TCP, the
+only one with the direct-write shortcut), a ``trio.SSLStream`` (TLS, see ``tls.py``), a
+WebSocket stream later.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Awaitable, Callable
+from typing import Any, Protocol
+
+import trio
+
+from oxiedge.net.actions import (
+    BLOCKED,
+    CHECKPOINT,
+    COMMIT,
+    KICK,
+    NEED_DATA,
+    SEND,
+    Authenticate,
+    Close,
+    StreamProtocol,
+)
+
+RECV_SIZE = 65536
+CLOSE_FLUSH_TIMEOUT = 5.0  # seconds to flush final replies on a close
+
+_LOST = (trio.BrokenResourceError, trio.ClosedResourceError, OSError)
+
+
+class Committer(Protocol):
+    """The store as the loop sees it: the group commit."""
+
+    async def commit(self) -> Any: ...
+
+    def kick(self) -> None: ...
+
+
+class Transport:
+    """One connection's stream, buffers and tasks (the protocol's ``Outlet``)."""
+
+    def __init__(
+        self,
+        stream: trio.abc.Stream,
+        store: Committer,
+        *,
+        pause_at: int,
+        authenticate: Callable[[str | None, bytes | None], Awaitable[bool]] | None = None,
+        wait_unblocked: Callable[[], Awaitable[None]] | None = None,
+    ) -> None:
+        self.stream = stream
+        self.store = store
+        self.protocol: StreamProtocol | None = None
+        self.out_bytes = 0  # buffered + in transit
+        self.pause_at = pause_at  # the reader waits while out_bytes is above this
+        self.last_write = 0.0  # trio.current_time() of the last send (heartbeats)
+        self._authenticate = authenticate
+        self._wait_unblocked = wait_unblocked
+        self._out: list[bytes] = []
+        self._wake = trio.Event()
+        self._drained: trio.Event | None = None
+        self._sending = False  # the writer is inside send_all (bytes in transit)
+        self._closing = False  # the reader ended: the writer exits once the buffer is empty
+        self._scope = trio.CancelScope()
+        sock = getattr(stream, "socket", None)
+        self._fd = sock.fileno() if sock is not None else -1  # -1: no direct writes
+
+    # -------------------------------------------------------------------- output
+    def write(self, data: bytes) -> None:
+        """Queue bytes for the writer task (never blocks, keeps order)."""
+        self._out.append(data)
+        self.out_bytes += len(data)
+        self._wake.set()
+
+    def send_now(self, data: bytes) -> None:
+        """Send from the calling task when nothing is buffered or in transit (nothing can
+        be overtaken): one non-blocking write; what the socket does not take, and
+        everything when the writer is busy, goes through the writer."""
+        if not self._out and not self._sending and self._fd >= 0 \
+                and not self._scope.cancel_called:
+            try:
+                n = os.write(self._fd, data)  # the socket is non-blocking (trio)
+            except OSError:
+                n = 0  # full (EAGAIN) or broken: the writer waits or meets the error
+            if n == len(data):
+                return
+            data = data[n:]
+        self.write(data)
+
+    def abort(self) -> None:
+        """End the connection now (e.g. a session take-over): unsent bytes are dropped."""
+        self._out.clear()
+        self._scope.cancel()
+
+    @property
+    def writable(self) -> bool:
+        """Under the read pause bound (AMQP: consumers are skipped while not)."""
+        return self.out_bytes <= self.pause_at
+
+    async def wait_drained(self) -> None:
+        """Return once ``out_bytes`` is back under ``pause_at``."""
+        while self.out_bytes > self.pause_at:
+            self._drained = trio.Event()
+            await self._drained.wait()
+        self._drained = None
+
+    async def _writer(self) -> None:
+        stream = self.stream
+        proto = self.protocol
+        assert proto is not None
+        try:
+            while True:
+                await self._wake.wait()
+                self._wake = trio.Event()
+                while self._out:
+                    chunks, self._out = self._out, []
+                    data = chunks[0] if len(chunks) == 1 else b"".join(chunks)
+                    self._sending = True
+                    await stream.send_all(data)
+                    self._sending = False
+                    self.last_write = trio.current_time()
+                    self.out_bytes -= len(data)
+                    drained = self._drained
+                    if drained is not None and self.out_bytes <= self.pause_at:
+                        drained.set()
+                    if proto.on_sent():
+                        self.store.kick()
+                if self._closing:
+                    return
+        except _LOST as exc:
+            # The peer is gone: end the reader too.
+            proto.connection_lost(f"connection lost: {exc}")
+            self._scope.cancel()
+
+    # ---------------------------------------------------------------------- life
+    async def run(self, proto: StreamProtocol) -> None:
+        """Serve ``proto`` over the stream until the connection ends; never raises for
+        network errors (the protocol hears about them)."""
+        self.protocol = proto
+        try:
+            with self._scope:
+                async with trio.open_nursery() as nursery:
+                    writer_done = trio.Event()
+
+                    async def writer() -> None:
+                        try:
+                            await self._writer()
+                        finally:
+                            writer_done.set()
+
+                    nursery.start_soon(writer)
+                    try:
+                        await self._reader(proto)
+                    except _LOST as exc:
+                        proto.connection_lost(f"connection lost: {exc}")
+                    # Flush what is written (final acks, a refusing CONNACK), bounded.
+                    self._closing = True
+                    self._wake.set()
+                    with trio.move_on_after(CLOSE_FLUSH_TIMEOUT):
+                        await writer_done.wait()
+                    nursery.cancel_scope.cancel()
+        finally:
+            try:
+                if proto.connection_closed():
+                    self.store.kick()
+            finally:
+                with trio.CancelScope(shield=True):
+                    await trio.aclose_forcefully(self.stream)
+
+    async def _reader(self, proto: StreamProtocol) -> None:
+        while True:
+            # One cancel scope for many reads (entering one per read costs more than the
+            # rest of a small burst): its deadline is the protocol's only while reading.
+            with trio.CancelScope() as scope:
+                await self._actions(proto, scope)
+                return
+            proto.timed_out()  # the deadline passed while waiting for input
+
+    async def _actions(self, proto: StreamProtocol, scope: trio.CancelScope) -> None:
+        stream, store = self.stream, self.store
+        next_action, send_now = proto.next_action, self.send_now
+        inf = math.inf
+        while True:
+            action = next_action()
+            if action is NEED_DATA:
+                data = proto.data_to_send()
+                if data:
+                    send_now(data)
+                scope.deadline = proto.deadline
+                if self.out_bytes > self.pause_at:
+                    await self.wait_drained()  # the deadline still applies
+                got = await stream.receive_some(RECV_SIZE)
+                scope.deadline = inf
+                proto.receive_data(got)
+            elif action is COMMIT:
+                try:
+                    await store.commit()
+                except Exception as exc:  # CommitError: the protocol acks nothing of it
+                    proto.commit_done(exc)
+                except BaseException:
+                    proto.commit_cancelled()
+                    raise
+                else:
+                    proto.commit_done(None)
+            elif action is SEND:
+                data = proto.data_to_send()
+                if data:
+                    send_now(data)
+            elif action is KICK:
+                store.kick()
+            elif action is CHECKPOINT:
+                await trio.sleep(0)
+            elif action is BLOCKED:
+                if self._wait_unblocked is not None:
+                    await self._wait_unblocked()
+                proto.unblocked()
+            elif type(action) is Authenticate:
+                auth = self._authenticate
+                ok = auth is not None and await auth(action.username, action.password)
+                proto.authenticated(ok)
+            elif type(action) is Close:
+                return
+            else:
+                raise TypeError(f"unknown action {action!r}")

@@ -10,8 +10,9 @@ so a peer cannot make us buffer a 256 MB body. Every malformed input raises
 ``ProtocolError`` (the connection must then be closed, MQTT-4.8.0-1); no other exception
 type escapes the decoder, whatever the bytes. After an error the decoder stays failed.
 
-``encode(packet)`` returns the bytes of any packet; ``encode_publish`` is the allocation-
-lean variant for the delivery hot path.
+Encoding lives in ``oxiedge.mqtt.encode`` (re-exported here): ``encode(packet)`` returns
+the bytes of any packet; ``encode_publish`` and the id-only acknowledgements are the
+allocation-lean variants for the hot paths.
 
 This module must not import trio or anything doing I/O (a test checks it).
 """
@@ -20,9 +21,23 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from struct import error as StructError
-from typing import Any
 
+from oxiedge.mqtt.encode import (
+    DISCONNECT_BYTES,
+    MAX_REMAINING_LENGTH,
+    PINGREQ_BYTES,
+    PINGRESP_BYTES,
+    encode,
+    encode_puback,
+    encode_pubcomp,
+    encode_publish,
+    encode_pubrec,
+    encode_pubrel,
+    encode_unsuback,
+    fixed_header,
+)
 from oxiedge.mqtt.packets import (
+    RESERVED_FLAGS,
     Connack,
     Connect,
     Disconnect,
@@ -44,8 +59,6 @@ from oxiedge.mqtt.packets import (
 )
 from oxiedge.mqtt.topics import DEFAULT_MAX_TOPIC_LENGTH, DEFAULT_MAX_TOPIC_LEVELS
 
-#: Largest value the 4-byte remaining-length field can carry (2.2.3).
-MAX_REMAINING_LENGTH = 268_435_455
 #: Default bound on one packet (fixed header + body), see ``Decoder``.
 DEFAULT_MAX_PACKET_SIZE = 1 << 20
 
@@ -185,7 +198,8 @@ def _parse_publish(
 
 
 def _decode_publish(flags: int, body: bytes) -> Publish:
-    topic, _raw, qos, retain, dup, pid, payload, _fwd = _parse_publish(0x30 | flags, body, 0, False)
+    raw = _parse_publish(_PUBLISH_FIRST | flags, body, 0, False)
+    topic, _raw, qos, retain, dup, pid, payload, _fwd = raw
     return Publish(topic, payload, qos, retain, dup, pid)
 
 
@@ -324,23 +338,33 @@ def _empty(cls: type[Pingreq | Pingresp | Disconnect]) -> Callable[[int, bytes],
 
 
 # type -> (required fixed-header flags or None when the type uses them, decoder).
-# MQTT-2.2.2-1/-2: flags other than PUBLISH's are fixed; a wrong value is malformed.
-_DECODERS: dict[int, tuple[int | None, Callable[[int, bytes], Packet]]] = {
-    1: (0, _decode_connect),
-    2: (0, _decode_connack),
-    3: (None, _decode_publish),
-    4: (0, _id_only(Puback)),
-    5: (0, _id_only(Pubrec)),
-    6: (2, _id_only(Pubrel)),  # MQTT-3.6.1-1
-    7: (0, _id_only(Pubcomp)),
-    8: (2, _decode_subscribe),  # MQTT-3.8.1-1
-    9: (0, _decode_suback),
-    10: (2, _decode_unsubscribe),  # MQTT-3.10.1-1
-    11: (0, _id_only(Unsuback)),
-    12: (0, _empty(Pingreq)),
-    13: (0, _empty(Pingresp)),
-    14: (0, _empty(Disconnect)),
+# MQTT-2.2.2-1/-2: flags other than PUBLISH's are fixed (``packets.RESERVED_FLAGS``: 0010
+# for PUBREL, SUBSCRIBE, UNSUBSCRIBE, MQTT-3.6.1-1, -3.8.1-1, -3.10.1-1); a wrong value is
+# malformed.
+_BODY_DECODERS: dict[PacketType, Callable[[int, bytes], Packet]] = {
+    PacketType.CONNECT: _decode_connect,
+    PacketType.CONNACK: _decode_connack,
+    PacketType.PUBLISH: _decode_publish,
+    PacketType.PUBACK: _id_only(Puback),
+    PacketType.PUBREC: _id_only(Pubrec),
+    PacketType.PUBREL: _id_only(Pubrel),
+    PacketType.PUBCOMP: _id_only(Pubcomp),
+    PacketType.SUBSCRIBE: _decode_subscribe,
+    PacketType.SUBACK: _decode_suback,
+    PacketType.UNSUBSCRIBE: _decode_unsubscribe,
+    PacketType.UNSUBACK: _id_only(Unsuback),
+    PacketType.PINGREQ: _empty(Pingreq),
+    PacketType.PINGRESP: _empty(Pingresp),
+    PacketType.DISCONNECT: _empty(Disconnect),
 }
+_DECODERS: dict[int, tuple[int | None, Callable[[int, bytes], Packet]]] = {
+    int(t): (None if t is PacketType.PUBLISH else RESERVED_FLAGS.get(t, 0), dec)
+    for t, dec in _BODY_DECODERS.items()
+}
+_PUBLISH = int(PacketType.PUBLISH)
+_PUBLISH_FIRST = first_byte(PacketType.PUBLISH, 0)
+#: MQTT 3.1 lets these carry DUP (``Decoder.mqtt31``).
+_DUP_ALLOWED_31 = frozenset(int(t) for t in RESERVED_FLAGS)
 
 
 def decode_body(first_byte: int, body: bytes) -> Packet:
@@ -457,13 +481,13 @@ class Decoder:
         first = buf[pos]
         self._pos = end
         try:
-            if first >> 4 == 3:
+            if first >> 4 == _PUBLISH:
                 # Forwardable only if re-encoding would give the same bytes: the length
                 # in as few bytes as possible (a peer may pad it, 2.2.3 does not forbid).
                 forwardable = shift == 0 or length >= 1 << shift
                 return _parse_publish(first, bytes(buf[pos:end]), i - pos, forwardable,
                                       self.max_topic_levels, self.max_topic_length)  # fmt: skip
-            if self.mqtt31 and first & 0x08 and first >> 4 in (6, 8, 10):
+            if self.mqtt31 and first & 0x08 and first >> 4 in _DUP_ALLOWED_31:
                 first &= 0xF7
             return decode_body(first, bytes(buf[i:end]))
         except ProtocolError:
@@ -474,156 +498,6 @@ class Decoder:
             raise ProtocolError(f"malformed packet: {exc}") from None
 
 
-# --------------------------------------------------------------------------- encoding
-
-#: The fixed header's first byte of every packet type but PUBLISH (whose flags vary).
-_FIRST = {t: first_byte(t) for t in PacketType}
-_PUBLISH_FIRST = first_byte(PacketType.PUBLISH, 0)
-PINGREQ_BYTES = bytes((_FIRST[PacketType.PINGREQ], 0))
-PINGRESP_BYTES = bytes((_FIRST[PacketType.PINGRESP], 0))
-DISCONNECT_BYTES = bytes((_FIRST[PacketType.DISCONNECT], 0))
-
-
-def _remaining_length(n: int) -> bytes:
-    if n < 128:
-        return bytes((n,))
-    if n > MAX_REMAINING_LENGTH:
-        raise ValueError(f"remaining length {n} exceeds {MAX_REMAINING_LENGTH}")
-    out = bytearray()
-    while True:
-        digit = n & 0x7F
-        n >>= 7
-        if n:
-            out.append(digit | 0x80)
-        else:
-            out.append(digit)
-            return bytes(out)
-
-
-def _enc_string(text: str) -> bytes:
-    raw = text.encode("utf-8")
-    return _enc_binary(raw)
-
-
-def _enc_binary(raw: bytes) -> bytes:
-    if len(raw) > 0xFFFF:
-        raise ValueError("string/binary field longer than 65535 bytes")
-    return len(raw).to_bytes(2, "big") + raw
-
-
-def _frame(first: int, body: bytes) -> bytes:
-    return bytes((first,)) + _remaining_length(len(body)) + body
-
-
-def encode_publish(
-    topic: bytes,
-    payload: bytes,
-    qos: int = 0,
-    retain: bool = False,
-    dup: bool = False,
-    packet_id: int | None = None,
-) -> bytes:
-    """Encode PUBLISH from an already UTF-8 encoded topic (the delivery hot path)."""
-    first = _PUBLISH_FIRST | (qos << 1) | (8 if dup else 0) | (1 if retain else 0)
-    tl = len(topic)
-    if qos:
-        if not packet_id:
-            raise ValueError("QoS > 0 PUBLISH needs a packet identifier")
-        rl = 4 + tl + len(payload)
-        head = bytes((first,)) + _remaining_length(rl) + tl.to_bytes(2, "big") + topic
-        return head + packet_id.to_bytes(2, "big") + payload
-    rl = 2 + tl + len(payload)
-    return bytes((first,)) + _remaining_length(rl) + tl.to_bytes(2, "big") + topic + payload
-
-
-def _enc_connect(p: Connect) -> bytes:
-    flags = 0x02 if p.clean_session else 0
-    tail = _enc_string(p.client_id)
-    if p.will is not None:
-        flags |= 0x04 | (p.will.qos << 3) | (0x20 if p.will.retain else 0)
-        tail += _enc_string(p.will.topic) + _enc_binary(p.will.payload)
-    if p.username is not None:
-        flags |= 0x80
-        tail += _enc_string(p.username)
-    if p.password is not None:
-        flags |= 0x40
-        tail += _enc_binary(p.password)
-    head = _enc_string(p.protocol_name) + bytes(
-        (p.protocol_level, flags, p.keep_alive >> 8, p.keep_alive & 0xFF)
-    )
-    return _frame(_FIRST[PacketType.CONNECT], head + tail)
-
-
-def _enc_subscribe(p: Subscribe) -> bytes:
-    body = p.packet_id.to_bytes(2, "big") + b"".join(
-        _enc_string(t) + bytes((q,)) for t, q in p.topics
-    )
-    return _frame(_FIRST[PacketType.SUBSCRIBE], body)
-
-
-def _enc_unsubscribe(p: Unsubscribe) -> bytes:
-    body = p.packet_id.to_bytes(2, "big") + b"".join(_enc_string(t) for t in p.topics)
-    return _frame(_FIRST[PacketType.UNSUBSCRIBE], body)
-
-
-def _id_packet(ptype: PacketType) -> Callable[[int], bytes]:
-    """The encoder of a packet that carries only a packet id (PUBACK ... UNSUBACK)."""
-    first = _FIRST[ptype]
-    return lambda packet_id: bytes((first, 2, packet_id >> 8, packet_id & 0xFF))
-
-
-#: The id-only acknowledgements, by packet id (the protocol's hot path: no packet object).
-encode_puback = _id_packet(PacketType.PUBACK)
-encode_pubrec = _id_packet(PacketType.PUBREC)
-encode_pubrel = _id_packet(PacketType.PUBREL)
-encode_pubcomp = _id_packet(PacketType.PUBCOMP)
-encode_unsuback = _id_packet(PacketType.UNSUBACK)
-
-
-def _enc_id(ptype: PacketType) -> Callable[[Any], bytes]:
-    enc = _id_packet(ptype)
-    return lambda p: enc(p.packet_id)
-
-
-def _enc_const(raw: bytes) -> Callable[[Any], bytes]:
-    return lambda p: raw
-
-
-def _enc_connack(p: Connack) -> bytes:
-    return bytes((_FIRST[PacketType.CONNACK], 2, 1 if p.session_present else 0, p.return_code))
-
-
-def _enc_publish(p: Publish) -> bytes:
-    return encode_publish(p.topic.encode("utf-8"), p.payload, p.qos, p.retain, p.dup, p.packet_id)
-
-
-def _enc_suback(p: Suback) -> bytes:
-    return _frame(_FIRST[PacketType.SUBACK], p.packet_id.to_bytes(2, "big") + bytes(p.return_codes))
-
-
-_ENCODERS: dict[type, Callable[[Any], bytes]] = {
-    Connect: _enc_connect,
-    Connack: _enc_connack,
-    Publish: _enc_publish,
-    Puback: _enc_id(PacketType.PUBACK),
-    Pubrec: _enc_id(PacketType.PUBREC),
-    Pubrel: _enc_id(PacketType.PUBREL),
-    Pubcomp: _enc_id(PacketType.PUBCOMP),
-    Subscribe: _enc_subscribe,
-    Suback: _enc_suback,
-    Unsubscribe: _enc_unsubscribe,
-    Unsuback: _enc_id(PacketType.UNSUBACK),
-    Pingreq: _enc_const(PINGREQ_BYTES),
-    Pingresp: _enc_const(PINGRESP_BYTES),
-    Disconnect: _enc_const(DISCONNECT_BYTES),
-}
-
-
-def encode(packet: Packet) -> bytes:
-    """Encode any packet to its wire bytes."""
-    return _ENCODERS[type(packet)](packet)
-
-
 def decode_all(data: bytes, max_packet_size: int = DEFAULT_MAX_PACKET_SIZE) -> list[Packet]:
     """Decode every complete packet in ``data`` (test/tool convenience)."""
     decoder = Decoder(max_packet_size)
@@ -632,3 +506,12 @@ def decode_all(data: bytes, max_packet_size: int = DEFAULT_MAX_PACKET_SIZE) -> l
     if decoder.buffered:
         raise ProtocolError(f"{decoder.buffered} trailing bytes (incomplete packet)")
     return packets
+
+
+__all__ = [
+    "DEFAULT_MAX_PACKET_SIZE", "DISCONNECT_BYTES", "MAX_REMAINING_LENGTH", "PINGREQ_BYTES",
+    "PINGRESP_BYTES", "Decoder", "PacketTooLarge", "ProtocolError", "RawPublish",
+    "TopicTooLong", "decode_all", "decode_body", "encode", "encode_puback", "encode_pubcomp",
+    "encode_publish", "encode_pubrec", "encode_pubrel", "encode_unsuback", "fixed_header",
+    "topic_cache_bytes",
+]

@@ -193,7 +193,9 @@ class MqttProtocol:
         self._disconnected = False
         self._abnormal = False
         self._eof = False
+        self._fresh = False  # bytes arrived since the last NEED_DATA
         self._timed_out = False
+        self._keep_alive = 0
         self._ok = False  # the answer to ``Authenticate``
         self._commit_error: Exception | None = None
         self._closed: Close | None = None
@@ -203,6 +205,7 @@ class MqttProtocol:
 
     # ------------------------------------------------------------ loop interface
     def receive_data(self, data: bytes | bytearray) -> None:
+        self._fresh = True
         if data:
             self.decoder.feed(data)
         else:
@@ -303,17 +306,22 @@ class MqttProtocol:
 
     def _read(self) -> Generator[object, None, None]:
         """Wait for more input; raises ``_Close`` at the deadline or end of input."""
-        yield NEED_DATA
+        if not self._fresh:  # (bytes fed before the first ``next_action``: go on)
+            yield NEED_DATA
+        self._fresh = False
+        if self._timed_out or self._eof:
+            self._end_of_input()
+
+    def _end_of_input(self) -> None:
         if self._timed_out:
             self._timed_out = False
             if self.session is None:
                 self.broker.stats.connect_timeouts += 1
                 raise _Close("no CONNECT in time", abnormal=False)
             raise _Close(f"keep-alive timeout ({self._keep_alive}s x 1.5)")
-        if self._eof:
-            if self.session is None:
-                raise _Close("closed before CONNECT", abnormal=False)
-            raise _Close("connection closed without DISCONNECT")
+        if self.session is None:
+            raise _Close("closed before CONNECT", abnormal=False)
+        raise _Close("connection closed without DISCONNECT")
 
     def _commit(self) -> Generator[object, None, None]:
         """Ask the loop for one commit; raises ``_Close`` if it failed."""
@@ -435,7 +443,7 @@ class MqttProtocol:
         window = keep_alive * 1.5 if keep_alive else math.inf
         handlers = self._handlers()
         next_item, on_publish = self.decoder.next_item, self._on_publish
-        alarms, clock = self._alarms, self.clock
+        alarms, clock, router, replies = self._alarms, self.clock, self.broker.router, self._replies
         while True:
             budget = BURST_SLICE
             while (item := next_item()) is not None:
@@ -458,13 +466,22 @@ class MqttProtocol:
                     break  # DISCONNECT: nothing after it is processed
             # A slow disk is not the client's silence: no keep-alive during the commit.
             self.deadline = math.inf
-            yield from self._end_burst()
+            if self._need_commit or self._kick or self._after_burst or router.hold:
+                yield from self._end_burst()
+            elif replies:  # nothing staged or held (the common case): the replies go now
+                self._ready = replies[0] if len(replies) == 1 else b"".join(replies)
+                replies.clear()
             if self._disconnected:
                 if self._ready:
                     yield SEND  # the burst before DISCONNECT is answered in full
                 raise _Close("client sent DISCONNECT", abnormal=False)
             self.deadline = clock() + window
-            yield from self._read()
+            # (``_read`` inlined: one generator less per burst)
+            if not self._fresh:
+                yield NEED_DATA
+            self._fresh = False
+            if self._timed_out or self._eof:
+                self._end_of_input()
             if self._published and alarms.blocked:
                 # Memory or disk alarm: hold a publisher's input unprocessed (and so its
                 # socket unread: TCP back-pressure) while subscribers keep draining. A

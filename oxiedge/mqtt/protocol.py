@@ -7,17 +7,17 @@ the session, then handle bursts. Wherever only the loop can go on (await a commi
 the login check in a thread, let other tasks run) it yields an action and resumes with
 the answer, so the order of everything stays the straight-line order of the code.
 
-Bursts: every complete packet of one read is handled; replies (PUBACK, PUBREC, SUBACK,
-...) collect in ``_replies``. At the end, if anything a reply depends on was staged, the
-protocol asks for ONE commit (``COMMIT``) and only then releases the replies, in order,
-and after them the deliveries the router held for that commit (QoS 2, ``router.py``).
-If the commit fails, no reply of the burst is sent and the connection closes: an ack
-always means "on disk". Staged work nobody waits for (a subscriber's PUBACK deleting
-its record) only asks for a ``KICK``. A reply that depends on state another connection
-may have staged in a round still open (a re-sent QoS 2 PUBLISH or PUBREL, a resumed
-session's CONNACK) awaits a commit too, with nothing of its own staged: a barrier. A
-burst that needs no commit has its replies go out at once (``NEED_DATA`` then
-``data_to_send()``: one write from the reading task).
+Bursts: every complete packet of one read is handled (``handlers.py``); replies (PUBACK,
+PUBREC, SUBACK, ...) collect in the burst state. At the end, if anything a reply depends
+on was staged, the protocol asks for ONE commit (``COMMIT``) and only then releases the
+replies, in order, and after them the deliveries the router held for that commit (QoS 2,
+``router.py``). If the commit fails, no reply of the burst is sent and the connection
+closes: an ack always means "on disk". Staged work nobody waits for (a subscriber's
+PUBACK deleting its record) only asks for a ``KICK``. A reply that depends on state
+another connection may have staged in a round still open (a re-sent QoS 2 PUBLISH or
+PUBREL, a resumed session's CONNACK) awaits a commit too, with nothing of its own
+staged: a barrier. A burst that needs no commit has its replies go out at once
+(``NEED_DATA`` then ``data_to_send()``: one write from the reading task).
 
 Deliveries (other connections' publishes, re-sends, retained replays) are written
 straight into the transport's buffer (``Session.conn`` is the ``Outlet``, the
@@ -31,39 +31,25 @@ published when the connection ends without DISCONNECT (MQTT-3.1.2-8, MQTT-3.14.4
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Generator, Iterator
+from collections.abc import Callable, Generator
 from typing import Any, Protocol
 
 from oxiedge.access.grants import Grants
 from oxiedge.access.rules import PermissionStore
 from oxiedge.mqtt.broker import Broker
 from oxiedge.mqtt.codec import (
-    PINGRESP_BYTES,
     Decoder,
     PacketTooLarge,
     ProtocolError,
-    RawPublish,
     TopicTooLong,
     encode,
-    encode_puback,
-    encode_pubcomp,
-    encode_pubrec,
-    encode_pubrel,
-    encode_unsuback,
 )
+from oxiedge.mqtt.handlers import STEP_FILTERS, Handlers
 from oxiedge.mqtt.packets import (
-    SUBACK_FAILURE,
     Connack,
     ConnackCode,
     Connect,
-    Disconnect,
     PacketType,
-    Pingreq,
-    Puback,
-    Pubcomp,
-    Pubrec,
-    Pubrel,
-    Suback,
     Subscribe,
     Unsubscribe,
     Will,
@@ -84,10 +70,6 @@ from oxiedge.net.actions import (
 
 #: Packets one burst handles between two checkpoints.
 BURST_SLICE = 512
-#: A SUBSCRIBE / UNSUBSCRIBE with more filters than this is applied in steps of at most
-#: ``STEP_LEVELS`` filter levels, with a checkpoint in between.
-STEP_FILTERS = 64
-STEP_LEVELS = 2000
 _STEPPED = (Subscribe, Unsubscribe)
 _CONNECT_FIRST = first_byte(PacketType.CONNECT)
 
@@ -112,18 +94,6 @@ class Alarms(Protocol):
 
 class Log(Protocol):
     def error(self, msg: str, *args: Any) -> None: ...
-
-
-def _steps(topics: list[tuple[str, int]]) -> Iterator[list[tuple[str, int]]]:
-    """``topics`` in consecutive slices of at most ``STEP_LEVELS`` levels each."""
-    start, levels = 0, 0
-    for i, (flt, _qos) in enumerate(topics):
-        levels += flt.count("/") + 1
-        if levels >= STEP_LEVELS:
-            yield topics[start : i + 1]
-            start, levels = i + 1, 0
-    if start < len(topics):
-        yield topics[start:]
 
 
 def _connack(code: int, present: bool = False) -> bytes:
@@ -183,14 +153,9 @@ class MqttProtocol:
         self.grants: Grants | None = None
         self._alarms = alarms
         self._log = log
-        self._replies: list[bytes] = []
+        # The packet handlers and the state of the current burst (``handlers.py``).
+        self._h = Handlers(broker, perms)
         self._ready = b""  # replies that may go now (``data_to_send``)
-        # (session, newly accepted filters): retained sends pending after the SUBACK
-        self._after_burst: list[tuple[Session, list[tuple[str, int]]]] = []
-        self._need_commit = False
-        self._kick = False
-        self._published = False  # publishers are held while a resource alarm is on
-        self._disconnected = False
         self._abnormal = False
         self._eof = False
         self._fresh = False  # bytes arrived since the last NEED_DATA
@@ -299,7 +264,7 @@ class MqttProtocol:
                 stats.topics_refused += 1
             self._abnormal = True
             self.close_reason = f"protocol error: {exc}"
-        self._replies.clear()  # nothing of an unfinished burst is acknowledged
+        self._h.replies.clear()  # nothing of an unfinished burst is acknowledged
         self._ready = b""
         self._closed = Close(self.close_reason)
         yield self._closed
@@ -422,7 +387,8 @@ class MqttProtocol:
                     del broker.connecting[client_id]
             if not newest or broker.sessions.get(client_id) is not s or s.conn is not None:
                 raise _Close("session taken over during CONNECT")
-        self.session = s
+        self.session = self._h.session = s
+        self._h.grants = self.grants
         self.will = pkt.will
         # MQTT 3.1 (level 3) has no session-present flag: that byte is reserved there.
         write(_connack(ConnackCode.ACCEPTED, present and pkt.protocol_level == 4))
@@ -441,9 +407,10 @@ class MqttProtocol:
         self._keep_alive = keep_alive
         # MQTT-3.1.2-24: 1.5x the keep-alive without any packet closes the connection.
         window = keep_alive * 1.5 if keep_alive else math.inf
-        handlers = self._handlers()
-        next_item, on_publish = self.decoder.next_item, self._on_publish
-        alarms, clock, router, replies = self._alarms, self.clock, self.broker.router, self._replies
+        h = self._h
+        handlers = h.table()
+        next_item, on_publish, replies = self.decoder.next_item, h.on_publish, h.replies
+        alarms, clock, router = self._alarms, self.clock, self.broker.router
         while True:
             budget = BURST_SLICE
             while (item := next_item()) is not None:
@@ -457,7 +424,7 @@ class MqttProtocol:
                     on_publish(item)  # the hot path: no packet object, no lookup
                     continue
                 if isinstance(item, _STEPPED) and len(item.topics) > STEP_FILTERS:
-                    yield from self._in_steps(item)  # a big (UN)SUBSCRIBE: others run
+                    yield from h.in_steps(item)  # a big (UN)SUBSCRIBE: others run
                     continue
                 handler = handlers.get(type(item))
                 if handler is None:
@@ -466,12 +433,14 @@ class MqttProtocol:
                     break  # DISCONNECT: nothing after it is processed
             # A slow disk is not the client's silence: no keep-alive during the commit.
             self.deadline = math.inf
-            if self._need_commit or self._kick or self._after_burst or router.hold:
+            if h.disconnected:
+                self.will = None  # MQTT-3.14.4-3: discard the will
+            if h.need_commit or h.kick or h.after_burst or router.hold:
                 yield from self._end_burst()
             elif replies:  # nothing staged or held (the common case): the replies go now
                 self._ready = replies[0] if len(replies) == 1 else b"".join(replies)
                 replies.clear()
-            if self._disconnected:
+            if h.disconnected:
                 if self._ready:
                     yield SEND  # the burst before DISCONNECT is answered in full
                 raise _Close("client sent DISCONNECT", abnormal=False)
@@ -482,7 +451,7 @@ class MqttProtocol:
             self._fresh = False
             if self._timed_out or self._eof:
                 self._end_of_input()
-            if self._published and alarms.blocked:
+            if h.published and alarms.blocked:
                 # Memory or disk alarm: hold a publisher's input unprocessed (and so its
                 # socket unread: TCP back-pressure) while subscribers keep draining. A
                 # held client is not silent by choice, so no keep-alive meanwhile.
@@ -492,26 +461,26 @@ class MqttProtocol:
                 self.deadline = clock() + window
 
     def _end_burst(self) -> Generator[object, None, None]:
-        broker = self.broker
+        broker, h = self.broker, self._h
         # Deliveries held for a commit (QoS 2): staged before the commit below, so it
         # makes them durable. Held deliveries always mean a commit, if only a barrier.
         hold = broker.take_hold()
-        if self._need_commit or hold is not None:
-            self._need_commit = False
+        if h.need_commit or hold is not None:
+            h.need_commit = False
             try:
                 yield from self._commit()  # a failure drops ``hold``: never sent
             except _Cancelled:  # (take-over, peer gone): the next commit releases them
                 if hold is not None:  # (the service's releaser task)
                     broker.return_hold(hold)
                 raise
-        elif self._kick:
+        elif h.kick:
             yield KICK
-        self._kick = False
-        replies = self._replies
+        h.kick = False
+        replies = h.replies
         if replies:
             self._ready = replies[0] if len(replies) == 1 else b"".join(replies)
             replies.clear()
-        if hold is None and not self._after_burst:
+        if hold is None and not h.after_burst:
             return  # the loop sends ``_ready`` with NEED_DATA: one write per burst
         if self._ready:
             yield SEND
@@ -519,184 +488,13 @@ class MqttProtocol:
             # After the replies: a client subscribed to its own QoS 2 PUBLISH gets the
             # PUBREC first, then the delivery (as mosquitto's 02-subpub-qos2 expects).
             hold.release()
-        if self._after_burst:
+        if h.after_burst:
             # Retained messages go out after the SUBACK that establishes the subscription,
             # paced by the output buffer and the in-flight window (``replay.py``).
-            for sub, resulting in self._after_burst:
+            for sub, resulting in h.after_burst:
                 if sub.conn is self.outlet:
                     broker.queue_retained(sub, resulting)
-            self._after_burst.clear()
+            h.after_burst.clear()
             own = self.session
             if own is not None and own.conn is self.outlet and broker.replay_step(own):
                 yield KICK
-
-    # ------------------------------------------------------------------ handlers
-    def _handlers(self) -> dict[type, Callable[[Any], bool]]:
-        return {
-            Puback: self._on_puback,
-            Pubrec: self._on_pubrec,
-            Pubrel: self._on_pubrel,
-            Pubcomp: self._on_pubcomp,
-            Subscribe: self._on_subscribe,
-            Unsubscribe: self._on_unsubscribe,
-            Pingreq: self._on_pingreq,
-            Disconnect: self._on_disconnect,
-            Connect: self._on_second_connect,
-        }
-
-    def _on_publish(self, p: RawPublish) -> None:
-        self._published = True
-        topic, topic_b, qos, retain, _dup, pid, payload, frame = p
-        if self._perms.active and not self.grants.may_publish(topic):  # type: ignore[union-attr]
-            self._deny_publish(qos, pid)  # type: ignore[arg-type]
-            return
-        if qos == 0:
-            # ``frame``: the received bytes, forwarded unchanged to QoS 0 subscribers.
-            if self.broker.route(topic, payload, 0, retain, None, topic_b, frame):
-                self._kick = True
-        elif qos == 1:
-            if self.broker.route(topic, payload, 1, retain, None, topic_b):
-                self._need_commit = True
-            self._replies.append(encode_puback(pid))  # type: ignore[arg-type]
-        else:
-            s = self.session
-            assert s is not None
-            # Method B of 4.3.3: route once, remember the id until PUBREL (MQTT-4.3.3-2);
-            # the deliveries are held until the commit (router.py), PUBREC follows it.
-            if s.received_qos2(pid):  # type: ignore[arg-type]
-                routed = self.broker.route(topic, payload, 2, retain, None, topic_b)
-                if routed or s.store is not None:
-                    self._need_commit = True
-            elif s.store is not None:
-                # A re-send of an id we hold: not routed again. Its first copy may sit in a
-                # round still open (of a connection this one took over): a barrier.
-                self._need_commit = True
-            self._replies.append(encode_pubrec(pid))  # type: ignore[arg-type]
-
-    def _deny_publish(self, qos: int, pid: int) -> None:
-        """A PUBLISH the user may not write: acknowledged and dropped (3.1.1 has no negative
-        acknowledgement; Mosquitto does the same), counted. Nothing is routed or retained;
-        a QoS 2 id is not remembered, so its PUBREL gets the PUBCOMP of an unknown id."""
-        self._perms.counters["mqtt_publish_denied"] += 1
-        if qos == 1:
-            self._replies.append(encode_puback(pid))
-        elif qos == 2:
-            self._replies.append(encode_pubrec(pid))
-
-    def _on_puback(self, p: Puback) -> bool:
-        s = self.session
-        if s is not None and s.on_puback(p.packet_id):
-            self._kick = True
-        return False
-
-    def _on_pubrec(self, p: Pubrec) -> bool:
-        s = self.session
-        if s is not None:
-            # PUBREL only after the PUBREC transition (message record -> PUBREL
-            # obligation) is synced: after a PUBREL the PUBLISH is never sent again, not
-            # even after a crash (MQTT-4.3.3). A repeated PUBREC is answered the same way.
-            if s.on_pubrec(p.packet_id):
-                self._need_commit = True
-            if p.packet_id in s.rel:
-                if s.store is not None:
-                    self._need_commit = True
-                self._replies.append(encode_pubrel(p.packet_id))
-        return False
-
-    def _on_pubrel(self, p: Pubrel) -> bool:
-        s = self.session
-        if s is not None and (s.released_qos2(p.packet_id) or s.store is not None):
-            # PUBCOMP after the id's removal is durable; for an id we do not know, after a
-            # barrier (a taken-over connection may have staged its removal).
-            self._need_commit = True
-        self._replies.append(encode_pubcomp(p.packet_id))  # known id or not
-        return False
-
-    def _on_pubcomp(self, p: Pubcomp) -> bool:
-        s = self.session
-        if s is not None and s.on_pubcomp(p.packet_id):
-            self._kick = True
-        return False
-
-    def _on_subscribe(self, p: Subscribe) -> bool:
-        s = self.session
-        assert s is not None
-        codes, accepted, staged = self._subscribe(s, p.topics)
-        if staged:
-            self._need_commit = True
-        # encode() writes the remaining length as a varint: > 125 filters need 2 bytes.
-        self._replies.append(encode(Suback(p.packet_id, tuple(codes))))
-        if accepted:
-            self._after_burst.append((s, accepted))
-        return False
-
-    def _in_steps(self, p: Subscribe | Unsubscribe) -> Generator[object, None, None]:
-        """Apply a SUBSCRIBE or UNSUBSCRIBE with many filters a few thousand filter levels
-        at a time, letting other tasks run in between: 1,000 filters of 200 levels are
-        200,000 trie nodes, a third of a second of work in one go. The result is the same
-        as in one go: one SUBACK with a code per filter, identical filters merged."""
-        s = self.session
-        assert s is not None
-        broker = self.broker
-        if isinstance(p, Unsubscribe):
-            for chunk in _steps([(flt, 0) for flt in p.topics]):
-                if broker.unsubscribe(s, [flt for flt, _ in chunk]):
-                    self._need_commit = True
-                yield CHECKPOINT
-            self._replies.append(encode_unsuback(p.packet_id))  # MQTT-3.10.4-4
-            return
-        codes: list[int] = []
-        resulting: dict[str, int] = {}
-        for chunk in _steps(list(p.topics)):
-            part, res, staged = self._subscribe(s, chunk)
-            codes += part
-            for flt, qos in res:
-                resulting.pop(flt, None)  # MQTT-3.8.4-3 across the steps too
-                resulting[flt] = qos
-            if staged:
-                self._need_commit = True
-            yield CHECKPOINT
-        self._replies.append(encode(Suback(p.packet_id, tuple(codes))))
-        if resulting:
-            self._after_burst.append((s, list(resulting.items())))
-
-    def _subscribe(self, s: Session, topics: Any
-                   ) -> tuple[list[int], list[tuple[str, int]], bool]:
-        grants = self.grants
-        if self._perms.active and grants is not None:
-            return self._subscribe_checked(s, topics, grants)
-        return self.broker.subscribe(s, topics)
-
-    def _subscribe_checked(self, s: Session, topics: Any, grants: Grants
-                           ) -> tuple[list[int], list[tuple[str, int]], bool]:
-        """SUBSCRIBE with the read rules: a denied filter gets 0x80 (3.9.3), the others are
-        subscribed as usual and keep their position in the SUBACK (MQTT-3.8.4-5)."""
-        allowed = [(f, q) for f, q in topics if grants.may_subscribe(f)]
-        if len(allowed) == len(topics):
-            return self.broker.subscribe(s, topics)
-        self._perms.counters["mqtt_subscribe_denied"] += len(topics) - len(allowed)
-        got, accepted, staged = self.broker.subscribe(s, allowed)
-        it = iter(got)
-        codes = [next(it) if grants.may_subscribe(f) else SUBACK_FAILURE for f, _q in topics]
-        return codes, accepted, staged
-
-    def _on_unsubscribe(self, p: Unsubscribe) -> bool:
-        s = self.session
-        assert s is not None
-        if self.broker.unsubscribe(s, p.topics):
-            self._need_commit = True
-        self._replies.append(encode_unsuback(p.packet_id))  # MQTT-3.10.4-4
-        return False
-
-    def _on_pingreq(self, p: Pingreq) -> bool:
-        self._replies.append(PINGRESP_BYTES)
-        return False
-
-    def _on_disconnect(self, p: Disconnect) -> bool:
-        self.will = None  # MQTT-3.14.4-3: discard the will
-        self._disconnected = True
-        return True
-
-    def _on_second_connect(self, p: Connect) -> bool:
-        raise ProtocolError("second CONNECT (MQTT-3.1.0-2)")
-

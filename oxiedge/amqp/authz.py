@@ -31,24 +31,35 @@ publish, the ``read`` regexp to the binding key of a (queue or exchange) bind/un
 from __future__ import annotations
 
 import secrets
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from oxiedge.amqp import spec
 from oxiedge.amqp.constants import ACCESS_REFUSED
 from oxiedge.amqp.errors import AmqpError
 
 if TYPE_CHECKING:
+    from oxiedge.access.grants import Grants
+    from oxiedge.access.rules import PermissionStore
+    from oxiedge.amqp.broker import Broker
     from oxiedge.amqp.channel import Channel
-    from oxiedge.amqp.connection import AmqpConnection
     from oxiedge.amqp.exchanges import Exchange
 
 
-def _refuse(conn: AmqpConnection, text: str) -> AmqpError:
-    conn.service.app.permissions.counters["amqp_access_refused"] += 1
+class Principal(Protocol):
+    """What the checks need of a connection (``AmqpProtocol`` is one)."""
+
+    user: str
+    grants: Grants | None
+    perms: PermissionStore
+    broker: Broker
+
+
+def _refuse(conn: Principal, text: str) -> AmqpError:
+    conn.perms.counters["amqp_access_refused"] += 1
     return AmqpError(ACCESS_REFUSED, f"{text} refused for user '{conn.user}'")
 
 
-def need(conn: AmqpConnection, op: str, kind: str, name: str) -> None:
+def need(conn: Principal, op: str, kind: str, name: str) -> None:
     """Raise 403 unless the user has ``op`` on the ``kind`` (queue/exchange) ``name``."""
     grants = conn.grants
     if grants is not None and not grants.amqp(op, name):
@@ -56,12 +67,12 @@ def need(conn: AmqpConnection, op: str, kind: str, name: str) -> None:
         raise _refuse(conn, f"access to {kind} '{shown}' in vhost '{grants.vhost}'")
 
 
-def _topic_exchange(conn: AmqpConnection, name: str) -> bool:
+def _topic_exchange(conn: Principal, name: str) -> bool:
     x = conn.broker.exchanges.get(name)
     return x is not None and x.type == "topic"
 
 
-def need_topic_bind(conn: AmqpConnection, exchange: str, key: str) -> None:
+def need_topic_bind(conn: Principal, exchange: str, key: str) -> None:
     grants = conn.grants
     if grants is not None and _topic_exchange(conn, exchange) \
             and not grants.topic_bind(exchange, key):
@@ -69,7 +80,7 @@ def need_topic_bind(conn: AmqpConnection, exchange: str, key: str) -> None:
                             f"'{grants.vhost}'")
 
 
-def check_publish(conn: AmqpConnection, x: Exchange, routing_key: str) -> None:
+def check_publish(conn: Principal, x: Exchange, routing_key: str) -> None:
     """basic.publish: write on the exchange, and topic write on a topic exchange."""
     need(conn, "write", "exchange", x.name)
     grants = conn.grants
@@ -86,7 +97,7 @@ def check_method(ch: Channel, m: spec.Method) -> None:
         check(ch.conn, ch, m)
 
 
-def _exchange_declare(conn: AmqpConnection, ch: Channel, m: Any) -> None:
+def _exchange_declare(conn: Principal, ch: Channel, m: Any) -> None:
     if m.passive:
         return
     need(conn, "configure", "exchange", m.exchange)
@@ -98,17 +109,17 @@ def _exchange_declare(conn: AmqpConnection, ch: Channel, m: Any) -> None:
         need(conn, "read", "exchange", m.exchange)
 
 
-def _exchange_delete(conn: AmqpConnection, ch: Channel, m: Any) -> None:
+def _exchange_delete(conn: Principal, ch: Channel, m: Any) -> None:
     need(conn, "configure", "exchange", m.exchange)
 
 
-def _exchange_bind(conn: AmqpConnection, ch: Channel, m: Any) -> None:
+def _exchange_bind(conn: Principal, ch: Channel, m: Any) -> None:
     need(conn, "write", "exchange", m.destination)
     need(conn, "read", "exchange", m.source)
     need_topic_bind(conn, m.source, m.routing_key)
 
 
-def _queue_declare(conn: AmqpConnection, ch: Channel, m: Any) -> None:
+def _queue_declare(conn: Principal, ch: Channel, m: Any) -> None:
     if m.passive:
         return
     name = m.queue or "amq.gen-" + secrets.token_urlsafe(16)
@@ -125,17 +136,17 @@ def _queue_name(ch: Channel, m: Any) -> str:
     return str(m.queue or ch.last_queue)
 
 
-def _queue_delete(conn: AmqpConnection, ch: Channel, m: Any) -> None:
+def _queue_delete(conn: Principal, ch: Channel, m: Any) -> None:
     need(conn, "configure", "queue", _queue_name(ch, m))
 
 
-def _queue_bind(conn: AmqpConnection, ch: Channel, m: Any) -> None:
+def _queue_bind(conn: Principal, ch: Channel, m: Any) -> None:
     need(conn, "write", "queue", _queue_name(ch, m))
     need(conn, "read", "exchange", m.exchange)
     need_topic_bind(conn, m.exchange, m.routing_key)
 
 
-def _queue_read(conn: AmqpConnection, ch: Channel, m: Any) -> None:
+def _queue_read(conn: Principal, ch: Channel, m: Any) -> None:
     need(conn, "read", "queue", _queue_name(ch, m))
 
 

@@ -37,7 +37,7 @@ from oxiedge.amqp.queues import ByteLimitedQueue, Queue, QueuedMessage
 from oxiedge.amqp.timers import Clock, QueueTimers, wall_clock
 
 if TYPE_CHECKING:
-    from oxiedge.amqp.queues import Consumer
+    from oxiedge.amqp.queues import QueueConsumer
 
 BUILTIN_EXCHANGES = (("amq.direct", "direct"), ("amq.fanout", "fanout"), ("amq.topic", "topic"),
                      ("amq.headers", "headers"), ("amq.match", "headers"))
@@ -192,7 +192,7 @@ class Broker(PublishPath):
         # The default exchange binds every queue by name implicitly (spec 3.1.3.1).
         return q, staged
 
-    def delete_queue(self, q: Queue, cancel: Callable[[Consumer], None] | None = None) -> int:
+    def delete_queue(self, q: Queue, cancel: Callable[[QueueConsumer], None] | None = None) -> int:
         """Delete a queue, its bindings and its stored messages; returns the ready count."""
         if q.deleted:
             return 0

@@ -3,16 +3,25 @@ handlers of the channel-level methods (exchange, queue, basic, confirm classes).
 
 ``basic.publish`` is not handled here: publishing is batched per connection (a burst of
 frames is routed, written as one group-commit contribution, then confirmed), see
-``connection.py``.  Handlers raise :class:`AmqpError`; a soft code closes this channel, a
-hard one the connection.
+``protocol.py``.  Handlers are synchronous and raise :class:`AmqpError` (a soft code closes
+this channel, a hard one the connection).  They never wait for the disk; they *return* what
+is left to do:
+
+* an ``int`` of flags: :data:`KICK` (durable deletes were staged: have a commit round
+  soon) and :data:`UNSYNCED` (make them durable before the reply to the next synchronous
+  method, so "ack, then any round trip" means the ack survives a crash); 0 for nothing;
+* an :class:`AfterCommit`: the method staged durable writes its reply promises (a durable
+  declare, bind, purge, delete): the protocol commits, then calls ``then()``, which sends
+  the reply (and whatever must follow it).
 """
 
 from __future__ import annotations
 
 import secrets
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
-from oxiedge.amqp import authz, deadletter, persist, spec
+from oxiedge.amqp import deadletter, persist, spec
 from oxiedge.amqp.codec import encode_content, encode_method
 from oxiedge.amqp.constants import (
     ACCESS_REFUSED,
@@ -21,11 +30,98 @@ from oxiedge.amqp.constants import (
     PRECONDITION_FAILED,
 )
 from oxiedge.amqp.errors import AmqpError
-from oxiedge.amqp.queues import Consumer, Queue, QueuedMessage
+from oxiedge.amqp.queues import Queue, QueueConsumer, QueuedMessage
 
 if TYPE_CHECKING:
     from oxiedge.amqp.broker import Broker
-    from oxiedge.amqp.connection import AmqpConnection
+    from oxiedge.amqp.protocol import AmqpProtocol
+
+#: Durable deletes were staged: have a commit round soon (nobody waits for it).
+KICK = 1
+#: ... and make them durable before the reply to the next synchronous method.
+UNSYNCED = 2
+
+
+class AfterCommit:
+    """A handler's reply that waits for the commit of what the handler staged."""
+
+    __slots__ = ("then",)
+
+    def __init__(self, then: Callable[[], None]) -> None:
+        self.then = then
+
+
+def after(staged: bool, reply: Callable[[], None]) -> int | AfterCommit:
+    """Reply now, or after the commit when a durable write was staged."""
+    if staged:
+        return AfterCommit(reply)
+    reply()
+    return 0
+
+
+class Consumer:
+    """A basic.consume subscription of one channel to one queue: the consumer a
+    :class:`~oxiedge.amqp.queues.Queue` sees (``has_credit`` / ``deliver``)."""
+
+    __slots__ = ("channel", "exclusive", "no_ack", "prefetch", "queue", "tag", "unacked")
+
+    def __init__(
+        self, tag: str, channel: Channel, queue: Queue, no_ack: bool, exclusive: bool,
+        prefetch: int,
+    ) -> None:
+        self.tag = tag
+        self.channel = channel
+        self.queue = queue
+        self.no_ack = no_ack
+        self.exclusive = exclusive
+        self.prefetch = prefetch  # 0 = unlimited (basic.qos global=false at consume time)
+        self.unacked = 0
+
+    def has_credit(self) -> bool:
+        """May this consumer take one more delivery now?"""
+        if self.prefetch and self.unacked >= self.prefetch:
+            return False
+        return self.channel.has_credit(self.no_ack)
+
+    def deliver(self, msg: QueuedMessage) -> None:
+        """Send ``basic.deliver`` + content; track it unless the consumer is no-ack.
+
+        (The channel's work, inlined here: this runs once per delivered message.)"""
+        ch = self.channel
+        conn = ch.conn
+        ch.next_tag += 1
+        tag = ch.next_tag
+        queue = self.queue
+        ch.broker.counters["delivered"] += 1
+        conn.delivered += 1
+        if self.no_ack:
+            if msg.stored:
+                ch.broker.forget(queue, msg)  # (kicks the committer)
+                # A delivery runs in whichever task enqueued the message, not in this
+                # connection's reader: it tells the connection, which syncs before close-ok.
+                conn.note_staged()
+        else:
+            ch.unacked[tag] = (queue, msg, self)
+            self.unacked += 1
+            ch.global_unacked += 1
+            queue.unacked += 1
+        conn.send(encode_content(
+            ch.number,
+            spec.BasicDeliver(self.tag, tag, msg.redelivered, msg.exchange, msg.routing_key),
+            msg.properties, msg.body, conn.frame_max))
+
+    def server_cancelled(self) -> None:
+        """The queue was deleted: notify the client (consumer_cancel_notify)."""
+        ch = self.channel
+        ch.consumers.pop(self.tag, None)
+        if ch.conn.cancel_notify and not ch.closing and not ch.conn.closed:
+            ch.reply(spec.BasicCancel(self.tag, True))
+
+
+def server_cancel(consumer: QueueConsumer) -> None:
+    """``Broker.delete_queue``'s callback for each consumer of the deleted queue."""
+    consumer.server_cancelled()
+
 
 #: An unacked delivery: (queue, message, consumer or None for basic.get).
 Unacked = tuple[Queue, QueuedMessage, "Consumer | None"]
@@ -34,7 +130,7 @@ Unacked = tuple[Queue, QueuedMessage, "Consumer | None"]
 class Channel:
     """State of one open channel of one connection."""
 
-    def __init__(self, conn: AmqpConnection, number: int) -> None:
+    def __init__(self, conn: AmqpProtocol, number: int) -> None:
         self.conn = conn
         self.number = number
         self.broker: Broker = conn.broker
@@ -58,33 +154,12 @@ class Channel:
         if self.closing:
             return False
         if not self.conn.writable:
-            self.conn.stalled = True  # the writer re-dispatches once the buffer drains
-            return False
+            return False  # the connection re-dispatches once its send buffer drains
         if no_ack:
             return True
         if len(self.unacked) >= self.conn.unacked_limit:
             return False  # bound memory even for consumers without prefetch that never ack
         return not self.global_prefetch or self.global_unacked < self.global_prefetch
-
-    def deliver(self, consumer: Consumer, msg: QueuedMessage) -> None:
-        """Send ``basic.deliver`` + content; track it unless the consumer is no-ack."""
-        self.next_tag += 1
-        tag = self.next_tag
-        queue = consumer.queue
-        self.broker.counters["delivered"] += 1
-        self.conn.delivered += 1
-        if consumer.no_ack:
-            self.broker.forget(queue, msg)
-            self.conn.dirty = True
-        else:
-            self.unacked[tag] = (queue, msg, consumer)
-            consumer.unacked += 1
-            self.global_unacked += 1
-            queue.unacked += 1
-        self.conn.send(encode_content(
-            self.number,
-            spec.BasicDeliver(consumer.tag, tag, msg.redelivered, msg.exchange, msg.routing_key),
-            msg.properties, msg.body, self.conn.frame_max))
 
     def reply(self, method: spec.Method) -> None:
         self.conn.send(encode_method(self.number, method))
@@ -129,25 +204,29 @@ class Channel:
             for q in self._touched:
                 q.dispatch()
 
-    def ack(self, tag: int, multiple: bool) -> None:
-        """basic.ack: delete the durable records by (queue, seq)."""
+    def ack(self, tag: int, multiple: bool) -> int:
+        """basic.ack: delete the durable records by (queue, seq); returns flags."""
         broker = self.broker
         settled = self._take(tag, multiple)
+        flags = 0
         for queue, msg, _consumer in settled:
             if msg.stored:
                 broker.forget(queue, msg)
-                self.conn.dirty = self.conn.unsynced = True
+                flags = KICK | UNSYNCED
         broker.counters["acked"] += len(settled)
         self._redispatch()
+        return flags
 
-    def nack(self, tag: int, multiple: bool, requeue: bool) -> None:
+    def nack(self, tag: int, multiple: bool, requeue: bool) -> int:
         """basic.nack / basic.reject: requeue at the head (redelivered) or discard."""
         settled = self._take(tag, multiple)
-        self._settle_rejected(settled, requeue)
+        flags = self._settle_rejected(settled, requeue)
         self._redispatch()
+        return flags
 
-    def _settle_rejected(self, settled: list[Unacked], requeue: bool) -> None:
+    def _settle_rejected(self, settled: list[Unacked], requeue: bool) -> int:
         broker = self.broker
+        flags = 0
         if requeue:
             by_queue: dict[Queue, list[QueuedMessage]] = {}
             for queue, msg, _c in settled:
@@ -156,10 +235,11 @@ class Channel:
                 if queue.deleted:
                     for m in msgs:
                         broker.forget(queue, m)
-                    self.conn.dirty = True
+                    flags |= KICK
                     continue
                 if queue.delivery_limit is not None:
-                    msgs = self._count_returns(queue, msgs)
+                    msgs, counted = self._count_returns(queue, msgs)
+                    flags |= counted
                 queue.requeue(msgs)
             broker.counters["requeued"] += len(settled)
         else:
@@ -167,45 +247,51 @@ class Channel:
                 if queue.dlx is not None and not queue.deleted:
                     # basic.reject / basic.nack requeue=false: dead-lettered (RabbitMQ dlx)
                     broker.dead_letter(queue, msg, deadletter.REJECTED)
-                    self.conn.dirty = self.conn.unsynced = True
+                    flags |= KICK | UNSYNCED
                 elif msg.stored:
                     broker.forget(queue, msg)
-                    self.conn.dirty = True
+                    flags |= KICK
             broker.counters["discarded"] += len(settled)
+        return flags
 
-    def _count_returns(self, queue: Queue, msgs: list[QueuedMessage]) -> list[QueuedMessage]:
+    def _count_returns(self, queue: Queue, msgs: list[QueuedMessage]
+                       ) -> tuple[list[QueuedMessage], int]:
         """Quorum-queue poison-message handling: every return of a delivered message
         (nack/reject with requeue, a closed channel, recover) counts; the redelivery
         carries ``x-delivery-count``; past ``x-delivery-limit`` the message is
         dead-lettered (reason ``delivery_limit``) or, without a DLX, dropped and counted.
-        Only queues with a limit pay for this (one decode per return)."""
+        Only queues with a limit pay for this (one decode per return); returns the messages
+        to requeue and flags."""
         broker = self.broker
         limit = queue.delivery_limit
         assert limit is not None
         back: list[QueuedMessage] = []
+        flags = 0
         for msg in msgs:
             count = deadletter.delivery_count_of(msg.properties) + 1
             if count > limit:
                 broker.counters["delivery_limit"] += 1
                 broker.dead_letter(queue, msg, deadletter.DELIVERY_LIMIT)
-                self.conn.dirty = self.conn.unsynced = True
+                flags |= KICK | UNSYNCED
                 continue
             msg.properties = deadletter.with_delivery_count(msg.properties, count)
             if msg.stored:  # the count survives a restart with the message
                 broker.store_message(queue, msg, persist.encode_record(
                     msg.exchange, msg.routing_key, msg.properties, msg.body, msg.expires))
                 broker.counters["persisted"] -= 1
-                self.conn.dirty = self.conn.unsynced = True
+                flags |= KICK | UNSYNCED
             back.append(msg)
-        return back
+        return back, flags
 
     # -- closing -------------------------------------------------------------------------
 
-    def release(self) -> None:
-        """The channel is gone: cancel its consumers, requeue its unacked messages."""
+    def release(self) -> int:
+        """The channel is gone: cancel its consumers, requeue its unacked messages;
+        returns flags."""
         self.closing = True
+        flags = 0
         for consumer in list(self.consumers.values()):
-            self._drop_consumer(consumer)
+            flags |= self._drop_consumer(consumer)
         self.consumers.clear()
         if self.unacked:
             settled = list(self.unacked.values())
@@ -215,138 +301,43 @@ class Channel:
                 if owner is not None:
                     owner.unacked -= 1
             self.global_unacked = 0
-            self._settle_rejected(settled, requeue=True)
+            flags |= self._settle_rejected(settled, requeue=True)
+        return flags
 
-    def _drop_consumer(self, consumer: Consumer) -> None:
+    def _drop_consumer(self, consumer: Consumer) -> int:
         queue = consumer.queue
         queue.remove_consumer(consumer)
         self.consumers.pop(consumer.tag, None)
         if queue.auto_delete and queue.had_consumer and not queue.consumers and not queue.deleted:
             # Auto-delete queues go when their last consumer goes (spec queue.declare).
-            self.broker.delete_queue(queue, self.conn.server_cancel)
-            self.conn.dirty = True
+            self.broker.delete_queue(queue, server_cancel)
+            return KICK
+        return 0
 
-    # -- method handlers -----------------------------------------------------------------
+    # -- method handlers of the basic, channel and confirm classes (see methods.py) -----
 
-    async def handle(self, method: spec.Method) -> None:
-        """Run the handler of a non-publish channel method."""
-        handler = _HANDLERS.get(type(method))
-        if handler is None:
-            raise AmqpError(NOT_IMPLEMENTED, f"{method.NAME} is not implemented",
-                            method.CLASS_ID, method.METHOD_ID, hard=True)
-        if self.conn.perms.active:  # docs/permissions.md: nothing to check without rules
-            authz.check_method(self, method)
-        await handler(self, method)
+    def ok(self, nowait: bool, method: spec.Method) -> Callable[[], None]:
+        """The reply of a method with a ``nowait`` flag (none when it is set)."""
+        if nowait:
+            return _nothing
+        return lambda: self.reply(method)
 
-    async def _commit_if(self, staged: bool) -> None:
-        if staged:
-            await self.conn.commit()
-
-    async def on_flow(self, m: spec.ChannelFlow) -> None:
+    def on_flow(self, m: spec.ChannelFlow) -> int:
         if not m.active:
             raise AmqpError(NOT_IMPLEMENTED, "channel.flow active=false is not implemented",
                             hard=True)
         self.reply(spec.ChannelFlowOk(active=True))
+        return 0
 
-    async def on_access_request(self, m: spec.AccessRequest) -> None:
+    def on_access_request(self, m: spec.AccessRequest) -> int:
         self.reply(spec.AccessRequestOk(ticket=1))
+        return 0
 
-    async def on_exchange_declare(self, m: spec.ExchangeDeclare) -> None:
-        _x, staged = self.broker.declare_exchange(
-            m.exchange, m.type, passive=m.passive, durable=m.durable,
-            auto_delete=m.auto_delete, internal=m.internal, arguments=m.arguments)
-        await self._commit_if(staged)
-        if not m.nowait:
-            self.reply(spec.ExchangeDeclareOk())
-
-    async def on_exchange_delete(self, m: spec.ExchangeDelete) -> None:
-        # An unknown exchange is deleted successfully (idempotent, as in RabbitMQ).
-        await self._commit_if(self.broker.delete_exchange(m.exchange, m.if_unused))
-        if not m.nowait:
-            self.reply(spec.ExchangeDeleteOk())
-
-    async def on_exchange_bind(self, m: spec.ExchangeBind) -> None:
-        await self._commit_if(self.broker.bind_exchange(m.destination, m.source,
-                                                        m.routing_key, m.arguments))
-        if not m.nowait:
-            self.reply(spec.ExchangeBindOk())
-
-    async def on_exchange_unbind(self, m: spec.ExchangeUnbind) -> None:
-        await self._commit_if(self.broker.unbind_exchange(m.destination, m.source,
-                                                          m.routing_key))
-        if not m.nowait:
-            self.reply(spec.ExchangeUnbindOk())
-
-    async def on_queue_declare(self, m: spec.QueueDeclare) -> None:
-        conn = self.conn
-        if not m.passive and (not m.queue or m.queue not in self.broker.queues):
-            conn.check_queue_limit(m.queue)
-        q, staged = self.broker.declare_queue(
-            m.queue, passive=m.passive, durable=m.durable, exclusive=m.exclusive,
-            auto_delete=m.auto_delete, arguments=m.arguments, owner=self.conn)
-        if q.exclusive_owner is conn:
-            conn.exclusive_queues[q.name] = q
-        if not m.passive:
-            conn.created_queues.add(q)
-        self.last_queue = q.name
-        await self._commit_if(staged)
-        q.expire_head()
-        if not m.nowait:
-            self.reply(spec.QueueDeclareOk(q.name, len(q.ready), len(q.consumers)))
-
-    def _queue(self, name: str) -> Queue:
+    def queue(self, name: str) -> Queue:
         # An empty queue name means "the last queue declared on this channel" (spec 1.7.2.3).
         return self.broker.get_queue(name or self.last_queue, self.conn)
 
-    async def on_queue_bind(self, m: spec.QueueBind) -> None:
-        q = self._queue(m.queue)
-        await self._commit_if(self.broker.bind(q, m.exchange, m.routing_key, m.arguments))
-        if not m.nowait:
-            self.reply(spec.QueueBindOk())
-
-    async def on_queue_unbind(self, m: spec.QueueUnbind) -> None:
-        name = m.queue or self.last_queue
-        if name in self.broker.queues and m.exchange in self.broker.exchanges:
-            q = self._queue(name)
-            await self._commit_if(self.broker.unbind(q, m.exchange, m.routing_key,
-                                                     m.arguments))
-        elif not m.exchange:
-            raise AmqpError(ACCESS_REFUSED, "operation not permitted on the default exchange")
-        # else: unbinding from a queue or exchange that is gone succeeds, as in RabbitMQ
-        self.reply(spec.QueueUnbindOk())
-
-    async def on_queue_purge(self, m: spec.QueuePurge) -> None:
-        q = self._queue(m.queue)
-        count = self.broker.purge(q)
-        await self._commit_if(q.doc_id is not None)
-        if not m.nowait:
-            self.reply(spec.QueuePurgeOk(count))
-
-    async def on_queue_delete(self, m: spec.QueueDelete) -> None:
-        name = m.queue or self.last_queue
-        if name not in self.broker.queues:
-            # Deleting what does not exist succeeds, as in RabbitMQ (delete is idempotent).
-            if not m.nowait:
-                self.reply(spec.QueueDeleteOk(0))
-            return
-        q = self._queue(name)
-        if m.if_unused and q.consumers:
-            raise AmqpError(PRECONDITION_FAILED, f"queue '{q.name}' in vhost '/' in use")
-        if m.if_empty and q.ready:
-            raise AmqpError(PRECONDITION_FAILED, f"queue '{q.name}' in vhost '/' not empty")
-        cancelled: list[Consumer] = []
-        count = self.broker.delete_queue(q, cancelled.append)
-        self.conn.exclusive_queues.pop(q.name, None)
-        await self._commit_if(q.doc_id is not None)
-        if not m.nowait:
-            self.reply(spec.QueueDeleteOk(count))
-        # The consumers hear basic.cancel only after delete-ok, as from RabbitMQ (whose
-        # queue process dies asynchronously): a client waiting for delete-ok on the same
-        # channel must not see a cancel first.
-        for consumer in cancelled:
-            self.conn.server_cancel(consumer)
-
-    async def on_qos(self, m: spec.BasicQos) -> None:
+    def on_qos(self, m: spec.BasicQos) -> int:
         if m.prefetch_size:
             raise AmqpError(NOT_IMPLEMENTED, "prefetch_size!=0 is not implemented", hard=True)
         # RabbitMQ's reading (per_consumer_qos): global=false sets the limit of each consumer
@@ -358,9 +349,10 @@ class Channel:
         else:
             self.prefetch = m.prefetch_count
         self.reply(spec.BasicQosOk())
+        return 0
 
-    async def on_consume(self, m: spec.BasicConsume) -> None:
-        q = self._queue(m.queue)
+    def on_consume(self, m: spec.BasicConsume) -> int:
+        q = self.queue(m.queue)
         if m.arguments:
             raise AmqpError(NOT_IMPLEMENTED,
                             f"consumer argument '{next(iter(m.arguments))}' is not implemented",
@@ -379,30 +371,31 @@ class Channel:
         if not m.nowait:
             self.reply(spec.BasicConsumeOk(tag))
         q.dispatch()
+        return 0
 
-    async def on_cancel(self, m: spec.BasicCancel) -> None:
+    def on_cancel(self, m: spec.BasicCancel) -> int | AfterCommit:
         consumer = self.consumers.get(m.consumer_tag)
-        if consumer is not None:
-            self._drop_consumer(consumer)
-            if self.conn.dirty:
-                await self.conn.commit()
-        if not m.nowait:
-            self.reply(spec.BasicCancelOk(m.consumer_tag))
+        # An auto-delete queue that lost its last consumer is deleted durably before
+        # cancel-ok.
+        staged = consumer is not None and self._drop_consumer(consumer) != 0
+        return after(staged, self.ok(m.nowait, spec.BasicCancelOk(m.consumer_tag)))
 
-    async def on_get(self, m: spec.BasicGet) -> None:
-        q = self._queue(m.queue)
+    def on_get(self, m: spec.BasicGet) -> int:
+        q = self.queue(m.queue)
         msg = q.pop_ready()
         if msg is None:
             self.reply(spec.BasicGetEmpty())
-            return
+            return 0
         q.delivered += 1
         self.broker.counters["delivered"] += 1
         self.conn.delivered += 1
         self.next_tag += 1
         tag = self.next_tag
+        flags = 0
         if m.no_ack:
-            self.broker.forget(q, msg)
-            self.conn.dirty = True
+            if msg.stored:
+                self.broker.forget(q, msg)
+                flags = KICK
         else:
             self.unacked[tag] = (q, msg, None)
             q.unacked += 1
@@ -410,56 +403,35 @@ class Channel:
             self.number,
             spec.BasicGetOk(tag, msg.redelivered, msg.exchange, msg.routing_key, len(q.ready)),
             msg.properties, msg.body, self.conn.frame_max))
+        return flags
 
-    async def on_nack(self, m: spec.BasicNack) -> None:
-        self.nack(m.delivery_tag, m.multiple, m.requeue)
+    def on_nack(self, m: spec.BasicNack) -> int:
+        return self.nack(m.delivery_tag, m.multiple, m.requeue)
 
-    async def on_reject(self, m: spec.BasicReject) -> None:
-        self.nack(m.delivery_tag, False, m.requeue)
+    def on_reject(self, m: spec.BasicReject) -> int:
+        return self.nack(m.delivery_tag, False, m.requeue)
 
-    async def on_recover(self, m: spec.BasicRecover | spec.BasicRecoverAsync) -> None:
+    def on_recover(self, m: spec.BasicRecover | spec.BasicRecoverAsync) -> int:
         if not m.requeue:
             raise AmqpError(NOT_IMPLEMENTED, "basic.recover requeue=false is not implemented",
                             hard=True)
         settled = self._take(0, True)
-        self._settle_rejected(settled, requeue=True)
+        flags = self._settle_rejected(settled, requeue=True)
         if isinstance(m, spec.BasicRecover):  # recover-async (deprecated) has no reply
             self.reply(spec.BasicRecoverOk())
         self._redispatch()
+        return flags
 
-    async def on_confirm_select(self, m: spec.ConfirmSelect) -> None:
+    def on_confirm_select(self, m: spec.ConfirmSelect) -> int:
         self.confirm = True
         if not m.nowait:
             self.reply(spec.ConfirmSelectOk())
+        return 0
 
-    async def on_tx(self, m: spec.Method) -> None:
+    def on_tx(self, m: spec.Method) -> int:
         raise AmqpError(NOT_IMPLEMENTED, "transactions (tx.select) are not implemented",
                         m.CLASS_ID, m.METHOD_ID, hard=True)
 
 
-#: basic.publish and basic.ack never get here: the connection's reader handles them itself.
-_HANDLERS: dict[type[spec.Method], Any] = {
-    spec.ChannelFlow: Channel.on_flow,
-    spec.AccessRequest: Channel.on_access_request,
-    spec.ExchangeDeclare: Channel.on_exchange_declare,
-    spec.ExchangeDelete: Channel.on_exchange_delete,
-    spec.ExchangeBind: Channel.on_exchange_bind,
-    spec.ExchangeUnbind: Channel.on_exchange_unbind,
-    spec.QueueDeclare: Channel.on_queue_declare,
-    spec.QueueBind: Channel.on_queue_bind,
-    spec.QueueUnbind: Channel.on_queue_unbind,
-    spec.QueuePurge: Channel.on_queue_purge,
-    spec.QueueDelete: Channel.on_queue_delete,
-    spec.BasicQos: Channel.on_qos,
-    spec.BasicConsume: Channel.on_consume,
-    spec.BasicCancel: Channel.on_cancel,
-    spec.BasicGet: Channel.on_get,
-    spec.BasicNack: Channel.on_nack,
-    spec.BasicReject: Channel.on_reject,
-    spec.BasicRecover: Channel.on_recover,
-    spec.BasicRecoverAsync: Channel.on_recover,
-    spec.ConfirmSelect: Channel.on_confirm_select,
-    spec.TxSelect: Channel.on_tx,
-    spec.TxCommit: Channel.on_tx,
-    spec.TxRollback: Channel.on_tx,
-}
+def _nothing() -> None:
+    pass

@@ -23,10 +23,9 @@ from __future__ import annotations
 import time
 from collections import deque
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
-    from oxiedge.amqp.channel import Channel
     from oxiedge.amqp.timers import QueueTimers
 
 
@@ -57,28 +56,19 @@ class QueuedMessage:
         self.redelivered = redelivered
 
 
-class Consumer:
-    """A basic.consume subscription of one channel to one queue."""
+class QueueConsumer(Protocol):
+    """What a queue needs of a consumer (``channel.Consumer`` is the one there is)."""
 
-    __slots__ = ("channel", "exclusive", "no_ack", "prefetch", "queue", "tag", "unacked")
-
-    def __init__(
-        self, tag: str, channel: Channel, queue: Queue, no_ack: bool, exclusive: bool,
-        prefetch: int,
-    ) -> None:
-        self.tag = tag
-        self.channel = channel
-        self.queue = queue
-        self.no_ack = no_ack
-        self.exclusive = exclusive
-        self.prefetch = prefetch  # 0 = unlimited (basic.qos global=false at consume time)
-        self.unacked = 0
+    exclusive: bool
 
     def has_credit(self) -> bool:
-        """May this consumer take one more delivery now?"""
-        if self.prefetch and self.unacked >= self.prefetch:
-            return False
-        return self.channel.has_credit(self.no_ack)
+        """May it take one more delivery now (prefetch, paused channel, full socket)?"""
+
+    def deliver(self, msg: QueuedMessage) -> None:
+        """Take ``msg`` (it left the queue's ready list)."""
+
+    def server_cancelled(self) -> None:
+        """The queue was deleted under it (consumer_cancel_notify)."""
 
 
 class Queue:
@@ -145,7 +135,7 @@ class Queue:
         self.timer_at = 0.0  # the pending timer (QueueTimers), 0 = none
         self.dead_lettered = 0
         self.ready: deque[QueuedMessage] = deque()
-        self.consumers: list[Consumer] = []
+        self.consumers: list[QueueConsumer] = []
         self.next_seq = 1
         self.unacked = 0
         self.dropped = 0
@@ -303,7 +293,7 @@ class Queue:
                     self._expire(msg)
                     continue
                 self.delivered += 1
-                consumer.channel.deliver(consumer, msg)
+                consumer.deliver(msg)
         finally:
             self._dispatching = False
             if self.ttl_seen:
@@ -344,7 +334,7 @@ class Queue:
                 self.ready_bytes -= len(msg.body)
             self._expire(msg)
 
-    def remove_consumer(self, consumer: Consumer) -> None:
+    def remove_consumer(self, consumer: QueueConsumer) -> None:
         if consumer in self.consumers:
             self.consumers.remove(consumer)
             if not self.consumers and self.expires_ms is not None:

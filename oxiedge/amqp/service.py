@@ -24,6 +24,7 @@ import trio
 from oxiedge.amqp import persist, recovery, spec
 from oxiedge.amqp.broker import Broker
 from oxiedge.amqp.connection import AmqpConnection
+from oxiedge.amqp.protocol import AmqpProtocol
 from oxiedge.amqp.publish import STAGED, TopicHook
 from oxiedge.tls import TlsManager, open_secured, peer_name, transport_socket
 
@@ -92,7 +93,7 @@ class AmqpService:
     def _queue_expired(self, queue: Any) -> None:
         """x-expires deleted an exclusive queue: forget it on its connection."""
         owner = queue.exclusive_owner
-        if isinstance(owner, AmqpConnection):
+        if isinstance(owner, AmqpProtocol):
             owner.exclusive_queues.pop(queue.name, None)
 
     def listening_suffix(self) -> str:
@@ -116,7 +117,16 @@ class AmqpService:
             task_status.started()
 
     async def _handle(self, stream: trio.abc.Stream) -> None:
-        go_on, identity = await open_secured(self.tls, stream, "AMQP")
+        # ONE deadline for the whole handshake, TLS included (issue 16): a client that
+        # trickles its TLS handshake cannot then take another full AMQP handshake timeout.
+        deadline = trio.current_time() + self.app.config.amqp_handshake_timeout
+        go_on, identity = False, None
+        with trio.move_on_at(deadline) as tls_phase:
+            go_on, identity = await open_secured(self.tls, stream, "AMQP")
+        if tls_phase.cancelled_caught:  # the TLS handshake used up the whole deadline
+            self.counters["handshake_timeouts"] += 1
+            await trio.aclose_forcefully(stream)
+            return
         if not go_on:
             return
         self.counters["connections_total"] += 1
@@ -130,8 +140,8 @@ class AmqpService:
         except OSError:
             pass
         try:
-            conn = AmqpConnection(self, stream, peer)
-            conn.tls_identity = identity  # offers EXTERNAL when set
+            # A set identity (a verified client certificate) offers EXTERNAL.
+            conn = AmqpConnection(self, stream, peer, identity, deadline)
             await conn.run()
         except Exception:  # one broken connection must never take the broker down
             self.app.log.exception("AMQP %s: connection failed", peer)

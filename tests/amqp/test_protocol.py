@@ -1,0 +1,185 @@
+"""``AmqpProtocol`` without a socket: ``(state, bytes in) -> exact bytes out`` tables.
+
+Each case is a list of steps ``(bytes in, exact bytes out, actions asked for)`` played on
+one protocol object over a real (in-process) broker and store: ``COMMIT`` is performed
+with ``store.commit()`` and ``AUTH <user>`` with the real ``Logins.check``, as the trio
+binding would.  Expected frames are written with the codec (tested byte by byte in
+test_codec.py) and, for a few, as literal bytes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from oxiedge.amqp import codec, spec
+from oxiedge.amqp.protocol import COMMIT, DONE, NEED_DATA, AmqpProtocol, Authenticate
+from oxiedge.amqp.service import AmqpService
+from tests.amqp.conftest import amqp_service
+
+M = codec.encode_method
+PERSISTENT = spec.BasicProperties(delivery_mode=2).encode()
+
+
+def publish(ch: int, key: str, body: bytes, props: bytes = b"\x00\x00") -> bytes:
+    return codec.encode_content(ch, spec.BasicPublish(routing_key=key), props, body, 0)
+
+
+def protocol_for(svc: AmqpService) -> AmqpProtocol:
+    app = svc.app
+    return AmqpProtocol(svc.broker, app.config, svc.counters, app.permissions,
+                        svc.server_properties(), alarms=app.alarms, peer="table")
+
+
+async def play(svc: AmqpService, proto: AmqpProtocol, data: bytes) -> tuple[bytes, list[str]]:
+    """Feed ``data``; perform the actions until the protocol needs data or is done."""
+    proto.receive_data(data)
+    actions: list[str] = []
+    while True:
+        action = proto.next_action()
+        if action is NEED_DATA or action is DONE:
+            actions.append(repr(action))
+            break
+        if action is COMMIT:
+            actions.append("COMMIT")
+            await svc.app.store.commit()
+            proto.committed(None)
+        else:
+            assert isinstance(action, Authenticate)
+            actions.append(f"AUTH {action.user}")
+            proto.authenticated(await svc.app.logins.check(action.user, action.password))
+    out = proto.data_to_send()
+    proto.sent(len(out))
+    return out, actions
+
+
+def handshake_steps(props: dict[str, Any]) -> list[tuple[bytes, bytes, list[str]]]:
+    return [
+        (codec.PROTOCOL_HEADER,
+         M(0, spec.ConnectionStart(0, 9, props, b"PLAIN AMQPLAIN", b"en_US")),
+         ["NEED_DATA"]),
+        (M(0, spec.ConnectionStartOk({}, "PLAIN", b"\x00guest\x00guest")),
+         M(0, spec.ConnectionTune(2047, 131072, 60)),
+         ["AUTH guest", "NEED_DATA"]),
+        (M(0, spec.ConnectionTuneOk(2047, 131072, 0)) + M(0, spec.ConnectionOpen("/")),
+         # connection.open-ok: class 10, method 41, an empty shortstr
+         b"\x01\x00\x00\x00\x00\x00\x05\x00\x0a\x00\x29\x00\xce",
+         ["NEED_DATA"]),
+    ]
+
+
+OPEN_1 = (M(1, spec.ChannelOpen()),
+          # channel.open-ok: class 20, method 11, an empty longstr
+          b"\x01\x00\x01\x00\x00\x00\x08\x00\x14\x00\x0b\x00\x00\x00\x00\xce",
+          ["NEED_DATA"])
+
+CASES: dict[str, list[tuple[bytes, bytes, list[str]]]] = {
+    "channel open and close": [
+        OPEN_1,
+        (M(1, spec.ChannelClose(200, "bye", 0, 0)), M(1, spec.ChannelCloseOk()),
+         ["NEED_DATA"]),
+        (M(0, spec.ConnectionClose(200, "bye", 0, 0)), M(0, spec.ConnectionCloseOk()),
+         ["DONE"]),
+    ],
+    "declare: transient at once, durable after its commit": [
+        OPEN_1,
+        (M(1, spec.QueueDeclare(queue="t")), M(1, spec.QueueDeclareOk("t", 0, 0)),
+         ["NEED_DATA"]),
+        (M(1, spec.QueueDeclare(queue="d", durable=True)), M(1, spec.QueueDeclareOk("d", 0, 0)),
+         ["COMMIT", "NEED_DATA"]),
+        (M(1, spec.ExchangeDeclare(exchange="x", type="topic", durable=True)),
+         M(1, spec.ExchangeDeclareOk()), ["COMMIT", "NEED_DATA"]),
+        (M(1, spec.QueueBind(queue="t", exchange="x", routing_key="#")),
+         M(1, spec.QueueBindOk()), ["NEED_DATA"]),  # a transient queue: nothing to sync
+    ],
+    "publish and confirm: one commit per burst, coalesced acks": [
+        OPEN_1,
+        (M(1, spec.ConfirmSelect()), M(1, spec.ConfirmSelectOk()), ["NEED_DATA"]),
+        (M(1, spec.QueueDeclare(queue="t")), M(1, spec.QueueDeclareOk("t", 0, 0)),
+         ["NEED_DATA"]),
+        (publish(1, "t", b"a"), M(1, spec.BasicAck(1, False)), ["NEED_DATA"]),  # no commit
+        (M(1, spec.QueueDeclare(queue="d", durable=True)), M(1, spec.QueueDeclareOk("d", 0, 0)),
+         ["COMMIT", "NEED_DATA"]),
+        (publish(1, "d", b"b", PERSISTENT) + publish(1, "d", b"c", PERSISTENT)
+         + publish(1, "d", b"d", PERSISTENT),
+         M(1, spec.BasicAck(4, True)), ["COMMIT", "NEED_DATA"]),
+        # unroutable + mandatory: basic.return first, then the confirm
+        (codec.encode_content(1, spec.BasicPublish(routing_key="nowhere", mandatory=True),
+                              b"\x00\x00", b"e", 0),
+         codec.encode_content(1, spec.BasicReturn(312, "NO_ROUTE", "", "nowhere"),
+                              b"\x00\x00", b"e", 131072) + M(1, spec.BasicAck(5, False)),
+         ["NEED_DATA"]),
+    ],
+    "channel error 404: channel.close, the connection stays": [
+        OPEN_1,
+        (M(1, spec.QueueDeclare(queue="nope", passive=True)),
+         M(1, spec.ChannelClose(404, "NOT_FOUND - no queue 'nope' in vhost '/'", 50, 10)),
+         ["NEED_DATA"]),
+        (M(1, spec.QueueDeclare(queue="ignored")), b"", ["NEED_DATA"]),  # until close-ok
+        (M(1, spec.ChannelCloseOk()), b"", ["NEED_DATA"]),
+        (M(1, spec.ChannelOpen()), M(1, spec.ChannelOpenOk()), ["NEED_DATA"]),
+    ],
+    "connection error 501: a frame over frame_max closes the connection": [
+        OPEN_1,
+        (codec.encode_frame(3, 1, b"x" * 200_000),
+         M(0, spec.ConnectionClose(
+             501, "FRAME_ERROR - frame size 200008 exceeds frame_max 131072", 0, 0)),
+         ["NEED_DATA"]),  # waiting for close-ok
+        (M(0, spec.ConnectionCloseOk()), b"", ["DONE"]),
+    ],
+}
+
+
+@asynccontextmanager
+async def opened(tmp_path: Path) -> AsyncIterator[tuple[AmqpService, AmqpProtocol]]:
+    async with amqp_service(tmp_path) as svc:
+        proto = protocol_for(svc)
+        for data, out, actions in handshake_steps(svc.server_properties()):
+            assert await play(svc, proto, data) == (out, actions)
+        assert proto.opened
+        yield svc, proto
+
+
+async def test_handshake_start_tune_open(tmp_path: Path) -> None:
+    async with opened(tmp_path) as (_svc, proto):
+        assert (proto.user, proto.frame_max, proto.heartbeat) == ("guest", 131072, 0)
+
+
+@pytest.mark.parametrize("name", list(CASES))
+async def test_table(tmp_path: Path, name: str) -> None:
+    async with opened(tmp_path) as (svc, proto):
+        for i, (data, out, actions) in enumerate(CASES[name]):
+            assert await play(svc, proto, data) == (out, actions), f"step {i}"
+
+
+async def test_bad_protocol_header_gets_ours(tmp_path: Path) -> None:
+    async with amqp_service(tmp_path) as svc:
+        proto = protocol_for(svc)
+        assert await play(svc, proto, b"AMQP\x00\x00\x08\x00") == (codec.PROTOCOL_HEADER,
+                                                                  ["DONE"])
+
+
+async def test_refused_login_is_a_403_connection_close(tmp_path: Path) -> None:
+    async with amqp_service(tmp_path) as svc:
+        proto = protocol_for(svc)
+        await play(svc, proto, codec.PROTOCOL_HEADER)
+        out, actions = await play(svc, proto, M(0, spec.ConnectionStartOk({}, "CRAM-MD5", b"")))
+        assert out == M(0, spec.ConnectionClose(
+            403, "ACCESS_REFUSED - Login was refused using authentication mechanism CRAM-MD5",
+            10, 11))
+        assert actions == ["NEED_DATA"] and proto.closing and not proto.opened
+
+
+async def test_frames_split_anywhere_give_the_same_bytes(tmp_path: Path) -> None:
+    """A burst fed one byte at a time: same replies, each once its frame is complete."""
+    async with opened(tmp_path) as (svc, proto):
+        data = OPEN_1[0] + M(1, spec.QueueDeclare(queue="s"))
+        out = b""
+        for i in range(len(data)):
+            got, _actions = await play(svc, proto, data[i:i + 1])
+            out += got
+        assert out == OPEN_1[1] + M(1, spec.QueueDeclareOk("s", 0, 0))

@@ -116,7 +116,7 @@ OPTIONS: tuple[Option, ...] = (
            "largest AMQP frame before the login completes (connection.start-ok), bytes"),
     Option("amqp_handshake_timeout", "--amqp-handshake-timeout",
            "OXIEDGE_AMQP_HANDSHAKE_TIMEOUT", "10",
-           "seconds a new AMQP connection has to log in and open (start-ok .. open)"),
+           "seconds from accept to an open AMQP connection (TLS handshake included)"),
     Option("memory_high_watermark", "--memory-high-watermark", "OXIEDGE_MEMORY_HIGH_WATERMARK",
            "0.4", "block publishers above this RSS: a fraction of the memory limit (RAM, or the"
            " cgroup's MemoryMax/MemoryHigh when lower) or a size >= 32MB (MB = 10^6, MiB = 2^20)"),

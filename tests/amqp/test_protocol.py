@@ -183,3 +183,19 @@ async def test_frames_split_anywhere_give_the_same_bytes(tmp_path: Path) -> None
             got, _actions = await play(svc, proto, data[i:i + 1])
             out += got
         assert out == OPEN_1[1] + M(1, spec.QueueDeclareOk("s", 0, 0))
+
+
+def test_protocol_modules_import_no_trio() -> None:
+    """The protocol object and everything it is made of are sans-IO: no trio import (the
+    trio binding is connection.py; the broker's timer task is timers.py)."""
+    import ast
+
+    root = Path(__file__).resolve().parents[2] / "oxiedge" / "amqp"
+    for name in ("actions", "burst", "channel", "codec", "handshake", "methods", "protocol",
+                 "publish", "queues"):
+        tree = ast.parse((root / f"{name}.py").read_text())
+        imported = {alias.name.split(".")[0] for node in ast.walk(tree)
+                    if isinstance(node, ast.Import) for alias in node.names}
+        imported |= {(node.module or "").split(".")[0] for node in ast.walk(tree)
+                     if isinstance(node, ast.ImportFrom)}
+        assert "trio" not in imported, name

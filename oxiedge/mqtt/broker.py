@@ -2,7 +2,7 @@
 
 Sans-IO like the codec: nothing here awaits. A caller that gets ``True`` back ("a durable
 record was staged") must ``await store.commit()`` before acknowledging anything that
-depends on it; that is the connection's job (``connection.py``), done once per read burst.
+depends on it; that is the protocol's job (``protocol.py``), done once per read burst.
 
 Where the rest lives: the publish path (``route``), the route cache, the subscription
 trie and the QoS 2 hold are in ``router.py``; retained messages and their bounds in

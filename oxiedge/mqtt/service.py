@@ -135,7 +135,7 @@ class MqttService:
     async def release_held(self) -> None:
         """Release the deliveries the broker holds for a commit that nobody else awaits
         (a will, a retained replay after SUBACK, a bridge's publish): commit, then send.
-        A connection releases what its own read burst held itself (``broker.py``)."""
+        A connection releases what its own read burst held itself (``router.py``)."""
         broker, store = self.broker, self.app.store
         while True:
             await self._held.wait()

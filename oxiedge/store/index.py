@@ -38,6 +38,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from .encoding import prefix_end
+from .names import validate_collection_name
 from .query import MISSING, get_path, is_operator_object
 from .raw import DocumentRecords
 
@@ -249,8 +250,6 @@ class IndexCatalog:
             raise IndexSpecError(f"invalid field path {field!r}")
         if field == "_id":
             raise IndexSpecError("_id needs no index: documents are stored in _id order")
-        from .store import validate_collection_name
-
         validate_collection_name(collection)
         existing = self.lookup(collection, field)
         if existing is not None:

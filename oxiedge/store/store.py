@@ -7,7 +7,6 @@ or ``store.commit_blocking()`` (CLI without a running server). See ``committer.p
 
 from __future__ import annotations
 
-import re
 import struct
 import threading
 from collections.abc import Callable, Iterable, Iterator
@@ -23,26 +22,11 @@ from . import format as fmt
 from . import quarantine
 from .committer import GroupCommitter
 from .index import IndexCatalog
+from .names import StoreError, validate_collection_name
 from .query import compile_filter, parse_sort, sort_docs
 from .rocks import COLUMN_FAMILIES, SMALL, MemoryProfile, existing_families, open_db
 
-_COLLECTION_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.\-]{0,99}$")
-
 ViewFn = Callable[[], Iterable[dict[str, Any]]]
-
-
-class StoreError(ValueError):
-    """Bad use of the store (invalid collection name, unknown document, bad document)."""
-
-
-def validate_collection_name(name: str) -> str:
-    """Return ``name`` if it is a valid collection name, else raise ``StoreError``."""
-    if not isinstance(name, str) or not _COLLECTION_NAME.match(name):
-        raise StoreError(
-            f"invalid collection name {name!r}: use 1-100 characters from A-Z a-z 0-9 _ . -,"
-            " not starting with . or -"
-        )
-    return name
 
 
 class _Collection:

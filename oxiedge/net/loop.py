@@ -56,6 +56,12 @@ from oxiedge.net.actions import (
 
 RECV_SIZE = 65536
 CLOSE_FLUSH_TIMEOUT = 5.0  # seconds to flush final replies on a close
+#: Streams without a file descriptor (TLS): the reader sends a burst's replies itself
+#: only after a read smaller than this - a request waiting for its answer. After a big
+#: read more is coming, and the writer coalesces the replies of several bursts into one
+#: send (one TLS record instead of several: sending after every read cost ~15 % more
+#: broker CPU per PUBACK in the pipelined QoS 1 scenario over TLS).
+DIRECT_READ_MAX = 4096
 
 _LOST = (trio.BrokenResourceError, trio.ClosedResourceError, OSError)
 
@@ -91,7 +97,8 @@ class Transport:
         self._out: list[bytes] = []
         self._wake = trio.Event()
         self._drained: trio.Event | None = None
-        self._sending = False  # the writer is inside send_all (bytes in transit)
+        self._sending = False  # a send_all is in progress (bytes in transit)
+        self._reader_sending = False  # ... and the reader does it (``_send_direct``)
         self._closing = False  # the reader ended: the writer exits once the buffer is empty
         self._scope = trio.CancelScope()
         sock = getattr(stream, "socket", None)
@@ -119,6 +126,21 @@ class Transport:
             data = data[n:]
         self.write(data)
 
+    async def _send_direct(self, data: bytes) -> None:
+        """A stream without a file descriptor (TLS, WebSocket): the reading task sends a
+        small burst's replies itself when nothing is buffered or in transit, instead of
+        waking the writer (one task hop less per round trip). The writer waits meanwhile."""
+        self._sending = self._reader_sending = True
+        self.out_bytes += len(data)
+        try:
+            await self.stream.send_all(data)
+        finally:
+            self._sending = self._reader_sending = False
+            self.out_bytes -= len(data)
+        self.last_write = trio.current_time()
+        if self._out:
+            self._wake.set()  # what others wrote meanwhile
+
     def abort(self) -> None:
         """End the connection now (e.g. a session take-over): unsent bytes are dropped."""
         self._out.clear()
@@ -144,6 +166,8 @@ class Transport:
             while True:
                 await self._wake.wait()
                 self._wake = trio.Event()
+                if self._reader_sending:
+                    continue  # one send at a time: the reader wakes us when it is done
                 while self._out:
                     chunks, self._out = self._out, []
                     data = chunks[0] if len(chunks) == 1 else b"".join(chunks)
@@ -212,17 +236,22 @@ class Transport:
         stream, store = self.stream, self.store
         next_action, send_now = proto.next_action, self.send_now
         inf = math.inf
+        small_read = True
         while True:
             action = next_action()
             if action is NEED_DATA:
                 data = proto.data_to_send()
+                scope.deadline = proto.deadline  # also a peer that stops reading our replies
                 if data:
-                    send_now(data)
-                scope.deadline = proto.deadline
+                    if self._fd < 0 and small_read and not self._out and not self._sending:
+                        await self._send_direct(data)
+                    else:
+                        send_now(data)
                 if self.out_bytes > self.pause_at:
                     await self.wait_drained()  # the deadline still applies
                 got = await stream.receive_some(RECV_SIZE)
                 scope.deadline = inf
+                small_read = len(got) < DIRECT_READ_MAX
                 proto.receive_data(got)
             elif action is COMMIT:
                 try:

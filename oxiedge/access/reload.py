@@ -63,7 +63,7 @@ def reload_permissions(permissions: PermissionStore, log: Any) -> dict[str, Any]
     before = permissions.doc
     try:
         permissions.reload()  # reads and validates first: an error leaves ``doc`` as it was
-    except PermissionError_ as exc:
+    except PermissionError_ as exc:  # counted by the store (status: reload_failures)
         log.error("permissions not reloaded, the previous rules stay: %s", exc)
         return {"reloaded": False, "error": str(exc)}
     summary = _rule_changes(before, permissions.doc)

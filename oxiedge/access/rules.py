@@ -223,6 +223,11 @@ def _validate_acl(where: str, lines: Any) -> list[list[str]]:
 
 
 # --------------------------------------------------------------------------- store
+#: The counters of refusals (``denied_total`` in ``oxiedge status`` is their sum).
+DENIAL_COUNTERS = ("mqtt_publish_denied", "mqtt_subscribe_denied", "mqtt_wills_denied",
+                   "mqtt_queued_dropped", "amqp_access_refused")
+
+
 class PermissionStore:
     """The permissions of one data dir. ``generation`` grows on every change, so a
     connection's cached answers (``Grants``) know when to start over."""
@@ -237,6 +242,8 @@ class PermissionStore:
         self.counters = {"mqtt_publish_denied": 0, "mqtt_subscribe_denied": 0,
                          "mqtt_wills_denied": 0, "mqtt_queued_dropped": 0, "amqp_access_refused": 0,
                          "reloads": 0}
+        self.reload_failures = 0
+        self.last_reload_error = ""  # a broken file refused by a reload (SIGHUP, CLI)
         self._refresh()
 
     @classmethod
@@ -244,8 +251,16 @@ class PermissionStore:
         return cls(path, read_file(path) if path is not None else None)
 
     def reload(self) -> None:
+        """Re-read the file; a broken one raises ``PermissionError_`` and changes nothing
+        (counted in ``reload_failures``, the reason kept for ``oxiedge status``)."""
         if self.path is not None:
-            self.doc = read_file(self.path)
+            try:
+                self.doc = read_file(self.path)
+            except PermissionError_ as exc:
+                self.reload_failures += 1
+                self.last_reload_error = str(exc)
+                raise
+        self.last_reload_error = ""
         self.counters["reloads"] += 1
         self._refresh()
 
@@ -270,13 +285,18 @@ class PermissionStore:
         return list(self.user(name).get("tags", []))
 
     def status(self) -> dict[str, Any]:
-        doc = self.doc
+        doc, counters = self.doc, self.counters
+        denied = sum(counters[k] for k in DENIAL_COUNTERS)
         return {"rules": "on" if self.active else "off (every authenticated user may do "
                 "everything)", "users_with_rules": sum(
                     1 for u in doc["users"].values()
                     if u.get("vhosts") or u.get("topics") or u.get("acl")),
+                "anonymous_lines": len(doc["anonymous_acl"]),
                 "patterns": len(doc["patterns"]), "default": dict(doc["default"]),
-                **self.counters}
+                # One figure to watch: everything the rules refused, in all (the kinds below).
+                "denied_total": denied, **counters,
+                "reload_failures": self.reload_failures,
+                "last_reload_error": self.last_reload_error or "none"}
 
 
 def read_file(path: Path) -> dict[str, Any]:

@@ -55,6 +55,11 @@ def test_sighup_reloads_users_and_permissions(serve_with: Serve) -> None:
         assert alice.subscribe("b/y", "c/x") == [1, 0x80]
         status = json.loads(server.cli("status", "--json").stdout)["permissions"]
         assert status["reloads"] >= 1 and status["patterns"] == 1
+        assert status["reload_failures"] == 1
+        assert "permissions.json" in status["last_reload_error"]
+        # b/x (alice, before the reload), a/x (bob), c/x (alice): three filters refused.
+        assert status["mqtt_subscribe_denied"] == 3 and status["denied_total"] == 3
+        assert status["anonymous_lines"] == 0
         assert server.proc is not None and server.proc.poll() is None
     finally:
         alice.close()

@@ -26,7 +26,8 @@ from .admin.server import AdminServer, StatusPart, core_handlers
 from .amqp.service import AmqpService
 from .app import App, make_logger
 from .auth import UserFileError, UserStore, is_network_address
-from .bridge.amqp_mqtt import start_topic_bridge
+from .bridge.amqp_mqtt import TopicBridge
+from .bus import Bus
 from .config import Config, ConfigError
 from .ingest.routes import Route, parse_routes
 from .ingest.step import Ingest
@@ -159,9 +160,36 @@ class Parts:
 
     tls: TlsManager | None
     ingest: Ingest
+    bus: Bus
     mqtt: MqttService | None = None
     amqp: AmqpService | None = None
     status: dict[str, StatusPart] = field(default_factory=dict)
+
+
+def _build(app: App, tls: TlsManager | None, routes: list[Route], mqtt_on: bool,
+           amqp_on: bool) -> Parts:
+    """The brokers and the bus between them (``bus.py``): the MQTT router and the AMQP
+    publish path hand publishes to the bus; the bus reaches amq.topic through the bridge,
+    the ingest step, and (once they exist, ``_start``) the uplink outboxes."""
+    ingest = Ingest(app, routes)
+    mqtt = MqttService(app, tls=tls) if mqtt_on else None
+    amqp = AmqpService(app, tls=tls) if amqp_on else None
+    bridge = TopicBridge(amqp) if amqp is not None else None
+    bus = Bus(mqtt, bridge, ingest)
+    parts = Parts(tls=tls, ingest=ingest, bus=bus, mqtt=mqtt, amqp=amqp)
+    if tls is not None:
+        parts.status["tls"] = tls
+    parts.status["ingest"] = ingest
+    if mqtt is not None:
+        app.services["mqtt"] = mqtt
+        mqtt.broker.bus = bus
+    if amqp is not None:
+        app.services["amqp"] = amqp
+        amqp.broker.bus = bus
+    if mqtt is not None and bridge is not None:
+        parts.status["mqtt_amqp"] = bridge
+        app.log.info("MQTT-AMQP bridge on - amq.topic")
+    return parts
 
 
 async def _serve_app(app: App, tls: TlsManager | None, routes: list[Route],
@@ -169,13 +197,9 @@ async def _serve_app(app: App, tls: TlsManager | None, routes: list[Route],
     config, log = app.config, app.log
     ports = {"mqtt": config.mqtt_port, "amqp": config.amqp_port}
     tls_ports = {"mqtt": config.mqtt_tls_port, "amqp": config.amqp_tls_port}
-    parts = Parts(tls=tls, ingest=Ingest(app, routes))
-    if tls is not None:
-        parts.status["tls"] = tls
-    if ports["mqtt"] is not None or tls_ports["mqtt"] is not None:
-        parts.mqtt = app.services["mqtt"] = MqttService(app, tls=tls, ingest=parts.ingest)
-    if ports["amqp"] is not None or tls_ports["amqp"] is not None:
-        parts.amqp = app.services["amqp"] = AmqpService(app, tls=tls)
+    parts = _build(app, tls, routes,
+                   ports["mqtt"] is not None or tls_ports["mqtt"] is not None,
+                   ports["amqp"] is not None or tls_ports["amqp"] is not None)
     handlers = core_handlers(app, parts.status)
     with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals, \
             trio.open_signal_receiver(signal.SIGHUP) as hangups:
@@ -214,19 +238,16 @@ async def _start(app: App, parts: Parts, nursery: trio.Nursery, handlers: dict[s
     await nursery.start(app.alarms.run)
     log.info("%s", app.alarms.startup_line())
     ingest, tls = parts.ingest, parts.tls
-    parts.status["ingest"] = ingest
     await ingest.start()
     handlers.update(ingest.admin_handlers())
     await nursery.start(ingest.run)  # retention, resumed index builds
-    bridge = start_topic_bridge(app, parts.mqtt, parts.amqp)
-    if bridge is not None:
-        parts.status["mqtt_amqp"] = bridge
     # Recovery of everything before any port opens (DESIGN.md: "Recovery runs before any
     # listener accepts a connection").
     for service in app.services.values():
         await service.recover()
     # Uplink outboxes are recovered here too; links connect on their own schedule.
-    uplinks = UplinkManager(app, uplink_defs, config.device_id, parts.mqtt, parts.amqp)
+    uplinks = UplinkManager(app, uplink_defs, config.device_id, parts.bus)
+    parts.bus.uplinks = uplinks
     parts.status["uplink"] = uplinks
     await uplinks.start(nursery)
     await _recovery_done(app)

@@ -32,9 +32,10 @@ from oxiedge.amqp.exchanges import (
     binding_row,
     exchange_binding_row,
 )
-from oxiedge.amqp.publish import PublishPath, TopicHook
+from oxiedge.amqp.publish import PublishPath
 from oxiedge.amqp.queues import ByteLimitedQueue, Queue, QueuedMessage
 from oxiedge.amqp.timers import Clock, QueueTimers, wall_clock
+from oxiedge.staged import TopicEntry
 
 if TYPE_CHECKING:
     from oxiedge.amqp.queues import QueueConsumer
@@ -89,7 +90,8 @@ class Broker(PublishPath):
         self.queues: dict[str, Queue] = {}
         self.exchanges: dict[str, Exchange] = {x.name: x for x in builtin_exchanges()}
         self.next_qid = 1
-        self.topic_hooks: list[TopicHook] = []
+        #: Where client publishes to amq.topic go on (``oxiedge/bus.py``; wired by server.py).
+        self.bus: TopicEntry | None = None
         #: Fires TTL and x-expires deadlines; ``timers.clock`` is the broker's clock.
         self.timers = QueueTimers(clock)
         self.clock = clock

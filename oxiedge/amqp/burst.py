@@ -15,7 +15,8 @@ from oxiedge.amqp.actions import COMMIT, Steps
 from oxiedge.amqp.codec import Command, encode_content
 from oxiedge.amqp.constants import ACCESS_REFUSED, NO_ROUTE, NOT_FOUND, NOT_IMPLEMENTED
 from oxiedge.amqp.errors import AmqpError
-from oxiedge.amqp.publish import REFUSED, RETURNED, STAGED
+from oxiedge.staged import COMMIT as STAGED  # the bus result bit (not the COMMIT action)
+from oxiedge.staged import REFUSED, RETURNED
 
 if TYPE_CHECKING:
     from collections.abc import Callable

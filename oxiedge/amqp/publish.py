@@ -12,9 +12,14 @@ durable queue has its record *staged* before it becomes deliverable, so an ack's
 always staged after the insert and can never race ahead of it.  Nothing is awaited: the
 caller learns from the returned outcome whether a commit must come before it confirms.
 
-The outcome is ``(flags, queues reached)``, the flags a sum of :data:`ROUTED`,
-:data:`STAGED`, :data:`RETURNED` and :data:`REFUSED` (plain ints: this runs once per
-message and an ``enum.Flag`` operation costs more than the rest of the bookkeeping).
+The outcome is ``(flags, queues reached)``, the flags the bus's one result type
+(``oxiedge/staged.py``): a sum of ``ROUTED``, ``COMMIT``, ``RETURNED`` and ``REFUSED``
+(plain ints: this runs once per message and an ``enum.Flag`` operation costs more than the
+rest of the bookkeeping).
+
+A client publish to ``amq.topic`` (origin ``AMQP``) goes on to the bus (``oxiedge/bus.py``:
+MQTT sessions, ingest, uplink outboxes) from the one marked place in :meth:`publish`; a
+message that comes from elsewhere on the bus carries that origin and is not handed back.
 
 Dead-lettering re-routes through :meth:`route` and :meth:`enqueue_message` (the per-queue
 half of the path) without counting a new publish, as RabbitMQ does.
@@ -22,7 +27,6 @@ half of the path) without counting a new publish, as RabbitMQ does.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 from oxiedge.amqp import deadletter, persist, spec
@@ -32,22 +36,10 @@ from oxiedge.amqp.errors import AmqpError
 from oxiedge.amqp.exchanges import Exchange
 from oxiedge.amqp.queues import Queue, QueuedMessage
 from oxiedge.amqp.timers import Clock
-
-#: The message reached at least one queue (or a bridge took it).
-ROUTED = 1
-#: Durable records were staged: commit before confirming (or acknowledging upstream).
-STAGED = 2
-#: Unroutable and ``mandatory``: the publisher gets ``basic.return``.
-RETURNED = 4
-#: A queue refused it (x-overflow reject-publish): a confirming publisher gets a nack.
-REFUSED = 8
+from oxiedge.staged import AMQP, COMMIT, REFUSED, RETURNED, ROUTED, Origin, TopicEntry
 
 #: ``(flags, queues reached)``; see the module docstring.
 Outcome = tuple[int, int]
-
-#: ``hook(routing_key, raw_properties, body, persistent) -> staged durable copies`` for
-#: client publishes to amq.topic (the MQTT bridge, the uplink).
-TopicHook = Callable[[str, bytes, bytes, bool], bool]
 
 
 def deadline(expiration: str, now: float) -> float:
@@ -80,16 +72,17 @@ class PublishPath:
     exchanges: dict[str, Exchange]
     counters: dict[str, int]
     clock: Clock
-    topic_hooks: list[TopicHook]
+    bus: TopicEntry | None
 
     def publish(self, x: Exchange, routing_key: str, properties: bytes, body: bytes,
                 persistent: bool, expiration: str | None = None, mandatory: bool = False,
-                hooks: bool = True) -> Outcome:
+                origin: Origin = AMQP) -> Outcome:
         """Route one message published to ``x`` and enqueue it everywhere it goes.
 
         ``expiration`` is the raw per-message TTL property (406 when invalid, raised only
-        for a message that reaches a queue, as RabbitMQ); ``hooks`` is false for messages
-        that come from a bridge, so nothing loops back to where it came from.
+        for a message that reaches a queue, as RabbitMQ); ``origin`` is where it entered
+        the bus (an AMQP client's unless it comes from elsewhere on the bus, which is not
+        handed back there: the echo rule).
         """
         if x.name:
             if not x.xbindings and x.type != "headers":
@@ -105,13 +98,13 @@ class PublishPath:
         counters = self.counters
         counters["published"] += 1
         flags = 0
-        # -- THE amq.topic hook (MQTT bridge, uplink): the one place it is called --------
-        if hooks and self.topic_hooks and x.name == "amq.topic":
-            for hook in self.topic_hooks:
-                # True: the hook staged durable copies (e.g. MQTT persistent sessions):
-                # commit before the confirm, and the message counts as routed (mandatory).
-                if hook(routing_key, properties, body, persistent):
-                    flags = ROUTED | STAGED
+        # -- THE bus (oxiedge/bus.py) beyond amq.topic: the one place it is called -------
+        if origin is AMQP and x.name == "amq.topic":
+            bus = self.bus
+            # COMMIT: the bus staged durable copies (e.g. MQTT persistent sessions): commit
+            # before the confirm, and the message counts as routed (mandatory).
+            if bus is not None and bus.from_amqp(routing_key, body, persistent) & COMMIT:
+                flags = ROUTED | COMMIT
         if not queues:
             if flags:
                 return flags, 0
@@ -135,7 +128,7 @@ class PublishPath:
                                                        body, expires)
                     # Staged BEFORE the message becomes deliverable (module docstring).
                     self.store_message(q, msg, record)
-                    flags |= STAGED
+                    flags |= COMMIT
                 q.enqueue(msg)
                 if expires:
                     q.saw_deadline()  # the head may need a timer
@@ -146,7 +139,7 @@ class PublishPath:
             if staged < 0:
                 flags |= REFUSED
             elif staged:
-                flags |= STAGED
+                flags |= COMMIT
         return flags, len(queues)
 
     # -- routing -----------------------------------------------------------------------

@@ -4,13 +4,14 @@ It owns the :class:`~oxiedge.amqp.broker.Broker` (exchanges, queues, bindings), 
 connections, recovers durable state before any listener opens, and exposes the admin
 operations (``queues``, ``exchanges``, ``bindings``) and counters.
 
-Bridge hook (MQTT ⇄ AMQP): :meth:`AmqpService.publish_from_bridge` goes through the one
-enqueue path, :meth:`Broker.publish() <oxiedge.amqp.publish.PublishPath.publish>` (routing,
-durable records staged before the message becomes deliverable); when ``needs_commit`` the
-bridge awaits ``store.commit()`` (one commit for its whole batch) before it acknowledges
-upstream.  ``broker.topic_hooks`` is a list of ``hook(routing_key, raw_properties, body,
-persistent)`` that ``Broker.publish`` calls synchronously for every client publish to
-``amq.topic`` (AMQP → MQTT; bridge publishes pass ``hooks=False``, so nothing loops back).
+The AMQP end of the bus (``oxiedge/bus.py``): :meth:`AmqpService.publish_from_bridge`
+routes one message from another origin through the one enqueue path, :meth:`Broker.publish()
+<oxiedge.amqp.publish.PublishPath.publish>` (durable records staged before the message
+becomes deliverable); it returns a ``staged.Staged``, and on ``COMMIT`` the
+caller awaits ``store.commit()`` (one commit for its whole batch) before it acknowledges its
+source. Every client publish to ``amq.topic`` goes on to the bus (``broker.bus``, wired by
+``server.py``) from one marked place of the publish path; bridge publishes do not, so
+nothing loops back.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from oxiedge.amqp import persist, recovery, spec
 from oxiedge.amqp.broker import Broker
 from oxiedge.amqp.connection import AmqpConnection
 from oxiedge.amqp.protocol import AmqpProtocol
-from oxiedge.amqp.publish import STAGED, TopicHook
+from oxiedge.staged import COMMIT, MQTT, NOTHING, ROUTED, Origin, Staged
 from oxiedge.tls import TlsManager, open_secured, peer_name, transport_socket
 
 if TYPE_CHECKING:
@@ -34,17 +35,6 @@ if TYPE_CHECKING:
 PRODUCT = "oxiedge"
 #: Publisher bytes read (across connections) between two extra memory-alarm samples.
 ALARM_SAMPLE_BYTES = 4 << 20
-
-
-class StagedPublish:
-    """The outcome of a bridge publish: how many queues it reached and whether durable
-    records were staged (then ``await store.commit()`` before acknowledging upstream)."""
-
-    __slots__ = ("needs_commit", "routed")
-
-    def __init__(self, routed: int, needs_commit: bool) -> None:
-        self.routed = routed
-        self.needs_commit = needs_commit
 
 
 class AmqpService:
@@ -78,10 +68,6 @@ class AmqpService:
         if self._input_since_sample >= ALARM_SAMPLE_BYTES:
             self._input_since_sample = 0
             alarms.check()
-
-    @property
-    def topic_hooks(self) -> list[TopicHook]:
-        return self.broker.topic_hooks
 
     # -- Service protocol ----------------------------------------------------------------
 
@@ -211,7 +197,7 @@ class AmqpService:
             },
         }
 
-    # -- bridge hook ---------------------------------------------------------------------
+    # -- the bus's entry into AMQP ------------------------------------------------------
 
     def publish_from_bridge(
         self,
@@ -220,18 +206,23 @@ class AmqpService:
         body: bytes,
         persistent: bool,
         properties: spec.BasicProperties | None = None,
-    ) -> StagedPublish:
-        """Route one message from a bridge; stage its durable records.
+        origin: Origin = MQTT,
+    ) -> Staged:
+        """Route one message from another origin of the bus (``origin``: an MQTT client,
+        an uplink; never ``AMQP``, whose clients publish through their connection); stage
+        its durable records.
 
-        Returns a :class:`StagedPublish`: if ``needs_commit``, ``await store.commit()``
-        before acknowledging upstream.  An unknown exchange routes nowhere (``routed == 0``).
+        Returns a ``staged.Staged``: ``ROUTED`` if it reached a queue; on ``COMMIT``,
+        ``await store.commit()`` before acknowledging the source. An unknown exchange
+        routes nowhere (``NOTHING``).
         """
         if properties is None:
             properties = spec.BasicProperties(delivery_mode=2 if persistent else 1)
         x = self.broker.exchanges.get(exchange)
         if x is None:
-            return StagedPublish(0, False)
-        # hooks=False: a bridged message never goes back out through the amq.topic hook.
-        flags, routed = self.broker.publish(x, routing_key, properties.encode(), body,
-                                            persistent, hooks=False)
-        return StagedPublish(routed, bool(flags & STAGED))
+            return NOTHING
+        # origin: this message comes from elsewhere on the bus, so it is not handed back
+        # to the bus from amq.topic (the echo rule).
+        flags, _queues = self.broker.publish(x, routing_key, properties.encode(), body,
+                                             persistent, origin=origin)
+        return flags & (ROUTED | COMMIT)

@@ -27,14 +27,13 @@ from oxiedge.mqtt.retain import Retained, RetainedStore
 from oxiedge.mqtt.router import (
     ROUTE_CACHE_MAX,
     ROUTE_CACHE_MAX_BYTES,
-    IngestStep,
-    PublishHook,
     Route,
     Router,
     filter_levels,
 )
 from oxiedge.mqtt.session import Hold, Limits, Message, Outlet, Pending, Session, Stats
 from oxiedge.mqtt.topics import TopicTrie, topic_filter_problem, topic_limit_problem
+from oxiedge.staged import Fanout
 
 #: Retained messages one ``replay_step`` sends at most before it lets other tasks run.
 REPLAY_BATCH = 64
@@ -84,10 +83,6 @@ class Broker:
         return self.router.hold
 
     @property
-    def on_publish(self) -> list[PublishHook]:
-        return self.router.on_publish
-
-    @property
     def on_hold(self) -> Callable[[], None] | None:
         return self.router.on_hold
 
@@ -96,12 +91,13 @@ class Broker:
         self.router.on_hold = fn
 
     @property
-    def ingest(self) -> IngestStep | None:
-        return self.router.ingest
+    def bus(self) -> Fanout | None:
+        """Where ``route`` hands a publish on beyond MQTT (``oxiedge/bus.py``)."""
+        return self.router.bus
 
-    @ingest.setter
-    def ingest(self, step: IngestStep | None) -> None:
-        self.router.ingest = step
+    @bus.setter
+    def bus(self, bus: Fanout | None) -> None:
+        self.router.bus = bus
 
     @property
     def acl_active(self) -> bool:
@@ -384,4 +380,4 @@ class Broker:
 
 
 __all__ = ["REPLAY_BATCH", "ROUTE_CACHE_MAX", "ROUTE_CACHE_MAX_BYTES", "Broker", "Hold",
-           "Limits", "Outlet", "PublishHook", "Retained", "Session", "Stats"]
+           "Limits", "Outlet", "Retained", "Session", "Stats"]

@@ -5,8 +5,8 @@ Sans-IO. ``Router.route`` takes one accepted PUBLISH and
 1. stages the retained change (``retain.py``),
 2. delivers to live subscribers and stages every durable copy: one per matching session,
    MQTT-3.3.5-1 merges overlapping subscriptions of one client to the highest granted QoS,
-3. hands the message to the destinations outside MQTT (bridge, uplink, ingest): the one
-   marked section of ``route``,
+3. hands the message to the bus (``oxiedge/bus.py``) for the destinations outside MQTT
+   (``amq.topic``, uplink outboxes, ingest): the one marked section of ``route``,
 
 and returns True if a durable record was staged: the caller must ``await
 store.commit()`` before acknowledging anything that depends on it. When no durable
@@ -23,25 +23,12 @@ finds either nothing (nobody got anything) or its packet id (nobody gets it twic
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sized
-from typing import Protocol
+from collections.abc import Callable
 
 from oxiedge.mqtt.retain import RetainedStore
 from oxiedge.mqtt.session import Hold, Message, Session, Stats
 from oxiedge.mqtt.topics import TopicTrie
-
-#: ``on_publish(topic, payload, qos, retain) -> bool``: True if it staged durable work.
-PublishHook = Callable[[str, bytes, int, bool], bool]
-
-
-class IngestStep(Protocol):
-    """The ingest bridge as the router sees it: documents staged per publish."""
-
-    @property
-    def routes(self) -> Sized: ...
-
-    def stage_publish(self, topic: str, payload: bytes) -> bool: ...
-
+from oxiedge.staged import MQTT, Fanout, Origin
 
 #: Topics whose merged subscriber list is cached (``Router.routes``). When full the cache
 #: is cleared wholesale: a publisher cycling through more topics than this pays one trie
@@ -84,11 +71,8 @@ class Router:
         # whenever deliveries were added to it (the service's releaser task wakes up).
         self.hold = Hold()
         self.on_hold: Callable[[], None] | None = None
-        # Destinations outside MQTT (see ``route``).
-        self.on_publish: list[PublishHook] = []
-        # Called directly, not as an ``on_publish`` hook: with no ingest routes (the
-        # common case) it costs one attribute test per publish instead of two calls.
-        self.ingest: IngestStep | None = None
+        # The destinations outside MQTT (see ``route``); wired once by ``server.py``.
+        self.bus: Fanout | None = None
 
     # ------------------------------------------------------------- subscriptions
     def add(self, topic_filter: str, s: Session, qos: int) -> None:
@@ -136,13 +120,14 @@ class Router:
         payload: bytes,
         qos: int,
         retain: bool,
-        skip: PublishHook | None = None,
+        origin: Origin | None = None,
         topic_b: bytes | None = None,
         qos0_frame: bytes | None = None,
     ) -> bool:
         """Route one accepted PUBLISH; True if durable work was staged (commit before
-        acknowledging). ``skip``: an ``on_publish`` hook not to call (a bridge injecting
-        a message must not be handed its own message back). ``topic_b``: the topic's
+        acknowledging; a ``staged.Staged``: True is ``COMMIT``). ``origin``: where it
+        entered the bus (``None``: an MQTT client, the hot path passes nothing); the bus
+        never hands it back to its origin. ``topic_b``: the topic's
         UTF-8 bytes if known; ``qos0_frame``: the received packet when it is exactly the
         QoS 0 delivery (QoS 0, RETAIN 0), sent to QoS 0 subscribers as is."""
         self.stats.messages_in += 1
@@ -163,14 +148,11 @@ class Router:
                 staged = True
         if hold is not None:
             self.held()
-        # ---- destinations outside MQTT: bridge / uplink hooks, then ingest --------------
-        # (the one place the publish bus will replace; everything above is MQTT's own)
-        if self.on_publish:
-            for hook in self.on_publish:
-                if hook is not skip and hook(topic, payload, qos, retain):
-                    staged = True
-        ingest = self.ingest
-        if ingest is not None and ingest.routes and ingest.stage_publish(topic, payload):
+        # ---- the bus: amq.topic, uplink outboxes, ingest (oxiedge/bus.py) ---------------
+        # (the one place MQTT hands a publish on; everything above is MQTT's own)
+        bus = self.bus
+        if bus is not None and bus.fan_out(MQTT if origin is None else origin, topic,
+                                           payload, qos, retain):
             staged = True
         # ---- end of the destinations outside MQTT ---------------------------------------
         return staged

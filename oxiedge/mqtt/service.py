@@ -3,8 +3,9 @@
 It owns the ``Broker`` (state, router), recovers it before the listener opens, accepts
 connections (one ``Connection`` each), answers the admin operations ``sessions`` and
 ``retained``, exposes counters, shows its raw records as the ``_mqtt`` collection, and
-offers the bridge hook: ``publish_from_bridge`` to inject messages and ``on_publish``
-callbacks that see every accepted PUBLISH.
+is the MQTT entry of the bus (``oxiedge/bus.py``): ``publish_from_bridge`` routes a
+message from another origin as if a client had published it. The router hands every
+publish on to the bus (``Broker.bus``, wired by ``server.py``).
 """
 
 from __future__ import annotations
@@ -16,12 +17,13 @@ import trio
 
 from oxiedge.access.grants import Grants
 from oxiedge.app import App
-from oxiedge.mqtt.broker import Broker, IngestStep, PublishHook
+from oxiedge.mqtt.broker import Broker
 from oxiedge.mqtt.codec import topic_cache_bytes
 from oxiedge.mqtt.connection import Connection
 from oxiedge.mqtt.session import Limits
 from oxiedge.mqtt.topics import valid_topic_name
 from oxiedge.mqtt.views import register_views
+from oxiedge.staged import Origin
 from oxiedge.tls import TlsManager, open_secured
 
 
@@ -30,8 +32,7 @@ class MqttService:
 
     name = "mqtt"
 
-    def __init__(self, app: App, *, tls: TlsManager | None = None,
-                 ingest: IngestStep | None = None) -> None:
+    def __init__(self, app: App, *, tls: TlsManager | None = None) -> None:
         self.app = app
         self.tls = tls  # the TLS listener's manager (handshakes), if there is one
         config = app.config
@@ -52,8 +53,6 @@ class MqttService:
         self.connect_timeout = float(config.mqtt_connect_timeout)  # seconds to send CONNECT
         self.broker = Broker(app.store if self.persist else None, self.limits)
         self.broker.on_hold = self._wake_releaser
-        # Broker.route stages the ingest documents (routes or not).
-        self.broker.ingest = ingest
         self._held = trio.Event()
         perms = app.permissions  # deliveries follow the read rules from the first change on
         self.broker.acl_active = perms.active
@@ -64,27 +63,22 @@ class MqttService:
         register_views(app.store)
 
     # ----------------------------------------------------------------- bridges
-    @property
-    def on_publish(self) -> list[PublishHook]:
-        """Callbacks ``(topic, payload, qos, retain) -> staged?`` run for every accepted
-        PUBLISH before it is acknowledged. Return True if durable work was staged."""
-        return self.broker.on_publish
-
     def publish_from_bridge(
         self,
         topic: str,
         payload: bytes,
         qos: int,
         retain: bool,
-        skip: PublishHook | None = None,
+        origin: Origin | None = None,
     ) -> bool:
         """Inject a message as if a client had published it. Returns True if durable work
         was staged: the caller must ``await app.store.commit()`` before acknowledging
-        its source. ``skip`` is the caller's own ``on_publish`` hook (no echo back).
-        Raises ValueError for an invalid topic name or QoS."""
+        its source. ``origin``: where it entered the bus (the bus never hands it back
+        there; ``None``: as an MQTT client). Raises ValueError for an invalid topic name
+        or QoS."""
         if not valid_topic_name(topic) or qos not in (0, 1, 2):
             raise ValueError(f"invalid MQTT topic {topic!r} or QoS {qos}")
-        return self.broker.route(topic, payload, qos, retain, skip)
+        return self.broker.route(topic, payload, qos, retain, origin)
 
     async def publish(
         self,
@@ -92,10 +86,10 @@ class MqttService:
         payload: bytes,
         qos: int = 0,
         retain: bool = False,
-        skip: PublishHook | None = None,
+        origin: Origin | None = None,
     ) -> None:
         """``publish_from_bridge`` plus the commit (returns once it is durable)."""
-        if self.publish_from_bridge(topic, payload, qos, retain, skip):
+        if self.publish_from_bridge(topic, payload, qos, retain, origin):
             await self.app.store.commit()
 
     # --------------------------------------------------------------- lifecycle

@@ -2,18 +2,20 @@
 
 Theory of operation
 -------------------
-``on_publish`` is an MQTT ``on_publish`` hook (or, without MQTT, an AMQP ``amq.topic`` hook).
-For every uplink whose ``--out`` filters match, it stages the message into that uplink's
-outbox (``outbox.py``) and returns True, so the publishing connection awaits the same group
+The uplink outboxes are destinations of the bus (``oxiedge/bus.py``): for every publish of
+the MQTT topic space (an MQTT client's, or an AMQP client's to ``amq.topic``) the bus asks
+``targets`` which uplinks' ``--out`` filters match, and stages the message into each one's
+outbox (``outbox.py``) in the same round, so the publishing connection awaits the same group
 commit before its PUBACK / confirm: a locally acknowledged message is already queued for
 upstream. Which uplinks a topic goes to, and whether it has a name upstream (an AMQP
 routing key) there, is cached per topic.
 
 Each uplink (``uplink.py``) runs one task that connects, forwards and reconnects; inbound
-commands come back through ``deliver``, which publishes them locally (skipping that
-uplink's own ``--out``, so a command is never echoed back) and awaits their commit before
-the link acknowledges them upstream. The admin operations (``uplink add|remove|list|
-status``) and their offline forms (no server running) are here too.
+commands come back through ``deliver``, which publishes them on the bus with the uplink as
+their origin (so, by the bus's one echo rule, a command is never queued back to that
+uplink) and awaits their commit before the link acknowledges them upstream. The admin
+operations (``uplink add|remove|list|status``) and their offline forms (no server
+running) are here too.
 """
 
 from __future__ import annotations
@@ -26,11 +28,10 @@ from typing import Any
 
 import trio
 
-from ..amqp.service import AmqpService
 from ..app import App
-from ..mqtt.service import MqttService
+from ..bus import Bus
 from ..mqtt.topics import topic_matches
-from ..topicmap import mqtt_to_routing_key, routing_key_to_mqtt
+from ..staged import COMMIT
 from .definitions import (
     CONFIG,
     KIND,
@@ -58,27 +59,25 @@ def default_device_id() -> str:
 
 
 class UplinkManager:
-    """Every uplink of one server, the publish hook and the admin operations."""
+    """Every uplink of one server (the bus's outbox destinations) and the admin operations."""
 
     def __init__(self, app: App, config_defs: list[UplinkDef], device_id: str,
-                 mqtt: MqttService | None, amqp: AmqpService | None) -> None:
+                 bus: Bus) -> None:
         self.app = app
-        self.mqtt = mqtt  # where inbound commands are published (MQTT if it runs)
-        self.amqp = amqp
+        self.bus = bus  # where inbound commands are published
         self.device_id = device_id  # validated by ``oxiedge serve`` before the store opens
         self.config_defs = {d.name: d for d in config_defs}
         self.stored: dict[str, tuple[int, UplinkDef]] = {}
         self.uplinks: dict[str, Uplink] = {}
         # topic -> the uplinks whose --out matches it, each with whether it is routable
         self._cache: dict[str, tuple[tuple[Uplink, bool], ...]] = {}
-        self._source: Uplink | None = None  # the uplink whose command is being delivered
         self.flush_soon = trio.Event()  # some uplink has deletes waiting for a round
         self._nursery: trio.Nursery | None = None
         self.log: logging.Logger = app.log
 
     # ------------------------------------------------------------- lifecycle
     async def start(self, nursery: trio.Nursery) -> None:
-        """Load definitions, attach the hook, start every uplink's task."""
+        """Load definitions, start every uplink's task."""
         self._nursery = nursery
         for doc_id, d in stored_definitions(self.app.store, self.log):
             self.stored[d.name] = (doc_id, d)
@@ -103,28 +102,10 @@ class UplinkManager:
         nursery.start_soon(self._ticker)
         nursery.start_soon(self._flusher)
 
-    def _sync_hook(self) -> None:
-        """Be in the brokers' publish hooks exactly while some uplink exists: a server
-        without uplinks pays nothing per published message."""
-        mqtt, amqp = self.mqtt, self.amqp
-        hook: Any
-        hooks: list[Any]  # this hook list goes with the bus (issue 15)
-        if mqtt is not None:
-            hooks, hook = mqtt.on_publish, self.on_publish
-        elif amqp is not None:
-            hooks, hook = amqp.topic_hooks, self.on_amqp_publish
-        else:
-            return
-        if self.uplinks and hook not in hooks:
-            hooks.append(hook)
-        elif not self.uplinks and hook in hooks:
-            hooks.remove(hook)
-
     def _start(self, d: UplinkDef, previous: Uplink | None = None) -> Uplink:
         uplink = Uplink(self, d, previous)
         self.uplinks[d.name] = uplink
         self._cache.clear()
-        self._sync_hook()
         assert self._nursery is not None
         self._nursery.start_soon(uplink.run)
         return uplink
@@ -132,7 +113,6 @@ class UplinkManager:
     def _stop(self, name: str) -> Uplink | None:
         uplink = self.uplinks.pop(name, None)
         self._cache.clear()
-        self._sync_hook()
         if uplink is not None:
             uplink.scope.cancel()
             uplink.clear_alarm()  # now, not when the task unwinds (a successor may raise it)
@@ -161,10 +141,10 @@ class UplinkManager:
                 + ", ".join(f"{u.name} -> {u.endpoints[0].redacted()}"
                             for u in self.uplinks.values()))
 
-    # ------------------------------------------------------------------ hooks
-    def on_publish(self, topic: str, payload: bytes, qos: int, retain: bool) -> bool:
-        """MQTT ``on_publish`` hook (only while uplinks exist): stage into matching
-        outboxes; True if anything was."""
+    # ------------------------------------------------- the bus's destinations
+    def targets(self, topic: str) -> tuple[tuple[Uplink, bool], ...]:
+        """The uplinks whose ``--out`` matches ``topic``, each with whether the topic has an
+        upstream name there; cached per topic (the bus stages into them)."""
         targets = self._cache.get(topic)
         if targets is None:
             targets = tuple((u, u.routable(topic)) for u in self.uplinks.values()
@@ -172,46 +152,16 @@ class UplinkManager:
             if len(self._cache) >= _TOPIC_CACHE:
                 self._cache.clear()
             self._cache[topic] = targets
-        if not targets or (retain and not payload):
-            return False  # clearing a retained message is not a message (MQTT-3.3.1-10)
-        staged = False
-        for uplink, routable in targets:
-            if uplink is self._source:
-                continue
-            if routable:
-                uplink.enqueue(topic, payload, retain)
-                staged = True
-            else:
-                uplink.skipped += 1
-        return staged
-
-    def on_amqp_publish(self, routing_key: str, _props: bytes, body: bytes,
-                        persistent: bool) -> bool:
-        """AMQP ``amq.topic`` hook, used when the server runs without MQTT."""
-        topic = routing_key_to_mqtt(routing_key)
-        if topic is None:
-            return False
-        return self.on_publish(topic, body, 1 if persistent else 0, False)
+        return targets
 
     async def deliver(self, uplink: Uplink, topic: str, payload: bytes) -> None:
-        """Publish an inbound command locally and wait until it is durable."""
-        mqtt, amqp = self.mqtt, self.amqp
-        self._source = uplink
+        """Publish an inbound command locally (its origin: the uplink) and wait until it
+        is durable."""
         try:
-            if mqtt is not None:
-                staged = mqtt.publish_from_bridge(topic, payload, 1, False)
-            elif amqp is not None:
-                key = mqtt_to_routing_key(topic)
-                if key is None:
-                    raise ValueError(topic)
-                staged = amqp.publish_from_bridge("amq.topic", key, payload, True).needs_commit
-            else:
-                staged = False
+            staged = self.bus.publish(uplink.origin, topic, payload, 1, False)
         except ValueError:
             raise LinkError(f"inbound topic {topic!r} cannot be published locally") from None
-        finally:
-            self._source = None
-        if staged:
+        if staged & COMMIT:
             await self.app.store.commit()
         uplink.received += 1
 

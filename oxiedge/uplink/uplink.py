@@ -46,6 +46,7 @@ from typing import TYPE_CHECKING, Any
 import trio
 
 from ..amqp.constants import ACCESS_REFUSED
+from ..staged import Origin
 from ..store import CommitError
 from .connection import UplinkConnection
 from .definitions import UplinkDef
@@ -91,6 +92,8 @@ class Uplink:
         self.app = manager.app
         self.definition = definition
         self.name = definition.name
+        # Its inbound commands' origin on the bus: never queued back to this uplink.
+        self.origin = Origin(f"uplink {self.name}")
         self.endpoints = definition.endpoints
         self.protocol = self.endpoints[0].protocol
         self.prefix = definition.prefix.replace("{device}", manager.device_id)

@@ -1,10 +1,11 @@
-"""The bridge hook in-process, on a real RocksDB store in a temp dir."""
+"""The AMQP end of the bus in-process, on a real RocksDB store in a temp dir."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 from oxiedge.amqp import persist
+from oxiedge.staged import COMMIT, NOTHING, ROUTED, Staged
 from tests.amqp.conftest import amqp_service
 
 
@@ -19,16 +20,21 @@ async def test_publish_from_bridge_stages_then_releases(tmp_path: Path) -> None:
         assert broker.bind(q, "amq.topic", "sensors.#", {})
         await store.commit()
         calls: list[tuple[str, bool]] = []
-        svc.topic_hooks.append(lambda rk, _p, _b, persistent: calls.append((rk, persistent)))
 
+        class Entry:  # the bus as the AMQP broker sees it
+            def from_amqp(self, routing_key: str, body: bytes, persistent: bool) -> Staged:
+                calls.append((routing_key, persistent))
+                return NOTHING
+
+        broker.bus = Entry()
         st = svc.publish_from_bridge("amq.topic", "sensors.t1", b"21.5", True)
-        assert st.needs_commit and st.routed == 1
+        assert st & COMMIT and st & ROUTED
         assert [m.body for m in q.ready] == [b"21.5"] and q.ready[0].stored
         await store.commit()
         assert [persist.parse_key(k) for k, _v in store.iter_raw(persist.CF, b"m")] == \
             [(q.qid, 1)]
         transient = svc.publish_from_bridge("amq.topic", "sensors.t2", b"x", False)
-        assert not transient.needs_commit
+        assert not transient & COMMIT
         assert len(q.ready) == 2
-        assert svc.publish_from_bridge("amq.topic", "other", b"y", True).routed == 0
-        assert calls == []  # bridge publishes never reach the amq.topic hooks
+        assert not svc.publish_from_bridge("amq.topic", "other", b"y", True) & ROUTED
+        assert calls == []  # bridge publishes never go back to the bus

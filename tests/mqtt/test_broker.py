@@ -15,6 +15,7 @@ from oxiedge.mqtt.broker import Broker
 from oxiedge.mqtt.codec import decode_all
 from oxiedge.mqtt.packets import Publish, Pubrel
 from oxiedge.mqtt.session import Limits
+from oxiedge.staged import COMMIT, MQTT, NOTHING, Origin, Staged
 from oxiedge.store import Store
 
 
@@ -184,19 +185,24 @@ def test_retained_set_replace_clear_persisted(store: Store) -> None:
     assert again.retained_rows() == [{"topic": "r/a", "qos": 1, "bytes": 1}]
 
 
-def test_bridge_hook_sees_every_publish_and_can_require_commit(store: Store) -> None:
+def test_bus_sees_every_publish_and_can_require_commit(store: Store) -> None:
     b = Broker(None, Limits(10))
     seen: list[tuple[str, bytes, int, bool]] = []
+    origins: list[Origin] = []
 
-    def hook(topic: str, payload: bytes, qos: int, retain: bool) -> bool:
-        seen.append((topic, payload, qos, retain))
-        return topic.startswith("durable/")
+    class Destinations:  # what lies beyond MQTT, as the router sees the bus
+        def fan_out(self, origin: Origin, topic: str, payload: bytes, qos: int,
+                    retain: bool) -> Staged:
+            seen.append((topic, payload, qos, retain))
+            origins.append(origin)
+            return COMMIT if topic.startswith("durable/") else NOTHING
 
-    assert b.route("plain", b"1", 1, False) is False  # no hooks: nothing
-    b.on_publish.append(hook)
+    assert b.route("plain", b"1", 1, False) is False  # no bus: nothing
+    b.bus = Destinations()
     assert b.route("plain", b"2", 1, False) is False
     assert b.route("durable/x", b"3", 0, True) is True
     assert seen == [("plain", b"2", 1, False), ("durable/x", b"3", 0, True)]
+    assert origins == [MQTT, MQTT]  # a client's publish carries the MQTT origin
 
 
 def test_clean_connect_discards_durable_session(store: Store) -> None:

@@ -1,4 +1,4 @@
-"""``MqttService`` in-process on a real store: recovery lines and the bridge hook."""
+"""``MqttService`` in-process on a real store: recovery lines and the bus entry."""
 
 from __future__ import annotations
 
@@ -8,9 +8,11 @@ import pytest
 
 from oxiedge.app import App
 from oxiedge.auth import UserStore
+from oxiedge.bus import Bus
 from oxiedge.config import Config
 from oxiedge.mqtt import persist
 from oxiedge.mqtt.service import MqttService
+from oxiedge.staged import Origin
 from oxiedge.store import Store
 
 
@@ -19,7 +21,25 @@ def make_app(tmp_path: Path, persist_on: bool = True) -> App:
     return App(config=config, store=Store.open(tmp_path / "db"), users=UserStore({}, None))
 
 
-async def test_bridge_publish_is_durable_and_hooks_skip_their_own(tmp_path: Path) -> None:
+class UplinkStub:
+    """One uplink as the bus sees it (an outbox destination with an origin of its own);
+    the topic has no upstream name there, so the bus only counts it in ``skipped``."""
+
+    origin = Origin("uplink stub")
+    skipped = 0
+
+    @property
+    def uplinks(self) -> dict[str, UplinkStub]:
+        return {"stub": self}
+
+    def enqueue(self, topic: str, payload: bytes, retain: bool = False) -> None:
+        raise AssertionError("not routable: never enqueued")
+
+    def targets(self, topic: str) -> tuple[tuple[UplinkStub, bool], ...]:
+        return ((self, False),)
+
+
+async def test_bridge_publish_is_durable_and_the_bus_skips_its_origin(tmp_path: Path) -> None:
     app = make_app(tmp_path)
     svc = MqttService(app)
     try:
@@ -31,17 +51,14 @@ async def test_bridge_publish_is_durable_and_hooks_skip_their_own(tmp_path: Path
             s, _, _ = svc.broker.open_session("dev", clean=False)
             svc.broker.subscribe(s, [("up/#", 1)])
             await app.store.commit()
-            seen: list[str] = []
-
-            def bridge_out(topic: str, payload: bytes, qos: int, retain: bool) -> bool:
-                seen.append(topic)
-                return False
-
-            svc.on_publish.append(bridge_out)
-            await svc.publish("up/1", b"from-amqp", 1, skip=bridge_out)
-            assert seen == []  # not echoed to the bridge that injected it
+            uplink = UplinkStub()
+            bus = Bus(svc, None, None)
+            bus.uplinks = uplink
+            svc.broker.bus = bus
+            await svc.publish("up/1", b"from-uplink", 1, origin=uplink.origin)
+            assert uplink.skipped == 0  # not handed back to the origin that injected it
             assert svc.publish_from_bridge("up/2", b"x", 0, False) is False  # QoS 0
-            assert seen == ["up/2"]
+            assert uplink.skipped == 1  # any other origin reaches it
             with pytest.raises(ValueError):
                 svc.publish_from_bridge("up/#", b"x", 1, False)
             # Durable once publish() returned: the record is on disk.

@@ -1,0 +1,69 @@
+"""The types of the one publish path (``oxiedge/bus.py``): where a publish comes from and
+what it staged.
+
+A leaf module: the MQTT router and the AMQP broker import these, and the two small
+protocols through which they hand a publish to the bus, without importing the bus, each
+other, ingest or the uplinks.
+
+``Staged`` is a bit set in a plain ``int``, so the hot path builds no object per message.
+A ``bool`` is a ``Staged``: ``False`` is ``NOTHING``, ``True`` is ``COMMIT`` (the MQTT
+router returns one).
+"""
+
+from __future__ import annotations
+
+from typing import Final, Protocol, TypeAlias
+
+#: What one publish staged: ``NOTHING``, or ``COMMIT`` / ``ROUTED`` / ``RETURNED`` /
+#: ``REFUSED`` or-ed (the AMQP publish path, ``amqp/publish.py``, returns all four).
+Staged: TypeAlias = int
+NOTHING: Final = 0
+#: Durable records were staged: ``await store.commit()`` before acknowledging the publisher.
+COMMIT: Final = 1
+#: It reached at least one queue (or the bus took it: AMQP ``mandatory``).
+ROUTED: Final = 2
+#: Unroutable and AMQP ``mandatory``: the publisher gets ``basic.return``.
+RETURNED: Final = 4
+#: A destination refused it (AMQP ``x-overflow=reject-publish``: the publisher gets a nack).
+REFUSED: Final = 8
+
+
+class Origin:
+    """Where a publish entered the bus. The one echo rule: a destination never receives a
+    publish whose origin is that destination (``bus.py``)."""
+
+    __slots__ = ("name",)
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __repr__(self) -> str:
+        return f"Origin({self.name!r})"
+
+
+#: An MQTT client's PUBLISH or will: MQTT's own router has already delivered it to the
+#: MQTT sessions when the bus sees it.
+MQTT: Final = Origin("mqtt")
+#: An AMQP channel's publish to ``amq.topic``: the exchange has already routed it to its
+#: queues when the bus sees it.
+AMQP: Final = Origin("amqp")
+# Each uplink is an origin of its own (``Uplink.origin``): its inbound commands.
+
+
+class Fanout(Protocol):
+    """The bus as the MQTT router sees it (``mqtt/router.py``)."""
+
+    def fan_out(self, origin: Origin, topic: str, payload: bytes, qos: int,
+                retain: bool) -> Staged:
+        """Stage the publish into every destination beyond the MQTT sessions except its
+        origin; ``COMMIT`` if anything durable was staged."""
+        ...
+
+
+class TopicEntry(Protocol):
+    """The bus as the AMQP broker sees it: where a client publish to ``amq.topic`` goes on."""
+
+    def from_amqp(self, routing_key: str, body: bytes, persistent: bool) -> Staged:
+        """Stage it into every destination beyond ``amq.topic``'s queues; ``COMMIT`` if
+        anything durable was staged (commit before the confirm; it counts as routed)."""
+        ...

@@ -188,7 +188,6 @@ def _build(app: App, tls: TlsManager | None, routes: list[Route], mqtt_on: bool,
         amqp.broker.bus = bus
     if mqtt is not None and bridge is not None:
         parts.status["mqtt_amqp"] = bridge
-        app.log.info("MQTT-AMQP bridge on - amq.topic")
     return parts
 
 
@@ -241,6 +240,8 @@ async def _start(app: App, parts: Parts, nursery: trio.Nursery, handlers: dict[s
     await ingest.start()
     handlers.update(ingest.admin_handlers())
     await nursery.start(ingest.run)  # retention, resumed index builds
+    if "mqtt_amqp" in parts.status:  # both brokers: amq.topic <-> MQTT through the bus
+        log.info("MQTT-AMQP bridge on - amq.topic")
     # Recovery of everything before any port opens (DESIGN.md: "Recovery runs before any
     # listener accepts a connection").
     for service in app.services.values():

@@ -22,20 +22,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from struct import error as StructError
 
-from oxiedge.mqtt.encode import (
-    DISCONNECT_BYTES,
-    MAX_REMAINING_LENGTH,
-    PINGREQ_BYTES,
-    PINGRESP_BYTES,
-    encode,
-    encode_puback,
-    encode_pubcomp,
-    encode_publish,
-    encode_pubrec,
-    encode_pubrel,
-    encode_unsuback,
-    fixed_header,
-)
+from oxiedge.mqtt.encode import MAX_REMAINING_LENGTH, encode, encode_publish
 from oxiedge.mqtt.packets import (
     RESERVED_FLAGS,
     Connack,
@@ -508,10 +495,7 @@ def decode_all(data: bytes, max_packet_size: int = DEFAULT_MAX_PACKET_SIZE) -> l
     return packets
 
 
-__all__ = [
-    "DEFAULT_MAX_PACKET_SIZE", "DISCONNECT_BYTES", "MAX_REMAINING_LENGTH", "PINGREQ_BYTES",
-    "PINGRESP_BYTES", "Decoder", "PacketTooLarge", "ProtocolError", "RawPublish",
-    "TopicTooLong", "decode_all", "decode_body", "encode", "encode_puback", "encode_pubcomp",
-    "encode_publish", "encode_pubrec", "encode_pubrel", "encode_unsuback", "fixed_header",
-    "topic_cache_bytes",
-]
+# Re-exported: most callers need only these two of ``oxiedge.mqtt.encode``.
+__all__ = ["DEFAULT_MAX_PACKET_SIZE", "MAX_REMAINING_LENGTH", "Decoder", "PacketTooLarge",
+           "ProtocolError", "RawPublish", "TopicTooLong", "decode_all", "decode_body",
+           "encode", "encode_publish", "topic_cache_bytes"]

@@ -16,10 +16,9 @@ from typing import Any
 from oxiedge.access.grants import Grants
 from oxiedge.access.rules import PermissionStore
 from oxiedge.mqtt.broker import Broker
-from oxiedge.mqtt.codec import (
+from oxiedge.mqtt.codec import ProtocolError, RawPublish
+from oxiedge.mqtt.encode import (
     PINGRESP_BYTES,
-    ProtocolError,
-    RawPublish,
     encode,
     encode_puback,
     encode_pubcomp,

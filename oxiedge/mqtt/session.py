@@ -29,7 +29,7 @@ from collections import deque
 from typing import TYPE_CHECKING, Protocol
 
 from oxiedge.mqtt import persist
-from oxiedge.mqtt.codec import encode_publish, encode_pubrel
+from oxiedge.mqtt.encode import encode_publish, encode_pubrel
 from oxiedge.mqtt.persist import CF, packet_id_of
 from oxiedge.mqtt.topics import DEFAULT_MAX_TOPIC_LENGTH, DEFAULT_MAX_TOPIC_LEVELS
 

@@ -6,21 +6,35 @@ The binding only: the protocol (``protocol.py``) decides everything, the transpo
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import trio
 
+from oxiedge.app import App
+from oxiedge.mqtt.broker import Broker
 from oxiedge.mqtt.protocol import MqttProtocol
+from oxiedge.mqtt.session import Limits
 from oxiedge.net.loop import Transport
 
-if TYPE_CHECKING:
-    from oxiedge.mqtt.service import MqttService
+
+class ConnectionHost(Protocol):
+    """What a connection needs of its service (``MqttService``), named here so the
+    binding does not import the service that imports it."""
+
+    app: App
+    broker: Broker
+    limits: Limits
+    max_packet_size: int
+    max_connect_size: int
+    connect_timeout: float
+
+    async def authenticate(self, username: str | None, password: bytes | None) -> bool: ...
 
 
 class Connection:
     """A client connection: a transport serving an ``MqttProtocol``."""
 
-    def __init__(self, service: MqttService, stream: trio.abc.Stream,
+    def __init__(self, service: ConnectionHost, stream: trio.abc.Stream,
                  tls_identity: str | None = None) -> None:
         app = service.app
         # A client that publishes but does not read would grow our output (its PUBACKs)

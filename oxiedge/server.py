@@ -18,7 +18,7 @@ from typing import Any
 
 import trio
 
-from . import sdnotify
+from . import gcpolicy, sdnotify
 from .access import PermissionError_, PermissionStore
 from .access import path_for as permissions_path
 from .access.reload import reload_access
@@ -285,6 +285,7 @@ async def _start(app: App, parts: Parts, nursery: trio.Nursery, handlers: dict[s
     log.info("%s", uplinks.startup_line())
     admin = AdminServer(app, handlers, config.admin_socket, admin_socket_mode(config.data))
     await nursery.start(admin.run)
+    gcpolicy.freeze_startup_objects()  # no full GC pass over start-up's objects (p99)
     log.info("oxiedge ready")
     sdnotify.ready(f"serving {', '.join(app.endpoints.values()) or 'admin socket only'}")
     nursery.start_soon(sdnotify.watchdog_loop, lambda interval: _durable_ok(app, interval))

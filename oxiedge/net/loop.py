@@ -15,6 +15,10 @@ The *writer* owns the send side. Everything else (deliveries from other connecti
 publishes, re-sends, heartbeats) is appended with ``write`` (never blocks, keeps order)
 and coalesced into one ``send_all`` per wake-up; after each send the protocol hears
 ``on_sent()`` so it can refill (the MQTT in-flight window, a retained replay).
+Deliveries that a reader's burst wrote to *other* connections go out from that reader
+too, at the end of its burst (``flush_written``: one direct write per connection touched,
+under the same nothing-in-transit rule), so a delivery does not wait for the
+subscriber's writer task to be scheduled; the writer sends whatever that left.
 ``out_bytes`` (buffered + in transit) is the back-pressure signal: protocols hold back
 deliveries while it is over their bound, and the reader stops reading while it is over
 ``pause_at`` (a peer that sends but never reads cannot make us buffer its replies
@@ -74,6 +78,31 @@ class Committer(Protocol):
     def kick(self) -> None: ...
 
 
+#: Connections that ``write`` buffered bytes for since the last ``flush_written``, per
+#: event loop (a RunVar: nothing is left over from another ``trio.run``, as in tests);
+#: every reader empties it at the end of its burst.
+_WRITTEN: trio.lowlevel.RunVar[list[Transport]] = trio.lowlevel.RunVar("oxiedge_written")
+
+
+def _written_list() -> list[Transport]:
+    try:
+        return _WRITTEN.get()
+    except LookupError:
+        written: list[Transport] = []
+        _WRITTEN.set(written)
+        return written
+
+
+def flush_written(written: list[Transport]) -> None:
+    """Send what was written to other connections during this burst, from this task."""
+    while written:
+        pending = written[:]
+        written.clear()
+        for transport in pending:
+            transport._listed = False
+            transport.flush()
+
+
 class Transport:
     """One connection's stream, buffers and tasks (the protocol's ``Outlet``)."""
 
@@ -100,6 +129,7 @@ class Transport:
         self._sending = False  # a send_all is in progress (bytes in transit)
         self._reader_sending = False  # ... and the reader does it (``_send_direct``)
         self._closing = False  # the reader ended: the writer exits once the buffer is empty
+        self._listed = False  # in ``_written`` (a reader sends the buffer at its burst's end)
         self._scope = trio.CancelScope()
         sock = getattr(stream, "socket", None)
         self._fd = sock.fileno() if sock is not None else -1  # -1: no direct writes
@@ -110,6 +140,37 @@ class Transport:
         self._out.append(data)
         self.out_bytes += len(data)
         self._wake.set()
+        if not self._listed and self._fd >= 0:
+            self._listed = True
+            _written_list().append(self)
+
+    def flush(self) -> None:
+        """Send the buffer from the calling task with one non-blocking write if the writer
+        has nothing in transit (order is kept); what the socket does not take stays for
+        the writer (already woken by ``write``)."""
+        if not self._out or self._sending or self._fd < 0 or self._scope.cancel_called:
+            return
+        chunks, self._out = self._out, []
+        data = chunks[0] if len(chunks) == 1 else b"".join(chunks)
+        try:
+            n = os.write(self._fd, data)
+        except OSError:
+            n = 0  # full (EAGAIN) or broken: the writer waits or meets the error
+        if n < len(data):
+            self._out.insert(0, data[n:] if n else data)
+            self._wake.set()
+        if n:
+            self._sent(n)
+
+    def _sent(self, n: int) -> None:
+        self.last_write = trio.current_time()
+        self.out_bytes -= n
+        drained = self._drained
+        if drained is not None and self.out_bytes <= self.pause_at:
+            drained.set()
+        proto = self.protocol
+        if proto is not None and proto.on_sent():
+            self.store.kick()
 
     def send_now(self, data: bytes) -> None:
         """Send from the calling task when nothing is buffered or in transit (nothing can
@@ -174,13 +235,7 @@ class Transport:
                     self._sending = True
                     await stream.send_all(data)
                     self._sending = False
-                    self.last_write = trio.current_time()
-                    self.out_bytes -= len(data)
-                    drained = self._drained
-                    if drained is not None and self.out_bytes <= self.pause_at:
-                        drained.set()
-                    if proto.on_sent():
-                        self.store.kick()
+                    self._sent(len(data))
                 if self._closing:
                     return
         except _LOST as exc:
@@ -220,6 +275,8 @@ class Transport:
                 if proto.connection_closed():
                     self.store.kick()
             finally:
+                # No direct write after this: the closed fd's number may be reused at once.
+                self._fd = -1
                 with trio.CancelScope(shield=True):
                     await trio.aclose_forcefully(self.stream)
 
@@ -235,6 +292,7 @@ class Transport:
     async def _actions(self, proto: StreamProtocol, scope: trio.CancelScope) -> None:
         stream, store = self.stream, self.store
         next_action, send_now = proto.next_action, self.send_now
+        written = _written_list()
         inf = math.inf
         small_read = True
         while True:
@@ -247,6 +305,8 @@ class Transport:
                         await self._send_direct(data)
                     else:
                         send_now(data)
+                if written:
+                    flush_written(written)  # deliveries to other connections, same wake-up
                 if self.out_bytes > self.pause_at:
                     await self.wait_drained()  # the deadline still applies
                 got = await stream.receive_some(RECV_SIZE)

@@ -78,29 +78,45 @@ class Committer(Protocol):
     def kick(self) -> None: ...
 
 
-#: Connections that ``write`` buffered bytes for since the last ``flush_written``, per
-#: event loop (a RunVar: nothing is left over from another ``trio.run``, as in tests);
-#: every reader empties it at the end of its burst.
-_WRITTEN: trio.lowlevel.RunVar[list[Transport]] = trio.lowlevel.RunVar("oxiedge_written")
+class _Written:
+    """Connections written to during the running reader's burst, per event loop.
+
+    ``in_burst`` is true only while a reader runs the synchronous part of a burst (it is
+    cleared before every await of the reader): a ``write`` made then only lists its
+    connection, and the reader sends every listed buffer before it awaits anything
+    (``flush_written``). Any other ``write`` wakes the connection's writer at once.
+    """
+
+    __slots__ = ("in_burst", "items")
+
+    def __init__(self) -> None:
+        self.in_burst = False
+        self.items: list[Transport] = []
 
 
-def _written_list() -> list[Transport]:
+# A RunVar: nothing is left over from another ``trio.run`` (as in tests).
+_WRITTEN: trio.lowlevel.RunVar[_Written] = trio.lowlevel.RunVar("oxiedge_written")
+
+
+def _written() -> _Written:
     try:
         return _WRITTEN.get()
     except LookupError:
-        written: list[Transport] = []
+        written = _Written()
         _WRITTEN.set(written)
         return written
 
 
-def flush_written(written: list[Transport]) -> None:
-    """Send what was written to other connections during this burst, from this task."""
-    while written:
-        pending = written[:]
-        written.clear()
+def flush_written(written: _Written) -> None:
+    """End of the synchronous part of a burst: send what it wrote to connections."""
+    items = written.items
+    while items:  # (a refill by ``on_sent`` lists its connection again)
+        pending = items[:]
+        items.clear()
         for transport in pending:
             transport._listed = False
             transport.flush()
+    written.in_burst = False
 
 
 class Transport:
@@ -129,7 +145,8 @@ class Transport:
         self._sending = False  # a send_all is in progress (bytes in transit)
         self._reader_sending = False  # ... and the reader does it (``_send_direct``)
         self._closing = False  # the reader ended: the writer exits once the buffer is empty
-        self._listed = False  # in ``_written`` (a reader sends the buffer at its burst's end)
+        self._listed = False  # in the running reader's list (it sends the buffer, _Written)
+        self._written = _written()
         self._scope = trio.CancelScope()
         sock = getattr(stream, "socket", None)
         self._fd = sock.fileno() if sock is not None else -1  # -1: no direct writes
@@ -139,16 +156,22 @@ class Transport:
         """Queue bytes for the writer task (never blocks, keeps order)."""
         self._out.append(data)
         self.out_bytes += len(data)
-        self._wake.set()
-        if not self._listed and self._fd >= 0:
-            self._listed = True
-            _written_list().append(self)
+        written = self._written
+        if written.in_burst and self._fd >= 0:
+            if not self._listed:  # the running reader sends it before it awaits
+                self._listed = True
+                written.items.append(self)
+        else:
+            self._wake.set()
 
     def flush(self) -> None:
         """Send the buffer from the calling task with one non-blocking write if the writer
         has nothing in transit (order is kept); what the socket does not take stays for
         the writer (already woken by ``write``)."""
-        if not self._out or self._sending or self._fd < 0 or self._scope.cancel_called:
+        if not self._out:
+            return
+        if self._sending or self._fd < 0 or self._scope.cancel_called:
+            self._wake.set()  # in transit or no direct write: the writer sends it
             return
         chunks, self._out = self._out, []
         data = chunks[0] if len(chunks) == 1 else b"".join(chunks)
@@ -158,7 +181,7 @@ class Transport:
             n = 0  # full (EAGAIN) or broken: the writer waits or meets the error
         if n < len(data):
             self._out.insert(0, data[n:] if n else data)
-            self._wake.set()
+            self._wake.set()  # the writer sends the rest
         if n:
             self._sent(n)
 
@@ -290,9 +313,18 @@ class Transport:
             proto.timed_out()  # the deadline passed while waiting for input
 
     async def _actions(self, proto: StreamProtocol, scope: trio.CancelScope) -> None:
+        written = self._written
+        try:
+            await self._perform(proto, scope, written)
+        finally:
+            flush_written(written)  # (an error or a cancel in the middle of a burst)
+
+    async def _perform(self, proto: StreamProtocol, scope: trio.CancelScope,
+                       written: _Written) -> None:
+        # ``flush_written`` before every await: what the burst wrote to other connections
+        # goes out now, and writes by other tasks wake writers again (``_Written``).
         stream, store = self.stream, self.store
         next_action, send_now = proto.next_action, self.send_now
-        written = _written_list()
         inf = math.inf
         small_read = True
         while True:
@@ -300,28 +332,32 @@ class Transport:
             if action is NEED_DATA:
                 data = proto.data_to_send()
                 scope.deadline = proto.deadline  # also a peer that stops reading our replies
+                if data and not (self._fd < 0 and small_read and not self._out
+                                 and not self._sending):
+                    send_now(data)
+                    data = b""
+                flush_written(written)  # deliveries to other connections, same wake-up
                 if data:
-                    if self._fd < 0 and small_read and not self._out and not self._sending:
-                        await self._send_direct(data)
-                    else:
-                        send_now(data)
-                if written:
-                    flush_written(written)  # deliveries to other connections, same wake-up
+                    await self._send_direct(data)
                 if self.out_bytes > self.pause_at:
                     await self.wait_drained()  # the deadline still applies
                 got = await stream.receive_some(RECV_SIZE)
+                written.in_burst = True
                 scope.deadline = inf
                 small_read = len(got) < DIRECT_READ_MAX
                 proto.receive_data(got)
             elif action is COMMIT:
+                flush_written(written)
                 try:
                     await store.commit()
                 except Exception as exc:  # CommitError: the protocol acks nothing of it
+                    written.in_burst = True
                     proto.commit_done(exc)
                 except BaseException:
                     proto.commit_cancelled()
                     raise
                 else:
+                    written.in_burst = True
                     proto.commit_done(None)
             elif action is SEND:
                 data = proto.data_to_send()
@@ -330,14 +366,20 @@ class Transport:
             elif action is KICK:
                 store.kick()
             elif action is CHECKPOINT:
+                flush_written(written)
                 await trio.sleep(0)
+                written.in_burst = True
             elif action is BLOCKED:
+                flush_written(written)
                 if self._wait_unblocked is not None:
                     await self._wait_unblocked()
+                written.in_burst = True
                 proto.unblocked()
             elif type(action) is Authenticate:
+                flush_written(written)
                 auth = self._authenticate
                 ok = auth is not None and await auth(action.username, action.password)
+                written.in_burst = True
                 proto.authenticated(ok)
             elif type(action) is Close:
                 return

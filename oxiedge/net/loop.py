@@ -166,8 +166,8 @@ class Transport:
 
     def flush(self) -> None:
         """Send the buffer from the calling task with one non-blocking write if the writer
-        has nothing in transit (order is kept); what the socket does not take stays for
-        the writer (already woken by ``write``)."""
+        has nothing in transit (order is kept); what the socket does not take, or all of
+        it while a send is in transit, is left to the writer (woken here)."""
         if not self._out:
             return
         if self._sending or self._fd < 0 or self._scope.cancel_called:

@@ -36,7 +36,17 @@ from oxiedge.amqp.errors import AmqpError
 from oxiedge.amqp.exchanges import Exchange
 from oxiedge.amqp.queues import Queue, QueuedMessage
 from oxiedge.amqp.timers import Clock
-from oxiedge.staged import AMQP, COMMIT, REFUSED, RETURNED, ROUTED, Origin, TopicEntry
+from oxiedge.staged import (
+    AMQP,
+    COMMIT,
+    NOTHING,
+    REFUSED,
+    RETURNED,
+    ROUTED,
+    Origin,
+    Staged,
+    TopicEntry,
+)
 
 #: ``(flags, queues reached)``; see the module docstring.
 Outcome = tuple[int, int]
@@ -134,12 +144,8 @@ class PublishPath:
                     q.saw_deadline()  # the head may need a timer
                 continue
             # x-message-ttl, x-max-length-bytes, x-overflow reject-publish(-dlx)
-            staged = self.enqueue_message(q, exchange, routing_key, properties, body,
+            flags |= self.enqueue_message(q, exchange, routing_key, properties, body,
                                           persistent, expires)
-            if staged < 0:
-                flags |= REFUSED
-            elif staged:
-                flags |= COMMIT
         return flags, len(queues)
 
     # -- routing -----------------------------------------------------------------------
@@ -220,10 +226,10 @@ class PublishPath:
     # -- RabbitMQ's production semantics: overflow, TTL, dead-lettering -----------------
 
     def enqueue_message(self, q: Queue, exchange: str, routing_key: str, properties: bytes,
-                        body: bytes, persistent: bool, expires: float = 0.0) -> int:
+                        body: bytes, persistent: bool, expires: float = 0.0) -> Staged:
         """Put one message in a queue that is not ``plain`` (or any queue, off the hot
-        path).  Returns -1 if the queue refused it (x-overflow reject-publish*), 1 if a
-        durable record was staged, else 0."""
+        path).  Returns ``REFUSED`` if the queue refused it (x-overflow reject-publish*),
+        ``COMMIT`` if a durable record was staged, else ``NOTHING``."""
         if q.reject_publish and q.would_overflow(len(body)):
             # reject-publish: the new message is not taken and a confirming publisher gets
             # basic.nack; reject-publish-dlx also dead-letters it (RabbitMQ "maxlen" doc).
@@ -232,17 +238,17 @@ class PublishPath:
             if q.overflow == "reject-publish-dlx":
                 self.dead_letter(q, QueuedMessage(0, exchange, routing_key, properties, body),
                                  deadletter.MAXLEN)
-            return -1
+            return REFUSED
         if q.message_ttl is not None:  # the earlier of the queue's and the message's TTL
             qexp = self.clock() + q.message_ttl / 1000
             expires = min(expires, qexp) if expires else qexp
         msg = QueuedMessage(q.take_seq(), exchange, routing_key, properties, body,
                             expires=expires)
-        staged = 0
+        staged = NOTHING
         if persistent and q.doc_id is not None:
             self.store_message(q, msg, persist.encode_record(exchange, routing_key, properties,
                                                              body, expires))
-            staged = 1
+            staged = COMMIT
         q.enqueue(msg)
         if expires:
             q.saw_deadline()
@@ -276,7 +282,8 @@ class PublishPath:
         for t in targets:
             if t.deleted or deadletter.is_cycle(t.name, deaths):
                 continue
-            if self.enqueue_message(t, dlx, routing_key, props, msg.body, persistent) >= 0:
+            if not self.enqueue_message(t, dlx, routing_key, props, msg.body,
+                                        persistent) & REFUSED:
                 placed += 1
         q.dead_lettered += 1
         self.counters["dead_lettered"] += 1

@@ -41,11 +41,12 @@ from __future__ import annotations
 import random
 import time
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import trio
 
 from ..amqp.constants import ACCESS_REFUSED
+from ..app import App
 from ..staged import Origin
 from ..store import CommitError
 from .connection import UplinkConnection
@@ -59,9 +60,6 @@ from .link import (
     upstream_name,
 )
 from .outbox import PARKED, RETURNED, Outbox
-
-if TYPE_CHECKING:
-    from .manager import UplinkManager
 
 LinkRunner = Callable[[Endpoint, LinkOptions, Any], Awaitable[None]]
 BACKOFF_FIRST = 0.5
@@ -83,10 +81,23 @@ def _runner(protocol: str) -> LinkRunner:
     from .mqtt_link import run_mqtt_link
     return run_mqtt_link
 
+class Host(Protocol):
+    """What an uplink needs from its manager (``manager.UplinkManager``), so that this
+    module does not import it (no import cycle)."""
+
+    app: App
+    device_id: str
+    flush_soon: trio.Event  # set when confirmed deletes wait for a commit round
+
+    async def deliver(self, uplink: Uplink, topic: str, payload: bytes) -> None:
+        """Publish an inbound command locally; returns once it is durable."""
+        ...
+
+
 class Uplink:
     """One configured uplink: its outbox, its link task and its counters."""
 
-    def __init__(self, manager: UplinkManager, definition: UplinkDef,
+    def __init__(self, manager: Host, definition: UplinkDef,
                  previous: Uplink | None = None) -> None:
         self.manager = manager
         self.app = manager.app

@@ -93,3 +93,53 @@ async def test_one_publish_reaches_every_destination_but_its_origin(tmp_path: Pa
                                        "skipped_mqtt_topics": 1, "skipped_amqp_keys": 1}
     finally:
         app.store.close()
+
+
+class TwoUplinks:
+    """Two uplinks as the bus sees them, both taking every topic."""
+
+    def __init__(self) -> None:
+        self.a, self.b = UplinkStub(""), UplinkStub("")
+        self.a.origin, self.b.origin = Origin("uplink a"), Origin("uplink b")
+
+    @property
+    def uplinks(self) -> dict[str, UplinkStub]:
+        return {"a": self.a, "b": self.b}
+
+    def targets(self, topic: str) -> tuple[tuple[UplinkStub, bool], ...]:
+        return ((self.a, True), (self.b, True))
+
+
+async def test_amqp_alone_the_same_rule(tmp_path: Path) -> None:
+    """Without MQTT: a command reaches amq.topic and the other uplinks, never its own; an
+    AMQP client's amq.topic publish reaches the uplinks; ingest is MQTT's and gets nothing."""
+    app = App(config=Config(data=tmp_path), store=Store.open(tmp_path / "db"),
+              users=UserStore({}, None))
+    try:
+        async with app.store.running():
+            amqp = AmqpService(app)
+            ingest = Ingest(app, [parse_route("devices/#:docs")])
+            await ingest.start()
+            bus = Bus(None, TopicBridge(amqp), ingest)
+            uplinks = TwoUplinks()
+            bus.uplinks = uplinks
+            amqp.broker.bus = bus
+            await amqp.recover()
+            work, _ = amqp.broker.declare_queue("work", passive=False, durable=True,
+                                                exclusive=False, auto_delete=False,
+                                                arguments={}, owner=None)
+            assert amqp.broker.bind(work, "amq.topic", "devices.#", {})
+            await app.store.commit()
+
+            assert bus.publish(uplinks.a.origin, "devices/v1/cmd", b"on", 1, False) == COMMIT
+            assert [m.body for m in work.ready] == [b"on"]
+            assert uplinks.a.enqueued == [] and uplinks.b.enqueued == ["devices/v1/cmd"]
+
+            assert bus.from_amqp("devices.v2.cmd", b"off", True) == COMMIT
+            assert len(work.ready) == 1  # amq.topic routed it itself; never again
+            assert uplinks.a.enqueued == ["devices/v2/cmd"]
+            assert uplinks.b.enqueued == ["devices/v1/cmd", "devices/v2/cmd"]
+            await app.store.commit()
+            assert app.store.find("docs") == []
+    finally:
+        app.store.close()

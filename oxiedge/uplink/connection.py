@@ -7,26 +7,65 @@ when the records to send were only staged: only what is on disk here goes upstre
 ``confirmed`` / ``returned`` / ``park`` settle one in-flight record and wake a waiting
 ``take`` once the window has room for a batch; ``deliver`` hands an inbound command to the
 manager; ``up`` records the connection. A new attempt starts again from the oldest record.
+
+The connection sees its uplink only as a ``ConnectionHost``: the outbox and the uplink's
+send position, counters, retry rounds and refusals that outlive one attempt. ``uplink.py``
+builds connections and ``Uplink`` is the host; this module does not import it back.
 """
 
 from __future__ import annotations
 
 import math
 import time
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import trio
 
+from ..app import App
+from .definitions import UplinkDef
 from .link import Endpoint, OutMessage
+from .outbox import Outbox
 
-if TYPE_CHECKING:
-    from .uplink import Uplink
+
+class ConnectionHost(Protocol):
+    """What one connection attempt needs of its uplink (``uplink.Uplink`` is the one): the
+    state that outlives the attempt, which the connection reads and advances."""
+
+    app: App
+    definition: UplinkDef
+    outbox: Outbox
+    #: Woken when there is something to take: new records, a freed window, a return.
+    lot: trio.lowlevel.ParkingLot
+    #: Seqs below ``durable_end`` are on disk; below ``sent_end`` were sent at least once.
+    durable_end: int
+    sent_end: int
+    #: Hand out at least this many at once while a window is in flight.
+    batch_min: int
+    #: While set, send one at a time up to this seq (finding a refused publish).
+    probe_until: int | None
+    refused: dict[str, str]
+    retry_at: float | None
+    forwarded: int
+    resent: int
+    retried: int
+    confirmed: int
+
+    def retry_due(self) -> bool: ...
+    def take_returned(self, room: int) -> list[OutMessage]: ...
+    def retry_taken(self) -> None: ...
+    def without_refused(self, batch: list[OutMessage]) -> list[OutMessage]: ...
+    def deleted(self) -> None: ...
+    def after_removal(self) -> None: ...
+    def note_returned(self, seq: int, reason: str) -> None: ...
+    def note_parked(self, seq: int, reason: str) -> None: ...
+    async def deliver(self, topic: str, payload: bytes) -> None: ...
+    def connected(self, endpoint: Endpoint, detail: str) -> None: ...
 
 
 class UplinkConnection:
     """``LinkIO`` for one connection attempt of one uplink."""
 
-    def __init__(self, uplink: Uplink) -> None:
+    def __init__(self, uplink: ConnectionHost) -> None:
         self.uplink = uplink
         oldest = uplink.outbox.oldest()
         self.next_seq = oldest if oldest is not None else uplink.outbox.next_seq
@@ -84,11 +123,7 @@ class UplinkConnection:
         self.inflight.discard(seq)
         if u.outbox.remove(seq):
             u.confirmed += 1
-            u.deleted_unsynced += 1
-            if u.deleted_unsynced >= u.flush_every:
-                u.flush_deletes()
-            elif u.deleted_unsynced == 1:
-                u.manager.flush_soon.set()
+            u.deleted()
         if seq in self.retrying:
             self.retrying.discard(seq)
             u.retry_taken()
@@ -115,12 +150,8 @@ class UplinkConnection:
             u.lot.unpark_all()
 
     async def deliver(self, topic: str, payload: bytes) -> None:
-        await self.uplink.manager.deliver(self.uplink, topic, payload)
+        await self.uplink.deliver(topic, payload)
 
     def up(self, endpoint: Endpoint, detail: str = "") -> None:
-        u = self.uplink
         self.up_at = time.monotonic()
-        u.state, u.node = "connected", endpoint.redacted()
-        u.connected_since = time.time()
-        u.app.log.info("uplink %s connected to %s%s", u.name, endpoint.redacted(),
-                       f" ({detail})" if detail else "")
+        self.uplink.connected(endpoint, detail)

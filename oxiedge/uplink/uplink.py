@@ -54,6 +54,7 @@ from .definitions import UplinkDef
 from .link import (
     Endpoint,
     LinkError,
+    LinkIO,
     LinkOptions,
     OutMessage,
     PublishRefused,
@@ -61,7 +62,7 @@ from .link import (
 )
 from .outbox import PARKED, RETURNED, Outbox
 
-LinkRunner = Callable[[Endpoint, LinkOptions, Any], Awaitable[None]]
+LinkRunner = Callable[[Endpoint, LinkOptions, LinkIO], Awaitable[None]]
 BACKOFF_FIRST = 0.5
 BACKOFF_MAX = 30.0
 #: Returned (Basic.Return) messages are retried after this, doubling up to RETRY_MAX while
@@ -80,6 +81,7 @@ def _runner(protocol: str) -> LinkRunner:
         return run_amqp_link
     from .mqtt_link import run_mqtt_link
     return run_mqtt_link
+
 
 class Host(Protocol):
     """What an uplink needs from its manager (``manager.UplinkManager``), so that this
@@ -211,11 +213,32 @@ class Uplink:
                     f"uplink {self.name} outbox full ({box.messages} messages, {box.bytes} "
                     "bytes)")
 
+    def deleted(self) -> None:
+        """A confirmed record's delete was staged: commit it with its group (half a window,
+        or the manager's round soon after the first)."""
+        self.deleted_unsynced += 1
+        if self.deleted_unsynced >= self.flush_every:
+            self.flush_deletes()
+        elif self.deleted_unsynced == 1:
+            self.manager.flush_soon.set()
+
     def flush_deletes(self) -> None:
         """Have the staged deletes of confirmed messages committed now."""
         if self.deleted_unsynced:
             self.deleted_unsynced = 0
             self.app.store.kick()
+
+    # ---------------------------------------------------------------- inbound
+    async def deliver(self, topic: str, payload: bytes) -> None:
+        """Publish an inbound command locally through the manager (awaits its commit)."""
+        await self.manager.deliver(self, topic, payload)
+
+    def connected(self, endpoint: Endpoint, detail: str) -> None:
+        """A link is up at ``endpoint`` (``detail``: what it negotiated, if anything)."""
+        self.state, self.node = "connected", endpoint.redacted()
+        self.connected_since = time.time()
+        self.app.log.info("uplink %s connected to %s%s", self.name, endpoint.redacted(),
+                          f" ({detail})" if detail else "")
 
     # ------------------------------------------------- returned and parked records
     def note_returned(self, seq: int, reason: str) -> None:

@@ -46,6 +46,7 @@ class PublishBurst:
     _confirms: list[tuple[Channel, int, bool]]
     _publishes_unsynced: bool
     _staged: bool
+    _commit_error: BaseException | None
 
     def _publish(self, ch: Channel, cmd: Command) -> None:
         m: spec.BasicPublish = cmd.method  # type: ignore[assignment]
@@ -95,7 +96,9 @@ class PublishBurst:
             self.store.kick()
         elif self._needs_commit:
             self._needs_commit = False
-            error = yield COMMIT
+            self._commit_error = None
+            yield COMMIT
+            error = self._commit_error
             if error is not None:  # CommitError: nothing of the round may be confirmed
                 ok = False
                 self.log.error("AMQP %s: commit failed, publishes nacked: %s", self.peer,

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import secrets
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from oxiedge.amqp import deadletter, persist, spec
 from oxiedge.amqp.codec import encode_content, encode_method
@@ -33,8 +33,41 @@ from oxiedge.amqp.errors import AmqpError
 from oxiedge.amqp.queues import Queue, QueueConsumer, QueuedMessage
 
 if TYPE_CHECKING:
+    from oxiedge.access.grants import Grants
+    from oxiedge.access.rules import PermissionStore
     from oxiedge.amqp.broker import Broker
-    from oxiedge.amqp.protocol import AmqpProtocol
+
+class ChannelOwner(Protocol):
+    """What a channel needs of its connection (``AmqpProtocol`` is the one there is)."""
+
+    broker: Broker
+    user: str
+    grants: Grants | None
+    perms: PermissionStore
+    frame_max: int
+    unacked_limit: int
+    cancel_notify: bool
+    closed: bool
+    delivered: int
+    created_queues: set[Queue]
+    exclusive_queues: dict[str, Queue]
+
+    @property
+    def writable(self) -> bool:
+        """Room in the output (else consumers are skipped until it drains)."""
+
+    def send(self, data: bytes) -> None:
+        """Output a frame (never blocks)."""
+
+    def note_staged(self) -> None:
+        """A delivery staged a durable delete (synced before close-ok)."""
+
+    def check_queue_limit(self, name: str) -> None:
+        """406 past the connection's or the broker's queue count."""
+
+    def check_consumer_limit(self) -> None:
+        """406 past the connection's consumer count."""
+
 
 #: Durable deletes were staged: have a commit round soon (nobody waits for it).
 KICK = 1
@@ -130,7 +163,7 @@ Unacked = tuple[Queue, QueuedMessage, "Consumer | None"]
 class Channel:
     """State of one open channel of one connection."""
 
-    def __init__(self, conn: AmqpProtocol, number: int) -> None:
+    def __init__(self, conn: ChannelOwner, number: int) -> None:
         self.conn = conn
         self.number = number
         self.broker: Broker = conn.broker

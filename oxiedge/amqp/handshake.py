@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from oxiedge.access.grants import Grants
 from oxiedge.amqp import spec
-from oxiedge.amqp.actions import NEED_DATA, Authenticate, Steps
+from oxiedge.amqp.actions import Authenticate, Steps
 from oxiedge.amqp.codec import HEARTBEAT, Command, FrameParser, encode_method
 from oxiedge.amqp.constants import ACCESS_REFUSED, COMMAND_INVALID, NOT_ALLOWED
 from oxiedge.amqp.errors import AmqpError
@@ -80,13 +80,17 @@ class Handshake:
     closed: bool
     clean: bool
     linger: bool
+    read: Callable[[], Steps]
+    _ok: bool
+    on_opened: Callable[[], None]
+    check_deadline: Callable[[], None]
 
     def _command(self) -> Generator[Any, Any, Command]:
         parser = self.parser
         while True:
             ev = parser.next_event()
             if ev is None:
-                yield NEED_DATA
+                yield from self.read()
             elif ev is not HEARTBEAT:
                 assert isinstance(ev, Command)
                 return ev
@@ -106,7 +110,7 @@ class Handshake:
         parser = self.parser
         while parser.awaiting_header:
             if parser.next_event() is None and parser.awaiting_header:
-                yield NEED_DATA
+                yield from self.read()
         mechanisms = b"PLAIN AMQPLAIN EXTERNAL" if self.tls_identity else b"PLAIN AMQPLAIN"
         self.send(encode_method(0, spec.ConnectionStart(
             0, 9, self.server_properties, mechanisms, b"en_US")))
@@ -127,7 +131,9 @@ class Handshake:
             if credentials is not None:
                 self.user, password = credentials
                 # Hashing off the event loop, throttled after failures (oxiedge.login).
-                ok = yield Authenticate(self.user or None, password or None)
+                yield Authenticate(self.user or None, password or None)
+                self.check_deadline()
+                ok = self._ok  # (the login check is bounded by the deadline too)
         if not ok:
             self.counters["auth_failures"] += 1
             raise AmqpError(ACCESS_REFUSED,
@@ -161,6 +167,7 @@ class Handshake:
                             10, 40)
         self.send(encode_method(0, spec.ConnectionOpenOk()))
         self.opened = True
+        self.on_opened()
         alarms = self.alarms
         if alarms is not None:
             self.unsubscribe_alarms = alarms.subscribe(self._on_alarm)

@@ -2,50 +2,52 @@
 
 Theory of operation
 -------------------
-The protocol knows nothing of sockets, tasks or clocks.  Its driver (``connection.py``, a
-thin trio binding) feeds what the socket had with :meth:`AmqpProtocol.receive_data`, then
-calls :meth:`AmqpProtocol.next_action` until it says :data:`NEED_DATA`::
+The protocol knows nothing of sockets, tasks or clocks (the clock is injected).  The
+transport loop of ``oxiedge.net`` feeds it what the stream had (``receive_data``) and
+performs what ``next_action()`` asks for until it says ``NEED_DATA`` (``net/__init__``
+lists the vocabulary): ``COMMIT`` (await ``store.commit()``, then ``commit_done``),
+``Authenticate`` (the password check runs in a thread, ``oxiedge.login``), ``BLOCKED``
+(a resource alarm holds publishers), ``SEND`` and finally ``Close``.  ``deadline`` is
+when the next read must have arrived: the handshake deadline, then two heartbeat
+intervals (spec 4.2.7), the wait for a close-ok, the linger after one.
 
-    NEED_DATA       the parser is empty: every frame received so far is handled (one
-                    "burst"); read more (and apply back-pressure first, see ``writable``)
-    COMMIT          await ``store.commit()``, then ``committed(error or None)``
-    Authenticate    check the credentials off the event loop (``oxiedge.login`` hashes in
-                    a thread pool), then ``authenticated(ok)``
-    DONE            the connection is over (``clean`` / ``linger`` / ``end_reason`` say how)
+Replies to what was read are collected during a step and taken with ``data_to_send()``
+(one write per burst); before any action that lets other tasks run the protocol asks for
+``SEND`` first, so nothing it wrote can be overtaken.  Everything else (deliveries caused
+by other connections' publishes, heartbeats, connection.blocked) goes straight to the
+transport (``Outlet.write``).  Frames that wait for the commit round stay inside: the
+publisher confirms of a burst, and the reply of a method whose durable writes it promises
+(a durable declare, bind, delete) are produced only once ``commit_done`` reports the
+round, and then in order, because nothing after them is handled before.  Internally the
+protocol is a generator that *yields* the actions, so the handling code reads top to
+bottom like the spec's dialogue.
 
-Frames that may go now are appended to the output buffer at once (``send``; the driver
-takes them with :meth:`data_to_send` whenever ``wake`` fires).  Frames that wait for the
-commit round stay inside: the publisher confirms of a burst, and the reply of a method
-whose durable writes it promises (a durable declare, bind, delete) are produced only once
-``committed`` reports the round done, and then in order, because nothing after them is
-handled before.  Internally the protocol is a generator that *yields* those actions, so the
-handling code reads top to bottom like the spec's dialogue.
-
-Publishing: a burst of ``basic.publish`` (and ``basic.ack``) frames is routed at once
-(``Broker.publish``); at the end of the burst, or before any other method, ONE commit for
-everything staged, then the confirms in publish order, coalesced to one ``basic.ack
-multiple=true`` per channel.  Transient bursts never wait: they are confirmed without a
-commit.  Consumers may see a message before its sync (as with RabbitMQ); what waits for the
-sync is the publisher's confirm, the only promise made about it.
+Publishing (``burst.py``): a burst of ``basic.publish`` (and ``basic.ack``) frames is
+routed at once (``Broker.publish``); at the end of the burst, or before any other method,
+ONE commit for everything staged, then the confirms in publish order, coalesced to one
+``basic.ack multiple=true`` per channel.  Transient bursts never wait.  Consumers may see
+a message before its sync (as with RabbitMQ); what waits for the sync is the publisher's
+confirm, the only promise made about it.
 
 Closing, as RabbitMQ does it (spec 1.4.2.8 / 1.5.2.5): what arrived before a client's
 ``connection.close`` is fully handled (routed, made durable, confirmed), then close-ok is
-sent and ``linger`` asks the driver to keep reading and discarding until the client closes
-(closing at once would make the kernel answer the client's still-arriving frames with a
-reset, which destroys the close-ok before the client reads it).  A connection exception
-sends ``connection.close`` and waits for the close-ok (``closing``: the driver bounds that
-wait); a channel the server closes has its frames discarded until its close-ok (codec
-``drop_channel``).
+sent and the protocol keeps reading and discarding until the client closes or
+:data:`CLOSE_LINGER` passes (closing at once would make the kernel answer the client's
+still-arriving frames with a reset, which destroys the close-ok before the client reads
+it).  A connection exception sends ``connection.close`` and waits :data:`CLOSE_TIMEOUT`
+for the close-ok; a channel the server closes has its frames discarded until its close-ok
+(codec ``drop_channel``).  :meth:`AmqpProtocol.shutdown` is the broker stopping (320).
 """
 
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from oxiedge.amqp import methods, spec
-from oxiedge.amqp.actions import COMMIT, DONE, NEED_DATA, Action, Authenticate, Steps
+from oxiedge.amqp.actions import BLOCKED, COMMIT, NEED_DATA, SEND, Authenticate, Close, Steps
 from oxiedge.amqp.burst import PublishBurst
 from oxiedge.amqp.channel import UNSYNCED, AfterCommit, Channel, server_cancel
 from oxiedge.amqp.codec import (
@@ -77,9 +79,17 @@ if TYPE_CHECKING:
     from oxiedge.amqp.broker import Broker
     from oxiedge.config import Config
 
-__all__ = ["CLOSE_OK_FRAME", "COMMIT", "DONE", "NEED_DATA", "AmqpProtocol", "Authenticate"]
+__all__ = ["CLOSE_OK_FRAME", "COMMIT", "NEED_DATA", "SEND", "AmqpProtocol", "Authenticate",
+           "Close"]
 
 HIGH_WATER = 1 << 20  # unsent bytes per connection before consumers are skipped
+CLOSE_TIMEOUT = 2.0  # after our connection.close: how long to wait for close-ok
+#: After close-ok, how long to keep reading (and discarding) until the client closes.
+CLOSE_LINGER = 3.0
+#: On shutdown: how long the client has to answer our 320 with close-ok.
+SHUTDOWN_TIMEOUT = 0.5
+_SHUTDOWN_FRAME = encode_method(0, spec.ConnectionClose(
+    320, "CONNECTION_FORCED - broker forced connection closure with reason 'shutdown'", 0, 0))
 
 _PUBLISH = spec.BasicPublish
 _ACK = spec.BasicAck
@@ -89,13 +99,28 @@ def _nothing() -> None:
     pass
 
 
+class Outlet(Protocol):
+    """The transport as the protocol sees it (``oxiedge.net.loop.Transport``)."""
+
+    out_bytes: int
+
+    def write(self, data: bytes) -> None: ...
+
+
+class _Ended(Exception):
+    """The connection is over (deadline, end of input); the text is the reason."""
+
+
 class AmqpProtocol(Handshake, PublishBurst):
     """One client connection's protocol state (see the module docstring)."""
 
-    def __init__(self, broker: Broker, config: Config, counters: dict[str, int],
-                 perms: PermissionStore, server_properties: dict[str, Any], *,
-                 alarms: ResourceAlarms | None = None, peer: str = "?",
-                 tls_identity: str | None = None, wake: Callable[[], None] = _nothing,
+    def __init__(self, broker: Broker, outlet: Outlet, config: Config,
+                 counters: dict[str, int], perms: PermissionStore,
+                 server_properties: dict[str, Any], *, clock: Callable[[], float],
+                 handshake_deadline: float | None = None,
+                 alarms: ResourceAlarms | None = None,
+                 note_input: Callable[[int], None] | None = None, peer: str = "?",
+                 tls_identity: str | None = None, on_opened: Callable[[], None] = _nothing,
                  log: logging.Logger | None = None) -> None:
         self.broker = broker
         self.store = broker.store
@@ -107,8 +132,20 @@ class AmqpProtocol(Handshake, PublishBurst):
         self.peer = peer
         #: A verified client certificate's name (--tls-identity-as-username): offers EXTERNAL.
         self.tls_identity = tls_identity
-        self._wake = wake
+        self._outlet = outlet
+        self.clock = clock
+        #: Publisher input counts toward the memory alarm as it arrives (the service
+        #: samples it every few MiB).
+        self._note_input = note_input
+        self.on_opened = on_opened  # the binding starts the heartbeats
         self.log = log or logging.getLogger("oxiedge")
+        self.handshake_timeout: float = config.amqp_handshake_timeout
+        if handshake_deadline is None:
+            handshake_deadline = clock() + self.handshake_timeout
+        #: When the next read must have arrived (the loop's clock; inf: never).
+        self.deadline = handshake_deadline
+        self._handshake_until = handshake_deadline
+        self._until = math.inf  # the close or linger deadline, once one applies
         self.frame_max: int = config.amqp_frame_max
         self.channel_max: int = config.amqp_channel_max
         self.max_consumers: int = config.amqp_max_consumers_per_connection
@@ -139,9 +176,17 @@ class AmqpProtocol(Handshake, PublishBurst):
         # properties): 500 unauthenticated sockets cannot make the broker buffer much.
         self.parser = FrameParser(config.amqp_preauth_max_size, expect_header=True,
                                   max_body=config.amqp_max_message_size)
-        self._out: list[bytes] = []
-        self.unsent = 0  # bytes handed to send() and not yet reported sent()
-        self._stalled = False  # went over HIGH_WATER: consumers may have been skipped
+        self._out: list[bytes] = []  # replies of the current step (``data_to_send``)
+        self._out_size = 0
+        self._stepping = False  # inside next_action: replies go to _out
+        self._held: Any = None  # an action held back behind a SEND
+        self._stalled = False  # a consumer was skipped while the output was full
+        self._timed_out = False
+        self._eof = False
+        self._input = 0  # bytes received since the last NEED_DATA
+        self.discarded_bytes = 0  # read and dropped after close-ok
+        self._shutting_down = False
+        self._commit_error: BaseException | None = None
         self.unsubscribe_alarms: Callable[[], None] | None = None
         # -- what is staged and not yet durable ------------------------------------------
         self._needs_commit = False  # durable publish records of this burst
@@ -153,69 +198,167 @@ class AmqpProtocol(Handshake, PublishBurst):
         # method, so "ack, then any round trip" means the ack survives a crash.
         self._unsynced = False
         self._raw: bytes | None = None  # framing lost while closing: raw bytes, see below
-        self._reply: Any = None
-        self._steps: Steps | None = self._run()
+        self._ok = False  # the answer to Authenticate
+        self._closed: Close | None = None
+        self._steps: Steps = self._main()
 
-    # -- the driver's side ---------------------------------------------------------------
+    # -- the loop's side (oxiedge.net.actions.StreamProtocol) ----------------------------
 
-    def receive_data(self, data: bytes) -> None:
-        """Bytes from the peer (any split)."""
-        if self._raw is not None:
+    def receive_data(self, data: bytes | bytearray) -> None:
+        """Bytes from the peer (any split); ``b""``: the peer closed its side."""
+        if not data:
+            self._eof = True
+        elif self.linger:
+            self.discarded_bytes += len(data)  # frames after connection.close are dropped
+        elif self._shutting_down:
+            self._scan_for_close_ok(bytes(data))
+        elif self._raw is not None:
             self._raw += data
         else:
-            self.parser.feed(data)
+            self._input += len(data)
+            self.parser.feed(data if type(data) is bytes else bytes(data))
 
-    def next_action(self) -> Action:
+    def next_action(self) -> object:
         """Handle what was received until an action is needed (see the module docstring)."""
-        if self._steps is None:
-            return DONE
-        reply, self._reply = self._reply, None
+        held = self._held
+        if held is not None:
+            self._held = None
+            return held
+        closed = self._closed
+        if closed is not None:
+            return closed
+        self._stepping = True
         try:
-            action: Action = self._steps.send(reply)
-        except StopIteration:
-            self._steps = None
-            return DONE
+            action = next(self._steps)
+        finally:
+            self._stepping = False
+        if self._out and action is not NEED_DATA and action is not SEND:
+            self._held = action  # what this step wrote goes first (nothing overtakes it)
+            return SEND
         return action
 
-    def committed(self, error: BaseException | None) -> None:
-        """The commit asked for by :data:`COMMIT` is done (``error`` if it failed)."""
-        self._reply = error
-
-    def authenticated(self, ok: bool) -> None:
-        """The answer to :class:`Authenticate`."""
-        self._reply = ok
-
-    @property
-    def writable(self) -> bool:
-        """False while the unsent output is over HIGH_WATER: queues skip this connection's
-        consumers and the driver stops reading until the output drained."""
-        return self.unsent < HIGH_WATER
-
-    def send(self, data: bytes) -> None:
-        """Queue bytes for the peer (never blocks; order is preserved)."""
-        self._out.append(data)
-        self.unsent += len(data)
-        if self.unsent >= HIGH_WATER:
-            self._stalled = True
-        self._wake()
-
     def data_to_send(self) -> bytes:
-        """Everything queued so far (report it with :meth:`sent` once written)."""
+        """The replies of the last step (taken: a second call returns ``b""``)."""
         out = self._out
         if not out:
             return b""
         self._out = []
+        self._out_size = 0
         return b"".join(out) if len(out) > 1 else out[0]
 
-    def sent(self, size: int) -> None:
-        """``size`` bytes of :meth:`data_to_send` are written; when all are, consumers
-        skipped while the buffer was full get their turn again."""
-        self.unsent -= size
-        if self._stalled and not self._out:
+    def commit_done(self, error: Exception | None) -> None:
+        """The commit asked for by ``COMMIT`` returned (``error``: it failed)."""
+        self._commit_error = error
+
+    def commit_cancelled(self) -> None:
+        """Cancelled while waiting for the commit: the connection is ending."""
+
+    def authenticated(self, ok: bool) -> None:
+        """The answer to :class:`Authenticate`."""
+        self._ok = ok
+
+    def unblocked(self) -> None:
+        """The resource alarm that ``BLOCKED`` waited for has cleared."""
+
+    def timed_out(self) -> None:
+        """Nothing arrived before ``deadline``."""
+        self._timed_out = True
+
+    def connection_lost(self, reason: str) -> None:
+        """The stream broke (a reset, a failed write)."""
+        self.end_reason = self.end_reason or reason
+
+    def on_sent(self) -> bool:
+        """The transport wrote buffered bytes: consumers skipped while the output was
+        full get their turn again."""
+        if self._stalled and self.writable:
             self._stalled = False
-            for ch in list(self.channels.values()):
-                for c in list(ch.consumers.values()):
-                    c.queue.dispatch()
+            self._redispatch()
+        return False
+
+    def _redispatch(self) -> None:
+        for ch in list(self.channels.values()):
+            for c in list(ch.consumers.values()):
+                c.queue.dispatch()
+
+    def connection_closed(self) -> bool:
+        """The stream is closing: channels and exclusive queues go."""
+        self.release()
+        return False
+
+    @property
+    def writable(self) -> bool:
+        """False while the unsent output is over HIGH_WATER: queues skip this connection's
+        consumers (noted, so they are dispatched again once it drained) and the loop
+        stops reading."""
+        if self._outlet.out_bytes + self._out_size < HIGH_WATER:
+            return True
+        self._stalled = True
+        return False
+
+    def send(self, data: bytes) -> None:
+        """Output (never blocks; order is preserved): a reply of the current step, or,
+        from anywhere else (a delivery, a heartbeat), straight to the transport."""
+        if self._stepping:
+            self._out.append(data)
+            self._out_size += len(data)
+        else:
+            self._outlet.write(data)
+
+    def shutdown(self) -> bool:
+        """The broker is stopping: tell the client why (320 CONNECTION_FORCED, as RabbitMQ)
+        and end once its close-ok arrives; False if there is nobody to tell."""
+        if not self.opened or self.clean or self.closing or self._closed is not None:
+            return False
+        self._shutting_down = True
+        self._raw = b""
+        self.end_reason = "broker shutdown"
+        self._outlet.write(_SHUTDOWN_FRAME)
+        return True
+
+    def _scan_for_close_ok(self, data: bytes) -> None:
+        tail = (self._raw or b"")[-len(CLOSE_OK_FRAME):] + data
+        self._raw = tail
+        if CLOSE_OK_FRAME in tail:
+            self._eof = True  # (frames before it are discarded)
+
+    # -- reading ----------------------------------------------------------------------
+
+    def read(self) -> Steps:
+        """Wait for more input (``NEED_DATA``); raises ``_Ended`` at the deadline or at
+        the end of input."""
+        while self._stalled and self._out:
+            # Deliveries of this step filled the output: send them, and if the transport
+            # took them (directly, no writer pass to call ``on_sent``), deliver on.
+            yield SEND
+            if not self.writable:
+                break  # ``on_sent`` re-dispatches once the writer drained it
+            self._stalled = False
+            self._redispatch()
+        heartbeat = self.heartbeat
+        if self.closing or self.linger:
+            self.deadline = self._until
+        else:
+            self.deadline = self.clock() + 2 * heartbeat if heartbeat else math.inf
+            if not self.opened:
+                self.deadline = min(self.deadline, self._handshake_until)
+        yield NEED_DATA
+        self.check_deadline()
+        if self._eof:
+            raise _Ended("client closed the socket without connection.close")
+
+    def check_deadline(self) -> None:
+        """After a read or a login check: end the connection if its deadline passed."""
+        if not self._timed_out:
+            return
+        self._timed_out = False
+        if self.closing or self.linger:
+            raise _Ended("")
+        if not self.opened:
+            self.counters["handshake_timeouts"] += 1
+            raise _Ended(f"handshake not completed within {self.handshake_timeout:g} s")
+        raise _Ended(f"missed heartbeats: nothing from the client for "
+                     f"{2 * self.heartbeat:g} s")
 
     def note_staged(self) -> None:
         """A delivery (run in another task) staged a durable delete for this connection."""
@@ -237,6 +380,20 @@ class AmqpProtocol(Handshake, PublishBurst):
 
     # -- the dialogue --------------------------------------------------------------------
 
+    def _main(self) -> Steps:
+        try:
+            yield from self._run()
+            if self.linger:
+                # After close-ok: read and drop what the client still sends until it
+                # closes, for at most CLOSE_LINGER.
+                self._until = self.clock() + CLOSE_LINGER
+                while True:
+                    yield from self.read()
+        except _Ended as exc:
+            self.end_reason = self.end_reason or str(exc)
+        self._closed = Close(self.end_reason or "closed")
+        yield self._closed
+
     def _run(self) -> Steps:
         try:
             yield from self._handshake()
@@ -256,6 +413,7 @@ class AmqpProtocol(Handshake, PublishBurst):
         """Connection exception: send connection.close, wait for close-ok (the driver
         bounds the wait)."""
         self.server_error = self.closing = True
+        self._until = self.clock() + CLOSE_TIMEOUT
         self.end_reason = f"{exc.code} {exc.text}"
         self.send(encode_method(0, spec.ConnectionClose(
             exc.code, exc.reply_text, exc.class_id, exc.method_id)))
@@ -270,11 +428,11 @@ class AmqpProtocol(Handshake, PublishBurst):
                 self._raw = tail = parser.unconsumed()
                 while CLOSE_OK_FRAME not in tail:
                     self._raw = tail[-len(CLOSE_OK_FRAME):]
-                    yield NEED_DATA
+                    yield from self.read()
                     tail = self._raw
                 return
             if ev is None:
-                yield NEED_DATA
+                yield from self.read()
             elif isinstance(ev, Command) and isinstance(
                     ev.method, (spec.ConnectionCloseOk, spec.ConnectionClose)):
                 if isinstance(ev.method, spec.ConnectionClose):
@@ -324,7 +482,18 @@ class AmqpProtocol(Handshake, PublishBurst):
                 if self.closed:
                     return
             yield from self._flush()
-            yield NEED_DATA  # end of a burst
+            # The end of a burst.  Publisher input (bodies being received included) counts
+            # toward the memory alarm as it arrives; while an alarm is on, a publishing
+            # connection is not read (TCP back-pressure throttles it, as in RabbitMQ; one
+            # still receiving its first body counts too: the body is memory already).
+            if self.publisher or parser.receiving:
+                if self._note_input is not None:
+                    self._note_input(self._input)
+                alarms = self.alarms
+                if alarms is not None and alarms.blocked:
+                    yield BLOCKED
+            self._input = 0
+            yield from self.read()
 
     def _content_too_large(self, exc: ContentTooLarge) -> Steps:
         """A content header announced more than --amqp-max-message-size: 406 on its
@@ -417,7 +586,8 @@ class AmqpProtocol(Handshake, PublishBurst):
         if isinstance(m, spec.ConnectionUpdateSecret):
             # The new secret must authenticate the connection's user again (for PLAIN and
             # AMQPLAIN it is the password); otherwise the connection is refused.
-            if not (yield Authenticate(self.user or None, m.new_secret or None)):
+            yield Authenticate(self.user or None, m.new_secret or None)
+            if not self._ok:
                 raise AmqpError(ACCESS_REFUSED, "update-secret: new secret refused",
                                 m.CLASS_ID, m.METHOD_ID)
             self.send(encode_method(0, spec.ConnectionUpdateSecretOk()))
@@ -434,7 +604,9 @@ class AmqpProtocol(Handshake, PublishBurst):
     def _commit(self) -> Steps:
         """Wait for the durable writes staged so far (declares, deletes, purges)."""
         self._staged = self._unsynced = False
-        error = yield COMMIT
+        self._commit_error = None
+        yield COMMIT
+        error = self._commit_error
         if error is not None:
             raise AmqpError(INTERNAL_ERROR, f"durable write failed: {error}",
                             hard=True) from error

@@ -2,9 +2,10 @@
 
 Each case is a list of steps ``(bytes in, exact bytes out, actions asked for)`` played on
 one protocol object over a real (in-process) broker and store: ``COMMIT`` is performed
-with ``store.commit()`` and ``AUTH <user>`` with the real ``Logins.check``, as the trio
-binding would.  Expected frames are written with the codec (tested byte by byte in
-test_codec.py) and, for a few, as literal bytes.
+with ``store.commit()`` and ``AUTH <user>`` with the real ``Logins.check``, as the
+transport loop (``oxiedge.net``) would; "bytes out" is what the protocol handed to the
+loop (``data_to_send``), in order.  Expected frames are written with the codec (tested
+byte by byte in test_codec.py) and, for a few, as literal bytes.
 """
 
 from __future__ import annotations
@@ -15,9 +16,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import trio
 
 from oxiedge.amqp import codec, spec
-from oxiedge.amqp.protocol import COMMIT, DONE, NEED_DATA, AmqpProtocol, Authenticate
+from oxiedge.amqp.protocol import COMMIT, NEED_DATA, SEND, AmqpProtocol, Authenticate, Close
 from oxiedge.amqp.service import AmqpService
 from tests.amqp.conftest import amqp_service
 
@@ -29,31 +31,45 @@ def publish(ch: int, key: str, body: bytes, props: bytes = b"\x00\x00") -> bytes
     return codec.encode_content(ch, spec.BasicPublish(routing_key=key), props, body, 0)
 
 
+class MemoryOutlet:
+    """The transport's side the protocol writes to outside its steps."""
+
+    def __init__(self) -> None:
+        self.out_bytes = 0
+        self.written: list[bytes] = []
+
+    def write(self, data: bytes) -> None:
+        self.written.append(data)
+
+
 def protocol_for(svc: AmqpService) -> AmqpProtocol:
     app = svc.app
-    return AmqpProtocol(svc.broker, app.config, svc.counters, app.permissions,
-                        svc.server_properties(), alarms=app.alarms, peer="table")
+    return AmqpProtocol(svc.broker, MemoryOutlet(), app.config, svc.counters, app.permissions,
+                        svc.server_properties(), clock=trio.current_time, alarms=app.alarms,
+                        peer="table")
 
 
 async def play(svc: AmqpService, proto: AmqpProtocol, data: bytes) -> tuple[bytes, list[str]]:
-    """Feed ``data``; perform the actions until the protocol needs data or is done."""
+    """Feed ``data``; perform the actions until the protocol needs data or closes."""
     proto.receive_data(data)
     actions: list[str] = []
+    out = b""
     while True:
         action = proto.next_action()
-        if action is NEED_DATA or action is DONE:
-            actions.append(repr(action))
+        out += proto.data_to_send()
+        if action is NEED_DATA or isinstance(action, Close):
+            actions.append("CLOSE" if isinstance(action, Close) else "NEED_DATA")
             break
+        if action is SEND:
+            continue  # (sent above, before what follows)
         if action is COMMIT:
             actions.append("COMMIT")
             await svc.app.store.commit()
-            proto.committed(None)
+            proto.commit_done(None)
         else:
-            assert isinstance(action, Authenticate)
-            actions.append(f"AUTH {action.user}")
-            proto.authenticated(await svc.app.logins.check(action.user, action.password))
-    out = proto.data_to_send()
-    proto.sent(len(out))
+            assert isinstance(action, Authenticate), action
+            actions.append(f"AUTH {action.username}")
+            proto.authenticated(await svc.app.logins.check(action.username, action.password))
     return out, actions
 
 
@@ -82,8 +98,12 @@ CASES: dict[str, list[tuple[bytes, bytes, list[str]]]] = {
         OPEN_1,
         (M(1, spec.ChannelClose(200, "bye", 0, 0)), M(1, spec.ChannelCloseOk()),
          ["NEED_DATA"]),
+        # close-ok, then the socket stays open (frames are read and dropped) until the
+        # client closes its side
         (M(0, spec.ConnectionClose(200, "bye", 0, 0)), M(0, spec.ConnectionCloseOk()),
-         ["DONE"]),
+         ["NEED_DATA"]),
+        (M(1, spec.ChannelOpen()), b"", ["NEED_DATA"]),
+        (b"", b"", ["CLOSE"]),
     ],
     "declare: transient at once, durable after its commit": [
         OPEN_1,
@@ -129,7 +149,7 @@ CASES: dict[str, list[tuple[bytes, bytes, list[str]]]] = {
          M(0, spec.ConnectionClose(
              501, "FRAME_ERROR - frame size 200008 exceeds frame_max 131072", 0, 0)),
          ["NEED_DATA"]),  # waiting for close-ok
-        (M(0, spec.ConnectionCloseOk()), b"", ["DONE"]),
+        (M(0, spec.ConnectionCloseOk()), b"", ["CLOSE"]),
     ],
 }
 
@@ -160,7 +180,7 @@ async def test_bad_protocol_header_gets_ours(tmp_path: Path) -> None:
     async with amqp_service(tmp_path) as svc:
         proto = protocol_for(svc)
         assert await play(svc, proto, b"AMQP\x00\x00\x08\x00") == (codec.PROTOCOL_HEADER,
-                                                                  ["DONE"])
+                                                                  ["CLOSE"])
 
 
 async def test_refused_login_is_a_403_connection_close(tmp_path: Path) -> None:

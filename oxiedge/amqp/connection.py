@@ -7,7 +7,7 @@ back-pressure and the read deadlines.  What is AMQP's own here:
 * heartbeats (spec 4.2.7): the server sends one when it has written nothing for half the
   negotiated interval (the protocol declares the peer dead after two silent intervals);
 * the broker's shutdown: the protocol says 320 CONNECTION_FORCED and the client gets
-  :data:`~oxiedge.amqp.protocol.SHUTDOWN_TIMEOUT` to answer before the socket closes;
+  :data:`~oxiedge.amqp.streaming.SHUTDOWN_TIMEOUT` to answer before the socket closes;
 * one log line and one counter for every connection that ends without a clean close
   (``connection_errors``: the server closed it with a connection exception;
   ``connections_dropped``: the peer vanished, timed out or broke the framing badly enough
@@ -25,7 +25,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 import trio
 
 from oxiedge.amqp.codec import HEARTBEAT_FRAME, FrameParser
-from oxiedge.amqp.protocol import HIGH_WATER, SHUTDOWN_TIMEOUT, AmqpProtocol
+from oxiedge.amqp.protocol import AmqpProtocol
+from oxiedge.amqp.streaming import HIGH_WATER, SHUTDOWN_TIMEOUT
 from oxiedge.net.loop import Transport
 
 if TYPE_CHECKING:

@@ -44,7 +44,7 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from oxiedge.amqp import methods, spec
 from oxiedge.amqp.actions import BLOCKED, COMMIT, NEED_DATA, SEND, Authenticate, Close, Steps
@@ -71,6 +71,13 @@ from oxiedge.amqp.constants import (
 from oxiedge.amqp.errors import AmqpError
 from oxiedge.amqp.handshake import CLOSE_OK_FRAME, Handshake
 from oxiedge.amqp.queues import Queue
+from oxiedge.amqp.streaming import (
+    CLOSE_LINGER,
+    CLOSE_TIMEOUT,
+    LoopSide,
+    Outlet,
+    _Ended,
+)
 
 if TYPE_CHECKING:
     from oxiedge.access.grants import Grants
@@ -82,15 +89,6 @@ if TYPE_CHECKING:
 __all__ = ["CLOSE_OK_FRAME", "COMMIT", "NEED_DATA", "SEND", "AmqpProtocol", "Authenticate",
            "Close"]
 
-HIGH_WATER = 1 << 20  # unsent bytes per connection before consumers are skipped
-CLOSE_TIMEOUT = 2.0  # after our connection.close: how long to wait for close-ok
-#: After close-ok, how long to keep reading (and discarding) until the client closes.
-CLOSE_LINGER = 3.0
-#: On shutdown: how long the client has to answer our 320 with close-ok.
-SHUTDOWN_TIMEOUT = 0.5
-_SHUTDOWN_FRAME = encode_method(0, spec.ConnectionClose(
-    320, "CONNECTION_FORCED - broker forced connection closure with reason 'shutdown'", 0, 0))
-
 _PUBLISH = spec.BasicPublish
 _ACK = spec.BasicAck
 
@@ -99,19 +97,7 @@ def _nothing() -> None:
     pass
 
 
-class Outlet(Protocol):
-    """The transport as the protocol sees it (``oxiedge.net.loop.Transport``)."""
-
-    out_bytes: int
-
-    def write(self, data: bytes) -> None: ...
-
-
-class _Ended(Exception):
-    """The connection is over (deadline, end of input); the text is the reason."""
-
-
-class AmqpProtocol(Handshake, PublishBurst):
+class AmqpProtocol(LoopSide, Handshake, PublishBurst):
     """One client connection's protocol state (see the module docstring)."""
 
     def __init__(self, broker: Broker, outlet: Outlet, config: Config,
@@ -201,164 +187,6 @@ class AmqpProtocol(Handshake, PublishBurst):
         self._ok = False  # the answer to Authenticate
         self._closed: Close | None = None
         self._steps: Steps = self._main()
-
-    # -- the loop's side (oxiedge.net.actions.StreamProtocol) ----------------------------
-
-    def receive_data(self, data: bytes | bytearray) -> None:
-        """Bytes from the peer (any split); ``b""``: the peer closed its side."""
-        if not data:
-            self._eof = True
-        elif self.linger:
-            self.discarded_bytes += len(data)  # frames after connection.close are dropped
-        elif self._shutting_down:
-            self._scan_for_close_ok(bytes(data))
-        elif self._raw is not None:
-            self._raw += data
-        else:
-            self._input += len(data)
-            self.parser.feed(data if type(data) is bytes else bytes(data))
-
-    def next_action(self) -> object:
-        """Handle what was received until an action is needed (see the module docstring)."""
-        held = self._held
-        if held is not None:
-            self._held = None
-            return held
-        closed = self._closed
-        if closed is not None:
-            return closed
-        self._stepping = True
-        try:
-            action = next(self._steps)
-        finally:
-            self._stepping = False
-        if self._out and action is not NEED_DATA and action is not SEND:
-            self._held = action  # what this step wrote goes first (nothing overtakes it)
-            return SEND
-        return action
-
-    def data_to_send(self) -> bytes:
-        """The replies of the last step (taken: a second call returns ``b""``)."""
-        out = self._out
-        if not out:
-            return b""
-        self._out = []
-        self._out_size = 0
-        return b"".join(out) if len(out) > 1 else out[0]
-
-    def commit_done(self, error: Exception | None) -> None:
-        """The commit asked for by ``COMMIT`` returned (``error``: it failed)."""
-        self._commit_error = error
-
-    def commit_cancelled(self) -> None:
-        """Cancelled while waiting for the commit: the connection is ending."""
-
-    def authenticated(self, ok: bool) -> None:
-        """The answer to :class:`Authenticate`."""
-        self._ok = ok
-
-    def unblocked(self) -> None:
-        """The resource alarm that ``BLOCKED`` waited for has cleared."""
-
-    def timed_out(self) -> None:
-        """Nothing arrived before ``deadline``."""
-        self._timed_out = True
-
-    def connection_lost(self, reason: str) -> None:
-        """The stream broke (a reset, a failed write)."""
-        self.end_reason = self.end_reason or reason
-
-    def on_sent(self) -> bool:
-        """The transport wrote buffered bytes: consumers skipped while the output was
-        full get their turn again."""
-        if self._stalled and self.writable:
-            self._stalled = False
-            self._redispatch()
-        return False
-
-    def _redispatch(self) -> None:
-        for ch in list(self.channels.values()):
-            for c in list(ch.consumers.values()):
-                c.queue.dispatch()
-
-    def connection_closed(self) -> bool:
-        """The stream is closing: channels and exclusive queues go."""
-        self.release()
-        return False
-
-    @property
-    def writable(self) -> bool:
-        """False while the unsent output is over HIGH_WATER: queues skip this connection's
-        consumers (noted, so they are dispatched again once it drained) and the loop
-        stops reading."""
-        if self._outlet.out_bytes + self._out_size < HIGH_WATER:
-            return True
-        self._stalled = True
-        return False
-
-    def send(self, data: bytes) -> None:
-        """Output (never blocks; order is preserved): a reply of the current step, or,
-        from anywhere else (a delivery, a heartbeat), straight to the transport."""
-        if self._stepping:
-            self._out.append(data)
-            self._out_size += len(data)
-        else:
-            self._outlet.write(data)
-
-    def shutdown(self) -> bool:
-        """The broker is stopping: tell the client why (320 CONNECTION_FORCED, as RabbitMQ)
-        and end once its close-ok arrives; False if there is nobody to tell."""
-        if not self.opened or self.clean or self.closing or self._closed is not None:
-            return False
-        self._shutting_down = True
-        self._raw = b""
-        self.end_reason = "broker shutdown"
-        self._outlet.write(_SHUTDOWN_FRAME)
-        return True
-
-    def _scan_for_close_ok(self, data: bytes) -> None:
-        tail = (self._raw or b"")[-len(CLOSE_OK_FRAME):] + data
-        self._raw = tail
-        if CLOSE_OK_FRAME in tail:
-            self._eof = True  # (frames before it are discarded)
-
-    # -- reading ----------------------------------------------------------------------
-
-    def read(self) -> Steps:
-        """Wait for more input (``NEED_DATA``); raises ``_Ended`` at the deadline or at
-        the end of input."""
-        while self._stalled and self._out:
-            # Deliveries of this step filled the output: send them, and if the transport
-            # took them (directly, no writer pass to call ``on_sent``), deliver on.
-            yield SEND
-            if not self.writable:
-                break  # ``on_sent`` re-dispatches once the writer drained it
-            self._stalled = False
-            self._redispatch()
-        heartbeat = self.heartbeat
-        if self.closing or self.linger:
-            self.deadline = self._until
-        else:
-            self.deadline = self.clock() + 2 * heartbeat if heartbeat else math.inf
-            if not self.opened:
-                self.deadline = min(self.deadline, self._handshake_until)
-        yield NEED_DATA
-        self.check_deadline()
-        if self._eof:
-            raise _Ended("client closed the socket without connection.close")
-
-    def check_deadline(self) -> None:
-        """After a read or a login check: end the connection if its deadline passed."""
-        if not self._timed_out:
-            return
-        self._timed_out = False
-        if self.closing or self.linger:
-            raise _Ended("")
-        if not self.opened:
-            self.counters["handshake_timeouts"] += 1
-            raise _Ended(f"handshake not completed within {self.handshake_timeout:g} s")
-        raise _Ended(f"missed heartbeats: nothing from the client for "
-                     f"{2 * self.heartbeat:g} s")
 
     def note_staged(self) -> None:
         """A delivery (run in another task) staged a durable delete for this connection."""

@@ -212,7 +212,7 @@ def test_protocol_modules_import_no_trio() -> None:
 
     root = Path(__file__).resolve().parents[2] / "oxiedge" / "amqp"
     for name in ("actions", "burst", "channel", "codec", "handshake", "methods", "protocol",
-                 "publish", "queues"):
+                 "publish", "queues", "streaming"):
         tree = ast.parse((root / f"{name}.py").read_text())
         imported = {alias.name.split(".")[0] for node in ast.walk(tree)
                     if isinstance(node, ast.Import) for alias in node.names}

@@ -1,4 +1,4 @@
-"""``oxiedge.net``: one transport loop for every protocol (MQTT today, AMQP next).
+"""``oxiedge.net``: one transport loop for every protocol (MQTT and AMQP; a WebSocket stream next).
 
 Two halves, split so the protocols never see trio or a socket:
 

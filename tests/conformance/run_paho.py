@@ -30,10 +30,11 @@ import re
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+
+from tests.conformance.server import ServeProcess, clean_env
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent.parent
@@ -65,7 +66,6 @@ NOT_RUN = {
 #: test name -> why it fails against oxiedge by design. None so far.
 KNOWN_DIFFERENCES: dict[str, str] = {}
 SUITE_TIMEOUT_S = 600
-READY_TIMEOUT_S = 60
 _LISTEN = re.compile(r"MQTT listening on (\S+):(\d+)")
 
 
@@ -108,72 +108,27 @@ def unpack(git_dir: Path, cache: Path) -> Path:
     return root / "interoperability"
 
 
-def _clean_env() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("OXIEDGE_")}
-    env["PYTHONUNBUFFERED"] = "1"
-    return env
-
-
 def prepare_data(data: Path) -> None:
     """The suite's ACL, written by the CLI with no server running (the offline path)."""
     for access, topic in ACL:
         subprocess.run([sys.executable, "-m", "oxiedge", "acl", "add", access, topic,
-                        "--pattern", "--data", str(data)], cwd=REPO, env=_clean_env(),
+                        "--pattern", "--data", str(data)], cwd=REPO, env=clean_env(),
                        check=True, capture_output=True, text=True, timeout=60,
                        stdin=subprocess.DEVNULL)
 
 
-class Server:
+class Server(ServeProcess):
     """``oxiedge serve`` with MQTT on a free port (AMQP off), its log in a file."""
 
     def __init__(self, data: Path, log_path: Path) -> None:
-        self.data, self.log_path = data, log_path
-        self.port = 0
-        self.proc: subprocess.Popen[str] | None = None
-        self._lines: list[str] = []
-        self._cond = threading.Condition()
+        super().__init__(data, log_path, ["--mqtt-port", "0", "--amqp-port", "off"], _LISTEN)
 
     def __enter__(self) -> Server:
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "oxiedge", "serve", "--data", str(self.data), "--bind",
-             "127.0.0.1", "--mqtt-port", "0", "--amqp-port", "off"],
-            cwd=REPO, env=_clean_env(), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT, text=True)
-        threading.Thread(target=self._pump, daemon=True).start()
-        deadline = time.monotonic() + READY_TIMEOUT_S
-        with self._cond:
-            while not any(ln.startswith("oxiedge ready") for ln in self._lines):
-                if self.proc.poll() is not None or time.monotonic() > deadline:
-                    self.__exit__()
-                    raise RuntimeError("oxiedge did not become ready:\n" + "\n".join(self._lines))
-                self._cond.wait(0.5)
-            for ln in self._lines:
-                m = _LISTEN.search(ln)
-                if m:
-                    self.port = int(m.group(2))
+        self.start()
         return self
 
-    def _pump(self) -> None:
-        assert self.proc is not None and self.proc.stdout is not None
-        with self.log_path.open("w", encoding="utf-8") as log:
-            for line in self.proc.stdout:
-                log.write(line)
-                log.flush()
-                with self._cond:
-                    self._lines.append(line.rstrip("\n"))
-                    self._cond.notify_all()
-
-    def alive(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
-
     def __exit__(self, *exc: object) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(20)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(5)
+        self.stop()
 
 
 def broker_revision() -> str:
@@ -208,7 +163,7 @@ def run(git_dir: Path, cache: Path, only: list[str]) -> Results:
     with Server(data, logs / "server.log") as server:
         cmd = [sys.executable, str(DRIVER), "127.0.0.1", str(server.port), str(report_path),
                *only]
-        env = {**_clean_env(), "PAHO_EXCLUDE": json.dumps(list(EXCLUSIONS))}
+        env = {**clean_env(), "PAHO_EXCLUDE": json.dumps(list(EXCLUSIONS))}
         try:
             proc = subprocess.run(cmd, cwd=interop, env=env,
                                   capture_output=True, text=True, timeout=SUITE_TIMEOUT_S,

@@ -31,7 +31,6 @@ import subprocess
 import sys
 import tarfile
 import tempfile
-import threading
 import time
 import xml.etree.ElementTree as ET
 from dataclasses import asdict, dataclass, field
@@ -39,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from oxiedge.auth import hash_password, write_user_file
+from tests.conformance.server import ServeProcess
 from tests.conformance.suites import PASSWORD, SUITES, USER, Suite, by_name
 
 HERE = Path(__file__).resolve().parent
@@ -55,7 +55,6 @@ TLS_PORT = 5671
 #: Bounds: one test, one suite, server start-up, one pip step.
 TEST_TIMEOUT_S = 60
 SUITE_TIMEOUT_S = 1500
-READY_TIMEOUT_S = 60
 PIP_TIMEOUT_S = 900
 
 
@@ -165,79 +164,39 @@ def ensure_venv(suite: Suite, src: Path, cache: Path) -> Path:
 
 
 # --------------------------------------------------------------------------- the server
-class Oxiedge:
+class Oxiedge(ServeProcess):
     """A real ``oxiedge serve`` on a free AMQP port with a throwaway data dir."""
 
     def __init__(self, log_path: Path, tls: Path | None = None) -> None:
-        self.log_path = log_path
+        tls_args = [] if tls is None else [
+            "--amqp-tls-port", str(TLS_PORT), "--tls-cert", str(tls / "server.pem"),
+            "--tls-key", str(tls / "server.key")]
+        super().__init__(Path(tempfile.mkdtemp(prefix="oxiedge-conformance-")), log_path, [
+            "--mqtt-port", "off", "--amqp-port", "0",
+            # The suites are written against RabbitMQ 3.x's 128 MiB message size limit
+            # (aiormq's test_big_message sends 20 MiB); oxiedge's Pi default is 16 MiB.
+            "--amqp-max-message-size", "128MiB",
+            # Every test connects from 127.0.0.1 and many test wrong credentials: with the
+            # failed-login throttle on, every later login of the suite would wait up to 2 s.
+            "--login-delay-max", "0", *tls_args], _LISTEN)
         self.tls = tls
         self.tls_port = 0
-        self.data = Path(tempfile.mkdtemp(prefix="oxiedge-conformance-"))
-        self.proc: subprocess.Popen[str] | None = None
-        self.port = 0
-        self._lines: list[str] = []
-        self._cond = threading.Condition()
 
     def __enter__(self) -> Oxiedge:
         # A real user (guest/guest) so the suites' bad-credential tests mean something: with
         # no users configured oxiedge accepts any credentials.
         write_user_file(self.data / "passwd", {USER: hash_password(PASSWORD)})
-        env = {k: v for k, v in os.environ.items() if not k.startswith("OXIEDGE_")}
-        env["PYTHONUNBUFFERED"] = "1"
-        tls_args = [] if self.tls is None else [
-            "--amqp-tls-port", str(TLS_PORT), "--tls-cert", str(self.tls / "server.pem"),
-            "--tls-key", str(self.tls / "server.key")]
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "oxiedge", "serve", "--data", str(self.data),
-             "--bind", "127.0.0.1", "--mqtt-port", "off", "--amqp-port", "0",
-             # The suites are written against RabbitMQ 3.x's 128 MiB message size limit
-             # (aiormq's test_big_message sends 20 MiB); oxiedge's Pi default is 16 MiB.
-             "--amqp-max-message-size", "128MiB",
-             # Every test connects from 127.0.0.1 and many test wrong credentials: with the
-             # failed-login throttle on, every later login of the suite would wait up to 2 s.
-             "--login-delay-max", "0", *tls_args],
-            cwd=REPO, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT, text=True)
-        threading.Thread(target=self._pump, daemon=True).start()
-        deadline = time.monotonic() + READY_TIMEOUT_S
-        with self._cond:
-            while not any(ln.startswith("oxiedge ready") for ln in self._lines):
-                if self.proc.poll() is not None or time.monotonic() > deadline:
-                    self.__exit__()
-                    raise RuntimeError("oxiedge did not become ready:\n" + "\n".join(self._lines))
-                self._cond.wait(0.5)
-            for ln in self._lines:
-                m = _LISTEN.search(ln)
-                if m:
-                    self.port = int(m.group(2))
-                if ln.startswith("AMQP TLS listening on "):
-                    self.tls_port = int(ln.rsplit(":", 1)[1].split()[0])
+        self.start()
+        for ln in self.lines:
+            if ln.startswith("AMQP TLS listening on "):
+                self.tls_port = int(ln.rsplit(":", 1)[1].split()[0])
         if not self.port:
             self.__exit__()
-            raise RuntimeError("no 'AMQP listening on' line:\n" + "\n".join(self._lines))
+            raise RuntimeError("no 'AMQP listening on' line:\n" + "\n".join(self.lines))
         return self
 
-    def _pump(self) -> None:
-        assert self.proc is not None and self.proc.stdout is not None
-        with self.log_path.open("w", encoding="utf-8") as log:
-            for line in self.proc.stdout:
-                log.write(line)
-                log.flush()
-                with self._cond:
-                    self._lines.append(line.rstrip("\n"))
-                    self._cond.notify_all()
-
-    def alive(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
-
     def __exit__(self, *exc: object) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(20)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(10)
+        self.stop()
         shutil.rmtree(self.data, ignore_errors=True)
 
 

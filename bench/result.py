@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import statistics
 import time
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -104,6 +105,22 @@ class Meter:
             # generator, not the broker, may be the limit.
             r.extra["gen_cpu_pct"] = round(100 * (self.gen1 - self.gen0) / (self.t1 - self.t0))
         return r
+
+
+def paced(n: int, rate: float, start: float, duration: float) -> Iterator[None]:
+    """Up to ``n`` send slots at ``rate`` per second from ``start`` (``perf_counter``),
+    ending after the slot that passed ``start + duration`` (the paced latency scenarios)."""
+    step = 1.0 / rate
+    nxt = start
+    deadline = start + duration
+    for _ in range(n):
+        now = time.perf_counter()
+        if now < nxt:
+            time.sleep(nxt - now)
+        nxt += step
+        yield
+        if time.perf_counter() > deadline:
+            return
 
 
 def own_cpu() -> float:

@@ -28,7 +28,7 @@ from bench.amqpwire import (
     publish_frames,
 )
 from bench.brokers import Target
-from bench.result import Meter, Options, Result, Skip, latency_result
+from bench.result import Meter, Options, Result, Skip, latency_result, paced
 
 _TAG_BITS = struct.Struct(">QB")
 _IDS = struct.Struct(">HH")
@@ -257,19 +257,10 @@ def latency(t: Target, o: Options) -> Result:
         props = pika.BasicProperties(delivery_mode=2)
         pad = os.urandom(max(0, o.payload - 8))
         t0 = meter.start()
-        step = 1.0 / o.rate
-        nxt = t0
         sent = 0
-        deadline = t0 + o.duration
-        for _ in range(n):
-            now = time.perf_counter()
-            if now < nxt:
-                time.sleep(nxt - now)
-            nxt += step
+        for _ in paced(n, o.rate, t0, o.duration):
             ch.basic_publish("", q.name, struct.pack(">q", time.perf_counter_ns()) + pad, props)
             sent += 1
-            if time.perf_counter() > deadline:
-                break
         conn.close()
         # The consumer stops when it has n; when the run was cut short, wait for the tail.
         end_wait = time.monotonic() + o.idle_timeout

@@ -20,7 +20,7 @@ from dataclasses import replace
 
 from bench.brokers import Target
 from bench.mqttwire import PUBACK_LEN, RawMqtt, publish_packet, qos1_ring
-from bench.result import Meter, Options, Result, Skip, latency_result
+from bench.result import Meter, Options, Result, Skip, latency_result, paced
 
 LOWAT = 64 * 1024
 BRIDGE_MAX = 90_000
@@ -357,19 +357,10 @@ def qos1_delivery_paho(t: Target, o: Options) -> Result:
             time.sleep(0.005)
         pad = os.urandom(max(0, o.payload - 8))
         t0 = meter.start()
-        step = 1.0 / o.rate
-        nxt = t0
         sent = 0
-        deadline = t0 + o.duration
-        for _ in range(n):
-            now = time.perf_counter()
-            if now < nxt:
-                time.sleep(nxt - now)
-            nxt += step
+        for _ in paced(n, o.rate, t0, o.duration):
             pub.publish(topic, struct.pack(">q", time.perf_counter_ns()) + pad, qos=1)
             sent += 1
-            if time.perf_counter() > deadline:
-                break
         end_wait = time.monotonic() + o.idle_timeout
         while len(lat) < sent and time.monotonic() < end_wait:
             got_all.wait(0.01)

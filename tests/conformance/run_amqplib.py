@@ -28,6 +28,7 @@ import xml.etree.ElementTree as ET
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from tests.conformance.report import replace_block
 from tests.conformance.run_suites import Oxiedge, broker_revision
 
 HERE = Path(__file__).resolve().parent
@@ -180,14 +181,7 @@ def render(res: Results) -> str:
 
 
 def write_doc(res: Results, path: Path = DOC) -> None:
-    text = path.read_text(encoding="utf-8")
-    block = render(res)
-    if BEGIN in text and END in text:
-        head, rest = text.split(BEGIN, 1)
-        _old, tail = rest.split(END, 1)
-        path.write_text(head + block + tail, encoding="utf-8")
-    else:
-        path.write_text(text.rstrip() + "\n\n" + block + "\n", encoding="utf-8")
+    replace_block(path, render(res), BEGIN, END)
 
 
 def main(argv: list[str] | None = None) -> int:

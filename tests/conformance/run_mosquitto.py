@@ -32,6 +32,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from tests.conformance import mosquitto_suite as suite
+from tests.conformance.report import replace_block
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent.parent
@@ -244,15 +245,7 @@ def render(res: Results) -> str:
 
 
 def write_doc(res: Results) -> None:
-    text = DOC.read_text()
-    block = render(res)
-    if BEGIN in text and END in text:
-        head, rest = text.split(BEGIN, 1)
-        _old, tail = rest.split(END, 1)
-        text = head + block + tail
-    else:
-        text = text.rstrip("\n") + "\n\n" + block + "\n"
-    DOC.write_text(text)
+    replace_block(DOC, render(res), BEGIN, END)
 
 
 def main(argv: list[str] | None = None) -> int:

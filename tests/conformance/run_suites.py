@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from oxiedge.auth import hash_password, write_user_file
+from tests.conformance.report import replace_block
 from tests.conformance.server import ServeProcess
 from tests.conformance.suites import PASSWORD, SUITES, USER, Suite, by_name
 
@@ -346,17 +347,7 @@ def render(results: dict[str, dict[str, Any]]) -> str:
 
 def write_doc(results: dict[str, dict[str, Any]], path: Path) -> None:
     """Replace the generated block of ``path``, keeping everything around it."""
-    block = render(results)
-    if path.exists():
-        text = path.read_text(encoding="utf-8")
-        if BEGIN in text and END in text:
-            head, rest = text.split(BEGIN, 1)
-            tail = rest.split(END, 1)[1]
-            path.write_text(head + block + tail, encoding="utf-8")
-            return
-        path.write_text(text.rstrip() + "\n\n" + block + "\n", encoding="utf-8")
-        return
-    path.write_text("# AMQP client conformance\n\n" + block + "\n", encoding="utf-8")
+    replace_block(path, render(results), BEGIN, END)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,0 +1,234 @@
+"""Sans-IO micro-benchmark of the MQTT per-message path: µs of Python per message.
+
+``python tools/mqtt_path_bench.py [-c CASE ...] [--count N] [--repeats R] [--profile CASE]``
+
+Drives real ``MqttProtocol`` objects the way ``tests/mqtt/test_protocol.py``'s ``Peer``
+does (a real ``Broker`` on a real ``Store`` in a temporary directory, an empty ``Bus`` as
+``server.py`` wires one, a fake outlet that records bytes and reports them sent the way
+``oxiedge.net.loop.Transport`` does, calling ``on_sent``), one message per read as a
+latency client sends them. No socket, no trio task switch: what is timed is the protocol,
+the handlers, the router, the session and the codecs, plus a few lines of harness.
+
+Cases (clean sessions, topic ``bench/path``, ``--payload`` bytes):
+
+- ``qos1``: one client, QoS 1 PUBLISH -> PUBACK, no subscriber (``mqtt-qos1-seq``);
+- ``qos1-sub``: publisher + one QoS 1 subscriber: PUBLISH -> PUBACK + delivery, then the
+  subscriber's PUBACK (``mqtt-qos1-latency-paho``);
+- ``qos0-sub``: the same at QoS 0 (no acknowledgements).
+
+Prints µs per message, the median of ``--repeats`` runs of ``--count`` messages (and the
+min and max). ``--profile CASE`` runs that case once under cProfile instead and prints the
+top functions. ``--tree DIR`` imports oxiedge from DIR (e.g. a ``git archive`` of main in
+/tmp) for a "before" figure in the same invocation. A profiling helper only; the server
+never imports it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import logging
+import pstats
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+CASES = ("qos1", "qos1-sub", "qos0-sub")
+TOPIC = "bench/path"
+
+
+class Wire:
+    """The outlet: buffers writes like the transport, ``flush`` "sends" them."""
+
+    def __init__(self) -> None:
+        self.out_bytes = 0
+        self.protocol: Any = None
+        self.out: list[bytes] = []
+
+    def write(self, data: bytes) -> None:
+        self.out.append(data)
+        self.out_bytes += len(data)
+
+    def abort(self) -> None:
+        raise AssertionError("aborted")
+
+    def flush(self) -> bytes:
+        """Everything written since the last flush, as one send; then ``on_sent``."""
+        out = self.out
+        if not out:
+            return b""
+        data = out[0] if len(out) == 1 else b"".join(out)
+        out.clear()
+        self.out_bytes -= len(data)
+        self.protocol.on_sent()
+        return data
+
+
+class Harness:
+    """One broker, its store, and the connections of a case."""
+
+    def __init__(self, store: Any, mods: dict[str, Any]) -> None:
+        self.mods = mods
+        self.store = store
+        limits = mods["Limits"](1000)
+        self.broker = mods["Broker"](store, limits)
+        self.broker.bus = mods["Bus"](None, None, None)
+
+    def peer(self, client_id: str) -> tuple[Any, Wire]:
+        m = self.mods
+        wire = Wire()
+        proto = m["MqttProtocol"](
+            self.broker, wire, max_packet_size=1 << 20, max_connect_size=1 << 16,
+            connect_timeout=10.0, perms=m["PermissionStore"](None),
+            alarms=m["ResourceAlarms"](Path("."), 1 << 40, 0),
+            log=logging.getLogger("bench"), clock=time.monotonic)  # fmt: skip
+        wire.protocol = proto
+        return proto, wire
+
+
+def _load(tree: str | None) -> dict[str, Any]:
+    if tree:
+        sys.path.insert(0, tree)
+    from oxiedge.access.rules import PermissionStore
+    from oxiedge.alarms import ResourceAlarms
+    from oxiedge.bus import Bus
+    from oxiedge.mqtt.broker import Broker
+    from oxiedge.mqtt.codec import encode
+    from oxiedge.mqtt.packets import Connect, Publish, Subscribe
+    from oxiedge.mqtt.protocol import MqttProtocol
+    from oxiedge.mqtt.session import Limits
+    from oxiedge.net import COMMIT, NEED_DATA, SEND, Authenticate
+    from oxiedge.store import Store
+
+    return {"PermissionStore": PermissionStore, "ResourceAlarms": ResourceAlarms, "Bus": Bus,
+            "Broker": Broker, "encode": encode, "Connect": Connect, "Publish": Publish,
+            "Subscribe": Subscribe, "MqttProtocol": MqttProtocol, "Limits": Limits,
+            "COMMIT": COMMIT, "NEED_DATA": NEED_DATA, "SEND": SEND,
+            "Authenticate": Authenticate, "Store": Store}
+
+
+def drive(proto: Any, wire: Wire, data: bytes, m: dict[str, Any]) -> bytes:
+    """Feed one read; perform the actions up to NEED_DATA; the bytes sent back."""
+    proto.receive_data(data)
+    need, send = m["NEED_DATA"], m["SEND"]
+    while True:
+        action = proto.next_action()
+        if action is need or action is send:
+            reply = proto.data_to_send()
+            if reply:
+                wire.write(reply)
+            if action is need:
+                return wire.flush()
+        elif action is m["COMMIT"]:  # (set-up only: clean sessions stage nothing later)
+            m["store"].committer.commit_blocking()
+            proto.commit_done(None)
+        elif type(action) is m["Authenticate"]:
+            proto.authenticated(True)
+        else:
+            raise AssertionError(f"unexpected action {action!r}")
+
+
+def connect(h: Harness, client_id: str, subscribe: int | None = None) -> tuple[Any, Wire]:
+    m = h.mods
+    proto, wire = h.peer(client_id)
+    out = drive(proto, wire, m["encode"](m["Connect"](client_id)), m)
+    assert out == b"\x20\x02\x00\x00", out
+    if subscribe is not None:
+        out = drive(proto, wire, m["encode"](m["Subscribe"](1, ((TOPIC, subscribe),))), m)
+        assert out == b"\x90\x03\x00\x01" + bytes((subscribe,)), out
+    return proto, wire
+
+
+def _publishes(m: dict[str, Any], qos: int, payload: bytes) -> list[bytes]:
+    """The PUBLISH packets of ids 1..65535 (one if QoS 0)."""
+    if qos == 0:
+        return [m["encode"](m["Publish"](TOPIC, payload, 0))]
+    return [m["encode"](m["Publish"](TOPIC, payload, qos, packet_id=i)) for i in range(1, 65536)]
+
+
+def make_case(case: str, h: Harness, count: int, payload: bytes) -> Callable[[], None]:
+    """A function that sends ``count`` messages of ``case`` through the broker."""
+    m = h.mods
+    if case == "qos1":
+        pub, pw = connect(h, "pub")
+        pkts = _publishes(m, 1, payload)
+        pubacks = [b"\x40\x02" + i.to_bytes(2, "big") for i in range(1, 65536)]
+
+        def run() -> None:
+            for i in range(count):
+                n = i % 65535
+                if drive(pub, pw, pkts[n], m) != pubacks[n]:
+                    raise AssertionError("no PUBACK")
+        return run
+    qos = 1 if case == "qos1-sub" else 0
+    sub, sw = connect(h, "sub", qos)
+    pub, pw = connect(h, "pub")
+    pkts = _publishes(m, qos, payload)
+    acks = [b"\x40\x02" + i.to_bytes(2, "big") for i in range(65536)]
+    tail = len(payload) + 2  # the packet id sits right before the payload
+
+    if qos == 0:
+        def run0() -> None:
+            pkt = pkts[0]
+            for _ in range(count):
+                drive(pub, pw, pkt, m)
+                if len(sw.flush()) != len(pkt):
+                    raise AssertionError("no delivery")
+        return run0
+
+    def run1() -> None:
+        for i in range(count):
+            pkt = pkts[i % 65535]
+            drive(pub, pw, pkt, m)  # the PUBACK
+            got = sw.flush()  # the delivery, as the subscriber's writer sends it
+            pid = (got[-tail] << 8) | got[-tail + 1]
+            drive(sub, sw, acks[pid], m)  # the subscriber's PUBACK
+    return run1
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("-c", "--case", action="append", choices=CASES)
+    p.add_argument("--count", type=int, default=100_000)
+    p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--payload", type=int, default=100)
+    p.add_argument("--profile", choices=CASES)
+    p.add_argument("--tree", help="import oxiedge from this directory")
+    a = p.parse_args()
+    m = _load(a.tree)
+    payload = bytes(range(256))[: a.payload] * (a.payload // 256 + 1)
+    payload = payload[: a.payload]
+    import oxiedge
+
+    print(f"oxiedge from {Path(oxiedge.__file__).parent}; payload {a.payload} B")
+    with tempfile.TemporaryDirectory() as tmp:
+        store = m["store"] = m["Store"].open(Path(tmp) / "db")
+        try:
+            if a.profile:
+                h = Harness(store, m)
+                run = make_case(a.profile, h, a.count, payload)
+                prof = cProfile.Profile()
+                prof.runcall(run)
+                pstats.Stats(prof).sort_stats("tottime").print_stats(25)
+                return
+            for case in a.case or CASES:
+                h = Harness(store, m)
+                run = make_case(case, h, a.count, payload)
+                times = []
+                for _ in range(a.repeats):
+                    t0 = time.perf_counter()
+                    run()
+                    times.append((time.perf_counter() - t0) / a.count * 1e6)
+                print(f"{case:9s} {statistics.median(times):6.2f} µs/msg  "
+                      f"(min {min(times):.2f}, max {max(times):.2f}; "
+                      f"{a.repeats} x {a.count})")
+        finally:
+            store.close()
+
+
+if __name__ == "__main__":
+    main()

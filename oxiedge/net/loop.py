@@ -24,9 +24,19 @@ deliveries while it is over their bound, and the reader stops reading while it i
 ``pause_at`` (a peer that sends but never reads cannot make us buffer its replies
 without limit; TCP then pushes back on it).
 
+Reading: a plain socket is read with ``os.read`` on its (non-blocking) descriptor and
+``wait_readable`` only when nothing is there; trio's socket wrappers (error translation,
+two context managers, the failed first ``recv``) cost more than the rest of a small burst.
+Input taken at once still passes one scheduling point, as trio's own ``recv`` does.
+
 Deadlines are the protocol's (``deadline``, in ``trio.current_time()``): the CONNECT or
-handshake deadline, the keep-alive or heartbeat window. The loop applies it to every
-read (and to the wait for the output to drain) and tells the protocol ``timed_out()``.
+handshake deadline, the keep-alive or heartbeat window. The loop applies it to the wait
+for input (and for the output to drain) and tells the protocol ``timed_out()``. One cancel
+scope serves many reads and its deadline is set lazily, only when the protocol's moves
+earlier (a keep-alive window moves later with every packet: setting it per read cost two
+deadline updates per packet). A stale deadline that passes while the reader waits only
+restarts the wait in a fresh scope; any other await (a commit, a held publisher, a login)
+runs with no deadline.
 
 Closing: on ``Close`` (or the peer gone, or ``abort``) the reader stops, the writer gets
 ``CLOSE_FLUSH_TIMEOUT`` to send what is buffered, the protocol hears
@@ -45,6 +55,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
 import trio
+from trio.lowlevel import cancel_shielded_checkpoint, wait_readable
 
 from oxiedge.net.actions import (
     BLOCKED,
@@ -304,84 +315,141 @@ class Transport:
                     await trio.aclose_forcefully(self.stream)
 
     async def _reader(self, proto: StreamProtocol) -> None:
+        # One cancel scope for many reads (entering one per read costs more than the rest
+        # of a small burst), and its deadline is set lazily: only when the protocol's
+        # deadline moves EARLIER than the scope's (``_perform``), never per packet. So a
+        # scope's deadline may be stale (the protocol's moved on since): when it passes
+        # while the reader waits for input, the wait starts again in a fresh scope with
+        # the protocol's deadline; only a deadline that really passed is ``timed_out()``.
+        resume = False  # re-enter at the read (a stale deadline passed while waiting)
+        carry: bytes | bytearray | None = None  # input that arrived as the deadline passed
         while True:
-            # One cancel scope for many reads (entering one per read costs more than the
-            # rest of a small burst): its deadline is the protocol's only while reading.
-            with trio.CancelScope() as scope:
-                await self._actions(proto, scope)
-                return
-            proto.timed_out()  # the deadline passed while waiting for input
+            with trio.CancelScope(deadline=proto.deadline if resume else math.inf) as scope:
+                carry = await self._actions(proto, scope, resume, carry)
+                if carry is None:
+                    return
+                resume = False
+                continue  # (a fresh scope, then the input is handled)
+            # The scope's deadline passed during the read wait (the only await it covers).
+            resume = trio.current_time() < proto.deadline
+            if not resume:
+                proto.timed_out()
 
-    async def _actions(self, proto: StreamProtocol, scope: trio.CancelScope) -> None:
+    async def _actions(self, proto: StreamProtocol, scope: trio.CancelScope,
+                       resume: bool, carry: bytes | bytearray | None) -> bytes | bytearray | None:
         written = self._written
         try:
-            await self._perform(proto, scope, written)
+            return await self._perform(proto, scope, written, resume, carry)
         finally:
             flush_written(written)  # (an error or a cancel in the middle of a burst)
 
     async def _perform(self, proto: StreamProtocol, scope: trio.CancelScope,
-                       written: _Written) -> None:
+                       written: _Written, resume: bool,
+                       carry: bytes | bytearray | None) -> bytes | bytearray | None:
+        """Perform the protocol's actions; returns None when it closed, or the input just
+        received when the scope's deadline passed as it arrived (the caller re-enters with
+        a fresh scope: no await of this burst may run in a cancelled scope)."""
         # ``flush_written`` before every await: what the burst wrote to other connections
         # goes out now, and writes by other tasks wake writers again (``_Written``).
+        # The scope's deadline is finite only while the reader waits for input (the
+        # output to drain, then the read): it is cleared before any other await, which
+        # no deadline may cut (a commit, a held publisher, a login check).
         stream, store = self.stream, self.store
         next_action, send_now = proto.next_action, self.send_now
+        fd = self._fd
         inf = math.inf
+        armed = scope.deadline
         small_read = True
+        if carry is not None:
+            written.in_burst = True
+            proto.receive_data(carry)
         while True:
-            action = next_action()
-            if action is NEED_DATA:
+            if resume:
+                resume = False  # back to the read wait the stale deadline interrupted
+            else:
+                action = next_action()
+                if action is not NEED_DATA:
+                    if armed != inf:
+                        scope.deadline = armed = inf
+                    if action is COMMIT:
+                        flush_written(written)
+                        try:
+                            await store.commit()
+                        except Exception as exc:  # CommitError: the protocol acks none of it
+                            written.in_burst = True
+                            proto.commit_done(exc)
+                        except BaseException:
+                            proto.commit_cancelled()
+                            raise
+                        else:
+                            written.in_burst = True
+                            proto.commit_done(None)
+                    elif action is SEND:
+                        data = proto.data_to_send()
+                        if data:
+                            send_now(data)
+                    elif action is KICK:
+                        store.kick()
+                    elif action is CHECKPOINT:
+                        flush_written(written)
+                        await trio.sleep(0)
+                        written.in_burst = True
+                    elif action is BLOCKED:
+                        flush_written(written)
+                        if self._wait_unblocked is not None:
+                            await self._wait_unblocked()
+                        written.in_burst = True
+                        proto.unblocked()
+                    elif type(action) is Authenticate:
+                        flush_written(written)
+                        auth = self._authenticate
+                        ok = auth is not None and await auth(action.username, action.password)
+                        written.in_burst = True
+                        proto.authenticated(ok)
+                    elif type(action) is Close:
+                        return None
+                    else:
+                        raise TypeError(f"unknown action {action!r}")
+                    continue
                 data = proto.data_to_send()
-                scope.deadline = proto.deadline  # also a peer that stops reading our replies
-                if data and not (self._fd < 0 and small_read and not self._out
+                if data and not (fd < 0 and small_read and not self._out
                                  and not self._sending):
                     send_now(data)
                     data = b""
                 flush_written(written)  # deliveries to other connections, same wake-up
-                if data:
+                if data:  # no file descriptor (TLS): the reader sends, under the deadline
+                    deadline = proto.deadline
+                    if deadline != armed:
+                        scope.deadline = armed = deadline
                     await self._send_direct(data)
-                if self.out_bytes > self.pause_at:
-                    await self.wait_drained()  # the deadline still applies
-                got = await stream.receive_some(RECV_SIZE)
-                written.in_burst = True
-                scope.deadline = inf
-                small_read = len(got) < DIRECT_READ_MAX
-                proto.receive_data(got)
-            elif action is COMMIT:
-                flush_written(written)
+            # The read wait: the protocol's deadline applies (also to a peer that stops
+            # reading our replies), set only when it moved earlier than the scope's.
+            deadline = proto.deadline
+            if deadline < armed:
+                scope.deadline = armed = deadline
+            if self.out_bytes > self.pause_at:
+                await self.wait_drained()
+            got: bytes | bytearray
+            if fd >= 0:
+                # A plain socket: read it directly (trio's socket wrappers cost more than
+                # the rest of a small burst). What is there is taken at once, with the
+                # scheduling point trio's own recv has; otherwise wait for epoll.
                 try:
-                    await store.commit()
-                except Exception as exc:  # CommitError: the protocol acks nothing of it
-                    written.in_burst = True
-                    proto.commit_done(exc)
-                except BaseException:
-                    proto.commit_cancelled()
-                    raise
+                    got = os.read(fd, RECV_SIZE)
+                except BlockingIOError:
+                    while True:
+                        await wait_readable(fd)
+                        try:
+                            got = os.read(fd, RECV_SIZE)
+                            break
+                        except BlockingIOError:
+                            continue  # (a spurious wake-up)
                 else:
-                    written.in_burst = True
-                    proto.commit_done(None)
-            elif action is SEND:
-                data = proto.data_to_send()
-                if data:
-                    send_now(data)
-            elif action is KICK:
-                store.kick()
-            elif action is CHECKPOINT:
-                flush_written(written)
-                await trio.sleep(0)
-                written.in_burst = True
-            elif action is BLOCKED:
-                flush_written(written)
-                if self._wait_unblocked is not None:
-                    await self._wait_unblocked()
-                written.in_burst = True
-                proto.unblocked()
-            elif type(action) is Authenticate:
-                flush_written(written)
-                auth = self._authenticate
-                ok = auth is not None and await auth(action.username, action.password)
-                written.in_burst = True
-                proto.authenticated(ok)
-            elif type(action) is Close:
-                return
+                    await cancel_shielded_checkpoint()
             else:
-                raise TypeError(f"unknown action {action!r}")
+                got = await stream.receive_some(RECV_SIZE)
+            if scope.cancel_called:
+                return got  # the deadline passed as input arrived: handled in a new scope
+            written.in_burst = True
+            small_read = len(got) < DIRECT_READ_MAX
+            proto.receive_data(got)

@@ -59,6 +59,8 @@ class Lines:
                 return SEND
             elif line == b"kick":
                 return KICK
+            elif line.startswith(b"timeout "):
+                self.timeout = float(line.split()[1])  # may move the deadline earlier
             else:
                 self.out.append(line.upper() + b"\n")
         self.deadline = trio.current_time() + self.timeout
@@ -154,6 +156,80 @@ async def test_the_deadline_is_the_protocols(store: Store,
         closed_at = trio.current_time()
     assert closed_at - start == pytest.approx(9.0)
     assert f"timed out at {start + 9:g}" in proto.events
+
+
+def stream_pair(kind: str) -> tuple[trio.abc.Stream, trio.abc.Stream]:
+    """An in-memory pair (no file descriptor: the path TLS takes) or a socket pair (the
+    direct read and write of plain TCP)."""
+    if kind == "memory":
+        return trio.testing.memory_stream_pair()
+    a, b = trio.socket.socketpair()
+    return trio.SocketStream(a), trio.SocketStream(b)
+
+
+@pytest.mark.parametrize("kind", ["memory", "socket"])
+async def test_a_deadline_that_keeps_moving_never_fires_early(
+        store: Store, autojump_clock: trio.testing.MockClock, kind: str) -> None:
+    # The loop sets its read deadline lazily (only when the protocol's moves earlier), so
+    # the first window's deadline passes while input still flows: that must not count.
+    client, server = stream_pair(kind)
+    transport = Transport(server, store, pause_at=1 << 20)
+    proto = Lines(transport, timeout=5.0)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(transport.run, proto)
+        for i in range(6):  # 18 s of traffic, one line every 3 s
+            await trio.sleep(3)
+            await client.send_all(b"p%d\n" % i)
+            assert await read_until(client, b"P%d\n" % i) == b"P%d\n" % i
+        last = trio.current_time()
+        assert await read_until(client, None) == b""  # then silence: closed at the deadline
+        closed_at = trio.current_time()
+    assert closed_at - last == pytest.approx(5.0)
+    assert [e for e in proto.events if e.startswith("timed out")] == [f"timed out at {last + 5:g}"]
+
+
+@pytest.mark.parametrize("kind", ["memory", "socket"])
+async def test_a_deadline_that_moves_earlier_applies_at_once(
+        store: Store, autojump_clock: trio.testing.MockClock, kind: str) -> None:
+    client, server = stream_pair(kind)
+    transport = Transport(server, store, pause_at=1 << 20)
+    proto = Lines(transport, timeout=60.0)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(transport.run, proto)
+        await client.send_all(b"timeout 2\n")
+        start = trio.current_time()
+        assert await read_until(client, None) == b""
+        closed_at = trio.current_time()
+    assert closed_at - start == pytest.approx(2.0)
+
+
+@pytest.mark.parametrize("kind", ["memory", "socket"])
+async def test_no_deadline_cuts_a_commit(store: Store, autojump_clock: trio.testing.MockClock,
+                                         kind: str) -> None:
+    # A commit (or a held publisher, a login) is no silence of the client: a deadline that
+    # passes meanwhile is not applied to it.
+    client, server = stream_pair(kind)
+
+    class SlowStore:
+        def __init__(self) -> None:
+            self.kicks = 0
+
+        async def commit(self) -> None:
+            await trio.sleep(10)
+
+        def kick(self) -> None:
+            self.kicks += 1
+
+    transport = Transport(server, SlowStore(), pause_at=1 << 20)  # type: ignore[arg-type]
+    proto = Lines(transport, timeout=5.0)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(transport.run, proto)
+        await trio.sleep(3)
+        await client.send_all(b"commit\n")  # its window ends at 5 s, the commit at 13 s
+        assert await read_until(client, b"committed\n") == b"committed\n"
+        nursery.cancel_scope.cancel()
+    assert "committed None" in proto.events
+    assert not any(e.startswith(("timed out", "commit cancelled")) for e in proto.events)
 
 
 async def test_the_reader_pauses_while_the_output_is_over_its_bound(store: Store) -> None:

@@ -350,6 +350,7 @@ _DECODERS: dict[int, tuple[int | None, Callable[[int, bytes], Packet]]] = {
 }
 _PUBLISH = int(PacketType.PUBLISH)
 _PUBLISH_FIRST = first_byte(PacketType.PUBLISH, 0)
+_PUBACK_FIRST = first_byte(PacketType.PUBACK)
 #: MQTT 3.1 lets these carry DUP (``Decoder.mqtt31``).
 _DUP_ALLOWED_31 = frozenset(int(t) for t in RESERVED_FLAGS)
 
@@ -431,11 +432,14 @@ class Decoder:
         if type(item) is tuple:
             topic, _raw, qos, retain, dup, pid, payload, _fwd = item
             return Publish(topic, payload, qos, retain, dup, pid)
+        if type(item) is int:
+            return Puback(item)
         return item  # type: ignore[return-value]
 
-    def next_item(self) -> Packet | RawPublish | None:
-        """Like ``next_packet``, but a PUBLISH comes back as a ``RawPublish`` tuple: the
-        per-message path builds no packet object and can forward the received bytes."""
+    def next_item(self) -> Packet | RawPublish | int | None:
+        """Like ``next_packet``, but a PUBLISH comes back as a ``RawPublish`` tuple and a
+        PUBACK as its packet id (an ``int``): the per-message path builds no packet object
+        and can forward the received bytes."""
         if self._failed:
             raise ProtocolError("decoder already failed")
         buf, pos = self._buf, self._pos
@@ -467,6 +471,12 @@ class Decoder:
             return None
         first = buf[pos]
         self._pos = end
+        if first == _PUBACK_FIRST and length == 2:
+            # The subscriber's hot path: a PUBACK comes back as its packet id, no object
+            # (an id of 0, MQTT-2.3.1-1, or a wrong length goes the checked way below).
+            pid = (buf[i] << 8) | buf[i + 1]
+            if pid:
+                return pid
         try:
             if first >> 4 == _PUBLISH:
                 # Forwardable only if re-encoding would give the same bytes: the length

@@ -31,7 +31,6 @@ from oxiedge.mqtt.packets import (
     Connect,
     Disconnect,
     Pingreq,
-    Puback,
     Pubcomp,
     Pubrec,
     Pubrel,
@@ -80,9 +79,9 @@ class Handlers:
         self.disconnected = False
 
     def table(self) -> dict[type, Callable[[Any], bool]]:
-        """Packet type -> handler (True: stop the burst, DISCONNECT)."""
+        """Packet type -> handler (True: stop the burst, DISCONNECT). PUBLISH and PUBACK
+        come from the decoder as a tuple and an ``int``: ``on_publish``, ``on_puback``."""
         return {
-            Puback: self._on_puback,
             Pubrec: self._on_pubrec,
             Pubrel: self._on_pubrel,
             Pubcomp: self._on_pubcomp,
@@ -132,11 +131,10 @@ class Handlers:
         elif qos == 2:
             self.replies.append(encode_pubrec(pid))
 
-    def _on_puback(self, p: Puback) -> bool:
+    def on_puback(self, pid: int) -> None:
         s = self.session
-        if s is not None and s.on_puback(p.packet_id):
+        if s is not None and s.on_puback(pid):
             self.kick = True
-        return False
 
     def _on_pubrec(self, p: Pubrec) -> bool:
         s = self.session

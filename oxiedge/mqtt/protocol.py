@@ -409,7 +409,8 @@ class MqttProtocol:
         window = keep_alive * 1.5 if keep_alive else math.inf
         h = self._h
         handlers = h.table()
-        next_item, on_publish, replies = self.decoder.next_item, h.on_publish, h.replies
+        next_item, on_publish, on_puback = self.decoder.next_item, h.on_publish, h.on_puback
+        replies = h.replies
         alarms, clock, router = self._alarms, self.clock, self.broker.router
         while True:
             budget = BURST_SLICE
@@ -423,6 +424,9 @@ class MqttProtocol:
                 if type(item) is tuple:
                     on_publish(item)  # the hot path: no packet object, no lookup
                     continue
+                if type(item) is int:
+                    on_puback(item)  # a subscriber's hot path: a PUBACK's packet id
+                    continue
                 if isinstance(item, _STEPPED) and len(item.topics) > STEP_FILTERS:
                     yield from h.in_steps(item)  # a big (UN)SUBSCRIBE: others run
                     continue
@@ -435,7 +439,9 @@ class MqttProtocol:
             self.deadline = math.inf
             if h.disconnected:
                 self.will = None  # MQTT-3.14.4-3: discard the will
-            if h.need_commit or h.kick or h.after_burst or router.hold:
+            # (``router.hold``'s lists tested directly: ``Hold.__bool__`` is a call)
+            hold = router.hold
+            if h.need_commit or h.kick or h.after_burst or hold.pending or hold.qos0:
                 yield from self._end_burst()
             elif replies:  # nothing staged or held (the common case): the replies go now
                 self._ready = replies[0] if len(replies) == 1 else b"".join(replies)

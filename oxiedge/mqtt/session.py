@@ -386,10 +386,12 @@ class Session:
         if p is None or p.qos != 1:
             return False  # unknown id: ignore (a late ack after take-over/re-send)
         del self.inflight[pid]
-        if self.store is not None:
-            self.store.stage_delete_key(CF, persist.msg_key(self.owner_b, p.seq))
-        self.pump()
-        return self.store is not None
+        store = self.store
+        if store is not None:
+            store.stage_delete_key(CF, persist.msg_key(self.owner_b, p.seq))
+        if self.queue:
+            self.pump()
+        return store is not None
 
     def on_pubrec(self, pid: int) -> bool:
         """PUBREC: the message becomes a PUBREL obligation (4.3.3); True if the transition

@@ -384,7 +384,8 @@ def test_next_item_does_not_forward_what_would_differ(raw: bytes) -> None:
 
 
 def test_next_item_other_packets_and_partial_input() -> None:
-    assert _item(encode(Puback(5))) == Puback(5)
+    assert _item(encode(Puback(5))) == 5  # a PUBACK: its packet id, no object
+    assert _item(encode(Pubrec(5))) == Pubrec(5)
     assert _item(encode_publish(b"t", b"payload")[:-1]) is None
 
 
@@ -396,6 +397,9 @@ def test_next_item_other_packets_and_partial_input() -> None:
         b"\x30\x03\x00\x01+",  # wildcard topic name
         b"\x32\x05\x00\x01a\x00\x00",  # packet id 0
         b"\x30\x03\x00\x05a",  # truncated topic
+        b"\x40\x02\x00\x00",  # PUBACK of packet id 0 (MQTT-2.3.1-1)
+        b"\x40\x03\x00\x01\x00",  # PUBACK of remaining length 3
+        b"\x41\x02\x00\x01",  # PUBACK with flags (MQTT-2.2.2-2)
     ],
 )
 def test_next_item_rejects_what_next_packet_rejects(raw: bytes) -> None:

@@ -18,6 +18,9 @@ Cases (clean sessions, topic ``bench/path``, ``--payload`` bytes):
 
 Prints CPU µs per message (``time.process_time``: steadier than wall time on a shared
 machine), the median of ``--repeats`` runs of ``--count`` messages (and the min and max).
+``--pace MS`` sleeps MS between messages and times each one (wall clock, median): the
+path with cold caches, as at the 1 msg/ms of ``mqtt-qos1-latency-paho``, where it costs
+several times its back-to-back figure (noisy: it depends on what else ran on the core).
 ``--profile CASE`` runs that case once under cProfile instead and prints the top functions.
 ``--tree DIR`` imports oxiedge from DIR (e.g. a ``git archive`` of main in /tmp) for a
 "before" figure in the same invocation. A profiling helper only; the server never
@@ -151,20 +154,19 @@ def _publishes(m: dict[str, Any], qos: int, payload: bytes) -> list[bytes]:
     return [m["encode"](m["Publish"](TOPIC, payload, qos, packet_id=i)) for i in range(1, 65536)]
 
 
-def make_case(case: str, h: Harness, count: int, payload: bytes) -> Callable[[], None]:
-    """A function that sends ``count`` messages of ``case`` through the broker."""
+def make_case(case: str, h: Harness, payload: bytes) -> Callable[[int], None]:
+    """The function that sends message ``i`` of ``case`` through the broker."""
     m = h.mods
     if case == "qos1":
         pub, pw = connect(h, "pub")
         pkts = _publishes(m, 1, payload)
         pubacks = [b"\x40\x02" + i.to_bytes(2, "big") for i in range(1, 65536)]
 
-        def run() -> None:
-            for i in range(count):
-                n = i % 65535
-                if drive(pub, pw, pkts[n], m) != pubacks[n]:
-                    raise AssertionError("no PUBACK")
-        return run
+        def one(i: int) -> None:
+            n = i % 65535
+            if drive(pub, pw, pkts[n], m) != pubacks[n]:
+                raise AssertionError("no PUBACK")
+        return one
     qos = 1 if case == "qos1-sub" else 0
     sub, sw = connect(h, "sub", qos)
     pub, pw = connect(h, "pub")
@@ -173,22 +175,38 @@ def make_case(case: str, h: Harness, count: int, payload: bytes) -> Callable[[],
     tail = len(payload) + 2  # the packet id sits right before the payload
 
     if qos == 0:
-        def run0() -> None:
-            pkt = pkts[0]
-            for _ in range(count):
-                drive(pub, pw, pkt, m)
-                if len(sw.flush()) != len(pkt):
-                    raise AssertionError("no delivery")
-        return run0
+        pkt = pkts[0]
 
-    def run1() -> None:
+        def one0(i: int) -> None:
+            drive(pub, pw, pkt, m)
+            if len(sw.flush()) != len(pkt):
+                raise AssertionError("no delivery")
+        return one0
+
+    def one1(i: int) -> None:
+        drive(pub, pw, pkts[i % 65535], m)  # the PUBACK
+        got = sw.flush()  # the delivery, as the subscriber's writer sends it
+        pid = (got[-tail] << 8) | got[-tail + 1]
+        drive(sub, sw, acks[pid], m)  # the subscriber's PUBACK
+    return one1
+
+
+def timed(one: Callable[[int], None], count: int, pace: float) -> float:
+    """µs per message: CPU time of ``count`` back to back; with ``pace`` (seconds between
+    messages, as a 1 msg/ms latency client sends them) the median wall time of one."""
+    if not pace:
+        t0 = time.process_time()  # CPU time: load on a shared VM moves it less
         for i in range(count):
-            pkt = pkts[i % 65535]
-            drive(pub, pw, pkt, m)  # the PUBACK
-            got = sw.flush()  # the delivery, as the subscriber's writer sends it
-            pid = (got[-tail] << 8) | got[-tail + 1]
-            drive(sub, sw, acks[pid], m)  # the subscriber's PUBACK
-    return run1
+            one(i)
+        return (time.process_time() - t0) / count * 1e6
+    each = []
+    clock, sleep = time.perf_counter_ns, time.sleep
+    for i in range(count):
+        sleep(pace)
+        t0 = clock()
+        one(i)
+        each.append(clock() - t0)
+    return statistics.median(each) / 1e3
 
 
 def main() -> None:
@@ -197,6 +215,8 @@ def main() -> None:
     p.add_argument("--count", type=int, default=100_000)
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--payload", type=int, default=100)
+    p.add_argument("--pace", type=float, default=0.0,
+                   help="ms between messages (cold caches, as at 1 msg/ms); wall time")
     p.add_argument("--profile", choices=CASES)
     p.add_argument("--tree", help="import oxiedge from this directory")
     a = p.parse_args()
@@ -211,19 +231,15 @@ def main() -> None:
         try:
             if a.profile:
                 h = Harness(store, m)
-                run = make_case(a.profile, h, a.count, payload)
+                one = make_case(a.profile, h, payload)
                 prof = cProfile.Profile()
-                prof.runcall(run)
-                pstats.Stats(prof).sort_stats("tottime").print_stats(25)
+                prof.runcall(timed, one, a.count, 0.0)
+                pstats.Stats(prof).sort_stats("tottime").print_stats(45)
                 return
             for case in a.case or CASES:
                 h = Harness(store, m)
-                run = make_case(case, h, a.count, payload)
-                times = []
-                for _ in range(a.repeats):
-                    t0 = time.process_time()  # CPU time: load on a shared VM moves it less
-                    run()
-                    times.append((time.process_time() - t0) / a.count * 1e6)
+                one = make_case(case, h, payload)
+                times = [timed(one, a.count, a.pace / 1e3) for _ in range(a.repeats)]
                 print(f"{case:9s} {statistics.median(times):6.2f} µs/msg  "
                       f"(min {min(times):.2f}, max {max(times):.2f}; "
                       f"{a.repeats} x {a.count})")

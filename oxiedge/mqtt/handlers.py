@@ -65,6 +65,7 @@ class Handlers:
 
     def __init__(self, broker: Broker, perms: PermissionStore) -> None:
         self.broker = broker
+        self._route = broker.route  # (bound once: the publish path, ``Router.route``)
         # Permissions (docs/permissions.md): ``_perms.active`` is False while no rule exists,
         # so an unrestricted broker pays one attribute test per PUBLISH.
         self._perms = perms
@@ -100,10 +101,10 @@ class Handlers:
             return
         if qos == 0:
             # ``frame``: the received bytes, forwarded unchanged to QoS 0 subscribers.
-            if self.broker.route(topic, payload, 0, retain, None, topic_b, frame):
+            if self._route(topic, payload, 0, retain, None, topic_b, frame):
                 self.kick = True
         elif qos == 1:
-            if self.broker.route(topic, payload, 1, retain, None, topic_b):
+            if self._route(topic, payload, 1, retain, None, topic_b):
                 self.need_commit = True
             self.replies.append(encode_puback(pid))  # type: ignore[arg-type]
         else:
@@ -112,7 +113,7 @@ class Handlers:
             # Method B of 4.3.3: route once, remember the id until PUBREL (MQTT-4.3.3-2);
             # the deliveries are held until the commit (router.py), PUBREC follows it.
             if s.received_qos2(pid):  # type: ignore[arg-type]
-                routed = self.broker.route(topic, payload, 2, retain, None, topic_b)
+                routed = self._route(topic, payload, 2, retain, None, topic_b)
                 if routed or s.store is not None:
                     self.need_commit = True
             elif s.store is not None:

@@ -412,6 +412,7 @@ class MqttProtocol:
         next_item, on_publish, on_puback = self.decoder.next_item, h.on_publish, h.on_puback
         replies = h.replies
         alarms, clock, router = self._alarms, self.clock, self.broker.router
+        inf = math.inf
         while True:
             budget = BURST_SLICE
             while (item := next_item()) is not None:
@@ -435,18 +436,19 @@ class MqttProtocol:
                     raise ProtocolError(f"unexpected {type(item).__name__} from a client")
                 if handler(item):
                     break  # DISCONNECT: nothing after it is processed
-            # A slow disk is not the client's silence: no keep-alive during the commit.
-            self.deadline = math.inf
             if h.disconnected:
                 self.will = None  # MQTT-3.14.4-3: discard the will
             # (``router.hold``'s lists tested directly: ``Hold.__bool__`` is a call)
             hold = router.hold
             if h.need_commit or h.kick or h.after_burst or hold.pending or hold.qos0:
+                # A slow disk is not the client's silence: no keep-alive during the commit.
+                self.deadline = inf
                 yield from self._end_burst()
             elif replies:  # nothing staged or held (the common case): the replies go now
                 self._ready = replies[0] if len(replies) == 1 else b"".join(replies)
                 replies.clear()
             if h.disconnected:
+                self.deadline = inf
                 if self._ready:
                     yield SEND  # the burst before DISCONNECT is answered in full
                 raise _Close("client sent DISCONNECT", abnormal=False)

@@ -16,9 +16,10 @@ publishes, re-sends, heartbeats) is appended with ``write`` (never blocks, keeps
 and coalesced into one ``send_all`` per wake-up; after each send the protocol hears
 ``on_sent()`` so it can refill (the MQTT in-flight window, a retained replay).
 Deliveries that a reader's burst wrote to *other* connections go out from that reader
-too, at the end of its burst (``flush_written``: one direct write per connection touched,
-under the same nothing-in-transit rule), so a delivery does not wait for the
-subscriber's writer task to be scheduled; the writer sends whatever that left.
+too, at the end of its burst and before its own replies (``flush_written``: one direct
+write per connection touched, under the same nothing-in-transit rule), so a delivery
+waits neither for the subscriber's writer task nor for the publisher's PUBACK; the
+writer sends whatever that left.
 ``out_bytes`` (buffered + in transit) is the back-pressure signal: protocols hold back
 deliveries while it is over their bound, and the reader stops reading while it is over
 ``pause_at`` (a peer that sends but never reads cannot make us buffer its replies
@@ -412,11 +413,14 @@ class Transport:
                         raise TypeError(f"unknown action {action!r}")
                     continue
                 data = proto.data_to_send()
+                # Deliveries to other connections first (a publish's way to its
+                # subscribers is the latency that counts; its PUBACK or confirm follows
+                # in the same wake-up), then this connection's replies.
+                flush_written(written)
                 if data and not (fd < 0 and small_read and not self._out
                                  and not self._sending):
                     send_now(data)
                     data = b""
-                flush_written(written)  # deliveries to other connections, same wake-up
                 if data:  # no file descriptor (TLS): the reader sends, under the deadline
                     deadline = proto.deadline
                     if deadline != armed:

@@ -11,14 +11,23 @@ protocols share one ``trio.CapacityLimiter`` of ``--login-hash-threads`` tokens:
 storm costs at most that many cores, and waiting logins queue cheaply (each waiter is a
 connection, bounded by the connection limits).
 
-Failed logins are slowed per source address and per user name (``LoginThrottle``): after n
-recent failures of either, every further attempt waits ``min(cap, 0.1 s · 2^(n-1))``
-before its password is even checked, so parallel connections from one address or against
-one name do not escape the delay. A success clears that user name's record (not the
-address's: a guesser holding one valid account could otherwise reset its own penalty);
-records are forgotten after ``FORGET_AFTER`` seconds without a failure. Both tables are
-bounded (``--login-track-max`` entries each; the least recently failed is evicted and
-counted), so a flood of random names cannot grow memory.
+Failed logins are slowed (``LoginThrottle``): after n recent failures, every further
+attempt waits ``min(cap, 0.1 s · 2^(n-1))`` before its password is even checked, so parallel
+connections do not escape the delay. n counts the failures of
+
+* that user name from that address (one guesser, or one misconfigured worker retrying);
+* that user name from anywhere (guessing one account from many addresses);
+* that address for any name, but only once its failures span ``SPRAY_NAMES`` different
+  user names (trying many accounts from one address).
+
+So one worker retrying a wrong password slows only itself and its own user name: the
+other clients on its host or behind its NAT log in at full speed (the throttle used to
+count every failure per address, which delayed every good password from that address too).
+A success clears that pair's and that user name's records (not the address's: a sprayer
+holding one valid account could otherwise reset its own penalty); records are forgotten
+after ``FORGET_AFTER`` seconds without a failure. The tables are bounded
+(``--login-track-max`` entries each; the least recently failed is evicted and counted), so a
+flood of random names cannot grow memory.
 
 The source address of the connection being served comes from ``oxiedge.connections.PEER``
 (set by the connection guard every listener runs its handlers in), so the protocol code
@@ -39,18 +48,22 @@ from .connections import PEER
 
 BASE_DELAY = 0.1
 FORGET_AFTER = 600.0
+#: An address's failures count for every name it tries once they span this many names.
+SPRAY_NAMES = 3
 
 
 class _Record:
-    __slots__ = ("count", "last")
+    __slots__ = ("count", "last", "names")
 
     def __init__(self) -> None:
         self.count = 0
         self.last = 0.0
+        self.names: set[str] | None = None  # (the sources table: names tried, up to SPRAY_NAMES)
 
 
 class LoginThrottle:
-    """Recent failures per source address and per user name (sans-IO; ``clock`` injectable)."""
+    """Recent failures per (address, user name), per user name and per address (see the
+    module docstring; sans-IO, ``clock`` injectable)."""
 
     def __init__(self, max_delay: float = 2.0, max_entries: int = 4096,
                  base_delay: float = BASE_DELAY, forget_after: float = FORGET_AFTER,
@@ -60,49 +73,63 @@ class LoginThrottle:
         self.base_delay = base_delay
         self.forget_after = forget_after
         self.clock = clock
+        self.pairs: OrderedDict[tuple[str, str], _Record] = OrderedDict()
         self.sources: OrderedDict[str, _Record] = OrderedDict()
         self.users: OrderedDict[str, _Record] = OrderedDict()
         self.evicted = 0
 
-    def _recent(self, table: OrderedDict[str, _Record], key: str, now: float) -> int:
+    def _recent(self, table: OrderedDict[Any, _Record], key: Any, now: float) -> _Record | None:
         rec = table.get(key)
-        if rec is None:
-            return 0
-        if now - rec.last > self.forget_after:
+        if rec is not None and now - rec.last > self.forget_after:
             del table[key]
-            return 0
-        return rec.count
+            return None
+        return rec
 
     def delay(self, source: str, user: str | None) -> float:
         """Seconds the next attempt from ``source`` for ``user`` waits before it is checked."""
         if self.max_delay <= 0:
             return 0.0
         now = self.clock()
-        n = max(self._recent(self.sources, source, now),
-                self._recent(self.users, user, now) if user is not None else 0)
+        n = 0
+        src = self._recent(self.sources, source, now)
+        if src is not None and src.names is not None and len(src.names) >= SPRAY_NAMES:
+            n = src.count
+        if user is not None:
+            for rec in (self._recent(self.pairs, (source, user), now),
+                        self._recent(self.users, user, now)):
+                if rec is not None and rec.count > n:
+                    n = rec.count
         if n == 0:
             return 0.0
         return float(min(self.max_delay, self.base_delay * 2 ** min(n - 1, 30)))
 
-    def _bump(self, table: OrderedDict[str, _Record], key: str, now: float) -> None:
+    def _bump(self, table: OrderedDict[Any, _Record], key: Any, now: float) -> _Record:
         rec = table.pop(key, None) or _Record()
         if now - rec.last > self.forget_after:
             rec.count = 0
+            rec.names = None
         rec.count += 1
         rec.last = now
         table[key] = rec  # most recent last: eviction takes the least recently failed
         while len(table) > self.max_entries:
             table.popitem(last=False)
             self.evicted += 1
+        return rec
 
     def failed(self, source: str, user: str | None) -> None:
         now = self.clock()
-        self._bump(self.sources, source, now)
+        src = self._bump(self.sources, source, now)
         if user is not None:
+            if src.names is None:
+                src.names = set()
+            if len(src.names) < SPRAY_NAMES:
+                src.names.add(user)
+            self._bump(self.pairs, (source, user), now)
             self._bump(self.users, user, now)
 
-    def succeeded(self, user: str | None) -> None:
+    def succeeded(self, source: str, user: str | None) -> None:
         if user is not None:
+            self.pairs.pop((source, user), None)
             self.users.pop(user, None)
 
 
@@ -143,7 +170,7 @@ class Logins:
         ok = await trio.to_thread.run_sync(self.users.authenticate, username, password,
                                            limiter=self._pool())
         if ok:
-            self.throttle.succeeded(username)
+            self.throttle.succeeded(source, username)
         else:
             self.failures += 1
             self.throttle.failed(source, username)
@@ -164,6 +191,7 @@ class Logins:
             "waiting_to_hash": limiter.statistics().tasks_waiting if limiter is not None else 0,
             "tracked_sources": len(self.throttle.sources),
             "tracked_users": len(self.throttle.users),
+            "tracked_pairs": len(self.throttle.pairs),
             "track_max": self.throttle.max_entries,
             "track_evicted": self.throttle.evicted,
         }

@@ -88,22 +88,39 @@ def test_login_throttle_grows_caps_forgets_and_is_bounded() -> None:
         t.failed("10.0.0.1", "alice")
         delays.append(t.delay("10.0.0.1", "alice"))
     assert delays == [0.1, 0.2, 0.4, 0.8, 1.6, 2.0, 2.0, 2.0]
-    # Per source: another user name from that address is slowed too ...
-    assert t.delay("10.0.0.1", "bob") == 2.0
-    # ... and per user name: the same name from another address.
+    # Per user name: the same name from another address is slowed ...
     assert t.delay("10.0.0.9", "alice") == 2.0
+    # ... but not another name from the same address (a neighbour of a misconfigured
+    # worker, or a client behind the same NAT), nor anyone else.
+    assert t.delay("10.0.0.1", "bob") == 0.0
     assert t.delay("10.0.0.9", "bob") == 0.0
-    # A success clears the user name, not the address.
-    t.succeeded("alice")
-    assert t.delay("10.0.0.9", "alice") == 0.0 and t.delay("10.0.0.1", "carol") == 2.0
+    # A success clears the user name and the pair.
+    t.succeeded("10.0.0.1", "alice")
+    assert t.delay("10.0.0.9", "alice") == 0.0 and t.delay("10.0.0.1", "alice") == 0.0
     # Forgotten after a quiet period.
+    t.failed("10.0.0.1", "alice")
     now[0] += 601
-    assert t.delay("10.0.0.1", "carol") == 0.0
+    assert t.delay("10.0.0.1", "alice") == 0.0
     # The tables are bounded: the least recently failed is evicted, and counted.
     for i in range(10):
         t.failed(f"10.0.1.{i}", f"user{i}")
-    assert len(t.sources) == 3 and len(t.users) == 3 and t.evicted >= 14
+    assert len(t.sources) == 3 and len(t.users) == 3 and len(t.pairs) == 3
+    assert t.evicted >= 21
     assert LoginThrottle(max_delay=0).delay("x", "y") == 0.0
+
+
+def test_an_address_trying_many_names_is_slowed_for_every_name() -> None:
+    now = [1000.0]
+    t = LoginThrottle(max_delay=2.0, clock=lambda: now[0])
+    t.failed("10.0.0.5", "alice")
+    t.failed("10.0.0.5", "bob")
+    assert t.delay("10.0.0.5", "carol") == 0.0  # two names: could be two workers
+    t.failed("10.0.0.5", "carol")  # the third name: a spray
+    assert t.delay("10.0.0.5", "dave") == 0.4  # 3 failures from the address
+    # A success of one of its accounts does not reset the address's penalty.
+    t.succeeded("10.0.0.5", "alice")
+    assert t.delay("10.0.0.5", "erin") == 0.4
+    assert t.delay("10.0.0.6", "erin") == 0.0  # other addresses are not concerned
 
 
 def test_connection_limits_count_sources() -> None:

@@ -76,7 +76,7 @@ def test_unknown_user_costs_the_same_as_a_wrong_password(
     assert 0.5 < u / k < 2.0, (known, unknown)
 
 
-def test_failed_logins_are_slowed_per_source_and_per_user(
+def test_failed_logins_are_slowed_per_user_and_for_an_address_spraying_names(
         hostile_server: Callable[..., ServerProcess]) -> None:
     srv = _with_user(hostile_server, "--login-delay-max", "2")
     port = srv.mqtt_port or 0
@@ -88,10 +88,14 @@ def test_failed_logins_are_slowed_per_source_and_per_user(
         assert mqtt_login(port, user, "wrong", source=source) == 4
         return time.monotonic() - t0
 
-    # Same source, another name: slowed (5 failures: 1.6 s); same name, another source:
-    # slowed; neither: not slowed.
-    assert timed("bob", "127.0.0.2") >= 1.5
+    # Same name, another source: slowed (5 failures: 1.6 s). Same source, another name:
+    # not slowed (a neighbour of a client retrying a wrong password); neither: not slowed.
     assert timed("alice", "127.0.0.3") >= 1.5
+    assert timed("bob", "127.0.0.2") < 1.0
     assert timed("carol", "127.0.0.4") < 1.0
+    # An address that tries many names is slowed for all of them: erin is the third name
+    # from 127.0.0.2, after which its 7 failures count for any name (the 2 s cap).
+    assert timed("erin", "127.0.0.2") < 1.0
+    assert timed("grace", "127.0.0.2") >= 1.9
     logins = server_status(srv)["logins"]
     assert logins["tracked_sources"] >= 3 and logins["delay_max_s"] == 2.0, logins

@@ -51,7 +51,7 @@ The protocol writes anything that is not a burst reply (deliveries, re-sends,
 heartbeats, a refusing CONNACK) with ``transport.write(data)`` (never blocks, keeps
 order), reads ``transport.out_bytes`` (buffered + in transit) for its own bounds and
 ``transport.writable``; ``transport.abort()`` ends the connection from outside (a
-session take-over); ``transport.last_write`` serves idle heartbeats.
+session take-over); ``transport.writes`` (a count of writes) serves idle heartbeats.
 
 A protocol is tested without a socket: feed bytes, step ``next_action()``, answer the
 actions, compare ``data_to_send()`` and what it wrote to its outlet with exact bytes

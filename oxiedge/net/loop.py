@@ -148,7 +148,7 @@ class Transport:
         self.protocol: StreamProtocol | None = None
         self.out_bytes = 0  # buffered + in transit
         self.pause_at = pause_at  # the reader waits while out_bytes is above this
-        self.last_write = 0.0  # trio.current_time() of the last send (heartbeats)
+        self.writes = 0  # direct writes and sends so far (idle heartbeats: any change)
         self._authenticate = authenticate
         self._wait_unblocked = wait_unblocked
         self._out: list[bytes] = []
@@ -198,7 +198,7 @@ class Transport:
             self._sent(n)
 
     def _sent(self, n: int) -> None:
-        self.last_write = trio.current_time()
+        self.writes += 1
         self.out_bytes -= n
         drained = self._drained
         if drained is not None and self.out_bytes <= self.pause_at:
@@ -217,6 +217,8 @@ class Transport:
                 n = os.write(self._fd, data)  # the socket is non-blocking (trio)
             except OSError:
                 n = 0  # full (EAGAIN) or broken: the writer waits or meets the error
+            if n:
+                self.writes += 1
             if n == len(data):
                 return
             data = data[n:]
@@ -233,7 +235,7 @@ class Transport:
         finally:
             self._sending = self._reader_sending = False
             self.out_bytes -= len(data)
-        self.last_write = trio.current_time()
+        self.writes += 1
         if self._out:
             self._wake.set()  # what others wrote meanwhile
 

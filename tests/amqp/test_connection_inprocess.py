@@ -9,6 +9,7 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
+import pytest
 import trio
 import trio.testing
 
@@ -53,9 +54,18 @@ class MemClient:
 
 
 @asynccontextmanager
-async def serving(tmp_path: Path, **cfg: Any) -> AsyncIterator[tuple[MemClient, trio.Nursery]]:
+async def serving(tmp_path: Path, socket: bool = False,
+                  **cfg: Any) -> AsyncIterator[tuple[MemClient, trio.Nursery]]:
+    """The connection on a memory stream pair, or (``socket``) on a socket pair: the
+    transport then writes its replies directly on the descriptor."""
     async with amqp_service(tmp_path, **cfg) as svc:
-        client_stream, server_stream = trio.testing.memory_stream_pair()
+        client_stream: trio.abc.Stream
+        server_stream: trio.abc.Stream
+        if socket:
+            a, b = trio.socket.socketpair()
+            client_stream, server_stream = trio.SocketStream(a), trio.SocketStream(b)
+        else:
+            client_stream, server_stream = trio.testing.memory_stream_pair()
         async with trio.open_nursery() as nursery:
             nursery.start_soon(AmqpConnection(svc, server_stream, "mem").run)
             yield MemClient(client_stream, svc.app.store), nursery
@@ -74,6 +84,26 @@ async def test_silent_client_declared_dead_after_two_intervals(
         assert len(client.heartbeats) >= 3
         gaps = [b - a for a, b in zip(client.heartbeats, client.heartbeats[1:], strict=False)]
         assert all(29 <= g <= 31 for g in gaps)
+
+
+@pytest.mark.parametrize("socket", [False, True])
+async def test_no_heartbeat_while_replies_flow(
+        tmp_path: Path, autojump_clock: trio.testing.MockClock, socket: bool) -> None:
+    # Heartbeats go only on an idle connection: replies written by any path (the writer
+    # task, or the reader's direct write on a socket) count as traffic.
+    async with serving(tmp_path, socket=socket, amqp_heartbeat=20) as (client, _n):
+        await client.handshake(heartbeat=20)
+        for ch in range(1, 13):  # a request every 5 s for a minute
+            await trio.sleep(5)
+            await client.send(spec.ChannelOpen(), ch)
+            cmd = await client.recv()
+            assert cmd is not None and isinstance(cmd.method, spec.ChannelOpenOk)
+        assert client.heartbeats == []
+        await trio.sleep(35)  # then idle: heartbeats again (every 10 s)
+        await client.send(spec.ChannelOpen(), 13)
+        cmd = await client.recv()
+        assert cmd is not None and isinstance(cmd.method, spec.ChannelOpenOk)
+        assert len(client.heartbeats) >= 2
 
 
 async def test_heartbeating_client_stays_connected(

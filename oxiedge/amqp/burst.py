@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from oxiedge.amqp import authz, spec
 from oxiedge.amqp.actions import COMMIT, Steps
-from oxiedge.amqp.codec import Command, encode_content
+from oxiedge.amqp.codec import Command, encode_basic_ack, encode_content
 from oxiedge.amqp.constants import ACCESS_REFUSED, NO_ROUTE, NOT_FOUND, NOT_IMPLEMENTED
 from oxiedge.amqp.errors import AmqpError
 from oxiedge.staged import COMMIT as STAGED  # the bus result bit (not the COMMIT action)
@@ -113,10 +113,17 @@ class PublishBurst:
     def _send_confirms(self, confirms: list[tuple[Channel, int, bool]], ok: bool) -> None:
         """Confirms in publish order, per channel: runs of acks coalesced into one
         ``basic.ack multiple=true``; a rejected publish (or a failed commit) is nacked."""
+        counters = self.broker.counters
+        if len(confirms) == 1:  # one publish per burst (a publisher that waits for each)
+            ch, seq, accepted = confirms[0]
+            if accepted and ok:
+                if not ch.closing:
+                    self.send(encode_basic_ack(ch.number, seq, False))
+                    counters["confirmed"] += 1
+                return
         runs: dict[Channel, list[tuple[int, bool]]] = {}
         for ch, seq, accepted in confirms:
             runs.setdefault(ch, []).append((seq, accepted and ok))
-        counters = self.broker.counters
         for ch, items in runs.items():
             if ch.closing:
                 continue
@@ -127,10 +134,10 @@ class PublishBurst:
                     last = seq
                     continue
                 if last:
-                    ch.reply(spec.BasicAck(last, last != first))
+                    self.send(encode_basic_ack(ch.number, last, last != first))
                     first = last = 0
                 ch.reply(spec.BasicNack(seq, False, False))
                 counters["nacked_confirms"] += 1
             if last:
-                ch.reply(spec.BasicAck(last, last != first))
+                self.send(encode_basic_ack(ch.number, last, last != first))
             counters["confirmed"] += sum(1 for _s, accepted in items if accepted)

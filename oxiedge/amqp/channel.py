@@ -22,7 +22,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol
 
 from oxiedge.amqp import deadletter, persist, spec
-from oxiedge.amqp.codec import encode_content, encode_method
+from oxiedge.amqp.codec import encode_content, encode_deliver, encode_method
 from oxiedge.amqp.constants import (
     ACCESS_REFUSED,
     NOT_ALLOWED,
@@ -30,6 +30,7 @@ from oxiedge.amqp.constants import (
     PRECONDITION_FAILED,
 )
 from oxiedge.amqp.errors import AmqpError
+from oxiedge.amqp.fields import encode_shortstr
 from oxiedge.amqp.queues import Queue, QueueConsumer, QueuedMessage
 
 if TYPE_CHECKING:
@@ -96,13 +97,15 @@ class Consumer:
     """A basic.consume subscription of one channel to one queue: the consumer a
     :class:`~oxiedge.amqp.queues.Queue` sees (``has_credit`` / ``deliver``)."""
 
-    __slots__ = ("channel", "exclusive", "no_ack", "prefetch", "queue", "tag", "unacked")
+    __slots__ = ("channel", "exclusive", "no_ack", "prefetch", "queue", "tag", "tag_shortstr",
+                 "unacked")
 
     def __init__(
         self, tag: str, channel: Channel, queue: Queue, no_ack: bool, exclusive: bool,
         prefetch: int,
     ) -> None:
         self.tag = tag
+        self.tag_shortstr = encode_shortstr(tag)  # (encoded once: it is in every delivery)
         self.channel = channel
         self.queue = queue
         self.no_ack = no_ack
@@ -138,10 +141,9 @@ class Consumer:
             self.unacked += 1
             ch.global_unacked += 1
             queue.unacked += 1
-        conn.send(encode_content(
-            ch.number,
-            spec.BasicDeliver(self.tag, tag, msg.redelivered, msg.exchange, msg.routing_key),
-            msg.properties, msg.body, conn.frame_max))
+        conn.send(encode_deliver(ch.number, self.tag_shortstr, tag, msg.redelivered,
+                                 msg.exchange, msg.routing_key, msg.properties, msg.body,
+                                 conn.frame_max))
 
     def server_cancelled(self) -> None:
         """The queue was deleted: notify the client (consumer_cancel_notify)."""

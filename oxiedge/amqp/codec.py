@@ -37,6 +37,7 @@ from oxiedge.amqp.constants import (
     UNEXPECTED_FRAME,
 )
 from oxiedge.amqp.errors import AmqpError
+from oxiedge.amqp.fields import encode_shortstr
 
 PROTOCOL_HEADER = b"AMQP\x00\x00\x09\x01"
 FRAME_METHOD = spec.FRAME_METHOD
@@ -432,6 +433,49 @@ def encode_method(channel: int, method: spec.Method) -> bytes:
     """A method frame."""
     payload = _IDS.pack(method.CLASS_ID, method.METHOD_ID) + method.encode_args()
     return _FRAME_HDR.pack(FRAME_METHOD, channel, len(payload)) + payload + b"\xce"
+
+
+#: basic.ack as one frame: header (type 1, channel, size 13), ids 60.80, tag, bits, 0xce.
+_ACK_FRAME = struct.Struct(">BHIHHQBB")
+#: basic.deliver's method frame up to the consumer tag: header, ids 60.60.
+_DELIVER_HEAD = struct.Struct(">BHIHH")
+#: After the consumer tag: delivery tag, the redelivered bit.
+_DELIVER_TAG = struct.Struct(">QB")
+
+
+def encode_basic_ack(channel: int, delivery_tag: int, multiple: bool) -> bytes:
+    """``encode_method(channel, spec.BasicAck(delivery_tag, multiple))`` in one pack: a
+    publisher confirm is sent once per burst (or message)."""
+    return _ACK_FRAME.pack(FRAME_METHOD, channel, 13, 60, 80, delivery_tag,
+                           1 if multiple else 0, FRAME_END)
+
+
+def encode_deliver(channel: int, consumer_tag: bytes, delivery_tag: int, redelivered: bool,
+                   exchange: str, routing_key: str, properties: bytes, body: bytes,
+                   frame_max: int) -> bytes:
+    """``encode_content(channel, spec.BasicDeliver(...), properties, body, frame_max)``
+    without building the method object: this runs once per delivered message.
+    ``consumer_tag`` is the tag already encoded as a shortstr (the consumer keeps it)."""
+    ex = encode_shortstr(exchange) if exchange else b"\x00"
+    rk = encode_shortstr(routing_key) if routing_key else b"\x00"
+    n = len(body)
+    parts = [
+        _DELIVER_HEAD.pack(FRAME_METHOD, channel, 13 + len(consumer_tag) + len(ex) + len(rk),
+                           60, 60),
+        consumer_tag, _DELIVER_TAG.pack(delivery_tag, 1 if redelivered else 0), ex, rk,
+        b"\xce",
+        _FRAME_HDR.pack(FRAME_HEADER, channel, 12 + len(properties)),
+        _CONTENT_HDR.pack(60, 0, n), properties, b"\xce",
+    ]
+    chunk = frame_max - FRAME_OVERHEAD if frame_max else n
+    if n <= chunk:  # the common case: one body frame (none for an empty body)
+        if n:
+            parts += (_FRAME_HDR.pack(FRAME_BODY, channel, n), body, b"\xce")
+    else:
+        for start in range(0, n, chunk):
+            piece = body[start : start + chunk]
+            parts += (_FRAME_HDR.pack(FRAME_BODY, channel, len(piece)), piece, b"\xce")
+    return b"".join(parts)
 
 
 def encode_content(

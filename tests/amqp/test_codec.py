@@ -417,3 +417,32 @@ def test_frame_max_fudge_like_rabbitmq() -> None:
     [cmd] = parse_all(frames[0] + frames[1] + ok, frame_max=4096)
     assert isinstance(cmd, Command) and len(cmd.body or b"") == 4096
     assert code_of(codec.encode_frame(3, 1, b"x" * 4097), frame_max=4096) == 501
+
+
+# -- the per-message encoders are the generic encoder's bytes --------------------------------
+
+_shortstr = st.text(max_size=40)
+
+
+@settings(max_examples=200, deadline=None)
+@given(channel=st.integers(0, 65535), tag=st.integers(0, 2**64 - 1), multiple=st.booleans())
+def test_encode_basic_ack_is_encode_method(channel: int, tag: int, multiple: bool) -> None:
+    assert codec.encode_basic_ack(channel, tag, multiple) == codec.encode_method(
+        channel, spec.BasicAck(tag, multiple))
+
+
+@settings(max_examples=300, deadline=None)
+@given(channel=st.integers(0, 65535), ctag=_shortstr, tag=st.integers(0, 2**64 - 1),
+       redelivered=st.booleans(), exchange=_shortstr, key=_shortstr,
+       props=st.sampled_from([b"\x00\x00", spec.BasicProperties(delivery_mode=2).encode()]),
+       body=st.binary(max_size=300), frame_max=st.sampled_from([0, 9, 10, 50, 131072]))
+def test_encode_deliver_is_encode_content(channel: int, ctag: str, tag: int,
+                                          redelivered: bool, exchange: str, key: str,
+                                          props: bytes, body: bytes, frame_max: int) -> None:
+    from oxiedge.amqp.fields import encode_shortstr
+
+    assert codec.encode_deliver(
+        channel, encode_shortstr(ctag), tag, redelivered, exchange, key, props, body,
+        frame_max) == codec.encode_content(
+            channel, spec.BasicDeliver(ctag, tag, redelivered, exchange, key), props, body,
+            frame_max)

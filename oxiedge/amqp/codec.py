@@ -59,6 +59,8 @@ HEARTBEAT_FRAME = _FRAME_HDR.pack(FRAME_HEARTBEAT, 0, 0) + bytes([FRAME_END])
 #: The only methods that matter on a channel being closed (spec 1.5.2.5 channel.close:
 #: "the peer ... must discard all frames it receives on the channel except close-ok").
 _CLOSING_METHODS = (spec.ChannelClose, spec.ChannelCloseOk)
+#: Distinct basic.publish method frames a parser remembers decoded (then it starts over).
+PUBLISH_CACHE = 64
 
 
 class ProtocolHeaderMismatch(AmqpError):
@@ -245,6 +247,8 @@ class FrameParser:
         self._discarding: set[int] = set()
         #: Frames skipped on closing channels (for the connection's counters).
         self.discarded = 0
+        #: Decoded basic.publish methods by their payload bytes (bounded: PUBLISH_CACHE).
+        self._publishes: dict[bytes, spec.Method] = {}
 
     def feed(self, data: bytes) -> None:
         """Append bytes received from the peer.
@@ -338,7 +342,15 @@ class FrameParser:
                     f"method frame while content incomplete on {channel}",
                     channel=channel,
                 )
-            method = decode_method(payload)
+            # A publisher repeats the same basic.publish (exchange, key, flags) message after
+            # message: its decoded method (frozen, so shareable) is looked up by its bytes.
+            method = self._publishes.get(payload)
+            if method is None:
+                method = decode_method(payload)
+                if type(method) is spec.BasicPublish:
+                    if len(self._publishes) >= PUBLISH_CACHE:
+                        self._publishes.clear()
+                    self._publishes[payload] = method
             if method.HAS_CONTENT:
                 self._pending[channel] = _Pending(method)
                 return None

@@ -446,3 +446,18 @@ def test_encode_deliver_is_encode_content(channel: int, ctag: str, tag: int,
         frame_max) == codec.encode_content(
             channel, spec.BasicDeliver(ctag, tag, redelivered, exchange, key), props, body,
             frame_max)
+
+
+def test_repeated_publish_methods_are_decoded_once_and_the_cache_is_bounded() -> None:
+    p = FrameParser(0, expect_header=False)
+    frames = [codec.encode_content(1, spec.BasicPublish(routing_key=f"k{i % 3}"), b"\x00\x00",
+                                   b"x", 0) for i in range(6)]
+    p.feed(b"".join(frames))
+    got = [p.next_event() for _ in frames]
+    assert [c.method.routing_key for c in got] == [f"k{i % 3}" for i in range(6)]  # type: ignore[union-attr]
+    assert got[0].method is got[3].method  # type: ignore[union-attr]
+    for i in range(codec.PUBLISH_CACHE + 5):  # distinct keys: the cache starts over
+        p.feed(codec.encode_content(1, spec.BasicPublish(routing_key=f"d{i}"), b"\x00\x00",
+                                    b"", 0))
+        assert p.next_event().method.routing_key == f"d{i}"  # type: ignore[union-attr]
+    assert len(p._publishes) <= codec.PUBLISH_CACHE

@@ -242,6 +242,8 @@ class Channel:
     def ack(self, tag: int, multiple: bool) -> int:
         """basic.ack: delete the durable records by (queue, seq); returns flags."""
         broker = self.broker
+        if not multiple:
+            return self._ack_one(tag)
         settled = self._take(tag, multiple)
         flags = 0
         for queue, msg, _consumer in settled:
@@ -250,6 +252,33 @@ class Channel:
                 flags = KICK | UNSYNCED
         broker.counters["acked"] += len(settled)
         self._redispatch()
+        return flags
+
+    def _ack_one(self, tag: int) -> int:
+        """``ack(tag, multiple=False)``, the common case, without the lists of ``_take``."""
+        unacked = self.unacked
+        # At the channel's unacked bound every consumer of the channel was held back.
+        was_capped = len(unacked) >= self.conn.unacked_limit
+        entry = unacked.pop(tag, None)
+        if entry is None:
+            raise AmqpError(PRECONDITION_FAILED, f"unknown delivery tag {tag}")
+        queue, msg, consumer = entry
+        queue.unacked -= 1
+        broker = self.broker
+        flags = 0
+        if msg.stored:
+            broker.forget(queue, msg)
+            flags = KICK | UNSYNCED
+        broker.counters["acked"] += 1
+        if consumer is not None:
+            consumer.unacked -= 1
+            self.global_unacked -= 1
+            if not (self.global_prefetch or was_capped):
+                queue.dispatch()
+                return flags
+        if self.global_prefetch or was_capped:
+            for c in list(self.consumers.values()):
+                c.queue.dispatch()
         return flags
 
     def nack(self, tag: int, multiple: bool, requeue: bool) -> int:

@@ -219,3 +219,34 @@ def test_protocol_modules_import_no_trio() -> None:
         imported |= {(node.module or "").split(".")[0] for node in ast.walk(tree)
                      if isinstance(node, ast.ImportFrom)}
         assert "trio" not in imported, name
+
+
+async def test_single_acks_free_prefetch_and_unknown_tags_are_406(tmp_path: Path) -> None:
+    """basic.ack of one tag (the common case, its own path): the prefetch slot frees and
+    the next message is delivered; a basic.get delivery acks too; an unknown tag is 406."""
+    async with opened(tmp_path) as (svc, proto):
+        await play(svc, proto, OPEN_1[0] + M(1, spec.QueueDeclare(queue="p"))
+                   + M(1, spec.BasicQos(0, 1, False))
+                   + M(1, spec.BasicConsume(queue="p", consumer_tag="c")))
+        outlet = proto._outlet
+        assert isinstance(outlet, MemoryOutlet)
+        out, _ = await play(svc, proto, publish(1, "p", b"a") + publish(1, "p", b"b"))
+        deliver = [codec.encode_content(1, spec.BasicDeliver("c", t, False, "", "p"),
+                                        b"\x00\x00", body, 131072)
+                   for t, body in ((1, b"a"), (2, b"b"))]
+        assert out + b"".join(outlet.written) == deliver[0]  # prefetch 1: one at a time
+        outlet.written.clear()
+        out, _ = await play(svc, proto, M(1, spec.BasicAck(1, False)))
+        assert out + b"".join(outlet.written) == deliver[1]
+        outlet.written.clear()
+        await play(svc, proto, M(1, spec.BasicCancel("c")))
+        await play(svc, proto, publish(1, "p", b"g"))
+        out, _ = await play(svc, proto, M(1, spec.BasicGet(queue="p")))
+        assert out == codec.encode_content(1, spec.BasicGetOk(3, False, "", "p", 0),
+                                           b"\x00\x00", b"g", 131072)
+        out, _ = await play(svc, proto, M(1, spec.BasicAck(2, False))
+                            + M(1, spec.BasicAck(3, False)))
+        assert out == b"" and not proto.channels[1].unacked
+        out, _ = await play(svc, proto, M(1, spec.BasicAck(9, False)))
+        assert out == M(1, spec.ChannelClose(
+            406, "PRECONDITION_FAILED - unknown delivery tag 9", 60, 80))

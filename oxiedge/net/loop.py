@@ -197,6 +197,15 @@ class Transport:
         if n:
             self._sent(n)
 
+    def deliver_now(self) -> None:
+        """Send what the running burst wrote to other connections so far, now (the
+        protocol calls it after the last packet of its input: a delivery then does not
+        wait for the end-of-burst processing). Its later writes are listed again."""
+        written = self._written
+        if written.items and written.in_burst:
+            flush_written(written)
+            written.in_burst = True
+
     def _sent(self, n: int) -> None:
         self.writes += 1
         self.out_bytes -= n

@@ -5,6 +5,7 @@ trio's in-memory streams and the autojump clock: the loop knows no MQTT, so what
 from __future__ import annotations
 
 import math
+import socket
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -274,3 +275,35 @@ async def test_a_peer_that_goes_away(store: Store) -> None:
         nursery.start_soon(transport.run, proto)
         await client.aclose()
     assert proto.events[-2:] == ["data b''", "closed"]
+
+
+async def test_deliver_now_sends_other_connections_output_mid_burst(store: Store) -> None:
+    # A protocol that knows it handled the last packet of its input calls deliver_now():
+    # what the burst wrote to other connections leaves at once, before the burst ends.
+    a_client, a_server = stream_pair("socket")
+    b_client, b_server = stream_pair("socket")
+    subscriber = Transport(b_server, store, pause_at=1 << 20)
+    publisher = Transport(a_server, store, pause_at=1 << 20)
+    seen: list[bytes] = []
+
+    class Forward(Lines):
+        def next_action(self) -> object:
+            if b"fwd\n" in self.buf:
+                self.buf = self.buf.replace(b"fwd\n", b"", 1)
+                subscriber.write(b"delivery\n")
+                publisher.deliver_now()
+                raw = b_client.socket  # type: ignore[attr-defined]
+                try:
+                    seen.append(raw._sock.recv(100, socket.MSG_DONTWAIT))
+                except BlockingIOError:
+                    seen.append(b"")  # not sent yet
+                self.out.append(b"ok\n")
+            return super().next_action()
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(subscriber.run, Lines(subscriber))
+        nursery.start_soon(publisher.run, Forward(publisher))
+        await a_client.send_all(b"fwd\n")
+        assert await read_until(a_client, b"ok\n") == b"ok\n"
+        nursery.cancel_scope.cancel()
+    assert seen == [b"delivery\n"]

@@ -131,23 +131,24 @@ class Router:
         UTF-8 bytes if known; ``qos0_frame``: the received packet when it is exactly the
         QoS 0 delivery (QoS 0, RETAIN 0), sent to QoS 0 subscribers as is."""
         self.stats.messages_in += 1
-        msg = Message(topic, payload, topic_b)
-        if qos0_frame is not None:
-            msg.qos0 = qos0_frame
         staged = False
-        if retain:
-            staged = self.retained.keep(msg, qos)
         route = self.routes.get(topic)
         if route is None:
             route = self._route_of(topic)
-        # QoS 2: nothing is sent before the round of this PUBLISH committed (module doc).
-        hold = self.hold if qos == 2 else None
-        for s, granted in route:
-            # MQTT-3.3.1-9: retain flag is 0 for deliveries to existing subscriptions.
-            if s.deliver(msg, granted if granted < qos else qos, False, hold):
-                staged = True
-        if hold is not None:
-            self.held()
+        if route or retain:  # (no subscriber, not retained: no ``Message`` is built)
+            msg = Message(topic, payload, topic_b)
+            if qos0_frame is not None:
+                msg.qos0 = qos0_frame
+            if retain:
+                staged = self.retained.keep(msg, qos)
+            # QoS 2: nothing is sent before the round of this PUBLISH committed (module doc).
+            hold = self.hold if qos == 2 else None
+            for s, granted in route:
+                # MQTT-3.3.1-9: retain flag is 0 for deliveries to existing subscriptions.
+                if s.deliver(msg, granted if granted < qos else qos, False, hold):
+                    staged = True
+            if hold is not None:
+                self.held()
         # ---- the bus: amq.topic, uplink outboxes, ingest (oxiedge/bus.py) ---------------
         # (the one place MQTT hands a publish on; everything above is MQTT's own)
         bus = self.bus

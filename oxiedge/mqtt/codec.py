@@ -178,7 +178,12 @@ def _parse_publish(
             _topic_cache_bytes += tl
     retain = bool(first & 1)
     if qos:
-        pid = _packet_id(frame, end)
+        # (``_packet_id``, inlined: once per message)
+        if n - end < 2:
+            raise ProtocolError("truncated packet identifier")
+        pid = (frame[end] << 8) | frame[end + 1]
+        if not pid:
+            raise ProtocolError("packet identifier 0 (MQTT-2.3.1-1)")
         return (topic, raw, qos, retain, dup, pid, frame[end + 2 :], None)
     fwd = frame if forwardable and not retain else None
     return (topic, raw, 0, retain, False, None, frame[end:], fwd)

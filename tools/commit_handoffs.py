@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import statistics
 import sys
 import tempfile
@@ -250,6 +251,8 @@ def main(argv: list[str] | None = None) -> int:
                 p50s[v].append([statistics.median(c) for c in cols])
     finally:
         store.close()
+        if a.dir is None:
+            shutil.rmtree(base, ignore_errors=True)
     print(f"load average {os.getloadavg()}; rounds {a.rounds} x repeats {a.repeats}; "
           f"µs, median over runs of per-run p50")
     print(f"{'phase':8s}" + "".join(f"{v:>10s}" for v in variants))

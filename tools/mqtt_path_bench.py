@@ -57,6 +57,9 @@ class Wire:
         self.out.append(data)
         self.out_bytes += len(data)
 
+    def deliver_now(self) -> None:
+        pass
+
     def abort(self) -> None:
         raise AssertionError("aborted")
 

@@ -82,6 +82,8 @@ class Outlet(Protocol):
 
     def write(self, data: bytes) -> None: ...
 
+    def deliver_now(self) -> None: ...
+
     def abort(self) -> None: ...
 
 
@@ -409,7 +411,9 @@ class MqttProtocol:
         window = keep_alive * 1.5 if keep_alive else math.inf
         h = self._h
         handlers = h.table()
-        next_item, on_publish, on_puback = self.decoder.next_item, h.on_publish, h.on_puback
+        decoder = self.decoder
+        next_item, on_publish, on_puback = decoder.next_item, h.on_publish, h.on_puback
+        deliver_now = self.outlet.deliver_now
         replies = h.replies
         alarms, clock, router = self._alarms, self.clock, self.broker.router
         inf = math.inf
@@ -424,6 +428,10 @@ class MqttProtocol:
                     yield CHECKPOINT
                 if type(item) is tuple:
                     on_publish(item)  # the hot path: no packet object, no lookup
+                    if not decoder.buffered:
+                        # The last packet of this input: its deliveries go now, not
+                        # after the end-of-burst work (they wait for nothing of it).
+                        deliver_now()
                     continue
                 if type(item) is int:
                     on_puback(item)  # a subscriber's hot path: a PUBACK's packet id

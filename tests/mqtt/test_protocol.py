@@ -72,6 +72,9 @@ class Wire:
     def write(self, data: bytes) -> None:
         self.data += data
 
+    def deliver_now(self) -> None:
+        pass
+
     def abort(self) -> None:
         self.aborted = True
 

@@ -91,6 +91,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="KEY=VALUE for the oxiedge process (e.g. a small RocksDB profile)")
     p.add_argument("--cpus", default="",
                    help="pin every started broker with taskset -c CPUS (e.g. 0-3)")
+    p.add_argument("--client-cpus", default="",
+                   help="pin this process (the load generator and its client libraries' "
+                        "threads) to CPUS, e.g. 1; with --cpus, sets where client and broker "
+                        "run relative to each other (latency depends on it, bench/README.md)")
     p.add_argument("--wrap", default="",
                    help="command prefix for started brokers, e.g. "
                         "'systemd-run --scope -p MemoryMax=512M --quiet'")
@@ -116,6 +120,8 @@ def run(argv: list[str] | None = None) -> int:
     o = Options(count=a.count, duration=a.duration, payload=a.payload, window=a.window,
                 amqp_window=a.amqp_window, fanout=a.fanout, connections=a.connections,
                 drain_count=a.drain_count, latency_count=a.latency_count, rate=a.rate)
+    if a.client_cpus:
+        os.sched_setaffinity(0, parse_cpus(a.client_cpus))
     want = list(dict.fromkeys(a.broker + (["mosquitto", "rabbitmq"] if a.with_peers else [])))
     prefix = broker_prefix(a.wrap, a.cpus)
     started: list[Started] = []
@@ -206,6 +212,15 @@ def paused(pids: list[int]) -> Iterator[None]:
             for p in tree:
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(p, signal.SIGCONT)
+
+
+def parse_cpus(spec: str) -> set[int]:
+    """taskset's list syntax: ``0``, ``0,2``, ``0-3``."""
+    out: set[int] = set()
+    for part in spec.split(","):
+        lo, _, hi = part.partition("-")
+        out.update(range(int(lo), int(hi or lo) + 1))
+    return out
 
 
 def broker_prefix(wrap: str, cpus: str) -> list[str] | None:

@@ -59,6 +59,9 @@ class MemoryOutlet:
     def write(self, data: bytes) -> None:
         self.written.append(data)
 
+    def deliver_now(self) -> None:
+        pass
+
 
 class Bench:
     """One in-process service and the helpers that drive protocol objects."""

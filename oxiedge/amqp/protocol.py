@@ -297,6 +297,11 @@ class AmqpProtocol(LoopSide, Handshake, PublishBurst):
                     try:
                         if cls is _PUBLISH:
                             self._publish(ch, ev)
+                            if not parser.buffered:
+                                # The last frame of this input: its deliveries go now, not
+                                # after the end-of-burst work (they wait for nothing of it:
+                                # consumers may see a message before its sync).
+                                self._outlet.deliver_now()
                         else:
                             flags = ch.ack(ev.method.delivery_tag, ev.method.multiple)  # type: ignore[attr-defined]
                             if flags:

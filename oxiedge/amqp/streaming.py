@@ -36,6 +36,9 @@ class Outlet(Protocol):
 
     def write(self, data: bytes) -> None: ...
 
+    def deliver_now(self) -> None:
+        """Send what this burst wrote to other connections so far, now."""
+
 
 class _Ended(Exception):
     """The connection is over (deadline, end of input); the text is the reason."""

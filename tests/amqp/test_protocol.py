@@ -41,6 +41,9 @@ class MemoryOutlet:
     def write(self, data: bytes) -> None:
         self.written.append(data)
 
+    def deliver_now(self) -> None:
+        pass
+
 
 def protocol_for(svc: AmqpService) -> AmqpProtocol:
     app = svc.app

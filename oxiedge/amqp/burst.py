@@ -84,6 +84,12 @@ class PublishBurst:
                 NO_ROUTE, "NO_ROUTE", m.exchange, m.routing_key), props, body,
                 self.frame_max))
 
+    @property
+    def _flush_due(self) -> bool:
+        """The burst staged, or owes confirms (``_flush`` has work; a quiet burst skips
+        the generator)."""
+        return self._needs_commit or bool(self._confirms) or self._staged
+
     def _flush(self) -> Steps:
         """End of a burst: one commit for all its durable records, then the confirms in
         publish order (coalesced per channel)."""

@@ -18,7 +18,7 @@ is left to do:
 from __future__ import annotations
 
 import secrets
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Protocol
 
 from oxiedge.amqp import deadletter, persist, spec
@@ -222,21 +222,33 @@ class Channel:
         self._was_capped = len(unacked) >= self.conn.unacked_limit
         out = [unacked.pop(t) for t in tags]
         touched: set[Queue] = set()
-        for queue, _msg, consumer in out:
-            queue.unacked -= 1
-            if consumer is not None:
-                consumer.unacked -= 1
-                self.global_unacked -= 1
+        for entry in out:
+            queue = self._settle(entry)
+            if queue is not None:
                 touched.add(queue)
         self._touched = touched
         return out
 
+    def _settle(self, entry: Unacked) -> Queue | None:
+        """One delivery leaves the unacked set: the counts; its queue if a consumer's
+        credit came back (that queue may deliver again)."""
+        queue, _msg, consumer = entry
+        queue.unacked -= 1
+        if consumer is None:
+            return None
+        consumer.unacked -= 1
+        self.global_unacked -= 1
+        return queue
+
     def _redispatch(self) -> None:
-        if self.global_prefetch or self._was_capped:
+        self._dispatch_after(self._was_capped, self._touched)
+
+    def _dispatch_after(self, was_capped: bool, touched: Iterable[Queue]) -> None:
+        if self.global_prefetch or was_capped:
             for c in list(self.consumers.values()):
                 c.queue.dispatch()
         else:
-            for q in self._touched:
+            for q in touched:
                 q.dispatch()
 
     def ack(self, tag: int, multiple: bool) -> int:
@@ -262,23 +274,15 @@ class Channel:
         entry = unacked.pop(tag, None)
         if entry is None:
             raise AmqpError(PRECONDITION_FAILED, f"unknown delivery tag {tag}")
-        queue, msg, consumer = entry
-        queue.unacked -= 1
+        credited = self._settle(entry)
+        owner, msg, _consumer = entry
         broker = self.broker
         flags = 0
         if msg.stored:
-            broker.forget(queue, msg)
+            broker.forget(owner, msg)
             flags = KICK | UNSYNCED
         broker.counters["acked"] += 1
-        if consumer is not None:
-            consumer.unacked -= 1
-            self.global_unacked -= 1
-            if not (self.global_prefetch or was_capped):
-                queue.dispatch()
-                return flags
-        if self.global_prefetch or was_capped:
-            for c in list(self.consumers.values()):
-                c.queue.dispatch()
+        self._dispatch_after(was_capped, () if credited is None else (credited,))
         return flags
 
     def nack(self, tag: int, multiple: bool, requeue: bool) -> int:

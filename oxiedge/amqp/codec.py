@@ -470,24 +470,31 @@ def encode_deliver(channel: int, consumer_tag: bytes, delivery_tag: int, redeliv
     ``consumer_tag`` is the tag already encoded as a shortstr (the consumer keeps it)."""
     ex = encode_shortstr(exchange) if exchange else b"\x00"
     rk = encode_shortstr(routing_key) if routing_key else b"\x00"
-    n = len(body)
     parts = [
         _DELIVER_HEAD.pack(FRAME_METHOD, channel, 13 + len(consumer_tag) + len(ex) + len(rk),
                            60, 60),
         consumer_tag, _DELIVER_TAG.pack(delivery_tag, 1 if redelivered else 0), ex, rk,
         b"\xce",
-        _FRAME_HDR.pack(FRAME_HEADER, channel, 12 + len(properties)),
-        _CONTENT_HDR.pack(60, 0, n), properties, b"\xce",
     ]
+    _add_content_frames(parts, channel, 60, properties, body, frame_max)
+    return b"".join(parts)
+
+
+def _add_content_frames(parts: list[bytes], channel: int, class_id: int, properties: bytes,
+                        body: bytes, frame_max: int) -> None:
+    """Append the header frame and the body frames (each at most ``frame_max``, 0 =
+    unlimited; none for an empty body) of a content-bearing method."""
+    n = len(body)
+    parts += (_FRAME_HDR.pack(FRAME_HEADER, channel, _CONTENT_HDR.size + len(properties)),
+              _CONTENT_HDR.pack(class_id, 0, n), properties, b"\xce")
     chunk = frame_max - FRAME_OVERHEAD if frame_max else n
-    if n <= chunk:  # the common case: one body frame (none for an empty body)
+    if n <= chunk:  # the common case: one body frame
         if n:
             parts += (_FRAME_HDR.pack(FRAME_BODY, channel, n), body, b"\xce")
-    else:
-        for start in range(0, n, chunk):
-            piece = body[start : start + chunk]
-            parts += (_FRAME_HDR.pack(FRAME_BODY, channel, len(piece)), piece, b"\xce")
-    return b"".join(parts)
+        return
+    for start in range(0, n, chunk):
+        piece = body[start : start + chunk]
+        parts += (_FRAME_HDR.pack(FRAME_BODY, channel, len(piece)), piece, b"\xce")
 
 
 def encode_content(
@@ -496,17 +503,6 @@ def encode_content(
     """A content-bearing method: method frame, header frame, body frames no larger than
     ``frame_max`` (0 = unlimited).  ``properties`` are raw bytes from the flags word on."""
     args = _IDS.pack(method.CLASS_ID, method.METHOD_ID) + method.encode_args()
-    header = _CONTENT_HDR.pack(method.CLASS_ID, 0, len(body)) + properties
-    parts = [
-        _FRAME_HDR.pack(FRAME_METHOD, channel, len(args)),
-        args,
-        b"\xce",
-        _FRAME_HDR.pack(FRAME_HEADER, channel, len(header)),
-        header,
-        b"\xce",
-    ]
-    chunk = frame_max - FRAME_OVERHEAD if frame_max else len(body) or 1
-    for start in range(0, len(body), chunk):
-        piece = body[start : start + chunk]
-        parts += [_FRAME_HDR.pack(FRAME_BODY, channel, len(piece)), piece, b"\xce"]
+    parts = [_FRAME_HDR.pack(FRAME_METHOD, channel, len(args)), args, b"\xce"]
+    _add_content_frames(parts, channel, method.CLASS_ID, properties, body, frame_max)
     return b"".join(parts)

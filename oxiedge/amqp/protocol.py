@@ -310,13 +310,13 @@ class AmqpProtocol(LoopSide, Handshake, PublishBurst):
                     except AmqpError as exc:
                         self._channel_error(ch, exc, ev.method)
                     continue
-                if self._needs_commit or self._confirms or self._staged:
+                if self._flush_due:
                     yield from self._flush()
                 yield from self._method(ev)
                 if self.closed:
                     return
-            if self._needs_commit or self._confirms or self._staged:
-                yield from self._flush()  # (the check saves a generator per quiet burst)
+            if self._flush_due:
+                yield from self._flush()
             # The end of a burst.  Publisher input (bodies being received included) counts
             # toward the memory alarm as it arrives; while an alarm is on, a publishing
             # connection is not read (TCP back-pressure throttles it, as in RabbitMQ; one

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from oxiedge.mqtt import persist
 from oxiedge.mqtt.encode import encode_publish, encode_pubrel
-from oxiedge.mqtt.persist import CF
+from oxiedge.mqtt.persist import CF, packet_id_of
 from oxiedge.mqtt.topics import DEFAULT_MAX_TOPIC_LENGTH, DEFAULT_MAX_TOPIC_LEVELS
 
 if TYPE_CHECKING:
@@ -294,17 +294,14 @@ class Session:
             # Nothing queued (the common case): what ``pump`` does with a queue of this one
             # message, without queueing it. Where ``pump`` would wait, it is queued below.
             inflight, rel = self.inflight, self.rel
-            pid = seq % 65535 + 1  # ``persist.packet_id_of`` (inlined, as in ``pump``)
+            pid = packet_id_of(seq)
             if (len(inflight) + len(rel) < limits.max_inflight
                     and conn.out_bytes < limits.out_limit
                     and pid not in inflight and pid not in rel):  # fmt: skip
                 if store is not None:
                     store.stage_put(CF, persist.msg_key(self.owner_b, seq),
                                     persist.encode_msg(qos, retain, msg.topic_b, msg.payload))
-                inflight[pid] = p
-                conn.write(encode_publish(msg.topic_b, msg.payload, qos, retain, False, pid))
-                p.dup = True  # any later send is a re-delivery (MQTT-3.3.1-1)
-                self.stats.messages_out += 1
+                self._send(conn, p, pid)
                 return store is not None
         if len(queue) >= limits.queue_limit:
             self._drop_oldest()
@@ -364,16 +361,21 @@ class Session:
             p = queue[0]
             if p.held:
                 return  # its round is still open; ``Hold.release`` pumps again
-            pid = p.seq % 65535 + 1  # ``persist.packet_id_of`` (inlined: once per send)
+            pid = packet_id_of(p.seq)
             if pid in inflight or pid in rel:
                 return  # a 65535-old message is still unacknowledged: wait for it
             queue.popleft()
-            inflight[pid] = p
             msg = p.msg
             self.queue_bytes -= len(msg.payload) + len(msg.topic_b)
-            conn.write(encode_publish(msg.topic_b, msg.payload, p.qos, p.retain, p.dup, pid))
-            p.dup = True  # any later send is a re-delivery (MQTT-3.3.1-1)
-            self.stats.messages_out += 1
+            self._send(conn, p, pid)
+
+    def _send(self, conn: Outlet, p: Pending, pid: int) -> None:
+        """Send ``p`` as packet ``pid``; it is in flight until acknowledged."""
+        self.inflight[pid] = p
+        msg = p.msg
+        conn.write(encode_publish(msg.topic_b, msg.payload, p.qos, p.retain, p.dup, pid))
+        p.dup = True  # any later send is a re-delivery (MQTT-3.3.1-1)
+        self.stats.messages_out += 1
 
     def resend(self) -> None:
         """After a reconnect: re-send unacknowledged PUBLISH (DUP) and PUBREL packets in

@@ -51,6 +51,7 @@ class ServerProcess:
         self.mqtt_tls_port: int | None = None  # "MQTT TLS listening on" (--mqtt-tls-port)
         self.amqp_tls_port: int | None = None
         self._cond = threading.Condition()
+        self._pumper: threading.Thread | None = None
 
     # ----------------------------------------------------------------- control
     def start(self, timeout: float = 30.0, expect_ready: bool = True) -> ServerProcess:
@@ -64,7 +65,8 @@ class ServerProcess:
         self.mqtt_tls_port = self.amqp_tls_port = None
         self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                      stderr=subprocess.STDOUT, text=True, env=env)
-        threading.Thread(target=self._pump, args=(self.proc,), daemon=True).start()
+        self._pumper = threading.Thread(target=self._pump, args=(self.proc,), daemon=True)
+        self._pumper.start()
         if expect_ready:
             self.wait_for_line(READY, timeout)
         return self
@@ -122,6 +124,7 @@ class ServerProcess:
         if self.proc is not None and self.proc.poll() is None:
             self.proc.send_signal(signal.SIGKILL)
             self.proc.wait(10)
+        self._drain()
 
     def stop(self, timeout: float = 20.0) -> int:
         """SIGTERM and wait; returns the exit code."""
@@ -134,7 +137,13 @@ class ServerProcess:
                 self.proc.kill()
                 self.proc.wait(5)
                 raise AssertionError(f"server did not stop within {timeout}s on SIGTERM") from None
+        self._drain()
         return int(self.proc.returncode)
+
+    def _drain(self) -> None:
+        """Once the process is gone: let the pump read its last lines into ``log_lines``."""
+        if self._pumper is not None:
+            self._pumper.join(5)
 
     def restart(self, timeout: float = 30.0) -> ServerProcess:
         if self.proc is not None and self.proc.poll() is None:

@@ -35,7 +35,8 @@ class Sub:
         )  # fmt: skip
         self.lines: list[str] = []
         self.subacked = threading.Event()
-        threading.Thread(target=self._read, daemon=True).start()
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
         if not self.subacked.wait(TIMEOUT):
             self.proc.kill()
             raise AssertionError("mosquitto_sub got no SUBACK:\n" + "\n".join(self.lines))
@@ -50,6 +51,7 @@ class Sub:
     def messages(self) -> list[str]:
         """After exit: the ``topic payload`` lines (-v), debug lines removed."""
         self.proc.wait(TIMEOUT)
+        self.reader.join(TIMEOUT)  # the pipe's last lines may still be unread when it exits
         debug = ("Client ", "Subscribed ")
         return [ln for ln in self.lines if ln.strip() and not ln.startswith(debug)]
 

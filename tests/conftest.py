@@ -51,7 +51,7 @@ class ServerProcess:
         self.mqtt_tls_port: int | None = None  # "MQTT TLS listening on" (--mqtt-tls-port)
         self.amqp_tls_port: int | None = None
         self._cond = threading.Condition()
-        self._pumper: threading.Thread | None = None
+        self._eof = True  # the pump has read the process's output to its end
 
     # ----------------------------------------------------------------- control
     def start(self, timeout: float = 30.0, expect_ready: bool = True) -> ServerProcess:
@@ -65,8 +65,8 @@ class ServerProcess:
         self.mqtt_tls_port = self.amqp_tls_port = None
         self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                      stderr=subprocess.STDOUT, text=True, env=env)
-        self._pumper = threading.Thread(target=self._pump, args=(self.proc,), daemon=True)
-        self._pumper.start()
+        self._eof = False
+        threading.Thread(target=self._pump, args=(self.proc,), daemon=True).start()
         if expect_ready:
             self.wait_for_line(READY, timeout)
         return self
@@ -91,6 +91,7 @@ class ServerProcess:
                         self.amqp_tls_port = int(t.group(3))
                 self._cond.notify_all()
         with self._cond:
+            self._eof = self._eof or proc is self.proc  # not a restarted server's
             self._cond.notify_all()
 
     def wait_for_line(self, prefix: str, timeout: float = 30.0) -> str:
@@ -102,8 +103,7 @@ class ServerProcess:
                     if line.startswith(prefix):
                         return line
                 if self.proc is not None and self.proc.poll() is not None:
-                    # Let the pump drain the last lines before giving up.
-                    self._cond.wait(0.2)
+                    self._cond.wait_for(lambda: self._eof, 5)  # its last lines first
                     if not any(line.startswith(prefix) for line in self.log_lines):
                         raise AssertionError(
                             f"server exited ({self.proc.returncode}) before {prefix!r}:\n"
@@ -142,8 +142,8 @@ class ServerProcess:
 
     def _drain(self) -> None:
         """Once the process is gone: let the pump read its last lines into ``log_lines``."""
-        if self._pumper is not None:
-            self._pumper.join(5)
+        with self._cond:
+            self._cond.wait_for(lambda: self._eof, 5)
 
     def restart(self, timeout: float = 30.0) -> ServerProcess:
         if self.proc is not None and self.proc.poll() is None:

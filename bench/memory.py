@@ -1,7 +1,7 @@
 """Memory and start-up: RSS idle, with N connected MQTT clients, with M queued durable
 messages, and (oxiedge) the time to ``oxiedge ready`` with those messages pending.
 
-``python -m bench.memory --broker oxiedge [--with-peers] [--clients 1000] [--queued 100000]``
+``python -m bench.memory [--broker oxiedge] [--with-peers] [--clients 1000] [--queued 100000]``
 
 Sequence per broker: start → settle → RSS idle → queue M persistent messages (AMQP: one
 durable queue with confirms; MQTT: offline persistent sessions of 4,000 messages each,
@@ -133,7 +133,8 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.memory", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--broker", action="append", default=[],
-                   choices=["oxiedge", "mosquitto", "rabbitmq"])
+                   choices=["oxiedge", "mosquitto", "rabbitmq"],
+                   help="broker to measure (repeatable; default: oxiedge)")
     p.add_argument("--with-peers", action="store_true")
     p.add_argument("--clients", type=int, default=1000)
     p.add_argument("--queued", type=int, default=100_000)
@@ -153,7 +154,8 @@ def main(argv: list[str] | None = None) -> int:
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     want = min(hard, max(soft, a.clients * 2 + 256))
     resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
-    names = list(dict.fromkeys(a.broker + (["mosquitto", "rabbitmq"] if a.with_peers else [])))
+    names = list(dict.fromkeys((a.broker or ["oxiedge"])
+                               + (["mosquitto", "rabbitmq"] if a.with_peers else [])))
     if a.with_peers:
         brokers.ensure_peers_installed()
     info = describe(".")

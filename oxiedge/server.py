@@ -63,9 +63,24 @@ def run(config: Config) -> int:
     except (StartupError, ConfigError) as exc:
         log.error("oxiedge: error: %s", exc)
         return 2
+    except BaseExceptionGroup as group:
+        # Raised inside the server's nursery (a port in use, a bad TLS file): the group
+        # holds it. Only a group of nothing else is a start-up error; the rest propagates.
+        bad, rest = group.split((StartupError, ConfigError))
+        if bad is None or rest is not None:
+            raise
+        log.error("oxiedge: error: %s", _first_leaf(bad))
+        return 2
     except KeyboardInterrupt:
         pass
     return 0
+
+
+def _first_leaf(group: BaseExceptionGroup[BaseException]) -> BaseException:
+    exc: BaseException = group
+    while isinstance(exc, BaseExceptionGroup):
+        exc = exc.exceptions[0]
+    return exc
 
 
 def _prepare_data_dir(path: Path) -> None:

@@ -47,7 +47,7 @@ def test_ports_off_and_env_vars(tmp_path: Path, start_server) -> None:  # type: 
 
 
 @pytest.mark.parametrize("proto", ["mqtt", "amqp"])
-def test_port_in_use_exits_nonzero_naming_it(tmp_path: Path, proto: str) -> None:
+def test_port_in_use_is_a_one_line_error_exit_2(tmp_path: Path, proto: str) -> None:
     if importlib.util.find_spec(f"oxiedge.{proto}.service") is None:
         pytest.skip(f"{proto} broker not in this build yet")
     other = "amqp" if proto == "mqtt" else "mqtt"
@@ -57,9 +57,10 @@ def test_port_in_use_exits_nonzero_naming_it(tmp_path: Path, proto: str) -> None
         port = busy.getsockname()[1]
         res = _run_serve("--data", str(tmp_path / "d"), f"--{proto}-port", str(port),
                          f"--{other}-port", "off")
-    assert res.returncode != 0
-    assert str(port) in res.stderr and "in use" in res.stderr
+    assert res.returncode == 2, res.stderr
+    assert f"port {port} on 127.0.0.1 is already in use" in res.stderr
     assert "oxiedge ready" not in res.stderr
+    assert "Traceback" not in res.stderr and "StartupError" not in res.stderr  # one line
 
 
 @pytest.mark.parametrize(

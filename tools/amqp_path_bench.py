@@ -50,7 +50,11 @@ def _setup_path(tree: str | None) -> None:
 
 
 class MemoryOutlet:
-    """What the transport would write outside the protocol's steps (deliveries)."""
+    """What the transport would write outside the protocol's steps (deliveries).
+
+    The same fake as ``tests/amqp/test_protocol.py``'s, on purpose: ``--tree`` runs this
+    tool against an older checkout, so it may import nothing that a tree lacks (nor a
+    test module, which such a tree's tests may not have)."""
 
     def __init__(self) -> None:
         self.out_bytes = 0

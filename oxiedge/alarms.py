@@ -20,6 +20,9 @@ compared is then memory really in use (message bodies, Python objects, RocksDB c
 which a drain does bring down.  Where there is no ``malloc_trim`` (musl, macOS) the raw
 RSS is used.
 
+A memory alarm clears once the RSS is 5% under the watermark, a disk alarm once the free
+space is 10% over its limit (hysteresis: an alarm does not flap at its boundary).
+
 Limits: the memory watermark is a fraction (default 0.4, RabbitMQ's default) of the memory
 the process may use — the RAM, or its cgroup limit when lower (``MemoryMax=``/``MemoryHigh=``
 of the systemd unit; ``sizes.memory_limit``) — or an absolute size (``512MB``, at least
@@ -125,7 +128,12 @@ class ResourceAlarms:
         except OSError:
             self.disk_free = 0
         was = self.blocked
-        memory = self.rss > self.memory_limit
+        # Hysteresis: a memory alarm clears only 5% under the watermark. Without it a
+        # publisher stopped right at the watermark flaps it (a trim takes the RSS just
+        # under, the publisher resumes and pushes it just over again), and every flap is a
+        # connection.blocked / unblocked pair to each client.
+        memory_margin = self.memory_limit // 20 if self.memory_alarm else 0
+        memory = self.rss > self.memory_limit - memory_margin
         # Hysteresis: clear a disk alarm only with 10% room above the limit, so a
         # compaction's transient files do not flap it.
         disk_margin = self.disk_free_limit // 10 if self.disk_alarm else 0

@@ -6,6 +6,10 @@ Two halves, split so the protocols never see trio or a socket:
     The vocabulary between a sans-IO protocol object and the loop, and the
     ``StreamProtocol`` interface the loop drives.
 
+``net.hot`` (trio internals)
+    The hot loop: parked plain-TCP connections served inline in trio's I/O wait (an
+    instrument), so a burst that needs no await costs no task wake-up.
+
 ``net.loop`` (trio)
     ``Transport``: owns one ``trio.abc.Stream`` (TCP, ``trio.SSLStream`` for TLS, a
     WebSocket stream later), the reader and writer tasks, the end-of-burst commit,

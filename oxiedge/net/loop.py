@@ -28,7 +28,10 @@ without limit; TCP then pushes back on it).
 Reading: a plain socket is read with ``os.read`` on its (non-blocking) descriptor and
 ``wait_readable`` only when nothing is there; trio's socket wrappers (error translation,
 two context managers, the failed first ``recv``) cost more than the rest of a small burst.
-Input taken at once still passes one scheduling point, as trio's own ``recv`` does.
+Input taken at once still passes one scheduling point, as trio's own ``recv`` does. When
+nothing is there, the reader parks its descriptor in the hot loop (``net.hot``) instead of
+waiting in trio: bursts that need no await are then served inline, in the event loop's
+own wait, and the reader task wakes only for what needs it (``_pending``).
 
 Deadlines are the protocol's (``deadline``, in ``trio.current_time()``): the CONNECT or
 handshake deadline, the keep-alive or heartbeat window. The loop applies it to the wait
@@ -69,8 +72,9 @@ from oxiedge.net.actions import (
     Close,
     StreamProtocol,
 )
+from oxiedge.net.hot import RECV_SIZE, HotLoop, Raise, hot_loop
+from oxiedge.net.written import Written, current_written, flush_written
 
-RECV_SIZE = 65536
 CLOSE_FLUSH_TIMEOUT = 5.0  # seconds to flush final replies on a close
 #: Streams without a file descriptor (TLS): the reader sends a burst's replies itself
 #: only after a read smaller than this - a request waiting for its answer. After a big
@@ -82,53 +86,17 @@ DIRECT_READ_MAX = 4096
 _LOST = (trio.BrokenResourceError, trio.ClosedResourceError, OSError)
 
 
+#: ``_perform``'s answer when the reader must re-enter in a fresh cancel scope with no
+#: input to hand over (the hot loop already gave it to the protocol).
+_NO_INPUT = bytearray()
+
+
 class Committer(Protocol):
     """The store as the loop sees it: the group commit."""
 
     async def commit(self) -> Any: ...
 
     def kick(self) -> None: ...
-
-
-class _Written:
-    """Connections written to during the running reader's burst, per event loop.
-
-    ``in_burst`` is true only while a reader runs the synchronous part of a burst (it is
-    cleared before every await of the reader): a ``write`` made then only lists its
-    connection, and the reader sends every listed buffer before it awaits anything
-    (``flush_written``). Any other ``write`` wakes the connection's writer at once.
-    """
-
-    __slots__ = ("in_burst", "items")
-
-    def __init__(self) -> None:
-        self.in_burst = False
-        self.items: list[Transport] = []
-
-
-# A RunVar: nothing is left over from another ``trio.run`` (as in tests).
-_WRITTEN: trio.lowlevel.RunVar[_Written] = trio.lowlevel.RunVar("oxiedge_written")
-
-
-def _written() -> _Written:
-    try:
-        return _WRITTEN.get()
-    except LookupError:
-        written = _Written()
-        _WRITTEN.set(written)
-        return written
-
-
-def flush_written(written: _Written) -> None:
-    """End of the synchronous part of a burst: send what it wrote to connections."""
-    items = written.items
-    while items:  # (a refill by ``on_sent`` lists its connection again)
-        pending = items[:]
-        items.clear()
-        for transport in pending:
-            transport._listed = False
-            transport.flush()
-    written.in_burst = False
 
 
 class Transport:
@@ -157,9 +125,16 @@ class Transport:
         self._sending = False  # a send_all is in progress (bytes in transit)
         self._reader_sending = False  # ... and the reader does it (``_send_direct``)
         self._closing = False  # the reader ended: the writer exits once the buffer is empty
-        self._listed = False  # in the running reader's list (it sends the buffer, _Written)
-        self._written = _written()
+        self._listed = False  # in the running reader's list (it sends the buffer, Written)
+        self._written = current_written()
         self._scope = trio.CancelScope()
+        # The hot loop (``net.hot``): while the reader is parked there, its descriptor,
+        # the scope deadline it parked under, and the action it hands back on waking.
+        self._hot: HotLoop | None = None
+        self._parked_fd = -1
+        self._armed = math.inf
+        self._unparked: trio.Event | None = None
+        self._pending: object = None
         sock = getattr(stream, "socket", None)
         self._fd = sock.fileno() if sock is not None else -1  # -1: no direct writes
 
@@ -251,6 +226,7 @@ class Transport:
     def abort(self) -> None:
         """End the connection now (e.g. a session take-over): unsent bytes are dropped."""
         self._out.clear()
+        self._leave_hot_loop()
         self._scope.cancel()
 
     @property
@@ -287,7 +263,38 @@ class Transport:
         except _LOST as exc:
             # The peer is gone: end the reader too.
             proto.connection_lost(f"connection lost: {exc}")
+            self._leave_hot_loop()
             self._scope.cancel()
+
+    # ------------------------------------------------------------------ hot loop
+    async def _park(self, hot: HotLoop, fd: int, armed: float) -> None:
+        """Wait for input in the hot loop instead of trio; returns once the loop handed
+        the connection back (``_pending`` says what to do next)."""
+        self._unparked = woken = trio.Event()
+        self._hot, self._parked_fd, self._armed = hot, fd, armed
+        hot.park(self, fd)
+        try:
+            await woken.wait()
+        finally:
+            self._leave_hot_loop()
+
+    def _leave_hot_loop(self) -> None:
+        fd = self._parked_fd
+        if fd >= 0:
+            self._parked_fd = -1
+            hot = self._hot
+            if hot is not None:
+                hot.unpark(fd)
+
+    def _hand_off(self, action: object) -> None:
+        """The hot loop's inline part ends (``hot.serve_inline``): the reader task goes on
+        with ``action`` (None: just wait for input in trio)."""
+        self._pending = NEED_DATA if action is None else action
+        self._leave_hot_loop()
+        woken = self._unparked
+        if woken is not None:
+            self._unparked = None
+            woken.set()
 
     # ---------------------------------------------------------------------- life
     async def run(self, proto: StreamProtocol) -> None:
@@ -337,7 +344,10 @@ class Transport:
         carry: bytes | bytearray | None = None  # input that arrived as the deadline passed
         while True:
             with trio.CancelScope(deadline=proto.deadline if resume else math.inf) as scope:
-                carry = await self._actions(proto, scope, resume, carry)
+                # (taken before the await: if this scope's deadline cancels it later, the
+                # input it carried in is not handed to the protocol a second time)
+                given, carry = carry, None
+                carry = await self._actions(proto, scope, resume, given)
                 if carry is None:
                     return
                 resume = False
@@ -356,13 +366,13 @@ class Transport:
             flush_written(written)  # (an error or a cancel in the middle of a burst)
 
     async def _perform(self, proto: StreamProtocol, scope: trio.CancelScope,
-                       written: _Written, resume: bool,
+                       written: Written, resume: bool,
                        carry: bytes | bytearray | None) -> bytes | bytearray | None:
         """Perform the protocol's actions; returns None when it closed, or the input just
         received when the scope's deadline passed as it arrived (the caller re-enters with
         a fresh scope: no await of this burst may run in a cancelled scope)."""
         # ``flush_written`` before every await: what the burst wrote to other connections
-        # goes out now, and writes by other tasks wake writers again (``_Written``).
+        # goes out now, and writes by other tasks wake writers again (``Written``).
         # The scope's deadline is finite only while the reader waits for input (the
         # output to drain, then the read): it is cleared before any other await, which
         # no deadline may cut (a commit, a held publisher, a login check).
@@ -372,14 +382,22 @@ class Transport:
         inf = math.inf
         armed = scope.deadline
         small_read = True
-        if carry is not None:
+        hot = hot_loop() if fd >= 0 else None
+        if carry is not None and carry is not _NO_INPUT:
             written.in_burst = True
             proto.receive_data(carry)
         while True:
-            if resume:
+            if resume and self._pending is None:
                 resume = False  # back to the read wait the stale deadline interrupted
             else:
-                action = next_action()
+                resume = False
+                action = self._pending
+                if action is None:
+                    action = next_action()
+                else:  # handed back by the hot loop
+                    self._pending = None
+                    if type(action) is Raise:
+                        raise action.exc
                 if action is not NEED_DATA:
                     if armed != inf:
                         scope.deadline = armed = inf
@@ -452,6 +470,13 @@ class Transport:
                 try:
                     got = os.read(fd, RECV_SIZE)
                 except BlockingIOError:
+                    if hot is not None and not hot.broken:
+                        # Wait in the hot loop: it serves the input inline and hands
+                        # back only what needs this task (``_pending``).
+                        await self._park(hot, fd, armed)
+                        if scope.cancel_called:
+                            return _NO_INPUT  # (handled in a fresh scope)
+                        continue
                     while True:
                         await wait_readable(fd)
                         try:

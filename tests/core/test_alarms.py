@@ -122,6 +122,24 @@ async def test_alarm_blocks_and_clears(tmp_path: Path) -> None:
     assert alarms.memory_alarm and alarms.status()["alarms_fired"] == 2
 
 
+def test_memory_alarm_clears_only_five_percent_under_the_watermark(tmp_path: Path) -> None:
+    # Hysteresis: at the watermark a trim would take the RSS just under it and the
+    # resumed publisher just over again - a connection.blocked/unblocked pair per flap.
+    alarms = ResourceAlarms(tmp_path, memory_limit=1 << 50, disk_free_limit=0)
+    alarms.check()
+    rss = alarms.rss
+    alarms.memory_limit = rss - (rss >> 6)  # ~1.5 % under this process's RSS: fires
+    alarms.check()
+    assert alarms.memory_alarm and alarms.blocked
+    alarms.memory_limit = rss + (rss >> 6)  # RSS now ~1.5 % under the watermark: holds
+    alarms.check()
+    assert alarms.memory_alarm, "cleared inside the 5 % margin"
+    alarms.memory_limit = rss + (rss >> 2)  # 20 % under: clears
+    alarms.check()
+    assert not alarms.memory_alarm and not alarms.blocked
+    assert alarms.status()["alarms_fired"] == 1
+
+
 def test_status_shows_the_alarm(start_server) -> None:  # type: ignore[no-untyped-def]
     srv = start_server("--disk-free-limit", "1000000TB")
     status = json.loads(srv.cli("status", "--json").stdout)

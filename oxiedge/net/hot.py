@@ -1,0 +1,267 @@
+"""The hot loop: ready plain-TCP connections served inline, where trio would sleep.
+
+Why
+---
+A trio wake-up is expensive on a small or virtual machine: the run loop's bookkeeping,
+the task's resumption through its await chain, the one-shot re-arm of the descriptor.
+Measured with echo servers that only read and write (bench/README.md, session 7): at one
+message per millisecond trio costs ~100 µs of CPU and ~100 µs p50 per round trip where a
+plain ``select.epoll`` loop in Python costs ~40 µs and ~65 µs; every MQTT message pays
+that once for the publisher's read and once for the subscriber's PUBACK.
+
+How
+---
+A connection's reader task that finds nothing to read *parks* its descriptor here
+(``park``) instead of waiting in trio. The hot loop keeps its own level-triggered epoll
+holding every parked descriptor and trio's own epoll descriptor. It is a trio
+``Instrument``: in ``before_io_wait`` - the moment trio would block in ``epoll_wait`` -
+it blocks in its own epoll for the same timeout instead, and for each ready connection
+runs ``serve_inline`` right there: read, hand the bytes to the protocol, do the
+actions that need no await (replies, deliveries, ``SEND``, ``KICK``). A descriptor stays
+registered across messages (no re-arm). An action that needs an await (a commit, a login,
+a checkpoint, back-pressure, the close) ends the inline part: the descriptor leaves the
+loop and the parked task is woken to go on with that action (``Transport._hand_off``).
+
+The loop returns to trio as soon as trio has something to do: its own epoll is ready
+(other sockets, the commit thread's eventfd, signals and ``run_sync_soon`` through its
+wake-up socket), a task became runnable (a hand-off, a writer woken), or trio's next
+deadline is due (the timeout). trio then waits with the timeout it computed before the
+hook ran, so in the last two cases the loop makes that wait return at once (its
+``force_wakeup``). Timers, deadlines and every other task behave as before; only the order
+of work inside one wake-up differs. Where a wait that runs out must be seen by trio as one
+(a test's ``wait_all_tasks_blocked``, an autojump clock) the loop only serves what is
+ready and never blocks; trio's own wait then does not see the parked descriptors.
+
+What it relies on
+-----------------
+Attributes of trio's run loop that are not public API (``_trio_internals``): the epoll
+object of its I/O manager and ``force_wakeup``, its run queue, ``waiting_for_idle`` and
+the autojump threshold. Where any is missing (another trio version, a kqueue platform)
+or ``OXIEDGE_HOT_LOOP=0`` is set, ``hot_loop()`` returns None and every reader waits in
+trio (``wait_readable``) as before. An unexpected error inside the loop turns it off for
+the rest of the run and wakes every parked task, which then waits in trio: the loop can
+cost speed, never a connection.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import select
+import time
+from collections.abc import Callable
+from typing import Any, Protocol
+
+import trio
+
+from oxiedge.net.actions import KICK, NEED_DATA, SEND, StreamProtocol
+from oxiedge.net.written import Written, flush_written
+
+log = logging.getLogger("oxiedge")
+
+RECV_SIZE = 65536  # bytes per read (the reader's, ``net.loop``, and the inline one)
+
+
+class Raise:
+    """A hand-off from the hot loop: the inline burst raised; the reader re-raises it."""
+
+    __slots__ = ("exc",)
+
+    def __init__(self, exc: BaseException) -> None:
+        self.exc = exc
+
+
+class Transport(Protocol):
+    """A connection's transport as the hot loop sees it (``net.loop.Transport``)."""
+
+    protocol: StreamProtocol | None
+    store: Any
+    out_bytes: int
+    pause_at: int
+    _parked_fd: int  # the descriptor it parked
+    _armed: float  # the deadline of the scope its reader waits in
+    _written: Written
+
+    def send_now(self, data: bytes) -> None: ...
+
+    def _hand_off(self, action: object) -> None: ...
+
+
+def serve_inline(transport: Transport) -> None:
+    """The hot loop found input on a parked connection: one burst, inline, as far as it
+    needs no await.
+
+    The reader's steps (``Transport._perform``): read, ``receive_data``, actions until
+    ``NEED_DATA``, what the burst wrote to other connections first, then this one's
+    replies. What needs an await is handed back to the reader task (``_hand_off``)."""
+    proto = transport.protocol
+    assert proto is not None
+    try:
+        got = os.read(transport._parked_fd, RECV_SIZE)
+    except BlockingIOError:
+        return  # (a spurious wake-up)
+    except OSError as exc:
+        transport._hand_off(Raise(exc))
+        return
+    written = transport._written
+    written.in_burst = True
+    try:
+        proto.receive_data(got)
+        next_action = proto.next_action
+        while True:
+            action = next_action()
+            if action is NEED_DATA:
+                data = proto.data_to_send()
+                flush_written(written)
+                if data:
+                    transport.send_now(data)
+                if transport.out_bytes > transport.pause_at or proto.deadline < transport._armed:
+                    transport._hand_off(NEED_DATA)  # wait for the output / re-arm: the task
+                return
+            if action is SEND:
+                data = proto.data_to_send()
+                if data:
+                    transport.send_now(data)
+            elif action is KICK:
+                transport.store.kick()
+            else:
+                flush_written(written)
+                transport._hand_off(action)
+                return
+    except BaseException as exc:  # raised in the reader task, as without the loop
+        flush_written(written)
+        transport._hand_off(Raise(exc))
+
+_ENV = "OXIEDGE_HOT_LOOP"
+
+
+def _trio_internals() -> Any:
+    """trio's run loop (``Runner``) where it has every attribute the loop uses, else None:
+    its I/O manager's epoll and ``force_wakeup``, its run queue, and what says whether a
+    wait that runs out must be seen by trio as one (``waiting_for_idle``, the autojump
+    threshold of a test clock)."""
+    try:
+        from trio._core._run import GLOBAL_RUN_CONTEXT
+
+        runner = GLOBAL_RUN_CONTEXT.runner
+        io_manager = runner.io_manager
+        ok = (isinstance(io_manager._epoll.fileno(), int) and callable(io_manager.force_wakeup)
+              and hasattr(runner.runq, "__len__") and hasattr(runner, "waiting_for_idle")
+              and isinstance(runner.clock_autojump_threshold, float | int))
+    except Exception:  # (any shape of trio we do not know)
+        return None
+    return runner if ok else None
+
+
+class HotLoop(trio.abc.Instrument):
+    """One per ``trio.run``: serves parked connections inline (see the module docstring)."""
+
+    def __init__(self, runner: Any) -> None:
+        self._runner = runner
+        self._ep = select.epoll()
+        self._trio_fd: int = runner.io_manager._epoll.fileno()
+        self._ep.register(self._trio_fd, select.EPOLLIN)
+        self._runq = runner.runq
+        self._wake_trio: Callable[[], None] = runner.io_manager.force_wakeup
+        self.parked: dict[int, Transport] = {}
+        self.broken = False
+        self.served = 0  # connections served inline (a count for tests and probes)
+
+    def park(self, transport: Transport, fd: int) -> None:
+        self._ep.register(fd, select.EPOLLIN)
+        self.parked[fd] = transport
+
+    def unpark(self, fd: int) -> None:
+        if self.parked.pop(fd, None) is not None:
+            try:
+                self._ep.unregister(fd)
+            except OSError:  # (already closed: the kernel dropped it)
+                pass
+
+    def before_io_wait(self, timeout: float) -> None:
+        if not self.parked:
+            return  # nothing parked: trio waits exactly as before
+        try:
+            self._serve(timeout)
+        except Exception:  # a bug here must not leave parked connections unserved
+            log.exception("oxiedge: the hot loop failed; connections wait in trio from now on")
+            self._shut_down()
+
+    def _serve(self, timeout: float) -> None:
+        poll, parked, runq, trio_fd = self._ep.poll, self.parked, self._runq, self._trio_fd
+        runner = self._runner
+        if timeout <= 0 or runner.waiting_for_idle or runner.clock_autojump_threshold < 1e9:
+            # trio has work already (serve what is ready, then let it run), or a test's
+            # wait_all_tasks_blocked / autojump clock needs trio's own wait to run out.
+            for fd, _ in poll(0):
+                transport = parked.get(fd)
+                if transport is not None:
+                    self.served += 1
+                    serve_inline(transport)
+            if timeout > 0 and runq:
+                self._wake_trio()
+            return
+        end = time.perf_counter() + timeout
+        wait = timeout
+        while True:
+            back = False
+            for fd, _ in poll(wait):
+                if fd == trio_fd:
+                    back = True
+                    continue
+                transport = parked.get(fd)
+                if transport is not None:
+                    self.served += 1
+                    serve_inline(transport)
+            if back:
+                return  # trio's own epoll is ready: its wait returns at once
+            if runq or not parked:
+                break  # a task became runnable (a hand-off, a writer woken)
+            wait = end - time.perf_counter()
+            if wait <= 0:
+                break  # trio's timeout is used up here
+        # trio waits next with the timeout it computed before this call: make that wait
+        # return at once (one byte to its wake-up socket), or a runnable task would sleep
+        # through it and a timer would fire a whole timeout late.
+        self._wake_trio()
+
+    def _shut_down(self) -> None:
+        self.broken = True
+        for fd, transport in list(self.parked.items()):
+            self.unpark(fd)
+            transport._hand_off(None)
+        self._ep.close()
+
+    def after_run(self) -> None:
+        if not self.broken:
+            self._ep.close()
+
+
+class _Off:
+    """The RunVar's value when this run has no hot loop."""
+
+
+_HOT: trio.lowlevel.RunVar[HotLoop | _Off] = trio.lowlevel.RunVar("oxiedge_hot_loop")
+
+
+def hot_loop() -> HotLoop | None:
+    """This run's hot loop (installed on first use), or None when there is none."""
+    try:
+        hot = _HOT.get()
+    except LookupError:
+        hot = _install()
+        _HOT.set(hot)
+    if type(hot) is _Off or hot.broken:  # type: ignore[union-attr]
+        return None
+    return hot  # type: ignore[return-value]
+
+
+def _install() -> HotLoop | _Off:
+    if os.environ.get(_ENV, "1").strip().lower() in ("0", "off", "no", "false"):
+        return _Off()
+    runner = _trio_internals()
+    if runner is None:
+        return _Off()
+    hot = HotLoop(runner)
+    trio.lowlevel.add_instrument(hot)
+    return hot

@@ -1,0 +1,181 @@
+"""The hot loop (``oxiedge.net.hot``): plain-TCP bursts served inline while trio would
+sleep, everything that needs an await handed back to the reader task. Real socket pairs
+and the real clock (an autojump clock makes the loop step aside, see its docstring)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+import trio
+
+from oxiedge.net import hot as hot_module
+from oxiedge.net.hot import HotLoop, hot_loop
+from oxiedge.net.loop import Transport
+from oxiedge.store import Store
+from tests.net.test_loop import Lines, login, read_until, stream_pair
+
+
+@pytest.fixture
+async def store(tmp_path: Path) -> AsyncIterator[Store]:
+    s = Store.open(tmp_path / "db")
+    try:
+        async with s.running():
+            yield s
+    finally:
+        s.close()
+
+
+def the_loop() -> HotLoop:
+    hot = hot_loop()
+    assert hot is not None, "no hot loop on this trio (Linux epoll expected)"
+    return hot
+
+
+async def parked(transport: Transport) -> None:
+    """Wait until the reader waits in the hot loop."""
+    with trio.fail_after(5):
+        while transport._parked_fd < 0:
+            await trio.sleep(0.001)
+
+
+async def exchange(client: trio.abc.Stream, send: bytes, want: bytes) -> bytes:
+    with trio.fail_after(5):  # (a task woken inline must run at once, not at some timer)
+        await client.send_all(send)
+        return await read_until(client, want)
+
+
+async def test_bursts_are_served_inline_and_awaits_handed_back(store: Store) -> None:
+    client, server = stream_pair("socket")
+    transport = Transport(server, store, pause_at=1 << 20, authenticate=login)
+    proto = Lines(transport)
+    hot = the_loop()
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(transport.run, proto)
+        await parked(transport)
+        before = hot.served
+        assert await exchange(client, b"a\nb\n", b"B\n") == b"A\nB\n"
+        assert hot.served > before and transport._parked_fd >= 0  # inline, still parked
+        # A commit and a login need the reader task: handed back, then parked again.
+        assert await exchange(client, b"commit\nlogin\n", b"welcome\n") == b"committed\nwelcome\n"
+        await parked(transport)
+        served = hot.served
+        for i in range(20):  # many sequential bursts, with commits between some
+            line = b"commit\n" if i % 5 == 0 else b"x%d\n" % i
+            want = b"committed\n" if i % 5 == 0 else b"X%d\n" % i
+            assert await exchange(client, line, want) == want
+        assert hot.served >= served + 20
+        assert await exchange(client, b"bye\n", b"bye\n") == b"bye\n"
+        assert await read_until(client, None) == b""  # closed
+    assert proto.events.count("committed None") == 5 and proto.events[-1] == "closed"
+    assert not hot.parked  # its descriptor left the loop before it was closed
+
+
+async def test_the_protocols_deadline_applies_while_parked(store: Store) -> None:
+    client, server = stream_pair("socket")
+    transport = Transport(server, store, pause_at=1 << 20)
+    proto = Lines(transport, timeout=0.3)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(transport.run, proto)
+        for i in range(6):  # input every 0.1 s moves the window: no time-out meanwhile
+            await trio.sleep(0.1)
+            assert await exchange(client, b"p%d\n" % i, b"P%d\n" % i) == b"P%d\n" % i
+        assert not any(e.startswith("timed out") for e in proto.events)
+        last = trio.current_time()
+        with trio.fail_after(5):
+            assert await read_until(client, None) == b""  # silence: closed at the deadline
+        assert trio.current_time() - last >= 0.3
+    assert [e for e in proto.events if e.startswith("timed out")]
+
+
+async def test_a_deadline_moved_earlier_inline_is_applied(store: Store) -> None:
+    client, server = stream_pair("socket")
+    transport = Transport(server, store, pause_at=1 << 20)
+    proto = Lines(transport, timeout=60.0)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(transport.run, proto)
+        await parked(transport)
+        start = trio.current_time()
+        await client.send_all(b"timeout 0.2\n")
+        with trio.fail_after(5):
+            assert await read_until(client, None) == b""
+        assert 0.2 <= trio.current_time() - start < 5
+
+
+async def test_abort_while_parked(store: Store) -> None:
+    client, server = stream_pair("socket")
+    transport = Transport(server, store, pause_at=1 << 20)
+    proto = Lines(transport)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(transport.run, proto)
+        await parked(transport)
+        fd = transport._parked_fd
+        transport.abort()
+        assert fd not in the_loop().parked  # out of the loop before the task even runs
+        with trio.fail_after(5):
+            assert await read_until(client, None) == b""
+    assert proto.events == ["closed"]
+
+
+async def test_an_error_raised_inline_is_raised_by_the_reader(store: Store) -> None:
+    client, server = stream_pair("socket")
+    transport = Transport(server, store, pause_at=1 << 20)
+
+    class Boom(Lines):
+        def receive_data(self, data: bytes | bytearray) -> None:
+            if b"boom" in data:
+                raise ValueError("boom")
+            super().receive_data(data)
+
+    proto = Boom(transport)
+    with pytest.RaisesGroup(pytest.RaisesExc(ValueError, match="boom"), flatten_subgroups=True):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(transport.run, proto)
+            await parked(transport)
+            await client.send_all(b"boom\n")
+    assert proto.events[-1] == "closed"
+
+
+async def test_a_failing_hot_loop_hands_every_connection_back(
+        store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
+    pairs = [stream_pair("socket") for _ in range(3)]
+    transports = [Transport(server, store, pause_at=1 << 20) for _, server in pairs]
+    hot = the_loop()
+
+    def broken(timeout: float) -> None:
+        raise RuntimeError("a bug in the hot loop")
+
+    async with trio.open_nursery() as nursery:
+        for transport in transports:
+            nursery.start_soon(transport.run, Lines(transport))
+        for transport in transports:
+            await parked(transport)
+        monkeypatch.setattr(hot, "_serve", broken)
+        await trio.sleep(0.05)  # the next wait runs the hook: it fails, turns itself off
+        assert hot.broken and hot_loop() is None and not hot.parked
+        for i, (client, _) in enumerate(pairs):  # every connection still answers (in trio)
+            assert await exchange(client, b"c%d\n" % i, b"C%d\n" % i) == b"C%d\n" % i
+        nursery.cancel_scope.cancel()
+
+
+async def test_the_off_switch(store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OXIEDGE_HOT_LOOP", "0")
+    assert hot_loop() is None
+    client, server = stream_pair("socket")
+    transport = Transport(server, store, pause_at=1 << 20, authenticate=login)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(transport.run, Lines(transport))
+        assert await exchange(client, b"a\ncommit\nlogin\n", b"welcome\n") \
+            == b"A\ncommitted\nwelcome\n"
+        assert transport._parked_fd == -1
+        nursery.cancel_scope.cancel()
+
+
+def test_no_hot_loop_without_the_trio_internals(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(hot_module, "_trio_internals", lambda: None)
+
+    async def main() -> HotLoop | None:
+        return hot_loop()
+
+    assert trio.run(main) is None

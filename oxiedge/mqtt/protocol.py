@@ -166,6 +166,7 @@ class MqttProtocol:
         self._ok = False  # the answer to ``Authenticate``
         self._commit_error: Exception | None = None
         self._closed: Close | None = None
+        self._owned_at_close = False  # the session was ours when the protocol closed
         self._gen: Generator[object, None, None] = self._run()
         broker.stats.connections += 1
         broker.stats.connections_total += 1
@@ -226,8 +227,10 @@ class MqttProtocol:
         broker.stats.connections -= 1
         kick = False
         s = self.session
-        ours = s is not None and s.conn is self.outlet
-        if s is not None and ours:
+        # (detached when the protocol closed, and nobody took the session over since)
+        ours = s is not None and (s.conn is self.outlet
+                                  or (self._owned_at_close and s.conn is None))
+        if s is not None and ours and s.conn is self.outlet:
             s.conn = None
             s.replay = None  # owed retained messages end with the connection's SUBSCRIBEs
         if self._abnormal and self.will is not None:
@@ -268,6 +271,15 @@ class MqttProtocol:
             self.close_reason = f"protocol error: {exc}"
         self._h.replies.clear()  # nothing of an unfinished burst is acknowledged
         self._ready = b""
+        # The session leaves this connection now, not when the stream has closed: a
+        # publish routed meanwhile (by another connection's burst, before this one's
+        # close has run) is queued for the session, not written to a connection that
+        # will never send it and then re-sent as a duplicate (DUP=1) on the next one.
+        s = self.session
+        if s is not None and s.conn is self.outlet:
+            self._owned_at_close = True
+            s.conn = None
+            s.replay = None
         self._closed = Close(self.close_reason)
         yield self._closed
 

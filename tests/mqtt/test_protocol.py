@@ -302,6 +302,27 @@ async def test_disconnect_answers_its_burst_and_drops_the_will(store: Store,
     assert watcher.wire.take() == b""  # MQTT-3.14.4-3: no will
 
 
+async def test_a_publish_between_disconnect_and_close_is_queued_not_sent(
+        store: Store, clock: Clock) -> None:
+    # The protocol has closed (DISCONNECT) but the stream's close has not run yet (the
+    # transport flushes first; the hot loop may serve another connection in between): a
+    # publish routed then goes to the persistent session's queue, and the next
+    # connection gets it as a first delivery (DUP=0), not as a re-send.
+    broker = Broker(store, Limits(100))
+    sub = Peer(broker, store, clock)
+    await sub.feed(encode(Connect("sub", clean_session=False)))
+    await sub.feed(encode(Subscribe(1, (("q/#", 1),))))
+    await sub.feed(encode(Disconnect()))
+    assert sub.closed == Close("client sent DISCONNECT")
+    pub = await connected(broker, store, clock, "pub")
+    assert await pub.feed(encode(Publish("q/1", b"m", qos=1, packet_id=7))) == b"\x40\x02\x00\x07"
+    assert sub.wire.take() == b""  # nothing written to the closing connection
+    sub.proto.connection_closed()
+    again = Peer(broker, store, clock)
+    out = await again.feed(encode(Connect("sub", clean_session=False)))
+    assert out == b"\x20\x02\x01\x00" + encode(Publish("q/1", b"m", qos=1, packet_id=1))
+
+
 async def test_the_will_goes_out_when_the_connection_is_lost(store: Store,
                                                              clock: Clock) -> None:
     broker = memory_broker()

@@ -4,9 +4,6 @@ and the real clock (an autojump clock makes the loop step aside, see its docstri
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from pathlib import Path
-
 import pytest
 import trio
 
@@ -15,16 +12,6 @@ from oxiedge.net.hot import HotLoop, hot_loop
 from oxiedge.net.loop import Transport
 from oxiedge.store import Store
 from tests.net.test_loop import Lines, login, read_until, stream_pair
-
-
-@pytest.fixture
-async def store(tmp_path: Path) -> AsyncIterator[Store]:
-    s = Store.open(tmp_path / "db")
-    try:
-        async with s.running():
-            yield s
-    finally:
-        s.close()
 
 
 def the_loop() -> HotLoop:

@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import math
 import socket
-from collections.abc import AsyncIterator
-from pathlib import Path
 
 import pytest
 import trio
@@ -98,16 +96,6 @@ class Lines:
     def connection_closed(self) -> bool:
         self.events.append("closed")
         return False
-
-
-@pytest.fixture
-async def store(tmp_path: Path) -> AsyncIterator[Store]:
-    s = Store.open(tmp_path / "db")
-    try:
-        async with s.running():
-            yield s
-    finally:
-        s.close()
 
 
 async def login(user: str | None, password: bytes | None) -> bool:

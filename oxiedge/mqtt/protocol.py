@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Generator
-from typing import Any, Protocol
 
 from oxiedge.access.grants import Grants
 from oxiedge.access.rules import PermissionStore
@@ -55,6 +54,7 @@ from oxiedge.mqtt.packets import (
     Will,
     first_byte,
 )
+from oxiedge.mqtt.ports import Alarms, Log, Outlet
 from oxiedge.mqtt.session import Session
 from oxiedge.mqtt.topics import topic_limit_problem
 from oxiedge.net.actions import (
@@ -72,30 +72,6 @@ from oxiedge.net.actions import (
 BURST_SLICE = 512
 _STEPPED = (Subscribe, Unsubscribe)
 _CONNECT_FIRST = first_byte(PacketType.CONNECT)
-
-
-class Outlet(Protocol):
-    """The transport as the protocol sees it (``oxiedge.net.loop.Transport``)."""
-
-    out_bytes: int
-    protocol: Any
-
-    def write(self, data: bytes) -> None: ...
-
-    def deliver_now(self) -> None: ...
-
-    def abort(self) -> None: ...
-
-
-class Alarms(Protocol):
-    """The resource alarms as the protocol sees them (``oxiedge.alarms``)."""
-
-    @property
-    def blocked(self) -> bool: ...
-
-
-class Log(Protocol):
-    def error(self, msg: str, *args: Any) -> None: ...
 
 
 def _connack(code: int, present: bool = False) -> bytes:
@@ -166,7 +142,7 @@ class MqttProtocol:
         self._ok = False  # the answer to ``Authenticate``
         self._commit_error: Exception | None = None
         self._closed: Close | None = None
-        self._owned_at_close = False  # the session was ours when the protocol closed
+        self._had_session = False  # the session was this connection's until ``_detach``
         self._gen: Generator[object, None, None] = self._run()
         broker.stats.connections += 1
         broker.stats.connections_total += 1
@@ -226,13 +202,9 @@ class MqttProtocol:
         broker = self.broker
         broker.stats.connections -= 1
         kick = False
+        self._detach()  # (unless the protocol's own close did)
         s = self.session
-        # (detached when the protocol closed, and nobody took the session over since)
-        ours = s is not None and (s.conn is self.outlet
-                                  or (self._owned_at_close and s.conn is None))
-        if s is not None and ours and s.conn is self.outlet:
-            s.conn = None
-            s.replay = None  # owed retained messages end with the connection's SUBSCRIBEs
+        ours = s is not None and self._had_session and s.conn is None  # (not taken over)
         if self._abnormal and self.will is not None:
             will, self.will = self.will, None
             if self._perms.active and self.grants is not None \
@@ -245,6 +217,12 @@ class MqttProtocol:
         if s is not None and ours and s.clean:
             broker.discard_session(s)  # MQTT-3.1.2-6: ends with the connection
         return kick
+
+    def _detach(self) -> None:
+        """The session leaves this connection (owed retained messages end with it)."""
+        s = self.session
+        if s is not None and s.conn is self.outlet:
+            self._had_session, s.conn, s.replay = True, None, None
 
     def take_over(self) -> None:
         """Another CONNECT with our client id won (MQTT-3.1.4-2): end this connection.
@@ -271,15 +249,9 @@ class MqttProtocol:
             self.close_reason = f"protocol error: {exc}"
         self._h.replies.clear()  # nothing of an unfinished burst is acknowledged
         self._ready = b""
-        # The session leaves this connection now, not when the stream has closed: a
-        # publish routed meanwhile (by another connection's burst, before this one's
-        # close has run) is queued for the session, not written to a connection that
-        # will never send it and then re-sent as a duplicate (DUP=1) on the next one.
-        s = self.session
-        if s is not None and s.conn is self.outlet:
-            self._owned_at_close = True
-            s.conn = None
-            s.replay = None
+        # The session leaves now: a publish routed before the stream's close is queued,
+        # not written to a connection that never sends it (then re-sent with DUP=1).
+        self._detach()
         self._closed = Close(self.close_reason)
         yield self._closed
 

@@ -132,6 +132,7 @@ def serve_inline(transport: Transport) -> None:
         flush_written(written)
         transport._hand_off(Raise(exc))
 
+
 _ENV = "OXIEDGE_HOT_LOOP"
 
 

@@ -117,6 +117,12 @@ class _Closed(LinkError):
     """The upstream closed the TCP connection (EOF)."""
 
 
+class _Broken(LinkError):
+    """A send or receive on the stream failed (a reset, a broken pipe). The upstream may
+    have said why just before (a Connection.Close still in our receive buffer, e.g.
+    CONNECTION_FORCED on shutdown): the link waits briefly for the reader to find it."""
+
+
 class _InboundRefused(LinkError):
     """The upstream closed the inbound channel while it was being set up."""
 
@@ -158,7 +164,7 @@ class _Link:
                 await self.stream.send_all(data)
             except (trio.BrokenResourceError, trio.ClosedResourceError, OSError,
                     ssl.SSLError) as exc:
-                raise LinkError(f"{self.endpoint.redacted()}: send failed: "
+                raise _Broken(f"{self.endpoint.redacted()}: send failed: "
                                 f"{oneline(exc)}") from None
             self.broken = False
             self.last_sent = trio.current_time()
@@ -184,7 +190,7 @@ class _Link:
                     data = await self.stream.receive_some(65536)
                 except (trio.BrokenResourceError, trio.ClosedResourceError, OSError,
                         ssl.SSLError) as exc:
-                    raise LinkError(f"{self.endpoint.redacted()}: receive failed: "
+                    raise _Broken(f"{self.endpoint.redacted()}: receive failed: "
                                     f"{oneline(exc)}") from None
                 if not data:
                     raise _Closed("connection closed by upstream")
@@ -368,7 +374,15 @@ class _Link:
             self._fail(exc, scope)
 
     def _fail(self, exc: BaseException, scope: trio.CancelScope) -> None:
-        if self.failure is None:
+        """The first failure wins, except that a broken stream gives way to the reason the
+        upstream gave (its Connection.Close, read within CLOSE_GRACE): "320
+        CONNECTION_FORCED" tells the operator more than "connection reset by peer"."""
+        if isinstance(exc, _Broken):
+            if self.failure is None:
+                self.failure = exc
+                scope.deadline = min(scope.deadline, trio.current_time() + CLOSE_GRACE)
+            return
+        if self.failure is None or isinstance(self.failure, _Broken):
             self.failure = exc
         scope.cancel()
 

@@ -78,10 +78,10 @@ class Rabbit:
         return node
 
     def start_again(self) -> None:
-        """Boot the same node (same directory, ports and name) after ``stop()``."""
-        if self._proc is not None:
-            raise RuntimeError("RabbitMQ node is still running")
-        self._boot()
+        """Boot the same node (same directory, ports and name) after ``stop()``; nothing
+        if it is running."""
+        if self._proc is None:
+            self._boot()
 
     def stop(self) -> None:
         """Stop the node cleanly (SIGTERM → graceful shutdown; SIGKILL after a bound)

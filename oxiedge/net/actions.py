@@ -11,6 +11,7 @@ Actions are singletons or frozen, slotted dataclasses (compared with ``is`` / ``
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -100,3 +101,21 @@ class StreamProtocol(Protocol):
 
     def connection_closed(self) -> bool:
         """Last call, the stream is closing: True to kick the committer."""
+
+
+def run_until_await(proto: StreamProtocol, send_now: Callable[[bytes], None],
+                    kick: Callable[[], None]) -> object:
+    """Do the protocol's actions that need no await - ``SEND`` (through ``send_now``) and
+    ``KICK`` - and return the first one that does, or ``NEED_DATA``. The one place both
+    the reader task (``Transport._perform``) and the hot loop (``serve_inline``) run them."""
+    next_action = proto.next_action
+    while True:
+        action = next_action()
+        if action is SEND:
+            data = proto.data_to_send()
+            if data:
+                send_now(data)
+        elif action is KICK:
+            kick()
+        else:
+            return action

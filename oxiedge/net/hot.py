@@ -54,7 +54,7 @@ from typing import Any, Protocol
 
 import trio
 
-from oxiedge.net.actions import KICK, NEED_DATA, SEND, StreamProtocol
+from oxiedge.net.actions import NEED_DATA, StreamProtocol, run_until_await
 from oxiedge.net.written import Written, flush_written
 
 log = logging.getLogger("oxiedge")
@@ -107,27 +107,16 @@ def serve_inline(transport: Transport) -> None:
     written.in_burst = True
     try:
         proto.receive_data(got)
-        next_action = proto.next_action
-        while True:
-            action = next_action()
-            if action is NEED_DATA:
-                data = proto.data_to_send()
-                flush_written(written)
-                if data:
-                    transport.send_now(data)
-                if transport.out_bytes > transport.pause_at or proto.deadline < transport._armed:
-                    transport._hand_off(NEED_DATA)  # wait for the output / re-arm: the task
-                return
-            if action is SEND:
-                data = proto.data_to_send()
-                if data:
-                    transport.send_now(data)
-            elif action is KICK:
-                transport.store.kick()
-            else:
-                flush_written(written)
-                transport._hand_off(action)
-                return
+        action = run_until_await(proto, transport.send_now, transport.store.kick)
+        flush_written(written)
+        if action is not NEED_DATA:
+            transport._hand_off(action)
+            return
+        data = proto.data_to_send()
+        if data:
+            transport.send_now(data)
+        if transport.out_bytes > transport.pause_at or proto.deadline < transport._armed:
+            transport._hand_off(NEED_DATA)  # wait for the output / re-arm: the task
     except BaseException as exc:  # raised in the reader task, as without the loop
         flush_written(written)
         transport._hand_off(Raise(exc))

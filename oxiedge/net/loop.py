@@ -65,12 +65,11 @@ from oxiedge.net.actions import (
     BLOCKED,
     CHECKPOINT,
     COMMIT,
-    KICK,
     NEED_DATA,
-    SEND,
     Authenticate,
     Close,
     StreamProtocol,
+    run_until_await,
 )
 from oxiedge.net.hot import RECV_SIZE, HotLoop, Raise, hot_loop
 from oxiedge.net.written import Written, current_written, flush_written
@@ -377,7 +376,7 @@ class Transport:
         # output to drain, then the read): it is cleared before any other await, which
         # no deadline may cut (a commit, a held publisher, a login check).
         stream, store = self.stream, self.store
-        next_action, send_now = proto.next_action, self.send_now
+        send_now, kick = self.send_now, store.kick
         fd = self._fd
         inf = math.inf
         armed = scope.deadline
@@ -398,7 +397,7 @@ class Transport:
                 resume = False
                 action = self._pending
                 if action is None:
-                    action = next_action()
+                    action = run_until_await(proto, send_now, kick)
                 else:  # handed back by the hot loop
                     self._pending = None
                     if type(action) is Raise:
@@ -420,12 +419,6 @@ class Transport:
                         else:
                             written.in_burst = True
                             proto.commit_done(None)
-                    elif action is SEND:
-                        data = proto.data_to_send()
-                        if data:
-                            send_now(data)
-                    elif action is KICK:
-                        store.kick()
                     elif action is CHECKPOINT:
                         awaited = True
                         flush_written(written)

@@ -58,6 +58,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("-s", "--scenario", required=True, choices=list(SCENARIOS))
     p.add_argument("--count", type=int, default=200_000)
     p.add_argument("--duration", type=float, default=10.0)
+    p.add_argument("--latency-count", type=int, default=0,
+                   help="messages of a latency scenario (default: the bench's own)")
     p.add_argument("--rate", type=int, default=250, help="py-spy samples per second")
     p.add_argument("--top", type=int, default=25)
     p.add_argument("--py-spy", default=shutil.which("py-spy") or "py-spy")
@@ -71,7 +73,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         time.sleep(1.0)  # py-spy attaches
         fn = SCENARIOS[a.scenario][0]
-        r = fn(st.target, Options(count=a.count, duration=a.duration))
+        r = fn(st.target, Options(count=a.count, duration=a.duration,
+                                       latency_count=a.latency_count or Options.latency_count))
         print(f"{a.scenario}: {r.value:,.0f} {r.unit}, {r.count} msgs, "
               f"broker {r.cpu_us_per_msg or 0:.1f} µs CPU/msg (slowed by sampling)")
     finally:

@@ -95,6 +95,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="pin this process (the load generator and its client libraries' "
                         "threads) to CPUS, e.g. 1; with --cpus, sets where client and broker "
                         "run relative to each other (latency depends on it, bench/README.md)")
+    p.add_argument("--placements", default="",
+                   help="comma list of free,same,cross: run every scenario in each placement, "
+                        "interleaved, one row per placement (same: every broker and this "
+                        "process on CPU 0; cross: brokers on CPU 0, this process on CPU 1; "
+                        "free: unpinned). Re-pins the running brokers' threads; latency on "
+                        "loopback depends on placement more than on the broker (README)")
     p.add_argument("--wrap", default="",
                    help="command prefix for started brokers, e.g. "
                         "'systemd-run --scope -p MemoryMax=512M --quiet'")
@@ -152,20 +158,70 @@ def run(argv: list[str] | None = None) -> int:
             st.stop()
 
 
+#: ``--placements``: (broker CPUs, this process's CPUs); None is every CPU (unpinned)
+PLACEMENTS: dict[str, tuple[set[int] | None, set[int] | None]] = {
+    "free": (None, None),
+    "same": ({0}, {0}),
+    "cross": ({0}, {1}),
+}
+
+
+def parse_placements(spec: str) -> list[str]:
+    names = [x.strip() for x in spec.split(",") if x.strip()]
+    bad = [x for x in names if x not in PLACEMENTS]
+    if bad:
+        raise SystemExit(f"unknown placement(s) {', '.join(bad)}: use {', '.join(PLACEMENTS)}")
+    if "cross" in names and len(os.sched_getaffinity(0)) < 2:
+        raise SystemExit("placement 'cross' needs two CPUs")
+    return names
+
+
+def place(pids: list[int], cpus: set[int] | None, client: set[int] | None,
+          every: set[int]) -> None:
+    """Pin every thread of the brokers' process trees, and this process, for one run.
+    Threads the brokers start later inherit the mask of the thread that starts them."""
+    for pid in pids:
+        for p in procstat.tree(pid):
+            try:
+                tids = [int(t) for t in os.listdir(f"/proc/{p}/task")]
+            except OSError:
+                continue
+            for tid in tids:
+                with contextlib.suppress(OSError):
+                    os.sched_setaffinity(tid, cpus or every)
+    for own in os.listdir("/proc/self/task"):  # every thread of this process (clients')
+        with contextlib.suppress(OSError):
+            os.sched_setaffinity(int(own), client or every)
+
+
 def _run_all(a: argparse.Namespace, o: Options, scen: list[str],
              targets: list[Target]) -> int:
     runs: dict[tuple[str, str], list[Result]] = {}
+    placements = parse_placements(a.placements) if a.placements else [""]
+    every = os.sched_getaffinity(0)
+    pids = [t.pid for t in targets if t.pid]
+    rows: list[str] = []
     for rep in range(a.repeats):
         for s in scen:
             fn = SCENARIOS[s][0]
-            k = rep % len(targets)
-            for t in targets[k:] + targets[:k]:  # rotate the order each repeat
-                others = [x.pid for x in targets if x is not t and x.pid and x.started]
-                with paused(others if a.pause_others else []):
-                    r = run_one(fn, s, t, o)
-                runs.setdefault((s, t.name), []).append(r)
-                print(f"[{rep + 1}/{a.repeats}] {s:20s} {t.name:10s} {describe(r)}",
-                      flush=True)
+            for pl in placements:
+                row = f"{s} @{pl}" if pl else s
+                if row not in rows:
+                    rows.append(row)
+                if pl:
+                    place(pids, *PLACEMENTS[pl], every)
+                k = rep % len(targets)
+                for t in targets[k:] + targets[:k]:  # rotate the order each repeat
+                    others = [x.pid for x in targets if x is not t and x.pid and x.started]
+                    with paused(others if a.pause_others else []):
+                        r = run_one(fn, s, t, o)
+                    r.scenario = row
+                    runs.setdefault((row, t.name), []).append(r)
+                    print(f"[{rep + 1}/{a.repeats}] {row:20s} {t.name:10s} {describe(r)}",
+                          flush=True)
+    if a.placements:
+        place(pids, None, None, every)
+    scen = rows
     med = {k: median_of(v) for k, v in runs.items()}
     names = [t.name for t in targets]
     where = one_line(describe_machine("."))

@@ -8,6 +8,7 @@ own reason.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -66,6 +67,41 @@ def test_cli_starts_oxiedge_interleaves_and_reports(tmp_path: Path) -> None:
     assert ran, proc.stdout
     assert all(r["count"] > 0 for r in ran)
     assert {m["scenario"] for m in data["medians"]} == {"mqtt-qos1", "amqp-confirm-1"}
+
+
+@pytest.mark.timeout(60)
+def test_placements_give_one_row_each_and_pin_the_broker(tmp_path: Path) -> None:
+    if len(os.sched_getaffinity(0)) < 2:
+        pytest.skip("the cross placement needs two CPUs")
+    out = tmp_path / "res.json"
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench", "--broker", "oxiedge", "-s", "mqtt-qos1-seq",
+         "--latency-count", "200", "--repeats", "1", "--placements", "same,cross",
+         "--json", str(out)],
+        cwd=REPO, capture_output=True, text=True, timeout=55)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    data = json.loads(out.read_text())
+    rows = {m["scenario"] for m in data["medians"]}
+    assert rows == {"mqtt-qos1-seq @same", "mqtt-qos1-seq @cross"}
+    assert all(m["count"] == 200 for m in data["medians"])
+    assert "| mqtt-qos1-seq @cross |" in proc.stdout
+
+
+def test_place_pins_every_thread_of_a_process_tree() -> None:
+    from bench.run import place
+
+    every = os.sched_getaffinity(0)
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        place([child.pid], {min(every)}, None, every)
+        tasks = os.listdir(f"/proc/{child.pid}/task")
+        assert tasks and all(os.sched_getaffinity(int(t)) == {min(every)} for t in tasks)
+        assert os.sched_getaffinity(0) == every  # this process: unpinned
+        place([child.pid], None, None, every)
+        assert os.sched_getaffinity(child.pid) == every
+    finally:
+        child.kill()
+        child.wait()
 
 
 @pytest.mark.timeout(30)

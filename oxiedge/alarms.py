@@ -83,6 +83,9 @@ class ResourceAlarms:
         self.log = log
         self.memory_alarm = False
         self.disk_alarm = False
+        #: any alarm raised (publishers wait): an attribute, read per burst on the hot path,
+        #: kept by the two writers of the alarms (``sample``, ``set_alarm``)
+        self.blocked = False
         self.rss = 0
         self.disk_free = 0
         #: the memory this process may use and its source ("RAM" or "cgroup FILE")
@@ -93,10 +96,6 @@ class ResourceAlarms:
         self._listeners: list[Listener] = []
         self._clear = trio.Event()
         self._clear.set()
-
-    @property
-    def blocked(self) -> bool:
-        return self.memory_alarm or self.disk_alarm or bool(self.external)
 
     @property
     def reason(self) -> str:
@@ -161,6 +160,7 @@ class ResourceAlarms:
         self._changed(was)
 
     def _changed(self, was: bool) -> None:
+        self.blocked = self.memory_alarm or self.disk_alarm or bool(self.external)
         if self.blocked != was:
             if self.blocked:
                 self.fired += 1

@@ -67,7 +67,8 @@ class AmqpConnection:
                                    wait_unblocked=app.alarms.wait_unblocked)
         self.proto = AmqpProtocol(
             service.broker, self.transport, app.config, service.counters, app.permissions,
-            service.server_properties(), clock=trio.current_time,
+            service.server_properties(),
+            clock=trio.lowlevel.current_clock().current_time,  # (= trio.current_time)
             handshake_deadline=handshake_deadline, alarms=app.alarms,
             note_input=lambda size: service.note_publisher_input(size, app.alarms),
             peer=peer, tls_identity=tls_identity, on_opened=self._opened, log=self.log)

@@ -51,7 +51,7 @@ class Connection:
             perms=app.permissions,
             alarms=app.alarms,
             log=app.log,
-            clock=trio.current_time,
+            clock=trio.lowlevel.current_clock().current_time,  # (= trio.current_time)
             tls_identity=tls_identity,
         )
         self.transport.protocol = self.protocol

@@ -416,6 +416,7 @@ class MqttProtocol:
                         # The last packet of this input: its deliveries go now, not
                         # after the end-of-burst work (they wait for nothing of it).
                         deliver_now()
+                        break  # (what ``next_item`` would say: nothing more)
                     continue
                 if type(item) is int:
                     on_puback(item)  # a subscriber's hot path: a PUBACK's packet id

@@ -126,7 +126,8 @@ class Transport:
         self._closing = False  # the reader ended: the writer exits once the buffer is empty
         self._listed = False  # in the running reader's list (it sends the buffer, Written)
         self._written = current_written()
-        self._scope = trio.CancelScope()
+        self._scope = trio.CancelScope()  # (no deadline: cancelled only by ``_cancel``)
+        self._cancelled = False  # ``_scope.cancel_called``, without its clock read
         # The hot loop (``net.hot``): while the reader is parked there, its descriptor,
         # the scope deadline it parked under, and the action it hands back on waking.
         self._hot: HotLoop | None = None
@@ -156,7 +157,7 @@ class Transport:
         it while a send is in transit, is left to the writer (woken here)."""
         if not self._out:
             return
-        if self._sending or self._fd < 0 or self._scope.cancel_called:
+        if self._sending or self._fd < 0 or self._cancelled:
             self._wake.set()  # in transit or no direct write: the writer sends it
             return
         chunks, self._out = self._out, []
@@ -195,7 +196,7 @@ class Transport:
         be overtaken): one non-blocking write; what the socket does not take, and
         everything when the writer is busy, goes through the writer."""
         if not self._out and not self._sending and self._fd >= 0 \
-                and not self._scope.cancel_called:
+                and not self._cancelled:
             try:
                 n = os.write(self._fd, data)  # the socket is non-blocking (trio)
             except OSError:
@@ -226,6 +227,10 @@ class Transport:
         """End the connection now (e.g. a session take-over): unsent bytes are dropped."""
         self._out.clear()
         self._leave_hot_loop()
+        self._cancel()
+
+    def _cancel(self) -> None:
+        self._cancelled = True
         self._scope.cancel()
 
     @property
@@ -263,7 +268,7 @@ class Transport:
             # The peer is gone: end the reader too.
             proto.connection_lost(f"connection lost: {exc}")
             self._leave_hot_loop()
-            self._scope.cancel()
+            self._cancel()
 
     # ------------------------------------------------------------------ hot loop
     async def _park(self, hot: HotLoop, fd: int, armed: float) -> None:

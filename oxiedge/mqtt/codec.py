@@ -396,18 +396,31 @@ class Decoder:
         # MQTT 3.1 (protocol level 3) lets PUBREL, SUBSCRIBE and UNSUBSCRIBE carry the DUP
         # flag (a re-sent one); 3.1.1 fixed their flags (MQTT-2.2.2-2). Set after CONNECT.
         self.mqtt31 = False
-        self._buf = bytearray()
+        #: received bytes from ``_pos`` on: ``bytes`` when a read started on a packet
+        #: boundary (no copy), a ``bytearray`` while a partial packet accumulates
+        self._buf: bytes | bytearray = b""
         self._pos = 0
         self._failed = False
 
     def feed(self, data: bytes | bytearray | memoryview) -> None:
         """Append received bytes."""
-        if self._pos:
+        buf, pos = self._buf, self._pos
+        if pos >= len(buf):
+            # Everything before was consumed (reads mostly end on a packet boundary): the
+            # input becomes the buffer as is. Kept as ``bytes``, the packets sliced out of
+            # it are not copied twice, and a read of one whole packet not at all.
+            self._buf = data if type(data) is bytes else bytes(data)
+            self._pos = 0
+            return
+        if isinstance(buf, bytes):  # a partial packet is waiting: from now on, accumulate
+            buf = bytearray(memoryview(buf)[pos:])
+            self._buf = buf
+        elif pos:
             # Drop what was consumed; once per read, so a burst of small packets costs one
             # move of the partial tail, not one per packet.
-            del self._buf[: self._pos]
-            self._pos = 0
-        self._buf += data
+            del buf[:pos]
+        self._pos = 0
+        buf += data
 
     @property
     def first_byte(self) -> int | None:

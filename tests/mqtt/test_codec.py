@@ -411,3 +411,32 @@ def test_next_item_rejects_what_next_packet_rejects(raw: bytes) -> None:
         decode_all(raw)
     with pytest.raises(ProtocolError, match="already failed"):
         dec.next_item()
+
+
+def test_a_read_of_one_whole_packet_is_not_copied() -> None:
+    # The hot path: a read that starts on a packet boundary becomes the buffer as is, so
+    # a QoS 0 PUBLISH read whole is forwarded as the very bytes read.
+    raw = encode_publish(b"a/b", b"payload")
+    dec = Decoder()
+    dec.feed(raw)
+    item = dec.next_item()
+    assert isinstance(item, tuple) and item[7] is raw
+    assert dec.next_item() is None and dec.buffered == 0
+
+
+@pytest.mark.parametrize("kind", [bytes, bytearray, memoryview])
+def test_feeds_of_any_buffer_type_across_packet_boundaries(kind: type) -> None:
+    # bytes buffer (boundary), then a partial packet (bytearray accumulates), then the
+    # rest with two more packets: every switch between the two buffer kinds.
+    a, b, c = (encode_publish(b"t/%d" % i, b"p" * i, 1, False, False, i + 1) for i in (1, 2, 3))
+    stream = a + b + c
+    dec = Decoder()
+    got: list[object] = []
+    for start, end in [(0, len(a)), (len(a), len(a) + 3), (len(a) + 3, len(stream))]:
+        source = stream[start:end]
+        dec.feed(kind(source) if kind is not memoryview else memoryview(bytearray(source)))
+        while (item := dec.next_item()) is not None:
+            got.append(item)
+    assert [(i[0], i[5], i[6]) for i in got] == [  # type: ignore[index]
+        ("t/1", 2, b"p"), ("t/2", 3, b"pp"), ("t/3", 4, b"ppp")]
+    assert dec.buffered == 0

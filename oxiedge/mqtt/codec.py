@@ -101,12 +101,10 @@ def _check_topic_name(topic: str) -> None:
         raise ProtocolError("wildcard in topic name (MQTT-3.3.2-2)")
 
 
-# Topic names repeat constantly (a sensor publishes to the same topic forever): caching
-# the decoded + validated str per raw bytes keeps UTF-8 decoding and validation off the
-# per-message path. Bounded in entries and in bytes, cleared wholesale when full; topics
-# longer than ``_TOPIC_CACHE_LONGEST`` are never cached (a publisher cycling through
-# distinct 60 KB topics must not pin memory after it left; decoding those is cheap next
-# to their size anyway).
+# Topic names repeat constantly (a sensor publishes to one topic forever): the decoded and
+# validated str per raw bytes keeps UTF-8 decoding and validation off the per-message
+# path. Bounded in entries and bytes, cleared wholesale when full; topics longer than
+# ``_TOPIC_CACHE_LONGEST`` are never cached (distinct 60 KB topics must not pin memory).
 _TOPIC_CACHE: dict[bytes, str] = {}
 _TOPIC_CACHE_MAX = 4096
 _TOPIC_CACHE_MAX_BYTES = 1 << 20  # sum of the cached raw topics' lengths
@@ -237,16 +235,9 @@ def _decode_connect(flags: int, body: bytes) -> Connect:
         password, off = _binary(body, off)
     if off != len(body):
         raise ProtocolError("trailing bytes after CONNECT payload")
-    return Connect(
-        client_id=client_id,
-        clean_session=bool(cflags & 0x02),
-        keep_alive=keep_alive,
-        username=username,
-        password=password,
-        will=will,
-        protocol_name=name,
-        protocol_level=level,
-    )
+    return Connect(client_id=client_id, clean_session=bool(cflags & 0x02),
+                   keep_alive=keep_alive, username=username, password=password, will=will,
+                   protocol_name=name, protocol_level=level)
 
 
 def _decode_connack(flags: int, body: bytes) -> Connack:
@@ -396,8 +387,7 @@ class Decoder:
         # MQTT 3.1 (protocol level 3) lets PUBREL, SUBSCRIBE and UNSUBSCRIBE carry the DUP
         # flag (a re-sent one); 3.1.1 fixed their flags (MQTT-2.2.2-2). Set after CONNECT.
         self.mqtt31 = False
-        #: received bytes from ``_pos`` on: ``bytes`` when a read started on a packet
-        #: boundary (no copy), a ``bytearray`` while a partial packet accumulates
+        #: input from ``_pos`` on: a read as is, or a bytearray while a partial packet grows
         self._buf: bytes | bytearray = b""
         self._pos = 0
         self._failed = False
@@ -406,9 +396,8 @@ class Decoder:
         """Append received bytes."""
         buf, pos = self._buf, self._pos
         if pos >= len(buf):
-            # Everything before was consumed (reads mostly end on a packet boundary): the
-            # input becomes the buffer as is. Kept as ``bytes``, the packets sliced out of
-            # it are not copied twice, and a read of one whole packet not at all.
+            # All consumed (reads mostly end on a packet boundary): the input becomes the
+            # buffer as is - its packets are copied once, a read of one packet not at all.
             self._buf = data if type(data) is bytes else bytes(data)
             self._pos = 0
             return
@@ -416,8 +405,7 @@ class Decoder:
             buf = bytearray(memoryview(buf)[pos:])
             self._buf = buf
         elif pos:
-            # Drop what was consumed; once per read, so a burst of small packets costs one
-            # move of the partial tail, not one per packet.
+            # Drop what was consumed: once per read, not once per packet.
             del buf[:pos]
         self._pos = 0
         buf += data

@@ -107,13 +107,13 @@ def main(argv: list[str] | None = None) -> int:
     if a.tree:
         boot = ("import sys; sys.path.insert(0, sys.argv.pop(1)); sys.argv[0] = 'oxiedge'; "
                 "from oxiedge.cli import main; main()")
-        brokers.oxiedge_command = lambda: [sys.executable, "-c", boot, a.tree]  # type: ignore
+        brokers.oxiedge_command = lambda: [sys.executable, "-c", boot, a.tree]
     else:
-        brokers.oxiedge_command = lambda: [sys.executable, "-m", "oxiedge"]  # type: ignore
+        brokers.oxiedge_command = lambda: [sys.executable, "-m", "oxiedge"]
     try:
         st = brokers.start_oxiedge(cpu_prefix=prefix, timeout=300)
     finally:
-        brokers.oxiedge_command = real  # type: ignore[assignment]
+        brokers.oxiedge_command = real
     pid = st.target.pid
     assert pid is not None
 

@@ -86,9 +86,7 @@ class Bus:
         origin; ``COMMIT`` if anything durable was staged (nothing else is reported)."""
         staged = NOTHING
         bridge = self.bridge
-        # (``Exchange.in_use`` inlined: a call per message less)
-        if bridge is not None and origin is not AMQP and (bridge.exchange.bindings
-                                                          or bridge.exchange.xbindings):
+        if bridge is not None and origin is not AMQP and bridge.exchange.in_use:
             staged = bridge.stage(origin, topic, payload, qos, retain)
         uplinks = self.uplinks
         if uplinks is not None and uplinks.uplinks and (payload or not retain):

@@ -77,8 +77,8 @@ def start_mosquitto(tmp: Path, acl: Path | None) -> tuple[subprocess.Popen[bytes
         "set_tcp_nodelay true\nmax_queued_messages 4096\n"
         f"log_dest file {tmp}/mosquitto-{port}.log\nlistener {port} 127.0.0.1\n"
         + (f"acl_file {acl}\n" if acl is not None else ""))
-    proc = subprocess.Popen([brokers.mosquitto_exe(), "-c", str(conf)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = brokers.popen_broker([brokers.mosquitto_exe(), "-c", str(conf)],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     brokers.wait_port("127.0.0.1", port, 10)
     return proc, port
 

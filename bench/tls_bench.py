@@ -241,8 +241,8 @@ def _start_mosquitto_tls(tmp: Path, cert: Path, key: Path) -> tuple[Any, int, in
         f"max_queued_messages 4096\nlog_dest file {tmp}/mosquitto.log\n"
         f"listener {plain} 127.0.0.1\n"
         f"listener {port} 127.0.0.1\ncertfile {cert}\nkeyfile {key}\n")
-    proc = subprocess.Popen([brokers.mosquitto_exe(), "-c", str(conf)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = brokers.popen_broker([brokers.mosquitto_exe(), "-c", str(conf)],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     brokers.wait_port("127.0.0.1", port, 10)
     return proc, port, plain
 

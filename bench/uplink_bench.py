@@ -100,8 +100,8 @@ def _mosquitto_dir(prefix: str) -> Path:
 
 # ----------------------------------------------------------------- processes
 def _run_mosquitto(conf: Path) -> subprocess.Popen[bytes]:
-    return subprocess.Popen([brokers.mosquitto_exe(), "-c", str(conf)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return brokers.popen_broker([brokers.mosquitto_exe(), "-c", str(conf)],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
 class Upstream:

@@ -104,6 +104,26 @@ def test_place_pins_every_thread_of_a_process_tree() -> None:
         child.wait()
 
 
+def test_started_brokers_run_in_their_own_session() -> None:
+    """Each broker the benches start is its own session - its own scheduling autogroup, as
+    under systemd - never the load generator's (``brokers.popen_broker``)."""
+    from bench import brokers
+
+    st = brokers.start_oxiedge(["--amqp-port", "off"])
+    try:
+        pid = st.target.pid
+        assert pid is not None
+        assert os.getsid(pid) == pid != os.getsid(0)
+    finally:
+        st.stop()
+    if os.path.exists(mosquitto_exe()):
+        m = brokers.start_mosquitto()
+        try:
+            assert m.target.pid is not None and os.getsid(m.target.pid) == m.target.pid
+        finally:
+            m.stop()
+
+
 @pytest.mark.timeout(30)
 def test_store_bench_runs_every_variant(tmp_path: Path) -> None:
     from bench import store_bench

@@ -215,7 +215,8 @@ def test_unsupported_protocol_level_is_decoded_for_connack_1() -> None:
 
 def test_no_trio_import() -> None:
     code = (
-        "import sys, oxiedge.mqtt.codec, oxiedge.mqtt.packets, oxiedge.mqtt.topics;"
+        "import sys, oxiedge.mqtt.codec, oxiedge.mqtt.bodies, oxiedge.mqtt.packets,"
+        " oxiedge.mqtt.topics;"
         "bad = [m for m in sys.modules if m.split('.')[0] in ('trio', 'socket', 'asyncio')];"
         "print(bad); sys.exit(1 if bad else 0)"
     )

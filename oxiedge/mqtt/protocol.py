@@ -403,12 +403,14 @@ class MqttProtocol:
         inf = math.inf
         while True:
             budget = BURST_SLICE
+            sliced = False  # (a CHECKPOINT reset ``budget``: packets were handled)
             while (item := next_item()) is not None:
                 budget -= 1
                 if not budget:
                     # A 64 KiB read can hold ~9,000 tiny packets: let the other
                     # connections run every so often (the burst goes on afterwards).
                     budget = BURST_SLICE
+                    sliced = True
                     yield CHECKPOINT
                 if type(item) is tuple:
                     on_publish(item)  # the hot path: no packet object, no lookup
@@ -445,7 +447,12 @@ class MqttProtocol:
                 if self._ready:
                     yield SEND  # the burst before DISCONNECT is answered in full
                 raise _Close("client sent DISCONNECT", abnormal=False)
-            self.deadline = clock() + window
+            if budget != BURST_SLICE or sliced or self.deadline == inf:
+                # A complete packet restarts the keep-alive, as in Mosquitto; bytes of
+                # an unfinished one do not (MQTT-3.1.2-24: a client that dribbles a
+                # packet a byte at a time is closed 1.5x keep-alive after its last one).
+                # (``inf``: the commit or the alarm above suspended it.)
+                self.deadline = clock() + window
             # (``_read`` inlined: one generator less per burst)
             if not self._fresh:
                 yield NEED_DATA

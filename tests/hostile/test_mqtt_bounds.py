@@ -247,3 +247,33 @@ def _wrap(sock: socket.socket) -> RawClient:
     c = RawClient.__new__(RawClient)
     c.sock, c.buf = sock, b""
     return c
+
+
+def test_a_packet_dribbled_a_byte_at_a_time_does_not_hold_the_keep_alive(
+        server: ServerProcess) -> None:
+    """A logged-in client that sends a PUBLISH one byte every 0.3 s, never finishing it,
+    is closed 1.5x its keep-alive (1 s) after its CONNECT - bytes of an unfinished packet
+    do not restart the keep-alive, complete packets do (MQTT-3.1.2-24, as Mosquitto)."""
+    port = _port(server)
+    pinger = RawSession(port)
+    pinger.connect("pinger", keepalive=1)
+    dribbler = RawClient(port)
+    dribbler.connect("dribbler", keepalive=1)
+    start = time.monotonic()
+    publish = encode(Publish("slow/x", b"p" * 100, qos=1, packet_id=1))
+    closed_at = None
+    for i, byte in enumerate(publish[:-1]):
+        try:
+            dribbler.send(bytes([byte]))
+        except (BrokenPipeError, ConnectionResetError):
+            closed_at = time.monotonic() - start
+            break
+        if dribbler.closed(timeout=0.3):
+            closed_at = time.monotonic() - start
+            break
+        if i % 2:
+            pinger.ping()  # complete packets every 0.6 s: this one stays open
+    assert closed_at is not None, "the dribbling client was never closed"
+    assert 1.3 < closed_at < 3.5, closed_at
+    pinger.ping()
+    assert not pinger.closed(timeout=0.1)

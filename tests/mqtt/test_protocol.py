@@ -346,6 +346,26 @@ async def test_keep_alive_is_one_and_a_half_times(store: Store, clock: Clock) ->
     assert peer.closed == Close("keep-alive timeout (10s x 1.5)")
 
 
+async def test_bytes_of_an_unfinished_packet_do_not_restart_the_keep_alive(
+        store: Store, clock: Clock) -> None:
+    """A logged-in client that dribbles a PUBLISH a byte at a time is closed 1.5x
+    keep-alive after its last complete packet (Mosquitto counts packets, not bytes)."""
+    peer = await connected(memory_broker(), store, clock, keep_alive=2)
+    deadline = peer.proto.deadline
+    assert deadline == clock.now + 3.0
+    publish = encode(Publish("t/x", b"p" * 50, qos=1, packet_id=7))
+    for byte in publish[:-1]:
+        clock.now += 0.5
+        assert await peer.feed(bytes([byte])) == b""
+        assert peer.proto.deadline == deadline  # still the last packet's
+    clock.now += 0.5
+    assert await peer.feed(publish[-1:]) == encode(Puback(7))  # the packet completes
+    assert peer.proto.deadline == clock.now + 3.0
+    peer.proto.timed_out()
+    assert await peer.run() == b""
+    assert peer.closed == Close("keep-alive timeout (2s x 1.5)")
+
+
 async def test_keep_alive_zero_never_times_out(store: Store, clock: Clock) -> None:
     peer = await connected(memory_broker(), store, clock, keep_alive=0)
     assert peer.proto.deadline == float("inf")

@@ -1,7 +1,11 @@
 """One MQTT client connection: ``MqttProtocol`` (sans-IO) on a ``net.Transport``.
 
 The binding only: the protocol (``protocol.py``) decides everything, the transport loop
-(``oxiedge.net.loop``) owns the stream, the commit, the writer and the deadlines.
+(``oxiedge.net.loop``) owns the stream, the commit, the writer and the deadlines. When the
+connection ends, one log line says why if the broker ended it (a protocol error, the
+keep-alive, a session take-over, no CONNECT in time), as AMQP's connections do and as an
+operator coming from Mosquitto expects; ordinary ends (DISCONNECT, the client's socket
+closing) are logged at debug level only.
 """
 
 from __future__ import annotations
@@ -15,6 +19,11 @@ from oxiedge.mqtt.broker import Broker
 from oxiedge.mqtt.protocol import MqttProtocol
 from oxiedge.mqtt.session import Limits
 from oxiedge.net.loop import Transport
+from oxiedge.tls import peer_name
+
+#: Close reasons (their start) that the broker decided: logged at info level.
+BROKER_ENDED = ("protocol error", "keep-alive timeout", "session taken over",
+                "no CONNECT in time")
 
 
 class ConnectionHost(Protocol):
@@ -37,6 +46,8 @@ class Connection:
     def __init__(self, service: ConnectionHost, stream: trio.abc.Stream,
                  tls_identity: str | None = None) -> None:
         app = service.app
+        self.log = app.log
+        self.peer = peer_name(stream)  # (now: once the stream is closed there is none)
         # A client that publishes but does not read would grow our output (its PUBACKs)
         # without bound: above this many buffered bytes the reader stops reading.
         self.transport = Transport(stream, app.store, pause_at=4 * service.limits.out_limit,
@@ -62,4 +73,16 @@ class Connection:
 
     async def serve(self) -> None:
         """Run the connection until it ends; never raises for network/protocol errors."""
-        await self.transport.run(self.protocol)
+        try:
+            await self.transport.run(self.protocol)
+        finally:
+            self._report()
+
+    def _report(self) -> None:
+        proto = self.protocol
+        reason = proto.close_reason
+        if not reason:
+            return
+        level = self.log.info if reason.startswith(BROKER_ENDED) else self.log.debug
+        level("MQTT %s (client %r, user %r): connection closed: %s", self.peer,
+              proto.client_id, proto.username, reason)

@@ -277,3 +277,42 @@ def test_a_packet_dribbled_a_byte_at_a_time_does_not_hold_the_keep_alive(
     assert 1.3 < closed_at < 3.5, closed_at
     pinger.ping()
     assert not pinger.closed(timeout=0.1)
+    # The broker ended it: one log line says who and why (info level, as AMQP's).
+    line = server.wait_for_line("MQTT 127.0.0.1:", timeout=5)
+    assert "(client 'dribbler', user None): connection closed: keep-alive timeout (1s x 1.5)" \
+        in line, line
+
+
+def test_connections_the_broker_ends_are_logged_ordinary_ends_are_not(
+        server: ServerProcess) -> None:
+    """A protocol error and a take-over each log one line naming the client and the
+    reason; a DISCONNECT and a client closing its socket log nothing at info level."""
+    port = _port(server)
+    polite = RawSession(port)
+    polite.connect("polite")
+    polite.disconnect()
+    gone = RawSession(port)
+    gone.connect("gone")
+    gone.close()
+    bad = RawSession(port)
+    bad.connect("bad")
+    bad.send(b"\x30\x03\x00\x01+")  # a wildcard in a PUBLISH topic (MQTT-3.3.2-2)
+    assert bad.closed()
+    first = RawSession(port)
+    first.connect("twin")
+    second = RawSession(port)
+    second.connect("twin")
+    assert first.closed()
+    server.wait_for_line("MQTT 127.0.0.1:", timeout=5)
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        lines = [ln for ln in server.log_lines if ln.startswith("MQTT 127.0.0.1:")]
+        if len(lines) >= 2:
+            break
+        time.sleep(0.05)
+    assert len(lines) == 2, lines
+    assert any("(client 'bad', user None): connection closed: protocol error: wildcard" in ln
+               for ln in lines), lines
+    assert any("(client 'twin', user None): connection closed: session taken over" in ln
+               for ln in lines), lines
+    second.disconnect()

@@ -13,6 +13,7 @@ from .auth import UserStore
 from .config import Config
 from .connections import ConnectionLimits
 from .login import Logins
+from .lograte import LineBudget
 from .service import Service
 from .store import Store
 
@@ -45,6 +46,8 @@ class App:
     services: dict[str, Service] = field(default_factory=dict)
     started_at: float = field(default_factory=time.time)
     endpoints: dict[str, str] = field(default_factory=dict)
+    # The lines for connections the broker ended, MQTT and AMQP together (``lograte``).
+    close_lines: LineBudget = field(default_factory=LineBudget)
     alarms: ResourceAlarms = field(init=False)
     connections: ConnectionLimits = field(init=False)
     logins: Logins = field(init=False)

@@ -27,6 +27,7 @@ import trio
 from oxiedge.amqp.codec import HEARTBEAT_FRAME, FrameParser
 from oxiedge.amqp.protocol import AmqpProtocol
 from oxiedge.amqp.streaming import HIGH_WATER, SHUTDOWN_TIMEOUT
+from oxiedge.lograte import suppressed_note
 from oxiedge.net.loop import Transport
 
 if TYPE_CHECKING:
@@ -59,6 +60,7 @@ class AmqpConnection:
         app = service.app
         self.service = service
         self.log: logging.Logger = app.log
+        self.close_lines = app.close_lines
         self.peer = peer
         # Above HIGH_WATER unsent bytes the reader stops reading (a client that publishes
         # but never reads its confirms) and queues skip this connection's consumers.
@@ -159,7 +161,10 @@ class AmqpConnection:
         else:
             reason = proto.end_reason or "closed"
             counters["connection_errors" if proto.server_error else "connections_dropped"] += 1
+        held = self.close_lines.take()
+        if held is None:
+            return  # (a flood of bad connections: counted above, not logged)
         self.log.info("AMQP %s (user %r): connection %s: %s - %d published, %d delivered, "
-                      "%d frames discarded", self.peer, proto.user,
+                      "%d frames discarded%s", self.peer, proto.user,
                       "closed" if proto.server_error else "dropped", reason, proto.published,
-                      proto.delivered, proto.parser.discarded)
+                      proto.delivered, proto.parser.discarded, suppressed_note(held))

@@ -15,6 +15,7 @@ from typing import Protocol
 import trio
 
 from oxiedge.app import App
+from oxiedge.lograte import suppressed_note
 from oxiedge.mqtt.broker import Broker
 from oxiedge.mqtt.protocol import MqttProtocol
 from oxiedge.mqtt.session import Limits
@@ -47,6 +48,7 @@ class Connection:
                  tls_identity: str | None = None) -> None:
         app = service.app
         self.log = app.log
+        self.close_lines = app.close_lines
         self.peer = peer_name(stream)  # (now: once the stream is closed there is none)
         # A client that publishes but does not read would grow our output (its PUBACKs)
         # without bound: above this many buffered bytes the reader stops reading.
@@ -83,6 +85,11 @@ class Connection:
         reason = proto.close_reason
         if not reason:
             return
-        level = self.log.info if reason.startswith(BROKER_ENDED) else self.log.debug
-        level("MQTT %s (client %r, user %r): connection closed: %s", self.peer,
-              proto.client_id, proto.username, reason)
+        if not reason.startswith(BROKER_ENDED):
+            self.log.debug("MQTT %s (client %r, user %r): connection closed: %s", self.peer,
+                           proto.client_id, proto.username, reason)
+            return
+        held = self.close_lines.take()
+        if held is not None:
+            self.log.info("MQTT %s (client %r, user %r): connection closed: %s%s", self.peer,
+                          proto.client_id, proto.username, reason, suppressed_note(held))

@@ -316,3 +316,33 @@ def test_connections_the_broker_ends_are_logged_ordinary_ends_are_not(
     assert any("(client 'twin', user None): connection closed: session taken over" in ln
                for ln in lines), lines
     second.disconnect()
+
+
+def test_a_flood_of_bad_connections_does_not_flood_the_log(server: ServerProcess) -> None:
+    """300 connections closed for a protocol error log at most the burst (50) and the
+    rate; the next line after a pause says how many were held back; every one is counted."""
+    port = _port(server)
+    for i in range(300):
+        c = RawSession(port)
+        c.connect(f"bad{i}")
+        c.send(b"\x30\x03\x00\x01#")  # a wildcard in a PUBLISH topic
+        assert c.closed()
+        c.close()
+    time.sleep(0.5)
+    logged = [ln for ln in server.log_lines if "connection closed: protocol error" in ln]
+    assert 50 <= len(logged) <= 50 + 10 * 20, len(logged)  # (at most ~20 s of the rate)
+    assert server_status(server)["mqtt"]["protocol_errors"] == 300
+    time.sleep(1.0)  # the bucket refills
+    c = RawSession(port)
+    c.connect("after")
+    c.send(b"\x30\x03\x00\x01#")
+    assert c.closed()
+    line = server.wait_for_line("MQTT 127.0.0.1:", timeout=5)  # (the first one)
+    assert line
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        last = [ln for ln in server.log_lines if "'after'" in ln]
+        if last:
+            break
+        time.sleep(0.05)
+    assert last and "similar lines suppressed)" in last[0], last

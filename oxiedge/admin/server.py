@@ -125,7 +125,8 @@ def server_status(app: App, parts: dict[str, StatusPart] | None = None) -> dict[
             "quarantine": app.store.quarantine_status(),
         },
         "alarms": app.alarms.status(),
-        "connections": app.connections.status(),
+        "connections": {**app.connections.status(),
+                        "close_lines_suppressed": app.close_lines.suppressed_total},
         "logins": app.logins.status(),
         "permissions": app.permissions.status(),
     }

@@ -331,7 +331,9 @@ def test_a_flood_of_bad_connections_does_not_flood_the_log(server: ServerProcess
     time.sleep(0.5)
     logged = [ln for ln in server.log_lines if "connection closed: protocol error" in ln]
     assert 50 <= len(logged) <= 50 + 10 * 20, len(logged)  # (at most ~20 s of the rate)
-    assert server_status(server)["mqtt"]["protocol_errors"] == 300
+    status = server_status(server)
+    assert status["mqtt"]["protocol_errors"] == 300
+    assert status["connections"]["close_lines_suppressed"] == 300 - len(logged)
     time.sleep(1.0)  # the bucket refills
     c = RawSession(port)
     c.connect("after")

@@ -20,11 +20,6 @@ from oxiedge.mqtt.broker import Broker
 from oxiedge.mqtt.protocol import MqttProtocol
 from oxiedge.mqtt.session import Limits
 from oxiedge.net.loop import Transport
-from oxiedge.tls import peer_name
-
-#: Close reasons (their start) that the broker decided: logged at info level.
-BROKER_ENDED = ("protocol error", "keep-alive timeout", "session taken over",
-                "no CONNECT in time")
 
 
 class ConnectionHost(Protocol):
@@ -45,11 +40,11 @@ class Connection:
     """A client connection: a transport serving an ``MqttProtocol``."""
 
     def __init__(self, service: ConnectionHost, stream: trio.abc.Stream,
-                 tls_identity: str | None = None) -> None:
+                 tls_identity: str | None = None, peer: str = "?") -> None:
         app = service.app
         self.log = app.log
         self.close_lines = app.close_lines
-        self.peer = peer_name(stream)  # (now: once the stream is closed there is none)
+        self.peer = peer
         # A client that publishes but does not read would grow our output (its PUBACKs)
         # without bound: above this many buffered bytes the reader stops reading.
         self.transport = Transport(stream, app.store, pause_at=4 * service.limits.out_limit,
@@ -85,7 +80,7 @@ class Connection:
         reason = proto.close_reason
         if not reason:
             return
-        if not reason.startswith(BROKER_ENDED):
+        if not proto.ended_by_broker:
             self.log.debug("MQTT %s (client %r, user %r): connection closed: %s", self.peer,
                            proto.client_id, proto.username, reason)
             return

@@ -79,11 +79,13 @@ def _connack(code: int, present: bool = False) -> bytes:
 
 
 class _Close(Exception):
-    """End the connection; ``abnormal`` means the will is published."""
+    """End the connection; ``abnormal`` means the will is published, ``by_broker`` that
+    the broker decided it (``MqttProtocol.ended_by_broker``)."""
 
-    def __init__(self, reason: str, abnormal: bool = True) -> None:
+    def __init__(self, reason: str, abnormal: bool = True, by_broker: bool = False) -> None:
         super().__init__(reason)
         self.abnormal = abnormal
+        self.by_broker = by_broker
 
 
 class _Cancelled(BaseException):
@@ -122,6 +124,9 @@ class MqttProtocol:
         self.will: Will | None = None
         self.client_id = ""
         self.close_reason = ""
+        # The broker ended it (a protocol error, the keep-alive, no CONNECT in time, a
+        # take-over), not the client: the connection logs it at info level.
+        self.ended_by_broker = False
         # The verified client certificate's name under --tls-identity-as-username (tls.py).
         self.tls_identity = tls_identity
         self.username: str | None = None  # once CONNECT is accepted
@@ -229,6 +234,7 @@ class MqttProtocol:
         Unsent deliveries stay with the session (in-flight ones are re-sent on the new
         connection); none of them may still leave through this one."""
         self._abnormal = True
+        self.ended_by_broker = True
         self.close_reason = "session taken over"
         self.outlet.abort()
 
@@ -240,8 +246,10 @@ class MqttProtocol:
             yield from self._serve(keep_alive)
         except _Close as exc:
             self._abnormal = exc.abnormal
+            self.ended_by_broker = exc.by_broker
             self.close_reason = str(exc)
         except ProtocolError as exc:
+            self.ended_by_broker = True
             stats.protocol_errors += 1
             if isinstance(exc, TopicTooLong):
                 stats.topics_refused += 1
@@ -268,8 +276,8 @@ class MqttProtocol:
             self._timed_out = False
             if self.session is None:
                 self.broker.stats.connect_timeouts += 1
-                raise _Close("no CONNECT in time", abnormal=False)
-            raise _Close(f"keep-alive timeout ({self._keep_alive}s x 1.5)")
+                raise _Close("no CONNECT in time", abnormal=False, by_broker=True)
+            raise _Close(f"keep-alive timeout ({self._keep_alive}s x 1.5)", by_broker=True)
         if self.session is None:
             raise _Close("closed before CONNECT", abnormal=False)
         raise _Close("connection closed without DISCONNECT")
@@ -372,7 +380,7 @@ class MqttProtocol:
                 if newest:
                     del broker.connecting[client_id]
             if not newest or broker.sessions.get(client_id) is not s or s.conn is not None:
-                raise _Close("session taken over during CONNECT")
+                raise _Close("session taken over during CONNECT", by_broker=True)
         self.session = self._h.session = s
         self._h.grants = self.grants
         self.will = pkt.will

@@ -24,7 +24,7 @@ from oxiedge.mqtt.session import Limits
 from oxiedge.mqtt.topics import valid_topic_name
 from oxiedge.mqtt.views import register_views
 from oxiedge.staged import Origin
-from oxiedge.tls import TlsManager, open_secured
+from oxiedge.tls import TlsManager, open_secured, peer_name
 
 
 class MqttService:
@@ -152,7 +152,7 @@ class MqttService:
         go_on, identity = await open_secured(self.tls, stream, "MQTT")
         if not go_on:
             return
-        conn = Connection(self, stream, identity)
+        conn = Connection(self, stream, identity, peer_name(stream))
         try:
             await conn.serve()
         except Exception as exc:  # a bug in one connection must not end the server

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from .durations import parse_duration
 from .sizes import parse_memory_watermark, parse_size
 
 
@@ -75,6 +76,10 @@ OPTIONS: tuple[Option, ...] = (
            "16MiB", "topic + payload bytes of all retained MQTT messages"),
     Option("mqtt_max_sessions", "--mqtt-max-sessions", "OXIEDGE_MQTT_MAX_SESSIONS", "1000",
            "most MQTT sessions (online and persistent offline); new client ids get CONNACK 3"),
+    Option("mqtt_session_expiry", "--mqtt-session-expiry", "OXIEDGE_MQTT_SESSION_EXPIRY", "1d",
+           "a persistent MQTT session offline this long is deleted with its queued messages"
+           " (30m, 12h, 7d; never = kept until its client cleans it); a restart restarts"
+           " the clock"),
     Option("mqtt_max_subscriptions", "--mqtt-max-subscriptions",
            "OXIEDGE_MQTT_MAX_SUBSCRIPTIONS", "1000",
            "most topic filters per MQTT session; more get SUBACK 0x80"),
@@ -175,6 +180,7 @@ class Config:
     mqtt_retained_max: int = 10_000
     mqtt_retained_bytes: int = 16 << 20
     mqtt_max_sessions: int = 1000
+    mqtt_session_expiry: int | None = 86400  # seconds; None: never
     mqtt_max_subscriptions: int = 1000
     mqtt_max_subscription_levels: int = 100_000
     mqtt_max_topic_levels: int = 200
@@ -298,6 +304,18 @@ def parse_seconds(name: str, value: Any, minimum: float = 0.1) -> float:
     return number
 
 
+def parse_expiry(name: str, value: Any) -> int | None:
+    """A duration (``parse_duration``) in seconds, or None for ``never``/``off``. (Not 0: in
+    MQTT 5 and RabbitMQ a session expiry of 0 means "ends with the connection".)"""
+    text = str(value).strip().lower()
+    if text in ("never", "off", "none", "infinity"):
+        return None
+    try:
+        return parse_duration(text)
+    except ValueError as exc:
+        raise ConfigError(f"{_label(name)}: {exc}, or never") from None
+
+
 def parse_bind(name: str, value: Any) -> str:
     text = str(value).strip()
     if text in ("localhost", ""):
@@ -373,6 +391,7 @@ _PARSERS: dict[str, Any] = {
     "mqtt_retained_max": lambda n, v: parse_positive_int(n, v, 0),
     "mqtt_retained_bytes": _byte_parser(parse_size),
     "mqtt_max_sessions": parse_positive_int,
+    "mqtt_session_expiry": lambda n, v: parse_expiry(n, v),
     "mqtt_max_subscriptions": parse_positive_int,
     "mqtt_max_subscription_levels": parse_positive_int,
     "mqtt_max_topic_levels": parse_positive_int,

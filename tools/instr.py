@@ -12,11 +12,11 @@ objects and buffers a message costs; reallocs and libc's ``malloc`` are listed a
 and the functions with the most instructions.
 
 Unlike a latency or a CPU time on a shared VM these counts repeat to 2-3 % (callgrind
-counts, it does not time; what varies is how the client's packets batch): use them to A/B a change on the hot path (``--tree`` serves a
-``git archive`` of another commit). They are instructions, not time: a cache miss, a
-wake-up or a syscall's kernel side is not in them (``tools/hops.py`` counts those). The
-server runs ~50x slower under valgrind, so keep ``--count`` in the thousands. A profiling
-helper only; the server never imports it.
+counts, it does not time; what varies is how the client's packets batch): use them to
+A/B a change on the hot path (``--tree`` serves a ``git archive`` of another commit).
+They are instructions, not time: a cache miss, a wake-up or a syscall's kernel side is
+not in them (``tools/hops.py`` counts those). The server runs ~50x slower under valgrind,
+so keep ``--count`` in the thousands. A profiling helper only; the server never imports it.
 """
 
 from __future__ import annotations

@@ -43,6 +43,7 @@ def serve(
     mqtt_retained_max: Annotated[int | None, typer.Option(help=_flag_help("mqtt_retained_max"))] = None,  # noqa: E501
     mqtt_retained_bytes: Annotated[str | None, typer.Option(help=_flag_help("mqtt_retained_bytes"))] = None,  # noqa: E501
     mqtt_max_sessions: Annotated[int | None, typer.Option(help=_flag_help("mqtt_max_sessions"))] = None,  # noqa: E501
+    mqtt_session_expiry: Annotated[str | None, typer.Option(help=_flag_help("mqtt_session_expiry"))] = None,  # noqa: E501
     mqtt_max_subscriptions: Annotated[int | None, typer.Option(help=_flag_help("mqtt_max_subscriptions"))] = None,  # noqa: E501
     mqtt_max_subscription_levels: Annotated[int | None, typer.Option(help=_flag_help("mqtt_max_subscription_levels"))] = None,  # noqa: E501
     mqtt_max_topic_levels: Annotated[int | None, typer.Option(help=_flag_help("mqtt_max_topic_levels"))] = None,  # noqa: E501

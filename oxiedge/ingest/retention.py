@@ -22,39 +22,18 @@ floors start at 0 after a restart (one walk, then they are exact again).
 
 from __future__ import annotations
 
-import re
 import time
 from dataclasses import dataclass
 from typing import Any
 
 import trio
 
+from ..durations import format_duration, parse_duration
 from ..store import CommitError, Store
 
 BATCH = 1000  # documents deleted per commit round
-_DURATION = re.compile(r"^\s*(\d+)\s*([smhdw]?)\s*$")
-_UNIT = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 
-
-def parse_duration(text: str | int) -> int:
-    """``30d`` / ``12h`` / ``90m`` / ``45s`` / ``2w`` / ``3600`` → seconds (> 0)."""
-    if isinstance(text, int) and not isinstance(text, bool):
-        seconds = text
-    else:
-        m = _DURATION.match(str(text))
-        if m is None:
-            raise ValueError(f"invalid duration {text!r}: use e.g. 30d, 12h, 90m, 45s or 2w")
-        seconds = int(m.group(1)) * _UNIT[m.group(2)]
-    if seconds <= 0:
-        raise ValueError(f"invalid duration {text!r}: must be positive")
-    return seconds
-
-
-def format_duration(seconds: int) -> str:
-    for unit, size in (("w", 7 * 86400), ("d", 86400), ("h", 3600), ("m", 60)):
-        if seconds % size == 0:
-            return f"{seconds // size}{unit}"
-    return f"{seconds}s"
+__all__ = ["BATCH", "Policy", "Retention", "parse_duration", "validate_policy"]
 
 
 @dataclass(frozen=True, slots=True)

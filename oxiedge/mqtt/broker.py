@@ -200,6 +200,32 @@ class Broker:
         self.router.clear_routes()
         s.stage_delete()
 
+    def expire_sessions(self, now: float) -> list[Session]:
+        """Discard the persistent sessions offline for ``limits.session_expiry`` seconds
+        at ``now`` (the clock ``offline_since`` is on) and stage the removal of their
+        records; returns them (the caller commits, counts and logs).
+
+        A session no sweep has seen offline yet (recovered at start-up) starts its clock
+        now: a restart renews every offline session's lease, as RabbitMQ renews queue
+        leases, so a wrong wall clock at boot (a Pi without a real-time clock) can never
+        expire a session early. A session whose CONNECT awaits its commit is left alone."""
+        expiry = self.limits.session_expiry
+        if expiry is None:
+            return []
+        expired: list[Session] = []
+        for s in self.sessions.values():
+            if s.clean or s.conn is not None or s.client_id in self.connecting:
+                continue
+            since = s.offline_since
+            if since is None:
+                s.offline_since = now
+            elif now - since >= expiry:
+                expired.append(s)
+        for s in expired:
+            self.discard_session(s)
+            self.stats.sessions_expired += 1
+        return expired
+
     # ---------------------------------------------------------------- permissions
     def set_acl(self, s: Session, acl: Any) -> None:
         """The client now attached to ``s`` reads with ``acl`` (``access.Grants``)."""

@@ -219,8 +219,11 @@ class MqttProtocol:
             else:
                 broker.stats.wills += 1
                 kick = broker.route(will.topic, will.payload, will.qos, will.retain)
-        if s is not None and ours and s.clean:
-            broker.discard_session(s)  # MQTT-3.1.2-6: ends with the connection
+        if s is not None and ours:
+            if s.clean:
+                broker.discard_session(s)  # MQTT-3.1.2-6: ends with the connection
+            else:
+                s.offline_since = self.clock()  # its --mqtt-session-expiry runs from now
         return kick
 
     def _detach(self) -> None:
@@ -387,6 +390,7 @@ class MqttProtocol:
         # MQTT 3.1 (level 3) has no session-present flag: that byte is reserved there.
         write(_connack(ConnackCode.ACCEPTED, present and pkt.protocol_level == 4))
         s.conn = self.outlet
+        s.offline_since = None  # attached: no session expiry (Broker.expire_sessions)
         broker.set_acl(s, self.grants)
         if self._perms.active and (s.queue or s.inflight):
             unreadable = broker.drop_unreadable(s)

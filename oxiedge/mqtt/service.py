@@ -17,14 +17,18 @@ import trio
 
 from oxiedge.access.grants import Grants
 from oxiedge.app import App
+from oxiedge.durations import format_duration
 from oxiedge.mqtt.broker import Broker
 from oxiedge.mqtt.codec import topic_cache_bytes
 from oxiedge.mqtt.connection import Connection
-from oxiedge.mqtt.session import Limits
+from oxiedge.mqtt.session import Limits, Session
 from oxiedge.mqtt.topics import valid_topic_name
 from oxiedge.mqtt.views import register_views
 from oxiedge.staged import Origin
 from oxiedge.tls import TlsManager, open_secured, peer_name
+
+#: Client ids one expiry log line names; the rest are counted.
+EXPIRED_NAMED = 10
 
 
 class MqttService:
@@ -47,6 +51,7 @@ class MqttService:
             retained_bytes=config.mqtt_retained_bytes,
             max_topic_levels=config.mqtt_max_topic_levels,
             max_topic_length=config.mqtt_max_topic_length,
+            session_expiry=config.mqtt_session_expiry,
         )
         self.max_packet_size = config.mqtt_max_packet_size
         self.max_connect_size = config.mqtt_max_connect_size  # before CONNECT is accepted
@@ -119,6 +124,8 @@ class MqttService:
         """Accept connections until cancelled."""
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self.release_held)
+            if self.limits.session_expiry is not None:
+                nursery.start_soon(self.expire_sessions)
             await nursery.start(trio.serve_listeners,
                                 self.app.connections.guard(self._handle, "MQTT"), listeners)
             task_status.started()
@@ -147,6 +154,34 @@ class MqttService:
                 broker.return_hold(hold)
                 raise
             hold.release()
+
+    async def expire_sessions(self) -> None:
+        """Delete the persistent sessions offline longer than ``--mqtt-session-expiry``
+        (``Broker.expire_sessions``), checked every tenth of it (1 s to 60 s)."""
+        expiry = self.limits.session_expiry
+        assert expiry is not None
+        interval = min(60.0, max(1.0, expiry / 10))
+        while True:
+            expired = self.broker.expire_sessions(trio.current_time())
+            if expired:
+                self._log_expired(expired, expiry)
+                if self.app.store.committer.pending:
+                    try:
+                        await self.app.store.commit()
+                    except Exception as exc:  # CommitError: the server stops on it anyway
+                        self.app.log.error("MQTT: commit of expired sessions failed: %s", exc)
+            await trio.sleep(interval)
+
+    def _log_expired(self, expired: list[Session], expiry: int) -> None:
+        """One info line per sweep: who expired and what was lost with them."""
+        lost = sum(len(s.queue) + len(s.inflight) + len(s.rel) for s in expired)
+        names = ", ".join(repr(s.client_id) for s in expired[:EXPIRED_NAMED])
+        if len(expired) > EXPIRED_NAMED:
+            names += f" and {len(expired) - EXPIRED_NAMED} more"
+        self.app.log.info("MQTT: %d persistent session%s offline over %s expired (%s); %d "
+                          "undelivered message%s deleted with them", len(expired),
+                          "" if len(expired) == 1 else "s", format_duration(expiry),
+                          names, lost, "" if lost == 1 else "s")  # fmt: skip
 
     async def _handle(self, stream: trio.abc.Stream) -> None:
         go_on, identity = await open_secured(self.tls, stream, "MQTT")
@@ -193,6 +228,7 @@ class MqttService:
             max_connect_size=self.max_connect_size,
             connect_timeout=self.connect_timeout,
             max_sessions=lim.max_sessions,
+            session_expiry=lim.session_expiry,
             max_subscriptions=lim.max_subscriptions,
             subscription_levels=b.subscription_levels,
             max_subscription_levels=lim.max_subscription_levels,

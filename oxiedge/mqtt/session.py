@@ -69,6 +69,7 @@ class Stats:
         "messages_out",
         "protocol_errors",
         "retained_refused",
+        "sessions_expired",
         "sessions_refused",
         "subscriptions_refused",
         "takeovers",
@@ -92,6 +93,7 @@ class Stats:
         self.messages_out = 0  # PUBLISH sent (re-sends included)
         self.protocol_errors = 0
         self.retained_refused = 0  # retained messages not kept (--mqtt-retained-max/-bytes)
+        self.sessions_expired = 0  # persistent sessions offline --mqtt-session-expiry long
         self.sessions_refused = 0  # CONNACK 3: --mqtt-max-sessions reached
         self.subscriptions_refused = 0  # SUBACK 0x80: --mqtt-max-subscriptions(-levels)
         self.takeovers = 0  # MQTT-3.1.4-2
@@ -176,7 +178,8 @@ class Limits:
 
     __slots__ = ("max_inflight", "max_sessions", "max_subscription_levels",
                  "max_subscriptions", "max_topic_length", "max_topic_levels", "out_limit",
-                 "queue_bytes", "queue_limit", "retained_bytes", "retained_max")  # fmt: skip
+                 "queue_bytes", "queue_limit", "retained_bytes", "retained_max",
+                 "session_expiry")  # fmt: skip
 
     def __init__(
         self,
@@ -192,6 +195,7 @@ class Limits:
         retained_bytes: int = 16 << 20,
         max_topic_levels: int = DEFAULT_MAX_TOPIC_LEVELS,
         max_topic_length: int = DEFAULT_MAX_TOPIC_LENGTH,
+        session_expiry: int | None = None,
     ) -> None:
         self.queue_limit = queue_limit  # queued (not yet sent) messages per session
         self.queue_bytes = queue_bytes  # their topic + payload bytes per session
@@ -204,6 +208,9 @@ class Limits:
         self.retained_bytes = retained_bytes  # their topic + payload bytes
         self.max_topic_levels = max_topic_levels  # '/' separators in a name or filter
         self.max_topic_length = max_topic_length  # UTF-8 bytes of a name or filter
+        # Seconds a persistent session may stay offline before it is deleted (None: for
+        # ever). MQTT 5's per-client Session Expiry Interval will be capped by it.
+        self.session_expiry = session_expiry
 
 
 class Session:
@@ -218,6 +225,7 @@ class Session:
         "inflight",
         "limits",
         "next_seq",
+        "offline_since",
         "owner",
         "owner_b",
         "queue",
@@ -259,6 +267,9 @@ class Session:
         self.next_seq = 0
         self.dropped = 0
         self.conn: Outlet | None = None
+        # When its last client left (the broker's monotonic clock); None while a client is
+        # attached or not yet noticed offline (recovered: the first expiry sweep sets it).
+        self.offline_since: float | None = None
         # What the connected client may read (``access.Grants``), kept while offline; None
         # for a session recovered at start-up until its client connects again.
         self.acl: Reader | None = None

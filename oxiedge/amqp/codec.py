@@ -21,7 +21,10 @@ connection must close with:
 
 The content properties are kept as the raw bytes received (flags word onwards) so a message
 is stored and delivered byte-exact; :func:`scan_properties` only walks them to validate the
-lengths and pick out ``delivery-mode``.  Nothing here imports trio.
+lengths and pick out ``delivery-mode``; a ``headers`` table is decoded once to check it (the
+broker decodes it later for dead-lettering, ``x-delivery-count`` and headers exchanges: a
+table it could not read there would lose the message's properties or its delivery count),
+so only messages that carry headers pay for it.  Nothing here imports trio.
 """
 
 from __future__ import annotations
@@ -37,7 +40,7 @@ from oxiedge.amqp.constants import (
     UNEXPECTED_FRAME,
 )
 from oxiedge.amqp.errors import AmqpError
-from oxiedge.amqp.fields import encode_shortstr
+from oxiedge.amqp.fields import decode_table, encode_shortstr
 
 PROTOCOL_HEADER = b"AMQP\x00\x00\x09\x01"
 FRAME_METHOD = spec.FRAME_METHOD
@@ -148,8 +151,10 @@ class _Pending:
 def scan_properties(raw: bytes) -> int | None:
     """Validate the basic properties' lengths and return ``delivery-mode`` (or ``None``).
 
-    Cheaper than a full decode (tables are skipped by their length): this runs per message.
-    Raises 502 when a length points past the end or a continuation flags word is set.
+    Cheaper than a full decode: this runs per message. Only a ``headers`` table is decoded
+    (to check it, then dropped). Raises 502 when a length points past the end, a
+    continuation flags word is set, or the headers table is malformed (a truncated value,
+    an unknown field type, a key that is not UTF-8, nesting deeper than ``MAX_DEPTH``).
     """
     try:
         flags = _H.unpack_from(raw, 0)[0]
@@ -165,7 +170,10 @@ def scan_properties(raw: bytes) -> int | None:
         if flags & 0x4000:
             off += 1 + raw[off]
         if flags & 0x2000:
-            off += 4 + _I.unpack_from(raw, off)[0]
+            size = _I.unpack_from(raw, off)[0]
+            if size:
+                decode_table(raw, off)  # 502 for what the broker could not read later
+            off += 4 + size
         if flags & 0x1000:
             mode = raw[off]
             off += 1

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from oxiedge.amqp import codec, spec
 from oxiedge.amqp.codec import PROTOCOL_HEADER, Command, FrameParser, Heartbeat
 from oxiedge.amqp.errors import AmqpError
+from oxiedge.amqp.fields import MAX_DEPTH
 
 
 def parse_all(data: bytes, frame_max: int = 131072, header: bool = False) -> list[object]:
@@ -164,6 +165,36 @@ def test_syntax_errors_502() -> None:
     method = codec.encode_method(1, spec.BasicPublish())
     header = codec.encode_frame(2, 1, b"\x00\x3c\x00\x00" + bytes(8) + b"\x80\x00\x05ab")
     assert code_of(method + header) == 502
+
+
+def _nested_table(levels: int) -> bytes:
+    """A field table ``{"n": {"n": ... {}}}`` nesting ``levels`` tables inside the outer one."""
+    table = b"\x00\x00\x00\x00"
+    for _ in range(levels):
+        entry = b"\x01nF" + table
+        table = len(entry).to_bytes(4, "big") + entry
+    return table
+
+
+def test_malformed_headers_table_is_502_at_the_content_header() -> None:
+    """The headers are the one property the broker decodes later (dead-lettering,
+    x-delivery-count, headers exchanges): a table it cannot read is refused when it arrives,
+    not silently dropped later (a poison message would escape its delivery limit)."""
+    method = codec.encode_method(1, spec.BasicPublish())
+
+    def with_headers(table: bytes) -> bytes:
+        props = b"\x20\x00" + table  # headers only
+        return method + codec.encode_frame(2, 1, b"\x00\x3c\x00\x00" + bytes(8) + props)
+
+    unknown_type = b"\x00\x00\x00\x05\x01kZ\x00\x00"  # 'Z' is no field type
+    not_utf8_key = b"\x00\x00\x00\x03\x01\xffV"
+    truncated_value = b"\x00\x00\x00\x04\x01kI\x00"  # an int32 of one byte
+    for table in (unknown_type, not_utf8_key, truncated_value, _nested_table(MAX_DEPTH + 1)):
+        assert code_of(with_headers(table)) == 502, table[:16]
+    for table in (_nested_table(MAX_DEPTH), b"\x00\x00\x00\x00"):  # the bound; empty
+        raw = b"\x20\x00" + table
+        assert codec.scan_properties(raw) is None
+        assert spec.BasicProperties.decode(raw)[1] == len(raw)
 
 
 def test_unknown_method_503() -> None:

@@ -57,6 +57,38 @@ def test_content_header_over_max_message_size_is_406_at_once(limited: ServerProc
     assert amqp_status(limited)["messages_too_large"] >= 1
 
 
+def test_headers_nested_3000_levels_are_refused_at_publish(limited: ServerProcess) -> None:
+    """A headers table the broker could not read back (here nested 3,000 levels; the bound
+    is 64) closes the connection with 502 at the content header, as it does in
+    queue.declare arguments: nothing is queued, so nothing can be dead-lettered with its
+    properties lost or escape x-delivery-limit (its count lives in those headers)."""
+    table = b"\x00\x00\x00\x00"
+    for _ in range(3000):
+        entry = b"\x01nF" + table
+        table = len(entry).to_bytes(4, "big") + entry
+    conn = pika.BlockingConnection(params(limited.amqp_port))
+    ch = conn.channel()
+    ch.queue_declare("deep-headers", durable=True, arguments={"x-queue-type": "quorum",
+                                                              "x-delivery-limit": 2})
+    raw = RawClient(limited.amqp_port)
+    raw.handshake()
+    raw.open_channel(1)
+    props = b"\x20\x00" + table
+    raw.send(codec.encode_method(1, spec.BasicPublish(0, "", "deep-headers"))
+             + codec.encode_frame(2, 1, struct.pack(">HHQ", 60, 0, 3) + props)
+             + codec.encode_frame(3, 1, b"abc"))
+    close = raw.expect_close(502)
+    assert "nested too deeply" in close.reply_text, close
+    raw.close()
+    ch.basic_publish("", "deep-headers", b"fine",  # headers within the bound pass
+                     pika.BasicProperties(headers={"a": {"b": [1, {"c": "d"}]}}))
+    _method, props_back, body = ch.basic_get("deep-headers", auto_ack=True)
+    assert body == b"fine" and props_back.headers == {"a": {"b": [1, {"c": "d"}]}}
+    assert ch.basic_get("deep-headers")[0] is None  # the refused one was never queued
+    ch.queue_delete("deep-headers")  # (this module's server counts queues)
+    conn.close()
+
+
 def test_pika_message_over_the_limit_closes_only_the_channel(limited: ServerProcess) -> None:
     conn = pika.BlockingConnection(params(limited.amqp_port))
     ch = conn.channel()

@@ -383,6 +383,7 @@ class MqttProtocol:
                 if newest:
                     del broker.connecting[client_id]
             if not newest or broker.sessions.get(client_id) is not s or s.conn is not None:
+                broker.stats.takeovers += 1  # (the newer CONNECT found no connection to end)
                 raise _Close("session taken over during CONNECT", by_broker=True)
         self.session = self._h.session = s
         self._h.grants = self.grants

@@ -244,6 +244,50 @@ async def test_a_persistent_session_connack_waits_for_its_commit(store: Store,
     assert peer.wire.aborted and peer.proto.close_reason == "session taken over"
 
 
+async def test_a_connect_that_loses_the_race_is_a_counted_take_over(store: Store,
+                                                                    clock: Clock) -> None:
+    """Two CONNECTs for one persistent client id overlap across a commit: the newer wins
+    (MQTT-3.1.4-2), the older is closed without CONNACK and counted as a take-over."""
+    broker = Broker(store, Limits(100))
+    first = Peer(broker, store, clock)
+    first.proto.receive_data(encode(Connect("p", clean_session=False)))
+    action = first.proto.next_action()
+    while action is not COMMIT:  # (the login check first)
+        if isinstance(action, Authenticate):
+            first.proto.authenticated(True)
+        action = first.proto.next_action()
+    second = Peer(broker, store, clock)  # arrives while the first one's commit runs
+    # (the first one's session exists already, only its record awaits the disk)
+    assert await second.feed(encode(Connect("p", clean_session=False))) == b"\x20\x02\x01\x00"
+    await store.commit()
+    first.proto.commit_done(None)
+    assert await first.run() == b""  # no CONNACK for the loser
+    assert first.closed is not None and first.closed.reason == "session taken over during CONNECT"
+    assert first.proto.ended_by_broker
+    assert broker.stats.takeovers == 1
+    assert broker.sessions["p"].conn is second.wire
+
+
+async def test_a_persistent_session_offline_since_its_client_left(store: Store,
+                                                                   clock: Clock) -> None:
+    """--mqtt-session-expiry counts from the moment the last connection ends, not from a
+    sweep; a reconnect stops the clock (``Broker.expire_sessions``)."""
+    broker = Broker(store, Limits(100, session_expiry=60))
+    peer = Peer(broker, store, clock)
+    await peer.feed(encode(Connect("p", clean_session=False)))
+    s = broker.sessions["p"]
+    assert s.offline_since is None
+    clock.now += 5
+    await peer.feed(b"")  # the client's socket closed
+    peer.proto.connection_closed()
+    assert s.offline_since == clock.now
+    assert broker.expire_sessions(clock.now + 59) == []
+    again = Peer(broker, store, clock)
+    assert await again.feed(encode(Connect("p", clean_session=False))) == b"\x20\x02\x01\x00"
+    assert s.offline_since is None
+    assert broker.expire_sessions(clock.now + 3600) == []  # connected: never
+
+
 # ------------------------------------------------------------------ connected
 CONNECTED_CASES = [
     # (bytes in, bytes out) for a clean session with no subscriptions

@@ -36,6 +36,11 @@ from oxiedge.mqtt.topics import DEFAULT_MAX_TOPIC_LENGTH, DEFAULT_MAX_TOPIC_LEVE
 if TYPE_CHECKING:
     from oxiedge.mqtt.replay import RetainedReplay
 
+#: Inbound QoS 2 packet ids one session holds before PUBREL; at the bound the oldest is
+#: forgotten (``Session._forget_oldest_qos2``). Far above a client's in-flight window (paho
+#: and mosquitto_pub keep 20 messages in flight), so only ids a client abandoned go.
+MAX_QOS2_PENDING = 1024
+
 
 class Outlet(Protocol):
     """The live connection of a session, as the session sees it."""
@@ -68,6 +73,7 @@ class Stats:
         "messages_in",
         "messages_out",
         "protocol_errors",
+        "qos2_ids_forgotten",
         "retained_refused",
         "sessions_expired",
         "sessions_refused",
@@ -92,6 +98,7 @@ class Stats:
         self.messages_in = 0  # PUBLISH accepted (clients, wills, bridges)
         self.messages_out = 0  # PUBLISH sent (re-sends included)
         self.protocol_errors = 0
+        self.qos2_ids_forgotten = 0  # inbound QoS 2 ids dropped at MAX_QOS2_PENDING (oldest)
         self.retained_refused = 0  # retained messages not kept (--mqtt-retained-max/-bytes)
         self.sessions_expired = 0  # persistent sessions offline --mqtt-session-expiry long
         self.sessions_refused = 0  # CONNACK 3: --mqtt-max-sessions reached
@@ -176,7 +183,7 @@ class Hold:
 class Limits:
     """Bounds shared by all sessions (defaults: ``oxiedge.config``; docs/limits.md)."""
 
-    __slots__ = ("max_inflight", "max_sessions", "max_subscription_levels",
+    __slots__ = ("max_inflight", "max_qos2_pending", "max_sessions", "max_subscription_levels",
                  "max_subscriptions", "max_topic_length", "max_topic_levels", "out_limit",
                  "queue_bytes", "queue_limit", "retained_bytes", "retained_max",
                  "session_expiry")  # fmt: skip
@@ -196,6 +203,7 @@ class Limits:
         max_topic_levels: int = DEFAULT_MAX_TOPIC_LEVELS,
         max_topic_length: int = DEFAULT_MAX_TOPIC_LENGTH,
         session_expiry: int | None = None,
+        max_qos2_pending: int = MAX_QOS2_PENDING,
     ) -> None:
         self.queue_limit = queue_limit  # queued (not yet sent) messages per session
         self.queue_bytes = queue_bytes  # their topic + payload bytes per session
@@ -211,6 +219,7 @@ class Limits:
         # Seconds a persistent session may stay offline before it is deleted (None: for
         # ever). MQTT 5's per-client Session Expiry Interval will be capped by it.
         self.session_expiry = session_expiry
+        self.max_qos2_pending = max_qos2_pending  # inbound QoS 2 ids awaiting PUBREL
 
 
 class Session:
@@ -263,7 +272,8 @@ class Session:
         self.replay: RetainedReplay | None = None
         self.inflight: dict[int, Pending] = {}  # packet id -> message, in send order
         self.rel: dict[int, int] = {}  # packet id -> seq: PUBREL sent, PUBCOMP awaited
-        self.rx2: set[int] = set()  # inbound QoS 2 packet ids before PUBREL (4.3.3)
+        # Inbound QoS 2 packet ids before PUBREL (4.3.3), oldest first (``received_qos2``).
+        self.rx2: dict[int, None] = {}
         self.next_seq = 0
         self.dropped = 0
         self.conn: Outlet | None = None
@@ -449,9 +459,12 @@ class Session:
     def received_qos2(self, pid: int) -> bool:
         """Record an inbound QoS 2 packet id (until PUBREL). False if it was already
         recorded: a duplicate that must not be routed again (MQTT-4.3.3-2)."""
-        if pid in self.rx2:
+        rx2 = self.rx2
+        if pid in rx2:
             return False
-        self.rx2.add(pid)
+        if len(rx2) >= self.limits.max_qos2_pending:
+            self._forget_oldest_qos2()
+        rx2[pid] = None
         if self.store is not None:
             self.store.stage_put(CF, persist.rx2_key(self.owner_b, pid), b"")
         return True
@@ -461,11 +474,22 @@ class Session:
         for its commit, or a crash could leave a stale id that swallows a new message."""
         if pid not in self.rx2:
             return False
-        self.rx2.discard(pid)
+        del self.rx2[pid]
         if self.store is not None:
             self.store.stage_delete_key(CF, persist.rx2_key(self.owner_b, pid))
             return True
         return False
+
+    def _forget_oldest_qos2(self) -> None:
+        """Bound the inbound QoS 2 state: a client that never sends PUBREL (or lost its
+        state and never re-uses an id) cannot make the broker hold 65,535 ids per session.
+        The oldest id is forgotten: only a re-send of that very PUBLISH, after
+        ``max_qos2_pending`` newer ones, would be routed a second time."""
+        old = next(iter(self.rx2))
+        del self.rx2[old]
+        self.stats.qos2_ids_forgotten += 1
+        if self.store is not None:
+            self.store.stage_delete_key(CF, persist.rx2_key(self.owner_b, old))
 
     # ------------------------------------------------------------------- records
     def stage_record(self) -> None:

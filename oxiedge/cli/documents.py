@@ -99,7 +99,8 @@ def _view_command(name: str, doc: str) -> None:
 
 
 _view_command("sessions",
-              "MQTT sessions: client, connected, subscriptions, queued, in-flight, dropped.")
+              "MQTT sessions: client, connected, subscriptions, queued, in-flight, dropped,"
+              " seconds until an offline one expires.")
 _view_command("retained", "Retained MQTT messages.")
 _view_command("queues", "AMQP queues: ready, unacked, consumers, durable, dropped.")
 _view_command("exchanges", "AMQP exchanges.")

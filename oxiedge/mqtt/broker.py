@@ -398,8 +398,9 @@ class Broker:
         return False
 
     # --------------------------------------------------------------------- admin
-    def session_rows(self) -> list[dict[str, Any]]:
-        return [s.row() for s in sorted(self.sessions.values(), key=lambda s: s.client_id)]
+    def session_rows(self, now: float | None = None) -> list[dict[str, Any]]:
+        """``oxiedge sessions``; ``now`` on the clock of ``offline_since`` (expiry)."""
+        return [s.row(now) for s in sorted(self.sessions.values(), key=lambda s: s.client_id)]
 
     def retained_rows(self) -> list[dict[str, Any]]:
         return self.retained.rows()

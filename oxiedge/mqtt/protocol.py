@@ -219,11 +219,10 @@ class MqttProtocol:
             else:
                 broker.stats.wills += 1
                 kick = broker.route(will.topic, will.payload, will.qos, will.retain)
-        if s is not None and ours:
-            if s.clean:
-                broker.discard_session(s)  # MQTT-3.1.2-6: ends with the connection
-            else:
-                s.offline_since = self.clock()  # its --mqtt-session-expiry runs from now
+        if s is not None and ours and s.clean:
+            broker.discard_session(s)  # MQTT-3.1.2-6: ends with the connection
+        elif s is not None and ours:
+            s.offline_since = self.clock()  # its --mqtt-session-expiry runs from now
         return kick
 
     def _detach(self) -> None:

@@ -200,7 +200,7 @@ class MqttService:
     # ------------------------------------------------------------------- admin
     def admin_handlers(self) -> dict[str, Callable[[dict[str, Any]], Any]]:
         return {
-            "sessions": lambda _args: self.broker.session_rows(),
+            "sessions": lambda _args: self.broker.session_rows(trio.current_time()),
             "retained": lambda _args: self.broker.retained_rows(),
         }
 

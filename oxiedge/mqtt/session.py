@@ -29,17 +29,12 @@ from collections import deque
 from typing import TYPE_CHECKING, Protocol
 
 from oxiedge.mqtt import persist
+from oxiedge.mqtt.bounds import Limits, Stats
 from oxiedge.mqtt.encode import encode_publish, encode_pubrel
 from oxiedge.mqtt.persist import CF, packet_id_of
-from oxiedge.mqtt.topics import DEFAULT_MAX_TOPIC_LENGTH, DEFAULT_MAX_TOPIC_LEVELS
 
 if TYPE_CHECKING:
     from oxiedge.mqtt.replay import RetainedReplay
-
-#: Inbound QoS 2 packet ids one session holds before PUBREL; at the bound the oldest is
-#: forgotten (``Session._forget_oldest_qos2``). Far above a client's in-flight window (paho
-#: and mosquitto_pub keep 20 messages in flight), so only ids a client abandoned go.
-MAX_QOS2_PENDING = 1024
 
 
 class Outlet(Protocol):
@@ -54,62 +49,6 @@ class Reader(Protocol):
     """The read check of a session's client (``oxiedge.access.grants.Grants``)."""
 
     def may_read(self, topic: str) -> bool: ...
-
-
-class Stats:
-    """Broker-wide counters (``oxiedge status``)."""
-
-    __slots__ = (
-        "auth_failures",
-        "blocked",
-        "commit_errors",
-        "connect_timeouts",
-        "connect_too_large",
-        "connections",
-        "connections_total",
-        "dropped",
-        "dropped_qos0",
-        "dropped_queue_bytes",
-        "messages_in",
-        "messages_out",
-        "protocol_errors",
-        "qos2_ids_forgotten",
-        "retained_refused",
-        "sessions_expired",
-        "sessions_refused",
-        "subscriptions_refused",
-        "takeovers",
-        "topics_refused",
-        "wills",
-        "wills_skipped",
-    )
-
-    def __init__(self) -> None:
-        self.auth_failures = 0  # CONNACK 4/5 sent
-        self.blocked = 0  # times a publisher was held by a memory/disk alarm
-        self.commit_errors = 0  # commits that failed (nothing of theirs was acked)
-        self.connections = 0  # open now
-        self.connections_total = 0
-        self.connect_timeouts = 0  # sockets closed for sending no CONNECT in time
-        self.connect_too_large = 0  # closed: the first packet exceeded --mqtt-max-connect-size
-        self.dropped = 0  # queued messages dropped at a queue bound (oldest first)
-        self.dropped_qos0 = 0  # QoS 0 deliveries skipped on a full output buffer
-        self.dropped_queue_bytes = 0  # of ``dropped``: those dropped at --mqtt-queue-bytes
-        self.messages_in = 0  # PUBLISH accepted (clients, wills, bridges)
-        self.messages_out = 0  # PUBLISH sent (re-sends included)
-        self.protocol_errors = 0
-        self.qos2_ids_forgotten = 0  # inbound QoS 2 ids dropped at MAX_QOS2_PENDING (oldest)
-        self.retained_refused = 0  # retained messages not kept (--mqtt-retained-max/-bytes)
-        self.sessions_expired = 0  # persistent sessions offline --mqtt-session-expiry long
-        self.sessions_refused = 0  # CONNACK 3: --mqtt-max-sessions reached
-        self.subscriptions_refused = 0  # SUBACK 0x80: --mqtt-max-subscriptions(-levels)
-        self.takeovers = 0  # MQTT-3.1.4-2
-        self.topics_refused = 0  # over --mqtt-max-topic-levels/-length (0x80 or close)
-        self.wills = 0  # will messages published
-        self.wills_skipped = 0  # not published: persistent session taken over by one
-
-    def as_dict(self) -> dict[str, int]:
-        return {name: getattr(self, name) for name in self.__slots__}
 
 
 class Message:
@@ -178,48 +117,6 @@ class Hold:
                 s.pump()
         self.pending = []
         self.qos0 = []
-
-
-class Limits:
-    """Bounds shared by all sessions (defaults: ``oxiedge.config``; docs/limits.md)."""
-
-    __slots__ = ("max_inflight", "max_qos2_pending", "max_sessions", "max_subscription_levels",
-                 "max_subscriptions", "max_topic_length", "max_topic_levels", "out_limit",
-                 "queue_bytes", "queue_limit", "retained_bytes", "retained_max",
-                 "session_expiry")  # fmt: skip
-
-    def __init__(
-        self,
-        queue_limit: int,
-        max_inflight: int = 64,
-        out_limit: int = 1 << 20,
-        *,
-        queue_bytes: int = 4 << 20,
-        max_subscriptions: int = 1000,
-        max_subscription_levels: int = 100_000,
-        max_sessions: int = 1000,
-        retained_max: int = 10_000,
-        retained_bytes: int = 16 << 20,
-        max_topic_levels: int = DEFAULT_MAX_TOPIC_LEVELS,
-        max_topic_length: int = DEFAULT_MAX_TOPIC_LENGTH,
-        session_expiry: int | None = None,
-        max_qos2_pending: int = MAX_QOS2_PENDING,
-    ) -> None:
-        self.queue_limit = queue_limit  # queued (not yet sent) messages per session
-        self.queue_bytes = queue_bytes  # their topic + payload bytes per session
-        self.max_inflight = max_inflight  # sent, unacknowledged (incl. PUBREL pending)
-        self.out_limit = out_limit  # connection output buffer bytes before we hold back
-        self.max_subscriptions = max_subscriptions  # filters per session
-        self.max_subscription_levels = max_subscription_levels  # levels of all filters
-        self.max_sessions = max_sessions  # sessions (clean and persistent) in the broker
-        self.retained_max = retained_max  # retained messages (topics)
-        self.retained_bytes = retained_bytes  # their topic + payload bytes
-        self.max_topic_levels = max_topic_levels  # '/' separators in a name or filter
-        self.max_topic_length = max_topic_length  # UTF-8 bytes of a name or filter
-        # Seconds a persistent session may stay offline before it is deleted (None: for
-        # ever). MQTT 5's per-client Session Expiry Interval will be capped by it.
-        self.session_expiry = session_expiry
-        self.max_qos2_pending = max_qos2_pending  # inbound QoS 2 ids awaiting PUBREL
 
 
 class Session:
@@ -506,8 +403,15 @@ class Session:
         if self.store is not None:
             persist.stage_delete_session(self.store, self.client_id, self.owner)
 
-    def row(self) -> dict[str, object]:
-        """The admin listing row (``oxiedge sessions``)."""
+    def row(self, now: float | None = None) -> dict[str, object]:
+        """The admin listing row (``oxiedge sessions``); ``expires_in``: seconds until
+        ``--mqtt-session-expiry`` deletes this offline persistent session (None: connected,
+        clean, no expiry, or not yet seen offline by a sweep)."""
+        expiry, since = self.limits.session_expiry, self.offline_since
+        expires_in = None
+        if now is not None and expiry is not None and since is not None and self.conn is None \
+                and not self.clean:
+            expires_in = max(0, round(since + expiry - now))
         return {
             "client": self.client_id,
             "connected": self.conn is not None,
@@ -516,4 +420,5 @@ class Session:
             "queued": len(self.queue),
             "inflight": len(self.inflight) + len(self.rel),
             "dropped": self.dropped,
+            "expires_in": expires_in,
         }

@@ -29,6 +29,7 @@ def offline_views(store: RawStore) -> dict[str, Callable[[], list[dict[str, Any]
                 "queued": queued,
                 "inflight": rel,
                 "dropped": 0,
+                "expires_in": None,  # a server starting now gives it its full expiry
             }
             for client, subs, queued, rel in persist.session_summaries(store)
         ]

@@ -126,7 +126,7 @@ def test_no_import_cycle() -> None:
 #: The sans-IO layer: codecs, the generated spec, the protocol objects and the vocabulary
 #: they share with the transport loop. None may load an event loop, a socket or the store.
 SANS_IO = ["oxiedge.mqtt.codec", "oxiedge.mqtt.bodies", "oxiedge.mqtt.encode",
-           "oxiedge.mqtt.protocol",
+           "oxiedge.mqtt.protocol", "oxiedge.mqtt.bounds", "oxiedge.durations",
            "oxiedge.amqp.codec", "oxiedge.amqp.spec", "oxiedge.amqp.fields",
            "oxiedge.amqp.protocol", "oxiedge.net.actions"]
 IO_MODULES = ("trio", "socket", "ssl", "asyncio", "rocksdict", "oxiedge.store.committer")

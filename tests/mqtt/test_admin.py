@@ -32,7 +32,9 @@ def test_live_sessions_retained_status(
     got = {r["client"]: r for r in cli_rows(srv, "sessions")}
     base = {"inflight": 0, "dropped": 0}
     assert got["online"] == {"client": "online", "connected": True, "clean": True,
-                             "subscriptions": 2, "queued": 0, **base}  # fmt: skip
+                             "subscriptions": 2, "queued": 0, "expires_in": None, **base}
+    expires_in = got["offline"].pop("expires_in")  # --mqtt-session-expiry: 1 day
+    assert isinstance(expires_in, int) and 86000 < expires_in <= 86400, expires_in
     assert got["offline"] == {"client": "offline", "connected": False, "clean": False,
                               "subscriptions": 1, "queued": 2, **base}  # fmt: skip
     assert cli_rows(srv, "retained") == [{"topic": "a/1", "qos": 1, "bytes": 5}]

@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 
 from oxiedge.mqtt import persist
+from oxiedge.mqtt.bounds import MAX_QOS2_PENDING, Limits
 from oxiedge.mqtt.broker import Broker
 from oxiedge.mqtt.codec import encode
 from oxiedge.mqtt.packets import Pubcomp, Publish, Pubrec, Pubrel
-from oxiedge.mqtt.session import MAX_QOS2_PENDING, Limits
 from oxiedge.store import Store
 from tests.conftest import ServerProcess
 

@@ -136,7 +136,7 @@ class Broker:
             pending -= s.dropped - before
             for seq in rs.rel:
                 s.rel[persist.packet_id_of(seq)] = seq
-            s.rx2 = dict.fromkeys(sorted(rs.rx2))
+            s.recover_qos2(rs.rx2)
             s.next_seq = rs.next_seq
             s.dropped += rs.surplus
             self.stats.dropped += rs.surplus

@@ -13,7 +13,8 @@ key                          value                                              
 ``m`` owner seq              flags (B: QoS bits 0-1, retain bit 2), topic len    ``msg``
                              (H), topic, payload
 ``r`` owner seq              empty: PUBREC received, PUBCOMP awaited (``rel``)   ``rel``
-``x`` owner packet id (H)    empty: inbound QoS 2 received, PUBREL awaited       ``rx2``
+``x`` owner packet id (H)    arrival number (Q; empty before 2026-12): inbound   ``rx2``
+                             QoS 2 received, PUBREL awaited
 ``t`` topic (UTF-8)          QoS (B), payload                                    ``retain``
 ==========================  ==================================================  ==========
 
@@ -89,6 +90,13 @@ def rel_key(owner_b: bytes, seq: int) -> bytes:
 
 def rx2_key(owner_b: bytes, packet_id: int) -> bytes:
     return RX2 + owner_b + packet_id.to_bytes(2, "big")
+
+
+def rx2_value(arrival: int) -> bytes:
+    """The value of an ``rx2`` record: the id's arrival number in its session, so recovery
+    knows which held id is the oldest (``Session._forget_oldest_qos2``); packet ids wrap
+    and clients reuse free ones, so their numbers do not tell."""
+    return arrival.to_bytes(_Q, "big")
 
 
 def session_key(client_id: str) -> bytes:
@@ -247,7 +255,8 @@ class RecoveredSession:
     # (seq, qos, retain, topic, payload) in seq order, at most the queue bound
     messages: list[tuple[int, int, bool, str, bytes]] = field(default_factory=list)
     rel: list[int] = field(default_factory=list)  # seqs awaiting PUBCOMP
-    rx2: set[int] = field(default_factory=set)  # inbound packet ids awaiting PUBREL
+    # inbound packet id awaiting PUBREL -> its arrival number (``rx2_value``; 0 if unknown)
+    rx2: dict[int, int] = field(default_factory=dict)
     surplus: int = 0  # message records over the bound, deleted on recovery
 
     @property
@@ -296,7 +305,7 @@ def load_sessions(store: RawStore, queue_limit: int | None) -> list[RecoveredSes
         for xkey, xval in store.iter_raw(CF, RX2 + ob):
             pid = int.from_bytes(xkey[1 + _Q :], "big")
             if len(xkey) == 1 + _Q + 2 and pid:
-                rs.rx2.add(pid)
+                rs.rx2[pid] = int.from_bytes(xval[:_Q], "big")  # (b"": written before 2026-12)
             else:
                 _quarantine(store, xkey, xval, f"inbound QoS 2 state of {client_id!r}",
                             ValueError(f"key of {len(xkey)} bytes, packet id {pid}"))

@@ -139,6 +139,7 @@ class Session:
         "rel",
         "replay",
         "rx2",
+        "rx2_next",
         "stats",
         "store",
         "subs",
@@ -171,6 +172,7 @@ class Session:
         self.rel: dict[int, int] = {}  # packet id -> seq: PUBREL sent, PUBCOMP awaited
         # Inbound QoS 2 packet ids before PUBREL (4.3.3), oldest first (``received_qos2``).
         self.rx2: dict[int, None] = {}
+        self.rx2_next = 1  # the arrival number of the next one (``persist.rx2_value``)
         self.next_seq = 0
         self.dropped = 0
         self.conn: Outlet | None = None
@@ -363,7 +365,10 @@ class Session:
             self._forget_oldest_qos2()
         rx2[pid] = None
         if self.store is not None:
-            self.store.stage_put(CF, persist.rx2_key(self.owner_b, pid), b"")
+            arrival = self.rx2_next
+            self.rx2_next = arrival + 1
+            self.store.stage_put(CF, persist.rx2_key(self.owner_b, pid),
+                                 persist.rx2_value(arrival))
         return True
 
     def released_qos2(self, pid: int) -> bool:
@@ -376,6 +381,15 @@ class Session:
             self.store.stage_delete_key(CF, persist.rx2_key(self.owner_b, pid))
             return True
         return False
+
+    def recover_qos2(self, held: dict[int, int]) -> None:
+        """The held inbound ids found on disk (id -> arrival number), oldest first; a set
+        over the bound (written by an older oxiedge) is cut to it at once."""
+        for pid, _arrival in sorted(held.items(), key=lambda item: (item[1], item[0])):
+            self.rx2[pid] = None
+        self.rx2_next = max(held.values(), default=0) + 1
+        while len(self.rx2) > self.limits.max_qos2_pending:
+            self._forget_oldest_qos2()
 
     def _forget_oldest_qos2(self) -> None:
         """Bound the inbound QoS 2 state: a client that never sends PUBREL (or lost its

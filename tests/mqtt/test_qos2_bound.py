@@ -57,6 +57,40 @@ def test_the_oldest_unreleased_id_is_forgotten_at_the_bound(store: Store) -> Non
     assert rx2_on_disk(store) == [4, 5, 7]
 
 
+def test_the_arrival_order_survives_a_restart(store: Store) -> None:
+    """Packet ids wrap (65535 -> 1) and clients reuse free ones: after a restart the
+    oldest held id is still the one that arrived first, not the lowest number."""
+    b = Broker(store, Limits(10, max_qos2_pending=3))
+    s, _, _ = b.open_session("wrap", clean=False)
+    for pid in (65534, 65535, 1):
+        assert s.received_qos2(pid)
+    store.commit_blocking()
+    again = Broker(store, Limits(10, max_qos2_pending=3))
+    again.recover()
+    r = again.sessions["wrap"]
+    assert list(r.rx2) == [65534, 65535, 1]
+    assert r.received_qos2(2)  # forgets 65534, the oldest
+    assert list(r.rx2) == [65535, 1, 2]
+    assert not r.received_qos2(1)  # still held: a re-send is not routed again
+    store.commit_blocking()
+    assert rx2_on_disk(store) == [1, 2, 65535]
+
+
+def test_a_set_over_the_bound_from_an_older_version_is_cut_at_recovery(store: Store) -> None:
+    b = Broker(store, Limits(10))
+    s, _, _ = b.open_session("old", clean=False)
+    store.commit_blocking()
+    for pid in range(1, 6):  # as an older oxiedge wrote them: no arrival number
+        store.stage_put(persist.CF, persist.rx2_key(s.owner_b, pid), b"")
+    store.commit_blocking()
+    again = Broker(store, Limits(10, max_qos2_pending=3))
+    again.recover()
+    assert list(again.sessions["old"].rx2) == [3, 4, 5]  # order unknown: lowest ids go
+    assert again.stats.qos2_ids_forgotten == 2
+    store.commit_blocking()
+    assert rx2_on_disk(store) == [3, 4, 5]
+
+
 def test_a_flood_of_unreleased_qos2_stays_bounded_across_a_crash(start_mqtt: Start) -> None:
     srv = start_mqtt()
     assert srv.mqtt_port is not None

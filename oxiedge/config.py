@@ -304,6 +304,10 @@ def parse_seconds(name: str, value: Any, minimum: float = 0.1) -> float:
     return number
 
 
+#: The longest --mqtt-session-expiry: ten years (``never`` for none).
+MAX_EXPIRY = 3650 * 86400
+
+
 def parse_expiry(name: str, value: Any) -> int | None:
     """A duration (``parse_duration``) in seconds, or None for ``never``/``off``. (Not 0: in
     MQTT 5 and RabbitMQ a session expiry of 0 means "ends with the connection".)"""
@@ -311,9 +315,13 @@ def parse_expiry(name: str, value: Any) -> int | None:
     if text in ("never", "off", "none", "infinity"):
         return None
     try:
-        return parse_duration(text)
+        seconds = parse_duration(text)
     except ValueError as exc:
         raise ConfigError(f"{_label(name)}: {exc}, or never") from None
+    if seconds > MAX_EXPIRY:  # (a float clock loses whole seconds far beyond it)
+        raise ConfigError(f"{_label(name)}: {value!r} is over the maximum 3650d;"
+                          " use never for no expiry")
+    return seconds
 
 
 def parse_bind(name: str, value: Any) -> str:

@@ -5,7 +5,8 @@ an operator wants, until a hostile client opens thousands of them: then the log 
 card, through journald - would grow with the attack. ``LineBudget`` lets ``burst`` lines
 through at once and ``per_second`` after that; what it holds back is counted and said in
 the next line that goes through (``(N similar lines suppressed)``). The counters of the
-services count every close, suppressed or not.
+services count every close, suppressed or not. ``clip`` bounds the size of each line: the
+client-chosen parts in it (client ids, user names, texts from a packet) are cut short.
 """
 
 from __future__ import annotations
@@ -45,3 +46,16 @@ class LineBudget:
 def suppressed_note(held: int) -> str:
     """The suffix of the first line after ``held`` lines were held back."""
     return f" ({held} similar lines suppressed)" if held else ""
+
+
+#: The most characters of one client-chosen part of a log line (``clip``).
+CLIP = 100
+
+
+def clip(value: object, limit: int = CLIP, quote: bool = True) -> str:
+    """``repr(value)`` (``str`` with ``quote=False``) cut to ``limit`` characters, saying
+    how long it was: a 65,535-byte client id must not make a 130 KB log line."""
+    text = repr(value) if quote else str(value)
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}...({len(text)} chars)"

@@ -27,7 +27,7 @@ import trio
 from oxiedge.amqp.codec import HEARTBEAT_FRAME, FrameParser
 from oxiedge.amqp.protocol import AmqpProtocol
 from oxiedge.amqp.streaming import HIGH_WATER, SHUTDOWN_TIMEOUT
-from oxiedge.lograte import suppressed_note
+from oxiedge.lograte import clip, suppressed_note
 from oxiedge.net.loop import Transport
 
 if TYPE_CHECKING:
@@ -164,7 +164,8 @@ class AmqpConnection:
         held = self.close_lines.take()
         if held is None:
             return  # (a flood of bad connections: counted above, not logged)
-        self.log.info("AMQP %s (user %r): connection %s: %s - %d published, %d delivered, "
-                      "%d frames discarded%s", self.peer, proto.user,
-                      "closed" if proto.server_error else "dropped", reason, proto.published,
+        self.log.info("AMQP %s (user %s): connection %s: %s - %d published, %d delivered, "
+                      "%d frames discarded%s", self.peer, clip(proto.user),
+                      "closed" if proto.server_error else "dropped",
+                      clip(reason, 300, quote=False), proto.published,
                       proto.delivered, proto.parser.discarded, suppressed_note(held))

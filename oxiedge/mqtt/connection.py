@@ -15,7 +15,7 @@ from typing import Protocol
 import trio
 
 from oxiedge.app import App
-from oxiedge.lograte import suppressed_note
+from oxiedge.lograte import clip, suppressed_note
 from oxiedge.mqtt.broker import Broker
 from oxiedge.mqtt.protocol import MqttProtocol
 from oxiedge.mqtt.session import Limits
@@ -81,10 +81,12 @@ class Connection:
         if not reason:
             return
         if not proto.ended_by_broker:
-            self.log.debug("MQTT %s (client %r, user %r): connection closed: %s", self.peer,
-                           proto.client_id, proto.username, reason)
+            self.log.debug("MQTT %s (client %s, user %s): connection closed: %s", self.peer,
+                           clip(proto.client_id), clip(proto.username),
+                           clip(reason, 300, quote=False))
             return
         held = self.close_lines.take()
         if held is not None:
-            self.log.info("MQTT %s (client %r, user %r): connection closed: %s%s", self.peer,
-                          proto.client_id, proto.username, reason, suppressed_note(held))
+            self.log.info("MQTT %s (client %s, user %s): connection closed: %s%s", self.peer,
+                          clip(proto.client_id), clip(proto.username),
+                          clip(reason, 300, quote=False), suppressed_note(held))

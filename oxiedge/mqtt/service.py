@@ -18,6 +18,7 @@ import trio
 from oxiedge.access.grants import Grants
 from oxiedge.app import App
 from oxiedge.durations import format_duration
+from oxiedge.lograte import clip
 from oxiedge.mqtt.broker import Broker
 from oxiedge.mqtt.codec import topic_cache_bytes
 from oxiedge.mqtt.connection import Connection
@@ -164,18 +165,22 @@ class MqttService:
         while True:
             expired = self.broker.expire_sessions(trio.current_time())
             if expired:
-                self._log_expired(expired, expiry)
+                # Logged once the deletion is durable (a crash before it brings them back,
+                # with their full expiry: nothing the log said was deleted reappears).
                 if self.app.store.committer.pending:
                     try:
                         await self.app.store.commit()
                     except Exception as exc:  # CommitError: the server stops on it anyway
                         self.app.log.error("MQTT: commit of expired sessions failed: %s", exc)
+                        return
+                self._log_expired(expired, expiry)
             await trio.sleep(interval)
 
     def _log_expired(self, expired: list[Session], expiry: int) -> None:
-        """One info line per sweep: who expired and what was lost with them."""
-        lost = sum(len(s.queue) + len(s.inflight) + len(s.rel) for s in expired)
-        names = ", ".join(repr(s.client_id) for s in expired[:EXPIRED_NAMED])
+        """One info line per sweep: who expired and what was lost with them (queued and
+        unacknowledged messages; a QoS 2 one awaiting PUBCOMP was received already)."""
+        lost = sum(len(s.queue) + len(s.inflight) for s in expired)
+        names = ", ".join(clip(s.client_id) for s in expired[:EXPIRED_NAMED])
         if len(expired) > EXPIRED_NAMED:
             names += f" and {len(expired) - EXPIRED_NAMED} more"
         self.app.log.info("MQTT: %d persistent session%s offline over %s expired (%s); %d "

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from oxiedge.lograte import LineBudget, suppressed_note
+from oxiedge.lograte import LineBudget, clip, suppressed_note
 
 
 class Clock:
@@ -30,3 +30,10 @@ def test_a_burst_goes_through_then_the_rate_and_the_held_back_are_counted() -> N
 def test_the_note_is_empty_when_nothing_was_held_back() -> None:
     assert suppressed_note(0) == ""
     assert suppressed_note(12) == " (12 similar lines suppressed)"
+
+
+def test_clip_bounds_what_a_client_chose() -> None:
+    assert clip("sensor-1") == "'sensor-1'" and clip(None) == "None"
+    long = clip("x" * 1000)
+    assert long == "'" + "x" * 99 + "...(1002 chars)"
+    assert clip("y" * 500, 300, quote=False) == "y" * 300 + "...(500 chars)"

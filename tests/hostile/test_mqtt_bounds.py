@@ -318,6 +318,19 @@ def test_connections_the_broker_ends_are_logged_ordinary_ends_are_not(
     second.disconnect()
 
 
+def test_a_huge_client_id_makes_no_huge_log_line(server: ServerProcess) -> None:
+    """A 63 KB client id (21,000 zero-width spaces: 6 characters each when escaped) used
+    to make a 126 KB close line; the client-chosen parts of a line are cut short."""
+    huge = "\u200b" * 21_000
+    bad = RawSession(_port(server))
+    bad.connect(huge)
+    bad.send(b"\x00\x00")  # reserved packet type 0: the broker closes
+    assert bad.closed()
+    line = server.wait_for_line("MQTT 127.0.0.1:", timeout=5)
+    assert "connection closed: protocol error: reserved packet type 0" in line, line[:300]
+    assert len(line) < 600 and "...(126002 chars)" in line, line[:300]
+
+
 def test_a_flood_of_bad_connections_does_not_flood_the_log(server: ServerProcess) -> None:
     """300 connections closed for a protocol error log at most the burst (50) and the
     rate; the next line after a pause says how many were held back; every one is counted."""

@@ -55,7 +55,9 @@ def test_config_spellings() -> None:
     assert expiry("never") is None and expiry("off") is None
     env = {"OXIEDGE_MQTT_SESSION_EXPIRY": "30m"}
     assert Config.resolve({}, env).mqtt_session_expiry == 1800
-    for bad in ("0", "-5", "soon", "1y"):  # 0 would mean "ends with the connection" in MQTT 5
+    assert expiry("3650d") == 3650 * 86400  # ten years: the longest
+    # (0 would mean "ends with the connection" in MQTT 5)
+    for bad in ("0", "-5", "soon", "1y", "3651d", "9" * 320 + "w"):
         with pytest.raises(ConfigError, match="--mqtt-session-expiry"):
             expiry(bad)
 

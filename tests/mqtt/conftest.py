@@ -1,4 +1,5 @@
-"""Fixtures for the MQTT tests: a real ``oxiedge serve`` (MQTT only) and paho clients.
+"""Fixtures for the MQTT tests: a real ``oxiedge serve`` (MQTT only), paho clients, and
+a real RocksDB store for the broker-core tests (``store``).
 
 Built on the project-wide ``start_server`` fixture (``tests/conftest.py``).
 """
@@ -17,9 +18,18 @@ from typing import Any
 import paho.mqtt.client as mqtt
 import pytest
 
+from oxiedge.store import Store
 from tests.conftest import ServerProcess
 
 ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Iterator[Store]:
+    """A real store, no committer task (commit with ``commit_blocking``)."""
+    s = Store.open(tmp_path / "db")
+    yield s
+    s.close()
 
 
 def cli_rows(srv: ServerProcess, *args: str) -> list[dict[str, Any]]:

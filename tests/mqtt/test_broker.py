@@ -5,11 +5,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
-
-import pytest
-
 from oxiedge.mqtt import persist
 from oxiedge.mqtt.broker import Broker
 from oxiedge.mqtt.codec import decode_all
@@ -32,13 +27,6 @@ class Wire:
     def packets(self) -> list[object]:
         out, self.data = decode_all(self.data), b""
         return list(out)
-
-
-@pytest.fixture
-def store(tmp_path: Path) -> Iterator[Store]:
-    s = Store.open(tmp_path / "db")
-    yield s
-    s.close()
 
 
 def msg_keys(store: Store) -> list[bytes]:

@@ -8,10 +8,7 @@ broker core on a real store, then a real server across a SIGKILL.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator
-from pathlib import Path
-
-import pytest
+from collections.abc import Callable
 
 from oxiedge.mqtt import persist
 from oxiedge.mqtt.bounds import MAX_QOS2_PENDING, Limits
@@ -25,13 +22,6 @@ from .conftest import cli_rows
 from .rawclient import RawSession
 
 Start = Callable[..., ServerProcess]
-
-
-@pytest.fixture
-def store(tmp_path: Path) -> Iterator[Store]:
-    s = Store.open(tmp_path / "db")
-    yield s
-    s.close()
 
 
 def rx2_on_disk(store: Store) -> list[int]:

@@ -9,8 +9,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from collections.abc import Callable
 
 import pytest
 
@@ -33,13 +32,6 @@ class Wire:
 
     def write(self, data: bytes) -> None:
         pass
-
-
-@pytest.fixture
-def store(tmp_path: Path) -> Iterator[Store]:
-    s = Store.open(tmp_path / "db")
-    yield s
-    s.close()
 
 
 def session_keys(store: Store) -> list[bytes]:

@@ -42,13 +42,20 @@ class ProtocolError(Exception):
 # ----------------------------------------------------------------------- field readers
 
 
-def read_string(body: bytes, off: int) -> tuple[str, int]:
-    """Read a UTF-8 encoded string (1.5.3) at ``off``; return it and the next offset."""
+def _prefixed(body: bytes, off: int, what: str, whole: str) -> int:
+    """The end of the 2-byte-length-prefixed field at ``off`` (its bytes start at
+    ``off + 2``); ``what``/``whole`` name it in the errors."""
     if off + 2 > len(body):
-        raise ProtocolError("truncated string length")
+        raise ProtocolError(f"truncated {what} length")
     end = off + 2 + ((body[off] << 8) | body[off + 1])
     if end > len(body):
-        raise ProtocolError("truncated string")
+        raise ProtocolError(f"truncated {whole}")
+    return end
+
+
+def read_string(body: bytes, off: int) -> tuple[str, int]:
+    """Read a UTF-8 encoded string (1.5.3) at ``off``; return it and the next offset."""
+    end = _prefixed(body, off, "string", "string")
     try:
         text = body[off + 2 : end].decode("utf-8")
     except UnicodeDecodeError:
@@ -60,11 +67,7 @@ def read_string(body: bytes, off: int) -> tuple[str, int]:
 
 def read_binary(body: bytes, off: int) -> tuple[bytes, int]:
     """Read 2-byte-length-prefixed binary data (will message, password)."""
-    if off + 2 > len(body):
-        raise ProtocolError("truncated binary length")
-    end = off + 2 + ((body[off] << 8) | body[off + 1])
-    if end > len(body):
-        raise ProtocolError("truncated binary data")
+    end = _prefixed(body, off, "binary", "binary data")
     return body[off + 2 : end], end
 
 

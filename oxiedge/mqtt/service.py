@@ -167,12 +167,11 @@ class MqttService:
             if expired:
                 # Logged once the deletion is durable (a crash before it brings them back,
                 # with their full expiry: nothing the log said was deleted reappears).
-                if self.app.store.committer.pending:
-                    try:
-                        await self.app.store.commit()
-                    except Exception as exc:  # CommitError: the server stops on it anyway
-                        self.app.log.error("MQTT: commit of expired sessions failed: %s", exc)
-                        return
+                try:
+                    await self.app.store.commit()
+                except Exception as exc:  # CommitError: the server stops on it anyway
+                    self.app.log.error("MQTT: commit of expired sessions failed: %s", exc)
+                    return
                 self._log_expired(expired, expiry)
             await trio.sleep(interval)
 

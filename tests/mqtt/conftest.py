@@ -24,6 +24,14 @@ from tests.conftest import ServerProcess
 ROOT = Path(__file__).resolve().parents[2]
 
 
+def wait_for(pred: Callable[[], bool], timeout: float = 10.0) -> None:
+    """Poll ``pred`` until it holds; fail the test after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while not pred():
+        assert time.monotonic() < deadline, "condition not reached in time"
+        time.sleep(0.05)
+
+
 @pytest.fixture
 def store(tmp_path: Path) -> Iterator[Store]:
     """A real store, no committer task (commit with ``commit_blocking``)."""

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import threading
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -12,7 +11,7 @@ from oxiedge.mqtt.codec import encode
 from oxiedge.mqtt.packets import Puback, Pubcomp, Publish, Pubrec, Pubrel
 from tests.conftest import ServerProcess
 
-from .conftest import cli_rows
+from .conftest import cli_rows, wait_for
 from .rawclient import RawSession
 
 Start = Callable[..., ServerProcess]
@@ -21,13 +20,6 @@ Start = Callable[..., ServerProcess]
 def find(srv: ServerProcess, flt: dict[str, Any]) -> list[dict[str, Any]]:
     """``oxiedge find _mqtt FILTER --json`` (live through the admin socket, or offline)."""
     return cli_rows(srv, "find", "_mqtt", json.dumps(flt))
-
-
-def wait_for(pred: Callable[[], bool], timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not pred():
-        assert time.monotonic() < deadline, "condition not reached in time"
-        time.sleep(0.05)
 
 
 def port(srv: ServerProcess) -> int:

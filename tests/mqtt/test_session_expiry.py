@@ -20,6 +20,7 @@ from oxiedge.mqtt.session import Limits
 from oxiedge.store import Store
 from tests.conftest import ServerProcess
 
+from .conftest import wait_for
 from .rawclient import RawClient, RawSession
 
 Start = Callable[..., ServerProcess]
@@ -118,13 +119,6 @@ def _status(srv: ServerProcess) -> dict[str, object]:
     return mqtt
 
 
-def _wait_for(pred: Callable[[], bool], timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while not pred():
-        assert time.monotonic() < deadline, "condition not reached in time"
-        time.sleep(0.1)
-
-
 def test_server_expires_an_offline_session_with_its_queue_durably(start_mqtt: Start) -> None:
     srv = start_mqtt("--mqtt-session-expiry", "2s")
     sub = RawSession(_port(srv))
@@ -201,6 +195,6 @@ def test_expired_sessions_give_their_room_back(start_mqtt: Start) -> None:
         raw.close()
         return code == 0
 
-    _wait_for(admitted, timeout=5)
+    wait_for(admitted, timeout=5)
     status = _status(srv)
     assert status["sessions_refused"] == 1 and status["sessions_expired"] == 5

@@ -20,11 +20,12 @@ connection must close with:
   content is still incomplete on that channel, header of the wrong class.
 
 The content properties are kept as the raw bytes received (flags word onwards) so a message
-is stored and delivered byte-exact; :func:`scan_properties` only walks them to validate the
-lengths and pick out ``delivery-mode``; a ``headers`` table is decoded once to check it (the
-broker decodes it later for dead-lettering, ``x-delivery-count`` and headers exchanges: a
-table it could not read there would lose the message's properties or its delivery count),
-so only messages that carry headers pay for it.  Nothing here imports trio.
+is stored and delivered byte-exact; :func:`~oxiedge.amqp.properties.scan_properties` only
+walks them to validate the lengths and pick out ``delivery-mode``; a ``headers`` table is
+checked once as the decoder would read it (the broker decodes it later for dead-lettering,
+``x-delivery-count`` and headers exchanges: a table it could not read there would lose the
+message's properties or its delivery count), so only messages that carry headers pay for
+it.  Nothing here imports trio.
 """
 
 from __future__ import annotations
@@ -40,7 +41,8 @@ from oxiedge.amqp.constants import (
     UNEXPECTED_FRAME,
 )
 from oxiedge.amqp.errors import AmqpError
-from oxiedge.amqp.fields import decode_table, encode_shortstr
+from oxiedge.amqp.fields import encode_shortstr
+from oxiedge.amqp.properties import expiration_of, scan_properties
 
 PROTOCOL_HEADER = b"AMQP\x00\x00\x09\x01"
 FRAME_METHOD = spec.FRAME_METHOD
@@ -146,71 +148,6 @@ class _Pending:
         self.body_size = 0
         self.received = 0
         self.chunks: list[bytes] = []
-
-
-def scan_properties(raw: bytes) -> int | None:
-    """Validate the basic properties' lengths and return ``delivery-mode`` (or ``None``).
-
-    Cheaper than a full decode: this runs per message. Only a ``headers`` table is decoded
-    (to check it, then dropped). Raises 502 when a length points past the end, a
-    continuation flags word is set, or the headers table is malformed (a truncated value,
-    an unknown field type, a key that is not UTF-8, nesting deeper than ``MAX_DEPTH``).
-    """
-    try:
-        flags = _H.unpack_from(raw, 0)[0]
-        if flags & 1:
-            raise AmqpError(SYNTAX_ERROR, "basic properties have no second flags word")
-        off = 2
-        mode = None
-        # Spec order: content-type, content-encoding, headers, delivery-mode, priority,
-        # correlation-id, reply-to, expiration, message-id, timestamp, type, user-id,
-        # app-id, cluster-id.
-        if flags & 0x8000:
-            off += 1 + raw[off]
-        if flags & 0x4000:
-            off += 1 + raw[off]
-        if flags & 0x2000:
-            size = _I.unpack_from(raw, off)[0]
-            if size:
-                decode_table(raw, off)  # 502 for what the broker could not read later
-            off += 4 + size
-        if flags & 0x1000:
-            mode = raw[off]
-            off += 1
-        if flags & 0x0800:
-            off += 1
-        for bit in (0x0400, 0x0200, 0x0100, 0x0080):
-            if flags & bit:
-                off += 1 + raw[off]
-        if flags & 0x0040:
-            off += 8
-        for bit in (0x0020, 0x0010, 0x0008, 0x0004):
-            if flags & bit:
-                off += 1 + raw[off]
-    except (IndexError, struct.error):
-        raise AmqpError(SYNTAX_ERROR, "truncated content properties") from None
-    if off > len(raw):
-        raise AmqpError(SYNTAX_ERROR, "truncated content properties")
-    return mode
-
-
-def expiration_of(raw: bytes) -> str | None:
-    """The ``expiration`` property (a TTL in milliseconds, as text) of raw properties that
-    :func:`scan_properties` already validated; ``None`` when absent."""
-    flags = _H.unpack_from(raw, 0)[0]
-    if not flags & 0x0100:
-        return None
-    off = 2
-    for bit in (0x8000, 0x4000):
-        if flags & bit:
-            off += 1 + raw[off]
-    if flags & 0x2000:
-        off += 4 + _I.unpack_from(raw, off)[0]
-    off += (1 if flags & 0x1000 else 0) + (1 if flags & 0x0800 else 0)
-    for bit in (0x0400, 0x0200):
-        if flags & bit:
-            off += 1 + raw[off]
-    return raw[off + 1 : off + 1 + raw[off]].decode("utf-8", "replace")
 
 
 def decode_method(payload: bytes) -> spec.Method:

@@ -24,82 +24,127 @@ overflow, delivery limit) would otherwise loop for ever.
 
 from __future__ import annotations
 
-import dataclasses
-from typing import Any
+import struct
 
-from oxiedge.amqp import spec
+from oxiedge.amqp import properties
 from oxiedge.amqp.arguments import text
-from oxiedge.amqp.fields import Long, Timestamp
+from oxiedge.amqp.errors import AmqpError
+from oxiedge.amqp.fields import (
+    Long,
+    Raw,
+    Timestamp,
+    decode_value,
+    encode_table,
+    encode_value,
+    split_array,
+    split_table,
+)
 
 REJECTED = "rejected"
 EXPIRED = "expired"
 MAXLEN = "maxlen"
 DELIVERY_LIMIT = "delivery_limit"
 
+#: One ``x-death`` entry as the cycle rule reads it: ``(queue, reason)``.
+Death = tuple[str, str]
 
-def mark_dead(properties: bytes, queue: str, reason: str, exchange: str,
-              routing_keys: list[str], now: float) -> tuple[bytes, list[dict[str, Any]]]:
-    """Rewrite raw content properties for dead-lettering; returns ``(raw, x-death)``."""
+_Q = struct.Struct(">q")
+
+
+def _long(n: int) -> Raw:
+    return Raw(b"l" + _Q.pack(n))
+
+
+def _text_of(value: Raw | None) -> str | None:
+    if value is None:
+        return None
     try:
-        props, _ = spec.BasicProperties.decode(properties)
-    except Exception:  # unreadable properties (scan_properties let them through): start over
-        props = spec.BasicProperties()
-    headers: dict[str, Any] = dict(props.headers or {})
-    raw_deaths = headers.get("x-death")
-    deaths: list[dict[str, Any]] = [d for d in raw_deaths if isinstance(d, dict)] \
-        if isinstance(raw_deaths, list) else []
-    entry: dict[str, Any] | None = None
-    for i, d in enumerate(deaths):
-        if text(d.get("queue")) == queue and text(d.get("reason")) == reason:
-            entry = dict(deaths.pop(i))
-            count = entry.get("count")
-            entry["count"] = Long((count if isinstance(count, int) else 0) + 1)
+        return text(decode_value(value)[0])
+    except AmqpError:
+        return None
+
+
+def mark_dead(raw: bytes, queue: str, reason: str, exchange: str,
+              routing_keys: list[str], now: float) -> tuple[bytes, list[Death]]:
+    """Rewrite raw content properties for dead-lettering; returns ``(raw, deaths)``, the
+    deaths most recent first. Only the ``x-death``/``x-*-death-*`` headers and
+    ``expiration`` change; every other header keeps its bytes (and so its type)."""
+    # Records stored before the headers were checked at arrival may not read: an
+    # unreadable table is dropped, unreadable properties are started over.
+    try:
+        headers = properties.headers_of(raw)
+    except AmqpError:
+        headers = {}
+    try:
+        expiration = properties.expiration_of(raw)
+    except (IndexError, struct.error):
+        expiration = None
+    entries: list[tuple[Death, Raw]] = []
+    old = headers.get("x-death")
+    if old is not None and old[:1] == b"A":
+        for item in split_array(old):
+            if item[:1] == b"F":  # anything else in x-death is not RabbitMQ's: dropped
+                fields = split_table(item, 1)[0]
+                death = (_text_of(fields.get("queue")) or "", _text_of(fields.get("reason")) or "")
+                entries.append((death, item))
+    new: Raw | None = None
+    for i, (death, item) in enumerate(entries):
+        if death == (queue, reason):
+            del entries[i]
+            fields = split_table(item, 1)[0]
+            count = decode_value(fields["count"])[0] if "count" in fields else 0
+            fields["count"] = _long((count if isinstance(count, int) else 0) + 1)
+            new = Raw(b"F" + encode_table(fields))
             break
-    if entry is None:
+    if new is None:
         entry = {"count": Long(1), "reason": reason, "queue": queue, "time": Timestamp(int(now)),
                  "exchange": exchange, "routing-keys": list(routing_keys)}
-        if props.expiration is not None:
-            entry["original-expiration"] = props.expiration
-    deaths.insert(0, entry)
-    headers["x-death"] = deaths
+        if expiration is not None:
+            entry["original-expiration"] = expiration
+        new = Raw(encode_value(entry))
+    entries.insert(0, ((queue, reason), new))
+    headers["x-death"] = Raw(encode_value([item for _, item in entries]))
     if "x-first-death-reason" not in headers:
-        headers["x-first-death-reason"] = reason
-        headers["x-first-death-queue"] = queue
-        headers["x-first-death-exchange"] = exchange
-    headers["x-last-death-reason"] = reason
-    headers["x-last-death-queue"] = queue
-    headers["x-last-death-exchange"] = exchange
+        headers["x-first-death-reason"] = Raw(encode_value(reason))
+        headers["x-first-death-queue"] = Raw(encode_value(queue))
+        headers["x-first-death-exchange"] = Raw(encode_value(exchange))
+    headers["x-last-death-reason"] = Raw(encode_value(reason))
+    headers["x-last-death-queue"] = Raw(encode_value(queue))
+    headers["x-last-death-exchange"] = Raw(encode_value(exchange))
     headers.pop("x-delivery-count", None)
-    props = dataclasses.replace(props, headers=headers, expiration=None)
-    return props.encode(), deaths
+    deaths = [d for d, _ in entries]
+    try:
+        return properties.rewrite(raw, headers, drop_expiration=True), deaths
+    except AmqpError:
+        return properties.rewrite(b"\x00\x00", headers), deaths
 
 
-def is_cycle(target: str, deaths: list[dict[str, Any]]) -> bool:
+def is_cycle(target: str, deaths: list[Death]) -> bool:
     """Would reaching queue ``target`` close an automatic dead-letter cycle?"""
-    for d in deaths:  # most recent first
-        if text(d.get("reason")) == REJECTED:
+    for queue, reason in deaths:  # most recent first
+        if reason == REJECTED:
             return False
-        if text(d.get("queue")) == target:
+        if queue == target:
             return True
     return False
 
 
-def with_delivery_count(properties: bytes, count: int) -> bytes:
-    """The properties with ``x-delivery-count`` set (quorum-queue redelivery header)."""
+def with_delivery_count(raw: bytes, count: int) -> bytes:
+    """The properties with ``x-delivery-count`` set (quorum-queue redelivery header); the
+    other headers keep their bytes."""
     try:
-        props, _ = spec.BasicProperties.decode(properties)
-    except Exception:
-        return properties
-    headers = dict(props.headers or {})
-    headers["x-delivery-count"] = Long(count)
-    return dataclasses.replace(props, headers=headers).encode()
+        headers = properties.headers_of(raw)
+    except AmqpError:
+        return raw
+    headers["x-delivery-count"] = _long(count)
+    return properties.rewrite(raw, headers)
 
 
-def delivery_count_of(properties: bytes) -> int:
+def delivery_count_of(raw: bytes) -> int:
     """``x-delivery-count`` of raw properties (0 when absent)."""
     try:
-        props, _ = spec.BasicProperties.decode(properties)
-    except Exception:
+        value = properties.headers_of(raw).get("x-delivery-count")
+        n = decode_value(value)[0] if value is not None else 0
+    except AmqpError:
         return 0
-    value = (props.headers or {}).get("x-delivery-count")
-    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
+    return n if isinstance(n, int) and not isinstance(n, bool) and n > 0 else 0

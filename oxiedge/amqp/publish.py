@@ -30,10 +30,10 @@ from __future__ import annotations
 from typing import Any
 
 from oxiedge.amqp import deadletter, persist, spec
-from oxiedge.amqp.codec import scan_properties
 from oxiedge.amqp.constants import PRECONDITION_FAILED
 from oxiedge.amqp.errors import AmqpError
 from oxiedge.amqp.exchanges import Exchange
+from oxiedge.amqp.properties import scan_properties
 from oxiedge.amqp.queues import Queue, QueuedMessage
 from oxiedge.amqp.timers import Clock
 from oxiedge.staged import (

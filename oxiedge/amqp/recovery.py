@@ -14,9 +14,9 @@ from typing import Any
 
 from oxiedge.amqp import persist
 from oxiedge.amqp.broker import Broker, exchange_of_doc
-from oxiedge.amqp.codec import scan_properties
 from oxiedge.amqp.errors import AmqpError
 from oxiedge.amqp.exchanges import SUPPORTED_TYPES, Binding, ExchangeBinding
+from oxiedge.amqp.properties import scan_properties
 from oxiedge.amqp.queues import Queue, QueuedMessage
 
 

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from oxiedge.amqp import codec, spec
 from oxiedge.amqp.codec import PROTOCOL_HEADER, Command, FrameParser, Heartbeat
 from oxiedge.amqp.errors import AmqpError
-from oxiedge.amqp.fields import MAX_DEPTH
+from oxiedge.amqp.fields import MAX_DEPTH, check_table, decode_table, encode_table, split_table
 
 
 def parse_all(data: bytes, frame_max: int = 131072, header: bool = False) -> list[object]:
@@ -312,6 +312,38 @@ def test_table_round_trip(table: dict[str, Any]) -> None:
     from oxiedge.amqp.fields import decode_table, encode_table
 
     assert decode_table(encode_table(table))[0] == table
+
+
+def _outcome(f: Any, buf: bytes) -> int | None:
+    try:
+        return int(f(buf)[1] if f is decode_table else f(buf))
+    except AmqpError as exc:
+        assert exc.code == 502
+        return None
+
+
+#: Typed values the Python encoder never writes (b, s, u, i, f, D, T, non-UTF-8 S).
+_TYPED = (b"\x01bb\xfe\x01ss\xff\xfe\x01uu\x00\x01\x01ii\x00\x00\x00\x07\x01ff\x3f\xc0\x00\x00"
+          b"\x01DD\x02\x00\x00\x01\x00\x01TT\x00\x00\x00\x00\x00\x00\x00\x09\x01SS\x00\x00\x00\x01\xff")
+
+
+@settings(max_examples=300, derandomize=True)
+@given(_tables, st.randoms(use_true_random=False))
+def test_check_table_accepts_exactly_what_decode_table_reads(
+        table: dict[str, Any], rnd: Any) -> None:
+    """The arrival check (no objects built) and the decoder agree on every input: valid,
+    typed, and mutated tables; split_table re-encodes byte-exact."""
+    from tests.fuzz.mutate import mutate
+
+    plain = encode_table({k: v for k, v in table.items() if k not in "bsuifDTS"})
+    typed = struct.pack(">I", len(plain) - 4 + len(_TYPED)) + plain[4:] + _TYPED
+    for raw in (plain, typed):
+        assert check_table(raw) == len(raw) == decode_table(raw)[1]
+        parts, end = split_table(raw)
+        assert end == len(raw) and encode_table(parts) == raw
+        for _ in range(20):
+            bad = mutate(raw, rnd)
+            assert _outcome(check_table, bad) == _outcome(decode_table, bad), bad
 
 
 _short = st.text(max_size=30).filter(lambda s: len(s.encode()) <= 255)

@@ -9,7 +9,7 @@ import trio
 import trio.testing
 
 from oxiedge.amqp import spec
-from oxiedge.amqp.deadletter import is_cycle, mark_dead, with_delivery_count
+from oxiedge.amqp.deadletter import delivery_count_of, is_cycle, mark_dead, with_delivery_count
 from oxiedge.amqp.queues import Queue, QueuedMessage
 from oxiedge.amqp.timers import QueueTimers
 
@@ -34,15 +34,72 @@ def test_mark_dead_prepends_merges_and_keeps_first_death() -> None:
     assert (h["x-last-death-queue"], h["x-last-death-exchange"]) == ("a", "dlx")
     assert h["app"] == 1
     assert spec.BasicProperties.decode(raw)[0].expiration is None
-    assert deaths == h["x-death"]
+    assert deaths == [("a", "expired"), ("b", "rejected")]
 
 
 def test_cycle_rule_needs_a_rejection() -> None:
-    assert is_cycle("a", [{"queue": "a", "reason": "expired"}])
-    assert is_cycle("a", [{"queue": "b", "reason": "maxlen"}, {"queue": "a", "reason": "expired"}])
-    assert not is_cycle("a", [{"queue": "b", "reason": "rejected"},
-                              {"queue": "a", "reason": "expired"}])
-    assert not is_cycle("c", [{"queue": "a", "reason": "expired"}])
+    assert is_cycle("a", [("a", "expired")])
+    assert is_cycle("a", [("b", "maxlen"), ("a", "expired")])
+    assert not is_cycle("a", [("b", "rejected"), ("a", "expired")])
+    assert not is_cycle("c", [("a", "expired")])
+
+
+#: One header of every field type, hand-encoded: what a Java or .NET publisher may send.
+#: Decoding to Python and re-encoding would retype most of them (b/s/l -> I, f -> d, a
+#: non-UTF-8 S -> x); the broker must hand them on as they came, as RabbitMQ does.
+TYPED = [
+    b"\x01bb\xfe", b"\x01BB\xfe", b"\x01ss\xff\xfe", b"\x01uu\xff\xfe",
+    b"\x01II\x00\x00\x00\x07", b"\x01ii\x00\x00\x00\x07", b"\x01ll" + bytes(7) + b"\x07",
+    b"\x01LL" + bytes(7) + b"\x07", b"\x01ff\x3f\xc0\x00\x00", b"\x01dd?\xf8" + bytes(6),
+    b"\x01DD\x02\x00\x00\x01\x00", b"\x01TT" + bytes(7) + b"\x09", b"\x01tt\x01",
+    b"\x01SS\x00\x00\x00\x02\xff\xfe", b"\x01xx\x00\x00\x00\x01z", b"\x01VV",
+    b"\x01AA\x00\x00\x00\x02b\x01", b"\x01FF\x00\x00\x00\x04\x01kb\x01",
+]
+
+
+def typed_properties() -> bytes:
+    table = b"".join(TYPED)
+    # content-type, headers, delivery-mode, correlation-id, expiration, timestamp, app-id
+    return (b"\xb5\x48" + b"\x04text" + len(table).to_bytes(4, "big") + table + b"\x02"
+            + b"\x03cid" + b"\x03100" + bytes(7) + b"\x2a" + b"\x03app")
+
+
+def test_rewritten_headers_keep_every_other_header_and_property_byte_exact() -> None:
+    raw = typed_properties()
+    assert spec.BasicProperties.decode(raw)[1] == len(raw)  # the vector is well formed
+    once, _ = mark_dead(raw, "a", "expired", "x", ["k"], 1000.0)
+    counted = with_delivery_count(once, 2)
+    twice, _ = mark_dead(counted, "b", "rejected", "y", ["k"], 1001.0)
+    for out in (once, counted, twice):
+        for entry in TYPED:
+            assert entry in out, entry
+        p = spec.BasicProperties.decode(out)[0]
+        assert (p.content_type, p.delivery_mode, p.correlation_id, p.timestamp, p.app_id) == (
+            "text", 2, "cid", 42, "app")
+        assert p.expiration is None  # dead-lettering drops it (and keeps it in x-death)
+    # The untouched older x-death entry (queue a) keeps its bytes, its count a Long.
+    entry_a = headers(once)["x-death"][0]
+    assert entry_a["queue"] == "a" and entry_a["original-expiration"] == "100"
+    first_a = once[once.index(b"\x05count"):once.index(b"\x05count") + 15]
+    assert first_a == b"\x05countl" + bytes(7) + b"\x01"
+    assert twice.count(first_a) == 2  # entry a unchanged, entry b new, both count 1 as 'l'
+    assert headers(twice)["x-death"][0]["queue"] == "b"
+
+
+def test_with_delivery_count_replaces_in_place_and_reads_back() -> None:
+    raw = typed_properties()
+    out = with_delivery_count(with_delivery_count(raw, 1), 5)
+    assert out.count(b"x-delivery-count") == 1
+    assert out[: len(raw) - 20].startswith(raw[:6])  # flags and content-type unchanged
+    assert delivery_count_of(out) == 5 and delivery_count_of(raw) == 0
+
+
+def test_unreadable_stored_headers_are_dropped_not_the_message() -> None:
+    # A record stored before the headers were checked at arrival: an unknown type 'Z'.
+    bad = b"\x20\x00" + b"\x00\x00\x00\x04\x01kZ\x00"
+    raw, deaths = mark_dead(bad, "q", "rejected", "", ["q"], 1.0)
+    assert deaths == [("q", "rejected")] and headers(raw)["x-death"][0]["queue"] == "q"
+    assert with_delivery_count(bad, 2) == bad and delivery_count_of(bad) == 0
 
 
 def test_delivery_count_header_replaces_and_dead_lettering_removes_it() -> None:

@@ -344,3 +344,48 @@ def test_shutdown_sends_connection_forced(start_server: Any) -> None:
     close = raw.expect(spec.ConnectionClose)
     assert isinstance(close, spec.ConnectionClose) and close.reply_code == 320
     raw.close()
+
+
+def test_dead_lettering_and_redelivery_keep_the_publishers_header_types(server: Any) -> None:
+    """A publisher's typed headers (b, s, l, f, a non-UTF-8 S, ...) come out of a dead-letter
+    hop and a quorum-queue redelivery byte for byte (the broker rewrites only its own
+    headers), as from RabbitMQ; the rest of the properties too."""
+    from tests.amqp.test_deadletter_unit import TYPED, typed_properties
+
+    raw = RawClient(server.amqp_port)
+    raw.handshake()
+    raw.open_channel(1)
+    raw.call(1, spec.ExchangeDeclare(exchange="types-dlx", type="fanout"),
+             spec.ExchangeDeclareOk)
+    raw.call(1, spec.QueueDeclare(queue="types-dead"), spec.QueueDeclareOk)
+    raw.call(1, spec.QueueBind(queue="types-dead", exchange="types-dlx"), spec.QueueBindOk)
+    raw.call(1, spec.QueueDeclare(queue="types-work", durable=True, arguments={
+        "x-queue-type": "quorum", "x-dead-letter-exchange": "types-dlx"}), spec.QueueDeclareOk)
+    props = typed_properties()
+    raw.send(codec.encode_content(1, spec.BasicPublish(routing_key="types-work"), props,
+                                  b"m", 131072))
+
+    def get(queue: str) -> tuple[int, bytes]:
+        raw.method(1, spec.BasicGet(queue=queue))
+        cmd = raw.recv_command()
+        assert cmd is not None and isinstance(cmd.method, spec.BasicGetOk), cmd
+        assert cmd.properties is not None and cmd.body == b"m"
+        return cmd.method.delivery_tag, cmd.properties
+
+    tag, first = get("types-work")
+    assert first == props  # delivered byte-exact
+    raw.method(1, spec.BasicNack(delivery_tag=tag, requeue=True))
+    tag, again = get("types-work")  # x-delivery-count added
+    assert b"\x10x-delivery-countl" + bytes(7) + b"\x01" in again
+    raw.method(1, spec.BasicReject(delivery_tag=tag, requeue=False))
+    _, dead = get("types-dead")
+    for out in (again, dead):
+        for entry in TYPED:
+            assert entry in out, entry
+        o = spec.BasicProperties.decode(out)[0]
+        assert (o.content_type, o.delivery_mode, o.correlation_id, o.timestamp, o.app_id) == (
+            "text", 2, "cid", 42, "app")
+    p = spec.BasicProperties.decode(dead)[0]
+    assert p.headers is not None and p.headers["x-death"][0]["reason"] == "rejected"
+    assert "x-delivery-count" not in p.headers and p.expiration is None
+    raw.close()

@@ -223,7 +223,6 @@ class Broker:
                 expired.append(s)
         for s in expired:
             self.discard_session(s)
-            self.stats.sessions_expired += 1
         return expired
 
     # ---------------------------------------------------------------- permissions

@@ -35,14 +35,9 @@ from collections.abc import Callable, Generator
 
 from oxiedge.access.grants import Grants
 from oxiedge.access.rules import PermissionStore
+from oxiedge.lograte import clip
 from oxiedge.mqtt.broker import Broker
-from oxiedge.mqtt.codec import (
-    Decoder,
-    PacketTooLarge,
-    ProtocolError,
-    TopicTooLong,
-    encode,
-)
+from oxiedge.mqtt.codec import Decoder, PacketTooLarge, ProtocolError, TopicTooLong, encode
 from oxiedge.mqtt.handlers import STEP_FILTERS, Handlers
 from oxiedge.mqtt.packets import (
     Connack,
@@ -291,7 +286,7 @@ class MqttProtocol:
         exc = self._commit_error
         if exc is not None:  # CommitError: nothing that waited for it may be acked
             self.broker.stats.commit_errors += 1
-            self._log.error("MQTT: commit failed, closing %s: %s", self.client_id, exc)
+            self._log.error("MQTT: commit failed, closing %s: %s", clip(self.client_id), exc)
             raise _Close(f"commit failed: {exc}")
 
     # ------------------------------------------------------------------- CONNECT

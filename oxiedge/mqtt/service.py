@@ -172,6 +172,7 @@ class MqttService:
                 except Exception as exc:  # CommitError: the server stops on it anyway
                     self.app.log.error("MQTT: commit of expired sessions failed: %s", exc)
                     return
+                self.broker.stats.sessions_expired += len(expired)  # counted once durable
                 self._log_expired(expired, expiry)
             await trio.sleep(interval)
 
@@ -195,7 +196,7 @@ class MqttService:
         try:
             await conn.serve()
         except Exception as exc:  # a bug in one connection must not end the server
-            self.app.log.exception("MQTT: connection %s failed: %s", conn.client_id, exc)
+            self.app.log.exception("MQTT: connection %s failed: %s", clip(conn.client_id), exc)
 
     async def authenticate(self, username: str | None, password: bytes | None) -> bool:
         """Check credentials: off the event loop, throttled after failures (oxiedge.login)."""

@@ -99,7 +99,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="comma list of free,same,cross: run every scenario in each placement, "
                         "interleaved, one row per placement (same: every broker and this "
                         "process on CPU 0; cross: brokers on CPU 0, this process on CPU 1; "
-                        "free: unpinned). Re-pins the running brokers' threads; latency on "
+                        "free: as --cpus / --client-cpus say, unpinned without them). "
+                        "Re-pins the running brokers' threads; latency on "
                         "loopback depends on placement more than on the broker (README)")
     p.add_argument("--wrap", default="",
                    help="command prefix for started brokers, e.g. "
@@ -126,6 +127,7 @@ def run(argv: list[str] | None = None) -> int:
     o = Options(count=a.count, duration=a.duration, payload=a.payload, window=a.window,
                 amqp_window=a.amqp_window, fanout=a.fanout, connections=a.connections,
                 drain_count=a.drain_count, latency_count=a.latency_count, rate=a.rate)
+    every = os.sched_getaffinity(0)  # before --client-cpus narrows it: "unpinned"
     if a.client_cpus:
         os.sched_setaffinity(0, parse_cpus(a.client_cpus))
     want = list(dict.fromkeys(a.broker + (["mosquitto", "rabbitmq"] if a.with_peers else [])))
@@ -152,7 +154,7 @@ def run(argv: list[str] | None = None) -> int:
         if not targets:
             print("no broker: give --broker, --with-peers or --target", file=sys.stderr)
             return 2
-        return _run_all(a, o, scen, targets)
+        return _run_all(a, o, scen, targets, every)
     finally:
         for st in started:
             st.stop()
@@ -176,6 +178,16 @@ def parse_placements(spec: str) -> list[str]:
     return names
 
 
+def placement_masks(name: str, cpus: str, client_cpus: str
+                    ) -> tuple[set[int] | None, set[int] | None]:
+    """(broker CPUs, this process's CPUs) of a placement: ``free`` is what ``--cpus`` /
+    ``--client-cpus`` asked for (unpinned without them), the others are fixed."""
+    if name == "free":
+        return (parse_cpus(cpus) if cpus else None,
+                parse_cpus(client_cpus) if client_cpus else None)
+    return PLACEMENTS[name]
+
+
 def place(pids: list[int], cpus: set[int] | None, client: set[int] | None,
           every: set[int]) -> None:
     """Pin every thread of the brokers' process trees, and this process, for one run.
@@ -195,10 +207,9 @@ def place(pids: list[int], cpus: set[int] | None, client: set[int] | None,
 
 
 def _run_all(a: argparse.Namespace, o: Options, scen: list[str],
-             targets: list[Target]) -> int:
+             targets: list[Target], every: set[int]) -> int:
     runs: dict[tuple[str, str], list[Result]] = {}
     placements = parse_placements(a.placements) if a.placements else [""]
-    every = os.sched_getaffinity(0)
     pids = [t.pid for t in targets if t.pid]
     rows: list[str] = []
     for rep in range(a.repeats):
@@ -209,7 +220,7 @@ def _run_all(a: argparse.Namespace, o: Options, scen: list[str],
                 if row not in rows:
                     rows.append(row)
                 if pl:
-                    place(pids, *PLACEMENTS[pl], every)
+                    place(pids, *placement_masks(pl, a.cpus, a.client_cpus), every)
                 k = rep % len(targets)
                 for t in targets[k:] + targets[:k]:  # rotate the order each repeat
                     others = [x.pid for x in targets if x is not t and x.pid and x.started]
@@ -220,7 +231,7 @@ def _run_all(a: argparse.Namespace, o: Options, scen: list[str],
                     print(f"[{rep + 1}/{a.repeats}] {row:20s} {t.name:10s} {describe(r)}",
                           flush=True)
     if a.placements:
-        place(pids, None, None, every)
+        place(pids, *placement_masks("free", a.cpus, a.client_cpus), every)
     scen = rows
     med = {k: median_of(v) for k, v in runs.items()}
     names = [t.name for t in targets]

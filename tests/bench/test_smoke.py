@@ -87,6 +87,16 @@ def test_placements_give_one_row_each_and_pin_the_broker(tmp_path: Path) -> None
     assert "| mqtt-qos1-seq @cross |" in proc.stdout
 
 
+def test_free_placement_keeps_the_given_pinning() -> None:
+    """``--placements free`` used to unpin what ``--cpus`` / ``--client-cpus`` had pinned."""
+    from bench.run import placement_masks
+
+    assert placement_masks("free", "", "") == (None, None)
+    assert placement_masks("free", "0", "1-2") == ({0}, {1, 2})
+    assert placement_masks("same", "3", "4") == ({0}, {0})  # fixed placements win
+    assert placement_masks("cross", "", "") == ({0}, {1})
+
+
 def test_place_pins_every_thread_of_a_process_tree() -> None:
     from bench.run import place
 

@@ -5,7 +5,8 @@ delivered byte-exact.  The broker only ever needs:
 
 * to check them once as they arrive (:func:`scan_properties`: lengths, and the ``headers``
   table as the decoder would read it, without building it) and pick ``delivery-mode``;
-* one field now and then (:func:`expiration_of`, :func:`headers_of`);
+* one field now and then (:func:`expiration_of`, :func:`headers_of`,
+  :func:`decoded_headers`);
 * to rewrite a few headers (dead-lettering, ``x-delivery-count``) and drop ``expiration``
   (:func:`rewrite`), leaving every other byte as it was: RabbitMQ keeps a header's type, so
   a ``b``, ``s`` or ``l`` stays one and a Java client reading a Long still reads a Long.
@@ -19,10 +20,11 @@ flags word, which the basic class never has.
 from __future__ import annotations
 
 import struct
+from typing import Any
 
 from oxiedge.amqp.constants import SYNTAX_ERROR
 from oxiedge.amqp.errors import AmqpError
-from oxiedge.amqp.fields import Raw, check_table, encode_table, split_table
+from oxiedge.amqp.fields import Raw, check_table, decode_table, encode_table, split_table
 
 _H = struct.Struct(">H")
 _I = struct.Struct(">I")
@@ -135,6 +137,17 @@ def headers_of(raw: bytes) -> dict[str, Raw]:
     return split_table(raw[: span[1]], span[0])[0]
 
 
+def decoded_headers(raw: bytes) -> dict[str, Any]:
+    """The ``headers`` table decoded to Python values ({} when absent or unreadable), for
+    a headers exchange to match on."""
+    try:
+        _flags, spans = _spans(raw)
+        span = spans.get(HEADERS)
+        return {} if span is None else decode_table(raw[: span[1]], span[0])[0]
+    except AmqpError:
+        return {}
+
+
 def rewrite(raw: bytes, headers: dict[str, Raw], *, drop_expiration: bool = False) -> bytes:
     """``raw`` with its ``headers`` table replaced by ``headers`` (values :class:`Raw` or
     plain Python values) and, if asked, without ``expiration``; every other field is kept
@@ -157,5 +170,5 @@ def rewrite(raw: bytes, headers: dict[str, Raw], *, drop_expiration: bool = Fals
     return _H.pack(out_flags) + b"".join(parts)
 
 
-__all__ = ["EXPIRATION", "HEADERS", "expiration_of", "headers_of", "rewrite",
+__all__ = ["EXPIRATION", "HEADERS", "decoded_headers", "expiration_of", "headers_of", "rewrite",
            "scan_properties"]

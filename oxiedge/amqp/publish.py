@@ -29,11 +29,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from oxiedge.amqp import deadletter, persist, spec
+from oxiedge.amqp import deadletter, persist
 from oxiedge.amqp.constants import PRECONDITION_FAILED
 from oxiedge.amqp.errors import AmqpError
 from oxiedge.amqp.exchanges import Exchange
-from oxiedge.amqp.properties import scan_properties
+from oxiedge.amqp.properties import decoded_headers, scan_properties
 from oxiedge.amqp.queues import Queue, QueuedMessage
 from oxiedge.amqp.timers import Clock
 from oxiedge.staged import (
@@ -62,15 +62,6 @@ def deadline(expiration: str, now: float) -> float:
     # A TTL of 0 still lets a consumer with credit take the message at once (enqueue
     # dispatches synchronously); any later look finds it expired.
     return now + int(expiration) / 1000
-
-
-def _headers_of(properties: bytes) -> dict[str, Any]:
-    """The ``headers`` table of raw content properties ({} when absent or unreadable)."""
-    try:
-        props, _ = spec.BasicProperties.decode(properties)
-    except Exception:
-        return {}
-    return props.headers or {}
 
 
 class PublishPath:
@@ -193,7 +184,7 @@ class PublishPath:
             ex = stack.pop()
             if ex.type == "headers":
                 if headers is None:
-                    headers = _headers_of(properties)
+                    headers = decoded_headers(properties)
                 routed = ex.route_headers(headers)
             else:
                 routed = ex.route(routing_key)

@@ -298,9 +298,7 @@ class Broker(PublishPath):
             staged |= self._unstage_binding(b)
         for xb in list(x.xbindings.values()):
             staged |= self._unstage_binding(xb)
-        x.bindings.clear()
-        x.xbindings.clear()
-        x.invalidate()
+        x.clear_bindings()
         for other in list(self.exchanges.values()):
             gone = other.remove_destination(x.name)
             for xb in gone:

@@ -2,15 +2,20 @@
 broker's queue table itself).
 
 Topic patterns (AMQP 0-9-1 spec, exchange class "topic"): words separated by ``.``; ``*``
-matches exactly one word, ``#`` zero or more words, anywhere in the pattern.  Matches are
-cached per routing key (the cache is cleared whenever a binding changes), so a steady
-stream of publishes costs one dict lookup per message.
+matches exactly one word, ``#`` zero or more words, anywhere in the pattern.  Bindings are indexed
+for routing (:mod:`oxiedge.amqp.routeindex`: a dict for direct, a trie for topic), and
+matches are cached per routing key (the cache is cleared whenever a binding changes), so a
+steady stream of publishes costs one dict lookup per message and a new routing key costs
+its match, not a scan of every binding. Headers exchanges scan their bindings, as
+RabbitMQ's do.
 """
 
 from __future__ import annotations
 
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
+
+from oxiedge.amqp.routeindex import RouteIndex
 
 if TYPE_CHECKING:
     from oxiedge.amqp.queues import Queue
@@ -138,6 +143,10 @@ class Exchange:
         self.bindings: dict[tuple[str, str], Binding] = {}  # (queue name, key) -> binding
         #: (destination exchange, key) -> binding, where this exchange is the source
         self.xbindings: dict[tuple[str, str], ExchangeBinding] = {}
+        self._by_queue: dict[str, set[tuple[str, str]]] = {}  # queue name -> binding keys
+        self._index: RouteIndex[Queue] = RouteIndex(type)  # unused by a headers exchange
+        # e2e bindings carry no arguments: on a headers exchange they match every message
+        self._xindex: RouteIndex[str] = RouteIndex("fanout" if type == "headers" else type)
         self._xcache: dict[str, list[str]] = {}
         self._cache: dict[str, list[Queue]] = {}
         self.published = 0
@@ -149,40 +158,51 @@ class Exchange:
         if k in self.bindings:
             return False
         self.bindings[k] = binding
+        self._by_queue.setdefault(k[0], set()).add(k)
+        if self.type != "headers":
+            self._index.add(binding.routing_key, binding.queue)
         self._cache.clear()
         return True
 
-    def remove(self, queue_name: str, routing_key: str,
-               arguments: dict[str, Any] | None = None) -> Binding | None:
-        b = self.bindings.pop((queue_name, routing_key + args_key(arguments or {})), None)
-        if b is not None:
-            self._cache.clear()
+    def _forget(self, k: tuple[str, str]) -> Binding:
+        b = self.bindings.pop(k)
+        keys = self._by_queue[k[0]]
+        keys.discard(k)
+        if not keys:
+            del self._by_queue[k[0]]
+        if self.type != "headers":
+            self._index.remove(b.routing_key, b.queue)
         return b
 
+    def remove(self, queue_name: str, routing_key: str,
+               arguments: dict[str, Any] | None = None) -> Binding | None:
+        k = (queue_name, routing_key + args_key(arguments or {}))
+        if k not in self.bindings:
+            return None
+        self._cache.clear()
+        return self._forget(k)
+
     def remove_queue(self, queue_name: str) -> list[Binding]:
-        keys = [k for k in self.bindings if k[0] == queue_name]
-        gone = [self.bindings.pop(k) for k in keys]
+        gone = [self._forget(k) for k in list(self._by_queue.get(queue_name, ()))]
         if gone:
             self._cache.clear()
         return gone
+
+    def clear_bindings(self) -> None:
+        """Forget every binding where this exchange is the source (it is being deleted)."""
+        self.bindings.clear()
+        self.xbindings.clear()
+        self._by_queue.clear()
+        self._index = RouteIndex(self.type)
+        self._xindex = RouteIndex("fanout" if self.type == "headers" else self.type)
+        self.invalidate()
 
     def route(self, routing_key: str) -> list[Queue]:
         """The queues a message with ``routing_key`` reaches (each queue once)."""
         hit = self._cache.get(routing_key)
         if hit is not None:
             return hit
-        seen: dict[int, Queue] = {}
-        kind = self.type
-        for b in self.bindings.values():
-            if kind == "fanout":
-                ok = True
-            elif kind == "direct":
-                ok = b.routing_key == routing_key
-            else:
-                ok = topic_matches(b.routing_key, routing_key)
-            if ok:
-                seen.setdefault(id(b.queue), b.queue)
-        out = list(seen.values())
+        out = self._index.match(routing_key)
         if len(self._cache) >= _CACHE_LIMIT:
             self._cache.clear()
         self._cache[routing_key] = out
@@ -196,19 +216,12 @@ class Exchange:
                 seen.setdefault(id(b.queue), b.queue)
         return list(seen.values())
 
-    def _matches(self, pattern: str, routing_key: str) -> bool:
-        kind = self.type
-        if kind == "fanout" or kind == "headers":  # e2e bindings carry no arguments
-            return True
-        if kind == "direct":
-            return pattern == routing_key
-        return topic_matches(pattern, routing_key)
-
     def add_exchange_binding(self, binding: ExchangeBinding) -> bool:
         k = (binding.destination, binding.routing_key)
         if k in self.xbindings:
             return False
         self.xbindings[k] = binding
+        self._xindex.add(binding.routing_key, binding.destination)
         self._xcache.clear()
         return True
 
@@ -216,6 +229,7 @@ class Exchange:
                                 ) -> ExchangeBinding | None:
         b = self.xbindings.pop((destination, routing_key), None)
         if b is not None:
+            self._xindex.remove(routing_key, b.destination)
             self._xcache.clear()
         return b
 
@@ -223,6 +237,7 @@ class Exchange:
         gone = [b for k, b in self.xbindings.items() if k[0] == destination]
         for b in gone:
             del self.xbindings[(destination, b.routing_key)]
+            self._xindex.remove(b.routing_key, b.destination)
         if gone:
             self._xcache.clear()
         return gone
@@ -232,8 +247,7 @@ class Exchange:
         hit = self._xcache.get(routing_key)
         if hit is not None:
             return hit
-        out = list(dict.fromkeys(b.destination for b in self.xbindings.values()
-                                 if self._matches(b.routing_key, routing_key)))
+        out = self._xindex.match(routing_key)
         if len(self._xcache) >= _CACHE_LIMIT:
             self._xcache.clear()
         self._xcache[routing_key] = out

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from oxiedge.amqp.exchanges import Binding, Exchange, topic_matches
+from oxiedge.amqp.exchanges import Binding, Exchange, ExchangeBinding, topic_matches
 from oxiedge.amqp.queues import Queue
+from oxiedge.amqp.routeindex import RouteIndex
 
 
 @pytest.mark.parametrize("pattern,key,expected", [
@@ -44,6 +47,80 @@ def test_one_copy_per_queue_and_cache_invalidation() -> None:
     x.remove("q", "a.*")
     x.remove("q", "#")
     assert x.route("a.b") == []
+
+
+_words = st.sampled_from(["a", "b", "c", "", "*", "#"])
+_patterns = st.lists(_words, min_size=1, max_size=5).map(".".join)
+_keys = st.lists(st.sampled_from(["a", "b", "c", "", "*", "#"]), min_size=1,
+                 max_size=6).map(".".join)
+
+
+@settings(max_examples=300, derandomize=True)
+@given(st.lists(_patterns, max_size=12), st.lists(_keys, min_size=1, max_size=8))
+def test_topic_trie_matches_exactly_what_the_pattern_matcher_does(
+        patterns: list[str], keys: list[str]) -> None:
+    """The trie (routing) and the one-pattern matcher (the spec's rules) agree on every
+    key; removing the bindings one by one leaves an empty trie."""
+    index: RouteIndex[str] = RouteIndex("topic")
+    for i, p in enumerate(patterns):
+        index.add(p, f"q{i % 4}")  # several patterns lead to the same target
+    for key in keys:
+        want = {f"q{i % 4}" for i, p in enumerate(patterns) if topic_matches(p, key)}
+        got = index.match(key)
+        assert len(got) == len(set(got)) and set(got) == want, (patterns, key)
+    for i, p in enumerate(patterns):
+        index.remove(p, f"q{i % 4}")
+    assert index.match("#") == [] and not index._root.children
+
+
+def test_a_target_stays_while_one_of_its_keys_does() -> None:
+    for kind in ("direct", "fanout", "topic"):
+        index: RouteIndex[str] = RouteIndex(kind)
+        index.add("k", "q")
+        index.add("k", "q")  # a headers-style second binding under the same key
+        index.add("k.x" if kind == "topic" else "k", "r")
+        index.remove("k", "q")
+        assert set(index.match("k")) >= {"q"}, kind
+        index.remove("k", "q")
+        assert "q" not in index.match("k"), kind
+        index.remove("k", "nobody")  # unknown: ignored
+
+
+def test_many_bindings_route_through_the_index() -> None:
+    """20,000 direct keys and 20,000 topic patterns: a new routing key finds its match
+    through the index (before, every cache miss compared the key with every binding: with
+    200,000 topic patterns a publish took ~0.2 s of the event loop)."""
+    direct, topic = Exchange("d", "direct"), Exchange("t", "topic")
+    q, other = Queue("q", 1), Queue("o", 2)
+    for i in range(20_000):
+        direct.add(Binding("d", other, f"key{i}", {}))
+        topic.add(Binding("t", other, f"a.{i}.*.#", {}))
+    direct.add(Binding("d", q, "mine", {}))
+    topic.add(Binding("t", q, "mine.#", {}))
+    assert direct.route("mine") == [q] and direct.route("key7") == [other]
+    assert topic.route("mine.x.y") == [q] and topic.route("a.7.x") == [other]
+    assert topic.route("b.7.x") == []
+    # The trie walk touches only the nodes on the key's path: here the root's "a" child
+    # has 20,000 children, but a key reaches one of them by one dict lookup.
+    assert len(topic._index._root.children["a"].children) == 20_000
+    assert len(direct.remove_queue("o")) == 20_000 and direct.route("key7") == []
+    assert direct.route("mine") == [q]
+
+
+def test_exchange_bindings_route_once_per_destination() -> None:
+    x = Exchange("src", "topic")
+    x.add_exchange_binding(ExchangeBinding("src", "dst", "a.*"))
+    x.add_exchange_binding(ExchangeBinding("src", "dst", "#"))
+    x.add_exchange_binding(ExchangeBinding("src", "other", "b"))
+    assert x.route_exchanges("a.b") == ["dst"]
+    assert sorted(x.route_exchanges("b")) == ["dst", "other"]
+    x.remove_exchange_binding("dst", "#")
+    assert x.route_exchanges("b") == ["other"] and x.route_exchanges("a.z") == ["dst"]
+    assert [b.routing_key for b in x.remove_destination("dst")] == ["a.*"]
+    assert x.route_exchanges("a.z") == []
+    h = Exchange("h", "headers")  # e2e bindings of a headers exchange match everything
+    h.add_exchange_binding(ExchangeBinding("h", "dst", "whatever"))
+    assert h.route_exchanges("any") == ["dst"]
 
 
 def test_queue_limit_drops_oldest_and_counts() -> None:

@@ -128,7 +128,7 @@ def test_no_import_cycle() -> None:
 SANS_IO = ["oxiedge.mqtt.codec", "oxiedge.mqtt.bodies", "oxiedge.mqtt.encode",
            "oxiedge.mqtt.protocol", "oxiedge.mqtt.bounds", "oxiedge.durations",
            "oxiedge.amqp.codec", "oxiedge.amqp.spec", "oxiedge.amqp.fields",
-           "oxiedge.amqp.properties", "oxiedge.amqp.deadletter",
+           "oxiedge.amqp.properties", "oxiedge.amqp.deadletter", "oxiedge.amqp.routeindex",
            "oxiedge.amqp.protocol", "oxiedge.net.actions"]
 IO_MODULES = ("trio", "socket", "ssl", "asyncio", "rocksdict", "oxiedge.store.committer")
 

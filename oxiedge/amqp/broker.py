@@ -29,6 +29,7 @@ from oxiedge.amqp.exchanges import (
     Binding,
     Exchange,
     ExchangeBinding,
+    RouteCaches,
     binding_row,
     exchange_binding_row,
 )
@@ -88,7 +89,10 @@ class Broker(PublishPath):
         #: ready body bytes of a queue declared without x-max-length-bytes (None = no cap)
         self.queue_bytes = queue_bytes
         self.queues: dict[str, Queue] = {}
-        self.exchanges: dict[str, Exchange] = {x.name: x for x in builtin_exchanges()}
+        self.route_caches = RouteCaches()
+        self.exchanges: dict[str, Exchange] = {}
+        for builtin in builtin_exchanges():
+            self.add_exchange(builtin)
         self.next_qid = 1
         #: Where client publishes to amq.topic go on (``oxiedge/bus.py``; wired by server.py).
         self.bus: TopicEntry | None = None
@@ -205,12 +209,14 @@ class Broker(PublishPath):
             if cancel is not None:
                 cancel(consumer)
         q.consumers.clear()
-        for x in list(self.exchanges.values()):
-            removed = x.remove_queue(q.name)
+        for name in list(q.sources):  # only the exchanges that bind it, not all of them
+            x = self.exchanges.get(name)
+            removed = x.remove_queue(q.name) if x is not None else []
             for b in removed:
                 self._unstage_binding(b)
-            if removed:  # only exchanges that lost a binding here (RabbitMQ auto-delete)
+            if x is not None and removed:  # exchanges that lost a binding (auto-delete)
                 self._maybe_auto_delete_exchange(x)
+        q.sources.clear()
         if q.doc_id is not None:
             self.store.stage_delete(persist.COLL, q.doc_id)
             self.store.stage_delete_range(persist.CF, *persist.queue_range(q.qid))
@@ -229,6 +235,12 @@ class Broker(PublishPath):
         return count
 
     # -- exchanges ---------------------------------------------------------------------
+
+    def add_exchange(self, x: Exchange) -> None:
+        """Make ``x`` known (declared, built in, or recovered); its route cache counts
+        against the broker's one bound."""
+        x.caches = self.route_caches
+        self.exchanges[x.name] = x
 
     def get_exchange(self, name: str) -> Exchange:
         x = self.exchanges.get(name)
@@ -269,7 +281,7 @@ class Broker(PublishPath):
         x = Exchange(name, type, durable=durable, auto_delete=auto_delete, internal=internal,
                      arguments=persist.jsonable(arguments))
         x.alternate = alternate
-        self.exchanges[name] = x
+        self.add_exchange(x)
         if durable:
             doc = self.store.stage_insert(persist.COLL, {
                 "_kind": "exchange", "name": name, "type": type, "durable": True,
@@ -290,29 +302,46 @@ class Broker(PublishPath):
             raise AmqpError(PRECONDITION_FAILED, f"{_vhost('exchange', name)} in use")
         return self._drop_exchange(x)
 
-    def _drop_exchange(self, x: Exchange) -> bool:
-        """Remove an exchange with every binding where it is source or destination."""
-        self.exchanges.pop(x.name, None)
+    def _drop_exchange(self, first: Exchange) -> bool:
+        """Remove an exchange with every binding where it is source or destination, and
+        the auto-delete exchanges that lose their last binding through it, and so on: a
+        worklist, not recursion (a chain of thousands of auto-delete exchanges is one
+        client's doing, and must not reach Python's recursion limit)."""
         staged = False
-        for b in list(x.bindings.values()):
-            staged |= self._unstage_binding(b)
-        for xb in list(x.xbindings.values()):
-            staged |= self._unstage_binding(xb)
-        x.clear_bindings()
-        for other in list(self.exchanges.values()):
-            gone = other.remove_destination(x.name)
-            for xb in gone:
+        todo = [first]
+        while todo:
+            x = todo.pop()
+            if x is not first and self.exchanges.get(x.name) is not x:
+                continue  # dropped already through another path
+            self.exchanges.pop(x.name, None)
+            for b in x.bindings.values():
+                staged |= self._unstage_binding(b)
+            for xb in x.xbindings.values():
                 staged |= self._unstage_binding(xb)
-            if gone:
-                self._maybe_auto_delete_exchange(other)
-        if x.doc_id is not None:
-            self.store.stage_delete(persist.COLL, x.doc_id)
-            return True
+                dest = self.exchanges.get(xb.destination)
+                if dest is not None:
+                    dest.sources.discard(x.name)
+            x.clear_bindings()
+            for name in x.sources:  # the exchanges binding into it, not all of them
+                other = self.exchanges.get(name)
+                gone = other.remove_destination(x.name) if other is not None else []
+                for xb in gone:
+                    staged |= self._unstage_binding(xb)
+                if other is not None and gone and self._auto_deletable(other):
+                    todo.append(other)
+            x.sources.clear()
+            if x.doc_id is not None:
+                self.store.stage_delete(persist.COLL, x.doc_id)
+                staged = True
         return staged
 
-    def _maybe_auto_delete_exchange(self, x: Exchange) -> None:
+    def _auto_deletable(self, x: Exchange) -> bool:
         # RabbitMQ: an auto-delete exchange goes when its last binding as source goes.
-        if x.auto_delete and not x.in_use and not x.builtin and x.name in self.exchanges:
+        return (x.auto_delete and not x.in_use and not x.builtin
+                and self.exchanges.get(x.name) is x)
+
+    def _maybe_auto_delete_exchange(self, x: Exchange) -> None:
+        if self._auto_deletable(x):
             self._drop_exchange(x)
 
     # -- bindings ----------------------------------------------------------------------
@@ -361,6 +390,7 @@ class Broker(PublishPath):
         xb = ExchangeBinding(sx.name, dx.name, routing_key)
         if not sx.add_exchange_binding(xb):
             return False
+        dx.sources.add(sx.name)
         if sx.durable and dx.durable:
             doc = self.store.stage_insert(persist.COLL, {
                 "_kind": "bind", "exchange": sx.name, "destination_exchange": dx.name,
@@ -378,6 +408,8 @@ class Broker(PublishPath):
         xb = sx.remove_exchange_binding(destination, routing_key)
         if xb is None:
             return False
+        if not any(dest == destination for dest, _key in sx.xbindings):
+            self.exchanges[destination].sources.discard(sx.name)
         staged = self._unstage_binding(xb)
         self._maybe_auto_delete_exchange(sx)
         return staged

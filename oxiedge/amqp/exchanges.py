@@ -48,6 +48,32 @@ def headers_match(arguments: dict[str, Any], headers: dict[str, Any]) -> bool:
         hit = hit or ok
     return True if want_all else hit
 _CACHE_LIMIT = 4096
+#: What one cached route costs beyond its key's characters (dict slot, list, str header).
+_ENTRY_COST = 128
+
+
+class RouteCaches:
+    """One bound in bytes for the route caches of all exchanges together (each exchange
+    also keeps at most ``_CACHE_LIMIT`` keys): 300 exchanges x 4096 unroutable 250-byte
+    keys used to hold ~470 MB for good.  Past ``limit`` every cache is cleared wholesale,
+    as the MQTT route cache is; binding changes clear one exchange's cache without
+    refunding, which only makes the wholesale clear come sooner."""
+
+    def __init__(self, limit: int = 1 << 20) -> None:
+        self.limit = limit
+        self.bytes = 0
+        self.cleared = 0
+        self._holders: dict[int, Exchange] = {}
+
+    def charge(self, x: Exchange, key: str) -> None:
+        self.bytes += len(key) + _ENTRY_COST
+        self._holders[id(x)] = x
+        if self.bytes > self.limit:
+            for holder in self._holders.values():
+                holder.invalidate()
+            self._holders.clear()
+            self.bytes = 0
+            self.cleared += 1
 
 
 @lru_cache(maxsize=4096)
@@ -144,11 +170,15 @@ class Exchange:
         #: (destination exchange, key) -> binding, where this exchange is the source
         self.xbindings: dict[tuple[str, str], ExchangeBinding] = {}
         self._by_queue: dict[str, set[tuple[str, str]]] = {}  # queue name -> binding keys
+        #: names of the exchanges with e2e bindings into this one (kept by the broker)
+        self.sources: set[str] = set()
         self._index: RouteIndex[Queue] = RouteIndex(type)  # unused by a headers exchange
         # e2e bindings carry no arguments: on a headers exchange they match every message
         self._xindex: RouteIndex[str] = RouteIndex("fanout" if type == "headers" else type)
         self._xcache: dict[str, list[str]] = {}
         self._cache: dict[str, list[Queue]] = {}
+        #: shared with every exchange of the broker (``Broker.add_exchange``)
+        self.caches = RouteCaches()
         self.published = 0
         self.unroutable = 0
 
@@ -159,6 +189,7 @@ class Exchange:
             return False
         self.bindings[k] = binding
         self._by_queue.setdefault(k[0], set()).add(k)
+        binding.queue.sources.add(self.name)
         if self.type != "headers":
             self._index.add(binding.routing_key, binding.queue)
         self._cache.clear()
@@ -170,6 +201,7 @@ class Exchange:
         keys.discard(k)
         if not keys:
             del self._by_queue[k[0]]
+            b.queue.sources.discard(self.name)
         if self.type != "headers":
             self._index.remove(b.routing_key, b.queue)
         return b
@@ -190,6 +222,8 @@ class Exchange:
 
     def clear_bindings(self) -> None:
         """Forget every binding where this exchange is the source (it is being deleted)."""
+        for b in self.bindings.values():
+            b.queue.sources.discard(self.name)
         self.bindings.clear()
         self.xbindings.clear()
         self._by_queue.clear()
@@ -206,6 +240,7 @@ class Exchange:
         if len(self._cache) >= _CACHE_LIMIT:
             self._cache.clear()
         self._cache[routing_key] = out
+        self.caches.charge(self, routing_key)
         return out
 
     def route_headers(self, headers: dict[str, Any]) -> list[Queue]:
@@ -251,6 +286,7 @@ class Exchange:
         if len(self._xcache) >= _CACHE_LIMIT:
             self._xcache.clear()
         self._xcache[routing_key] = out
+        self.caches.charge(self, routing_key)
         return out
 
     @property

@@ -34,7 +34,7 @@ def recover(broker: Broker) -> tuple[int, int]:
         try:
             persist.check_exchange_doc(doc, SUPPORTED_TYPES)
             if doc["name"] not in broker.exchanges:
-                broker.exchanges[doc["name"]] = exchange_of_doc(doc)
+                broker.add_exchange(exchange_of_doc(doc))
         except bad as exc:
             quarantine(doc, "exchange", exc)
     by_qid: dict[int, Queue] = {}
@@ -70,6 +70,7 @@ def recover(broker: Broker) -> tuple[int, int]:
             xb = ExchangeBinding(bx.name, dx.name, doc.get("routing_key", ""))
             xb.doc_id = doc["_id"]
             bx.add_exchange_binding(xb)
+            dx.sources.add(bx.name)
             continue
         bq = broker.queues.get(doc["queue"])
         if bq is None or bx is None:

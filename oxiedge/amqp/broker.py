@@ -29,7 +29,8 @@ from oxiedge.amqp.exchanges import (
     Binding,
     Exchange,
     ExchangeBinding,
-    RouteCaches,
+    ExchangesShared,
+    args_key,
     binding_row,
     exchange_binding_row,
 )
@@ -89,7 +90,7 @@ class Broker(PublishPath):
         #: ready body bytes of a queue declared without x-max-length-bytes (None = no cap)
         self.queue_bytes = queue_bytes
         self.queues: dict[str, Queue] = {}
-        self.route_caches = RouteCaches()
+        self.exchanges_shared = ExchangesShared()
         self.exchanges: dict[str, Exchange] = {}
         for builtin in builtin_exchanges():
             self.add_exchange(builtin)
@@ -106,7 +107,11 @@ class Broker(PublishPath):
                          "dead_letter_dropped": 0, "delivery_limit": 0,
                          "queues_expired": 0, "alternate_routed": 0,
                          "delivered": 0, "acked": 0, "requeued": 0, "discarded": 0,
-                         "persisted": 0, "confirmed": 0, "nacked_confirms": 0}
+                         "persisted": 0, "confirmed": 0, "nacked_confirms": 0,
+                         "exchange_limit_refused": 0, "binding_limit_refused": 0}
+        #: ``--amqp-max-exchanges`` / ``--amqp-max-bindings`` (set by the service)
+        self.max_exchanges = 10_000
+        self.max_bindings = 50_000
 
     # -- queues ------------------------------------------------------------------------
 
@@ -239,7 +244,7 @@ class Broker(PublishPath):
     def add_exchange(self, x: Exchange) -> None:
         """Make ``x`` known (declared, built in, or recovered); its route cache counts
         against the broker's one bound."""
-        x.caches = self.route_caches
+        x.shared = self.exchanges_shared
         self.exchanges[x.name] = x
 
     def get_exchange(self, name: str) -> Exchange:
@@ -278,6 +283,10 @@ class Broker(PublishPath):
         if name.startswith("amq."):
             raise AmqpError(ACCESS_REFUSED,
                             f"exchange name '{name}' contains reserved prefix 'amq.*'")
+        if len(self.exchanges) >= self.max_exchanges:
+            self.counters["exchange_limit_refused"] += 1
+            raise AmqpError(PRECONDITION_FAILED, f"cannot declare {_vhost('exchange', name)}: "
+                            f"exchange limit of {self.max_exchanges} is reached", 40, 10)
         x = Exchange(name, type, durable=durable, auto_delete=auto_delete, internal=internal,
                      arguments=persist.jsonable(arguments))
         x.alternate = alternate
@@ -355,8 +364,10 @@ class Broker(PublishPath):
             raise AmqpError(NOT_IMPLEMENTED,
                             f"binding argument '{next(iter(arguments))}' is not implemented")
         b = Binding(x.name, q, routing_key, dict(arguments))
-        if not x.add(b):
-            return False
+        if (q.name, routing_key + args_key(b.arguments)) in x.bindings:
+            return False  # binding is idempotent: an existing one counts no further
+        self._check_binding_limit(50, 20)
+        x.add(b)
         if q.doc_id is not None and x.durable:
             doc = self.store.stage_insert(persist.COLL, {
                 "_kind": "bind", "exchange": x.name, "queue": q.name,
@@ -364,6 +375,12 @@ class Broker(PublishPath):
             b.doc_id = doc["_id"]
             return True
         return False
+
+    def _check_binding_limit(self, class_id: int, method_id: int) -> None:
+        if self.exchanges_shared.bindings >= self.max_bindings:
+            self.counters["binding_limit_refused"] += 1
+            raise AmqpError(PRECONDITION_FAILED, f"binding limit of {self.max_bindings} "
+                            "in vhost '/' is reached", class_id, method_id)
 
     def unbind(self, q: Queue, exchange: str, routing_key: str,
                arguments: dict[str, Any] | None = None) -> bool:
@@ -388,8 +405,10 @@ class Broker(PublishPath):
             raise AmqpError(NOT_IMPLEMENTED,
                             f"binding argument '{next(iter(arguments))}' is not implemented")
         xb = ExchangeBinding(sx.name, dx.name, routing_key)
-        if not sx.add_exchange_binding(xb):
+        if (dx.name, routing_key) in sx.xbindings:
             return False
+        self._check_binding_limit(40, 30)
+        sx.add_exchange_binding(xb)
         dx.sources.add(sx.name)
         if sx.durable and dx.durable:
             doc = self.store.stage_insert(persist.COLL, {

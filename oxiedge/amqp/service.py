@@ -47,6 +47,8 @@ class AmqpService:
         self.tls = tls  # the TLS listener's manager (handshakes), if there is one
         cfg = app.config
         self.broker = Broker(app.store, cfg.amqp_queue_limit, cfg.amqp_queue_bytes)
+        self.broker.max_exchanges = cfg.amqp_max_exchanges
+        self.broker.max_bindings = cfg.amqp_max_bindings
         self.connections: set[AmqpConnection] = set()
         self.counters = {"connections_total": 0, "connections_closed": 0,
                          "connection_errors": 0, "connections_dropped": 0,
@@ -147,9 +149,11 @@ class AmqpService:
             "channels": sum(len(c.channels) for c in self.connections),
             "queues": len(b.queues),
             "exchanges": len(b.exchanges),
-            "bindings": sum(len(x.bindings) + len(x.xbindings) for x in b.exchanges.values()),
-            "route_cache_bytes": b.route_caches.bytes,
-            "route_caches_cleared": b.route_caches.cleared,
+            "bindings": b.exchanges_shared.bindings,
+            "max_exchanges": b.max_exchanges,
+            "max_bindings": b.max_bindings,
+            "route_cache_bytes": b.exchanges_shared.bytes,
+            "route_caches_cleared": b.exchanges_shared.cleared,
             "ready": sum(len(q.ready) for q in b.queues.values()),
             "unacked": sum(q.unacked for q in b.queues.values()),
             "consumers": sum(len(q.consumers) for q in b.queues.values()),

@@ -205,9 +205,54 @@ def test_limit_flags_are_parsed_and_checked() -> None:
     defaults = Config.resolve({}, {})
     assert defaults.amqp_max_message_size == 16 << 20
     assert defaults.amqp_queue_bytes == 64 << 20
+    assert (defaults.amqp_max_exchanges, defaults.amqp_max_bindings) == (10_000, 50_000)
     for env in ({"OXIEDGE_AMQP_PREAUTH_MAX_SIZE": "1000"},
                 {"OXIEDGE_AMQP_HANDSHAKE_TIMEOUT": "0"},
-                {"OXIEDGE_AMQP_MAX_QUEUES": "0"}):
+                {"OXIEDGE_AMQP_MAX_QUEUES": "0"}, {"OXIEDGE_AMQP_MAX_BINDINGS": "0"},
+                {"OXIEDGE_AMQP_MAX_EXCHANGES": "-1"}):
         with pytest.raises(ConfigError) as info:
             Config.resolve({}, env)
         assert next(iter(env)) in str(info.value)
+
+
+def test_exchanges_and_bindings_in_total(tmp_path: Any) -> None:
+    """--amqp-max-exchanges / --amqp-max-bindings: a new exchange or binding past the bound
+    gets 406 on its channel; re-binding an existing binding, and everything after a delete,
+    still works."""
+    srv = ServerProcess(tmp_path / "data", ("--mqtt-port", "off", "--amqp-max-exchanges", "10",
+                                            "--amqp-max-bindings", "4"), None).start()
+    try:
+        conn = pika.BlockingConnection(params(srv.amqp_port))
+        ch = conn.channel()
+        builtin = amqp_status(srv)["exchanges"]
+        for i in range(10 - builtin):
+            ch.exchange_declare(f"x{i}", "topic", durable=i % 2 == 0)
+        with pytest.raises(ChannelClosedByBroker) as info:
+            ch.exchange_declare("one.too.many", "fanout")
+        assert info.value.reply_code == 406 and "exchange limit of 10" in str(info.value)
+        ch = conn.channel()
+        ch.exchange_declare("x0", "topic", durable=True)  # an existing one: fine
+        ch.queue_declare("bq")
+        for key in ("a", "b", "c"):
+            ch.queue_bind("bq", "x0", key)
+        ch.exchange_bind("x1", "x0", "a.#")  # e2e bindings count too
+        ch.queue_bind("bq", "x0", "a")  # idempotent: no new binding
+        with pytest.raises(ChannelClosedByBroker) as info:
+            ch.queue_bind("bq", "x0", "d")
+        assert info.value.reply_code == 406 and "binding limit of 4" in str(info.value)
+        ch = conn.channel()
+        with pytest.raises(ChannelClosedByBroker):
+            ch.exchange_bind("x2", "x0", "z")
+        ch = conn.channel()
+        ch.queue_unbind("bq", "x0", "c")
+        ch.queue_bind("bq", "x0", "d")  # a freed place is taken again
+        status = amqp_status(srv)
+        assert (status["exchanges"], status["bindings"]) == (10, 4)
+        assert status["exchange_limit_refused"] == 1 and status["binding_limit_refused"] == 2
+        ch.exchange_delete("x0")  # its 4 bindings go with it
+        ch.exchange_declare("fresh", "direct")
+        ch.queue_bind("bq", "fresh", "k")
+        assert amqp_status(srv)["bindings"] == 1
+        conn.close()
+    finally:
+        srv.stop()

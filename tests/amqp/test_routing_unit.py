@@ -105,6 +105,9 @@ def test_many_bindings_route_through_the_index() -> None:
     assert len(topic._index._root.children["a"].children) == 20_000
     assert len(direct.remove_queue("o")) == 20_000 and direct.route("key7") == []
     assert direct.route("mine") == [q]
+    assert len(topic.remove_queue("o")) == 20_000  # most of them: the index is rebuilt
+    assert topic.route("mine.x") == [q] and topic.route("a.7.x") == []
+    assert topic.remove_queue("q")[0].routing_key == "mine.#" and topic.route("mine") == []
 
 
 def test_exchange_bindings_route_once_per_destination() -> None:

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from oxiedge.amqp.broker import Broker
-from oxiedge.amqp.exchanges import Binding, Exchange, RouteCaches
+from oxiedge.amqp.exchanges import Binding, Exchange, ExchangesShared
 from oxiedge.amqp.queues import Queue, QueuedMessage
 from oxiedge.store import Store
 
@@ -80,10 +80,10 @@ def test_deleting_an_exchange_unbinds_its_sources_and_their_index(broker: Broker
 
 
 def test_route_caches_share_one_bound_in_bytes() -> None:
-    caches = RouteCaches(limit=64 * 1024)
+    caches = ExchangesShared(limit=64 * 1024)
     xs = [Exchange(f"t{i}", "topic") for i in range(30)]
     for x in xs:
-        x.caches = caches
+        x.shared = caches
         x.add(Binding(x.name, Queue("q", 1), "never.matches", {}))
     for n in range(4095):  # distinct unroutable keys, 250 bytes each, on every exchange
         key = f"{n:04d}." + "k" * 245

@@ -11,9 +11,9 @@ from __future__ import annotations
 from collections.abc import Generator
 from typing import Any
 
-from oxiedge.net.actions import BLOCKED, COMMIT, NEED_DATA, SEND, Authenticate, Close
+from oxiedge.net.actions import BLOCKED, CHECKPOINT, COMMIT, NEED_DATA, SEND, Authenticate, Close
 
-__all__ = ["BLOCKED", "COMMIT", "NEED_DATA", "SEND", "Authenticate", "Close", "Steps"]
+__all__ = ["BLOCKED", "CHECKPOINT", "COMMIT", "NEED_DATA", "SEND", "Authenticate", "Close", "Steps"]
 
 #: A protocol step: yields actions (see ``oxiedge.net``), ends with the connection.
 Steps = Generator[Any, Any, None]

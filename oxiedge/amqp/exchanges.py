@@ -49,7 +49,7 @@ def headers_match(arguments: dict[str, Any], headers: dict[str, Any]) -> bool:
     return True if want_all else hit
 _CACHE_LIMIT = 4096
 #: What one cached route costs beyond its key's characters (dict slot, list, str header).
-_ENTRY_COST = 128
+_ENTRY_COST = 96
 
 
 class ExchangesShared:
@@ -60,7 +60,7 @@ class ExchangesShared:
     as the MQTT route cache is; binding changes clear one exchange's cache without
     refunding, which only makes the wholesale clear come sooner."""
 
-    def __init__(self, limit: int = 1 << 20) -> None:
+    def __init__(self, limit: int = 4 << 20) -> None:
         self.limit = limit
         #: bindings of all the exchanges sharing this (kept by ``Exchange``): the broker's
         #: ``--amqp-max-bindings`` is checked against it

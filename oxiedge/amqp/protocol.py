@@ -44,10 +44,20 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Callable
+from time import perf_counter
 from typing import TYPE_CHECKING, Any
 
 from oxiedge.amqp import methods, spec
-from oxiedge.amqp.actions import BLOCKED, COMMIT, NEED_DATA, SEND, Authenticate, Close, Steps
+from oxiedge.amqp.actions import (
+    BLOCKED,
+    CHECKPOINT,
+    COMMIT,
+    NEED_DATA,
+    SEND,
+    Authenticate,
+    Close,
+    Steps,
+)
 from oxiedge.amqp.burst import PublishBurst
 from oxiedge.amqp.channel import UNSYNCED, AfterCommit, Channel, server_cancel
 from oxiedge.amqp.codec import (
@@ -90,6 +100,8 @@ __all__ = ["CLOSE_OK_FRAME", "COMMIT", "NEED_DATA", "SEND", "AmqpProtocol", "Aut
            "Close"]
 
 _PUBLISH = spec.BasicPublish
+#: Longest stretch of one burst before the other connections get a turn (``CHECKPOINT``).
+BURST_SLICE_S = 0.005
 _ACK = spec.BasicAck
 
 
@@ -273,6 +285,7 @@ class AmqpProtocol(LoopSide, Handshake, PublishBurst):
         channels = self.channels
         parser = self.parser
         while True:
+            slice_end = perf_counter() + BURST_SLICE_S
             while True:
                 try:
                     ev = parser.next_event()
@@ -284,6 +297,12 @@ class AmqpProtocol(LoopSide, Handshake, PublishBurst):
                 if ev is HEARTBEAT:
                     continue
                 assert isinstance(ev, Command)
+                if perf_counter() > slice_end:
+                    # A 64 KiB read can hold hundreds of commands, and one may be dear (a
+                    # publish through a long exchange chain, a big delete): let the other
+                    # connections run every few ms (the burst goes on afterwards).
+                    yield CHECKPOINT
+                    slice_end = perf_counter() + BURST_SLICE_S
                 cls = type(ev.method)
                 if cls is _PUBLISH or cls is _ACK:
                     ch = channels.get(ev.channel)

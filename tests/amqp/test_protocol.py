@@ -19,7 +19,16 @@ import pytest
 import trio
 
 from oxiedge.amqp import codec, spec
-from oxiedge.amqp.protocol import COMMIT, NEED_DATA, SEND, AmqpProtocol, Authenticate, Close
+from oxiedge.amqp import protocol as amqp_protocol
+from oxiedge.amqp.protocol import (
+    CHECKPOINT,
+    COMMIT,
+    NEED_DATA,
+    SEND,
+    AmqpProtocol,
+    Authenticate,
+    Close,
+)
 from oxiedge.amqp.service import AmqpService
 from tests.amqp.conftest import amqp_service
 
@@ -52,8 +61,10 @@ def protocol_for(svc: AmqpService) -> AmqpProtocol:
                         peer="table")
 
 
-async def play(svc: AmqpService, proto: AmqpProtocol, data: bytes) -> tuple[bytes, list[str]]:
-    """Feed ``data``; perform the actions until the protocol needs data or closes."""
+async def play(svc: AmqpService, proto: AmqpProtocol, data: bytes,
+               checkpoints: list[int] | None = None) -> tuple[bytes, list[str]]:
+    """Feed ``data``; perform the actions until the protocol needs data or closes
+    (checkpoints depend on the clock: counted in ``checkpoints``, not listed)."""
     proto.receive_data(data)
     actions: list[str] = []
     out = b""
@@ -65,6 +76,10 @@ async def play(svc: AmqpService, proto: AmqpProtocol, data: bytes) -> tuple[byte
             break
         if action is SEND:
             continue  # (sent above, before what follows)
+        if action is CHECKPOINT:
+            if checkpoints is not None:
+                checkpoints.append(len(out))
+            continue
         if action is COMMIT:
             actions.append("COMMIT")
             await svc.app.store.commit()
@@ -195,6 +210,23 @@ async def test_refused_login_is_a_403_connection_close(tmp_path: Path) -> None:
             403, "ACCESS_REFUSED - Login was refused using authentication mechanism CRAM-MD5",
             10, 11))
         assert actions == ["NEED_DATA"] and proto.closing and not proto.opened
+
+
+async def test_a_long_burst_lets_other_connections_run(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Commands of one read past BURST_SLICE_S yield CHECKPOINT (the loop lets the other
+    connections run, then the burst goes on): one costly command after another (a publish
+    through a 20,000-exchange chain is ~50 ms) used to hold the loop for the whole read."""
+    async with opened(tmp_path) as (svc, proto):
+        assert await play(svc, proto, OPEN_1[0]) == OPEN_1[1:]
+        monkeypatch.setattr(amqp_protocol, "BURST_SLICE_S", 0.0)
+        burst = b"".join(M(1, spec.QueueDeclare(queue=f"cp{i}")) for i in range(5))
+        seen: list[int] = []
+        out, actions = await play(svc, proto, burst, seen)
+        assert actions == ["NEED_DATA"] and len(seen) >= 4
+        assert out.count(b"cp") == 5  # every declare-ok, in order, after the checkpoints
+        assert [out.index(f"cp{i}".encode()) for i in range(5)] == sorted(
+            out.index(f"cp{i}".encode()) for i in range(5))
 
 
 async def test_frames_split_anywhere_give_the_same_bytes(tmp_path: Path) -> None:

@@ -235,3 +235,63 @@ def test_queue_without_consumer_is_capped_in_bytes(
     assert server_status(srv)["amqp"]["dropped"] == 3200 - 256
     assert srv.rss.peak - before < 96 * MiB  # type: ignore[attr-defined]
     stats.assert_responsive(limit_ms=100)
+
+
+def test_topology_abuse_does_not_stall_the_broker(
+        hostile_server: Callable[..., ServerProcess],
+        innocent: Callable[..., InnocentClient]) -> None:
+    """Session 12's audit: 20,000 topic bindings then publishes with distinct routing keys
+    (each scanned every binding: ~15 ms a publish, seconds per read), an auto-delete chain
+    of 2,000 exchanges deleted at once (RecursionError, connection dropped), a long
+    exchange chain published through (one read held the loop for seconds). The innocent
+    client stays responsive, the bounds hold and count."""
+    srv = hostile_server("--amqp-max-bindings", "22000", "--amqp-max-exchanges", "2500")
+    mqtt, amqp = _ports(srv)
+    with innocent(mqtt, interval=0.02) as client:
+        time.sleep(0.2)
+        raw = RawClient(amqp, timeout=30)
+        raw.handshake()
+        raw.open_channel(1)
+        raw.call(1, spec.QueueDeclare(queue="sink", arguments={"x-max-length": 10}),
+                 spec.QueueDeclareOk)
+        binds = [codec.encode_method(1, spec.QueueBind(queue="sink", exchange="amq.topic",
+                                                       routing_key=f"a.{i}.*.#", nowait=True))
+                 for i in range(20_000)]
+        for i in range(0, len(binds), 1000):
+            raw.send(b"".join(binds[i:i + 1000]))
+        raw.call(1, spec.QueueDeclare(queue="sink", passive=True), spec.QueueDeclareOk)
+        pubs = b"".join(codec.encode_content(1, spec.BasicPublish(
+            exchange="amq.topic", routing_key=f"a.{i}.x.y"), PROPS, b"m", 131072)
+            for i in range(3000))
+        raw.send(pubs)
+        ok = raw.call(1, spec.QueueDeclare(queue="sink", passive=True), spec.QueueDeclareOk)
+        assert isinstance(ok, spec.QueueDeclareOk) and ok.message_count == 10
+        raw.call(1, spec.ExchangeDeclare(exchange="d0", type="fanout"), spec.ExchangeDeclareOk)
+        for i in range(1, 2000):
+            raw.method(1, spec.ExchangeDeclare(exchange=f"d{i}", type="fanout",
+                                               auto_delete=True, nowait=True))
+            raw.method(1, spec.ExchangeBind(destination=f"d{i - 1}", source=f"d{i}",
+                                            nowait=True))
+        raw.call(1, spec.ExchangeDeclare(exchange="d1999", type="fanout", passive=True),
+                 spec.ExchangeDeclareOk)
+        raw.send(b"".join(codec.encode_content(1, spec.BasicPublish(exchange="d1999"),
+                                               PROPS, b"m", 131072) for _ in range(300)))
+        raw.call(1, spec.QueueBind(queue="sink", exchange="amq.topic", routing_key="b"),
+                 spec.QueueBindOk)  # 20,000 + 1,999 + 1: the bound exactly
+        raw.open_channel(2)
+        raw.method(2, spec.QueueBind(queue="sink", exchange="amq.topic", routing_key="c"))
+        refused = raw.expect(spec.ChannelClose, 2)
+        assert isinstance(refused, spec.ChannelClose) and refused.reply_code == 406
+        raw.method(2, spec.ChannelCloseOk())
+        raw.call(1, spec.ExchangeDelete(exchange="d0"), spec.ExchangeDeleteOk)
+        raw.method(1, spec.ExchangeDeclare(exchange="d1999", type="fanout", passive=True))
+        close = raw.expect(spec.ChannelClose, 1)
+        assert isinstance(close, spec.ChannelClose) and close.reply_code == 404
+        raw.method(1, spec.ChannelCloseOk())
+        raw.close()
+    stats = client.stop()
+    _report("topology abuse", stats, srv)
+    status = server_status(srv)["amqp"]
+    assert status["binding_limit_refused"] == 1
+    assert status["bindings"] == 20_001 and status["exchanges"] < 20
+    stats.assert_responsive(limit_ms=100)

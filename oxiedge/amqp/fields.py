@@ -249,7 +249,8 @@ _FIXED: dict[int, tuple[struct.Struct, Any]] = {
 }
 
 
-def _decode_table_at(buf: bytes, off: int, end: int, depth: int) -> tuple[dict[str, Any], int]:
+def _table_span(buf: bytes, off: int, end: int, depth: int) -> tuple[int, int]:
+    """Where the entries of the table at ``off`` start and end (502 when it cannot be)."""
     if depth > MAX_DEPTH:
         raise syntax_error("field table nested too deeply")
     if off + 4 > end:
@@ -257,17 +258,24 @@ def _decode_table_at(buf: bytes, off: int, end: int, depth: int) -> tuple[dict[s
     stop = off + 4 + _I.unpack_from(buf, off)[0]
     if stop > end:
         raise syntax_error("truncated field table")
-    off += 4
+    return off + 4, stop
+
+
+def _key_at(buf: bytes, off: int, stop: int) -> tuple[str, int]:
+    kend = off + 1 + buf[off]
+    if kend > stop:
+        raise syntax_error("truncated field table key")
+    try:
+        return bytes(buf[off + 1 : kend]).decode("utf-8"), kend
+    except UnicodeDecodeError:
+        raise syntax_error("field table key is not UTF-8") from None
+
+
+def _decode_table_at(buf: bytes, off: int, end: int, depth: int) -> tuple[dict[str, Any], int]:
+    off, stop = _table_span(buf, off, end, depth)
     table: dict[str, Any] = {}
     while off < stop:
-        n = buf[off]
-        kend = off + 1 + n
-        if kend > stop:
-            raise syntax_error("truncated field table key")
-        try:
-            key = bytes(buf[off + 1 : kend]).decode("utf-8")
-        except UnicodeDecodeError:
-            raise syntax_error("field table key is not UTF-8") from None
+        key, kend = _key_at(buf, off, stop)
         table[key], off = _decode_value(buf, kend, stop, depth)
     return table, stop
 
@@ -331,14 +339,7 @@ def _skip_value(buf: bytes, off: int, end: int, depth: int) -> int:
 
 
 def _skip_table(buf: bytes, off: int, end: int, depth: int) -> int:
-    if depth > MAX_DEPTH:
-        raise syntax_error("field table nested too deeply")
-    if off + 4 > end:
-        raise syntax_error("truncated field table")
-    stop = off + 4 + _I.unpack_from(buf, off)[0]
-    if stop > end:
-        raise syntax_error("truncated field table")
-    off += 4
+    off, stop = _table_span(buf, off, end, depth)
     keys_ascii = buf[off:stop].isascii()  # then no key can fail UTF-8: one check for all
     sizes = _SIZES
     while off < stop:
@@ -369,22 +370,10 @@ def check_table(buf: bytes, off: int = 0) -> int:
 def split_table(buf: bytes, off: int = 0) -> tuple[dict[str, Raw], int]:
     """The field table at ``off`` one level deep: each key with its value still encoded
     (:class:`Raw`, type letter onwards), so that re-encoding it is byte-exact."""
-    end = len(buf)
-    if off + 4 > end:
-        raise syntax_error("truncated field table")
-    stop = off + 4 + _I.unpack_from(buf, off)[0]
-    if stop > end:
-        raise syntax_error("truncated field table")
-    off += 4
+    off, stop = _table_span(buf, off, len(buf), 0)
     table: dict[str, Raw] = {}
     while off < stop:
-        kend = off + 1 + buf[off]
-        if kend > stop:
-            raise syntax_error("truncated field table key")
-        try:
-            key = bytes(buf[off + 1 : kend]).decode("utf-8")
-        except UnicodeDecodeError:
-            raise syntax_error("field table key is not UTF-8") from None
+        key, kend = _key_at(buf, off, stop)
         vend = _skip_value(buf, kend, stop, 0)
         table[key] = Raw(buf[kend:vend])
         off = vend

@@ -56,9 +56,9 @@ class ExchangesShared:
     """What all the exchanges of one broker share: their count of bindings, and one bound
     in bytes for their route caches together (each exchange also keeps at most
     ``_CACHE_LIMIT`` keys): 300 exchanges x 4096 unroutable 250-byte keys used to hold
-    ~470 MB for good.  Past ``limit`` every cache is cleared wholesale,
-    as the MQTT route cache is; binding changes clear one exchange's cache without
-    refunding, which only makes the wholesale clear come sooner."""
+    ~470 MB for good.  Past ``limit`` every cache is cleared wholesale, as the MQTT route
+    cache is; binding changes clear one exchange's cache without refunding, which only
+    makes the wholesale clear come sooner."""
 
     def __init__(self, limit: int = 4 << 20) -> None:
         self.limit = limit

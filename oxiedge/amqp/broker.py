@@ -30,7 +30,6 @@ from oxiedge.amqp.exchanges import (
     Exchange,
     ExchangeBinding,
     ExchangesShared,
-    args_key,
     binding_row,
     exchange_binding_row,
 )
@@ -216,10 +215,12 @@ class Broker(PublishPath):
         q.consumers.clear()
         for name in list(q.sources):  # only the exchanges that bind it, not all of them
             x = self.exchanges.get(name)
-            removed = x.remove_queue(q.name) if x is not None else []
+            if x is None:
+                continue
+            removed = x.remove_queue(q.name)
             for b in removed:
                 self._unstage_binding(b)
-            if x is not None and removed:  # exchanges that lost a binding (auto-delete)
+            if removed:  # exchanges that lost a binding here (RabbitMQ auto-delete)
                 self._maybe_auto_delete_exchange(x)
         q.sources.clear()
         if q.doc_id is not None:
@@ -333,10 +334,12 @@ class Broker(PublishPath):
             x.clear_bindings()
             for name in x.sources:  # the exchanges binding into it, not all of them
                 other = self.exchanges.get(name)
-                gone = other.remove_destination(x.name) if other is not None else []
+                if other is None:
+                    continue
+                gone = other.remove_destination(x.name)
                 for xb in gone:
                     staged |= self._unstage_binding(xb)
-                if other is not None and gone and self._auto_deletable(other):
+                if gone and self._auto_deletable(other):
                     todo.append(other)
             x.sources.clear()
             if x.doc_id is not None:
@@ -364,10 +367,10 @@ class Broker(PublishPath):
             raise AmqpError(NOT_IMPLEMENTED,
                             f"binding argument '{next(iter(arguments))}' is not implemented")
         b = Binding(x.name, q, routing_key, dict(arguments))
-        if (q.name, routing_key + args_key(b.arguments)) in x.bindings:
-            return False  # binding is idempotent: an existing one counts no further
-        self._check_binding_limit(50, 20)
-        x.add(b)
+        if self.exchanges_shared.bindings >= self.max_bindings and not x.has(b):
+            self._refuse_binding(50, 20)  # (re-binding an existing one stays fine)
+        if not x.add(b):
+            return False
         if q.doc_id is not None and x.durable:
             doc = self.store.stage_insert(persist.COLL, {
                 "_kind": "bind", "exchange": x.name, "queue": q.name,
@@ -376,11 +379,10 @@ class Broker(PublishPath):
             return True
         return False
 
-    def _check_binding_limit(self, class_id: int, method_id: int) -> None:
-        if self.exchanges_shared.bindings >= self.max_bindings:
-            self.counters["binding_limit_refused"] += 1
-            raise AmqpError(PRECONDITION_FAILED, f"binding limit of {self.max_bindings} "
-                            "in vhost '/' is reached", class_id, method_id)
+    def _refuse_binding(self, class_id: int, method_id: int) -> None:
+        self.counters["binding_limit_refused"] += 1
+        raise AmqpError(PRECONDITION_FAILED, f"binding limit of {self.max_bindings} "
+                        "in vhost '/' is reached", class_id, method_id)
 
     def unbind(self, q: Queue, exchange: str, routing_key: str,
                arguments: dict[str, Any] | None = None) -> bool:
@@ -405,10 +407,11 @@ class Broker(PublishPath):
             raise AmqpError(NOT_IMPLEMENTED,
                             f"binding argument '{next(iter(arguments))}' is not implemented")
         xb = ExchangeBinding(sx.name, dx.name, routing_key)
-        if (dx.name, routing_key) in sx.xbindings:
+        if (self.exchanges_shared.bindings >= self.max_bindings
+                and (dx.name, routing_key) not in sx.xbindings):
+            self._refuse_binding(40, 30)
+        if not sx.add_exchange_binding(xb):
             return False
-        self._check_binding_limit(40, 30)
-        sx.add_exchange_binding(xb)
         dx.sources.add(sx.name)
         if sx.durable and dx.durable:
             doc = self.store.stage_insert(persist.COLL, {

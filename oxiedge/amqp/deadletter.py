@@ -25,6 +25,7 @@ overflow, delivery limit) would otherwise loop for ever.
 from __future__ import annotations
 
 import struct
+from typing import Any, cast
 
 from oxiedge.amqp import properties
 from oxiedge.amqp.arguments import text
@@ -71,8 +72,8 @@ def mark_dead(raw: bytes, queue: str, reason: str, exchange: str,
     ``expiration`` change; every other header keeps its bytes (and so its type)."""
     # Records stored before the headers were checked at arrival may not read: an
     # unreadable table is dropped, unreadable properties are started over.
-    try:
-        headers = properties.headers_of(raw)
+    try:  # Raw values as read; the ones set below are plain (rewrite encodes both)
+        headers = cast(dict[str, Any], properties.headers_of(raw))
     except AmqpError:
         headers = {}
     try:
@@ -80,22 +81,19 @@ def mark_dead(raw: bytes, queue: str, reason: str, exchange: str,
     except (IndexError, struct.error):
         expiration = None
     entries: list[tuple[Death, Raw]] = []
+    new: Raw | None = None  # this (queue, reason)'s entry, its count incremented
     old = headers.get("x-death")
-    if old is not None and old[:1] == b"A":
-        for item in split_array(old):
-            if item[:1] == b"F":  # anything else in x-death is not RabbitMQ's: dropped
-                fields = split_table(item, 1)[0]
-                death = (_text_of(fields.get("queue")) or "", _text_of(fields.get("reason")) or "")
-                entries.append((death, item))
-    new: Raw | None = None
-    for i, (death, item) in enumerate(entries):
-        if death == (queue, reason):
-            del entries[i]
-            fields = split_table(item, 1)[0]
+    for item in split_array(old) if old is not None and old[:1] == b"A" else ():
+        if item[:1] != b"F":  # anything else in x-death is not RabbitMQ's: dropped
+            continue
+        fields = split_table(item, 1)[0]
+        death = (_text_of(fields.get("queue")) or "", _text_of(fields.get("reason")) or "")
+        if death == (queue, reason) and new is None:
             count = decode_value(fields["count"])[0] if "count" in fields else 0
             fields["count"] = _long((count if isinstance(count, int) else 0) + 1)
             new = Raw(b"F" + encode_table(fields))
-            break
+        else:
+            entries.append((death, item))
     if new is None:
         entry = {"count": Long(1), "reason": reason, "queue": queue, "time": Timestamp(int(now)),
                  "exchange": exchange, "routing-keys": list(routing_keys)}
@@ -103,14 +101,14 @@ def mark_dead(raw: bytes, queue: str, reason: str, exchange: str,
             entry["original-expiration"] = expiration
         new = Raw(encode_value(entry))
     entries.insert(0, ((queue, reason), new))
-    headers["x-death"] = Raw(encode_value([item for _, item in entries]))
+    headers["x-death"] = [item for _, item in entries]
     if "x-first-death-reason" not in headers:
-        headers["x-first-death-reason"] = Raw(encode_value(reason))
-        headers["x-first-death-queue"] = Raw(encode_value(queue))
-        headers["x-first-death-exchange"] = Raw(encode_value(exchange))
-    headers["x-last-death-reason"] = Raw(encode_value(reason))
-    headers["x-last-death-queue"] = Raw(encode_value(queue))
-    headers["x-last-death-exchange"] = Raw(encode_value(exchange))
+        headers["x-first-death-reason"] = reason
+        headers["x-first-death-queue"] = queue
+        headers["x-first-death-exchange"] = exchange
+    headers["x-last-death-reason"] = reason
+    headers["x-last-death-queue"] = queue
+    headers["x-last-death-exchange"] = exchange
     headers.pop("x-delivery-count", None)
     deaths = [d for d, _ in entries]
     try:

@@ -12,7 +12,6 @@ RabbitMQ's do.
 
 from __future__ import annotations
 
-from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
 from oxiedge.amqp.routeindex import RouteIndex
@@ -67,43 +66,17 @@ class ExchangesShared:
         self.bindings = 0
         self.bytes = 0
         self.cleared = 0
-        self._holders: dict[int, Exchange] = {}
+        self._holders: set[Exchange] = set()
 
     def charge(self, x: Exchange, key: str) -> None:
         self.bytes += len(key) + _ENTRY_COST
-        self._holders[id(x)] = x
+        self._holders.add(x)
         if self.bytes > self.limit:
-            for holder in self._holders.values():
+            for holder in self._holders:
                 holder.invalidate()
             self._holders.clear()
             self.bytes = 0
             self.cleared += 1
-
-
-@lru_cache(maxsize=4096)
-def _split(pattern: str) -> tuple[str, ...]:
-    return tuple(pattern.split("."))
-
-
-def topic_matches(pattern: str, routing_key: str) -> bool:
-    """Does the binding ``pattern`` match ``routing_key``?
-
-    A set of reachable word positions is advanced pattern word by pattern word, so several
-    ``#`` cost O(pattern x words), never backtracking.
-    """
-    words = routing_key.split(".")
-    n = len(words)
-    states = {0}
-    for p in _split(pattern):
-        if p == "#":
-            states = set(range(min(states), n + 1))
-        elif p == "*":
-            states = {j + 1 for j in states if j < n}
-        else:
-            states = {j + 1 for j in states if j < n and words[j] == p}
-        if not states:
-            return False
-    return n in states
 
 
 class Binding:
@@ -186,9 +159,17 @@ class Exchange:
         self.published = 0
         self.unroutable = 0
 
+    @staticmethod
+    def _key(binding: Binding) -> tuple[str, str]:
+        return (binding.queue.name, binding.routing_key + args_key(binding.arguments))
+
+    def has(self, binding: Binding) -> bool:
+        """Is an identical binding here already?"""
+        return self._key(binding) in self.bindings
+
     def add(self, binding: Binding) -> bool:
         """Add a binding; False if an identical one exists (binding is idempotent)."""
-        k = (binding.queue.name, binding.routing_key + args_key(binding.arguments))
+        k = self._key(binding)
         if k in self.bindings:
             return False
         self.bindings[k] = binding

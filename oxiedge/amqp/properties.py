@@ -20,6 +20,7 @@ flags word, which the basic class never has.
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable
 from typing import Any
 
 from oxiedge.amqp.constants import SYNTAX_ERROR
@@ -82,8 +83,8 @@ def scan_properties(raw: bytes) -> int | None:
     return mode
 
 
-def _spans(raw: bytes) -> tuple[int, dict[int, tuple[int, int]]]:
-    """The flags word and each present field's ``(start, end)`` in ``raw``."""
+def _spans(raw: bytes) -> dict[int, tuple[int, int]]:
+    """Each present field's ``(start, end)`` in ``raw``, by flag bit."""
     try:
         flags = _H.unpack_from(raw, 0)[0]
         off = 2
@@ -103,7 +104,7 @@ def _spans(raw: bytes) -> tuple[int, dict[int, tuple[int, int]]]:
         raise AmqpError(SYNTAX_ERROR, "truncated content properties") from None
     if off > len(raw):
         raise AmqpError(SYNTAX_ERROR, "truncated content properties")
-    return flags, spans
+    return spans
 
 
 def expiration_of(raw: bytes) -> str | None:
@@ -130,30 +131,30 @@ def headers_of(raw: bytes) -> dict[str, Raw]:
 
     Raises 502 for properties or a table the broker cannot read (a record stored before
     the headers were checked at arrival)."""
-    _flags, spans = _spans(raw)
-    span = spans.get(HEADERS)
-    if span is None:
-        return {}
-    return split_table(raw[: span[1]], span[0])[0]
+    return _headers(raw, split_table)
 
 
 def decoded_headers(raw: bytes) -> dict[str, Any]:
     """The ``headers`` table decoded to Python values ({} when absent or unreadable), for
     a headers exchange to match on."""
     try:
-        _flags, spans = _spans(raw)
-        span = spans.get(HEADERS)
-        return {} if span is None else decode_table(raw[: span[1]], span[0])[0]
+        return _headers(raw, decode_table)
     except AmqpError:
         return {}
 
 
-def rewrite(raw: bytes, headers: dict[str, Raw], *, drop_expiration: bool = False) -> bytes:
+def _headers(raw: bytes, read: Callable[[bytes, int], tuple[dict[str, Any], int]]
+             ) -> dict[str, Any]:
+    span = _spans(raw).get(HEADERS)
+    return {} if span is None else read(raw[: span[1]], span[0])[0]
+
+
+def rewrite(raw: bytes, headers: dict[str, Any], *, drop_expiration: bool = False) -> bytes:
     """``raw`` with its ``headers`` table replaced by ``headers`` (values :class:`Raw` or
     plain Python values) and, if asked, without ``expiration``; every other field is kept
     byte for byte."""
-    _flags, spans = _spans(raw)
-    table = encode_table(headers) if headers else b"\x00\x00\x00\x00"
+    spans = _spans(raw)
+    table = encode_table(headers)
     parts = []
     out_flags = 0
     for bit, _shape in _FIELDS:

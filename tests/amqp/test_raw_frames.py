@@ -13,6 +13,7 @@ import pytest
 from oxiedge.amqp import codec, spec
 from tests.amqp.conftest import params
 from tests.amqp.rawclient import RawClient
+from tests.amqp.typed_headers import TYPED, typed_properties
 
 
 @pytest.mark.parametrize("header", [b"AMQP\x00\x00\x08\x00", b"AMQP\x01\x01\x00\x09",
@@ -350,8 +351,6 @@ def test_dead_lettering_and_redelivery_keep_the_publishers_header_types(server: 
     """A publisher's typed headers (b, s, l, f, a non-UTF-8 S, ...) come out of a dead-letter
     hop and a quorum-queue redelivery byte for byte (the broker rewrites only its own
     headers), as from RabbitMQ; the rest of the properties too."""
-    from tests.amqp.test_deadletter_unit import TYPED, typed_properties
-
     raw = RawClient(server.amqp_port)
     raw.handshake()
     raw.open_channel(1)

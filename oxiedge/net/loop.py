@@ -42,6 +42,12 @@ deadline updates per packet). A stale deadline that passes while the reader wait
 restarts the wait in a fresh scope; any other await (a commit, a held publisher, a login)
 runs with no deadline.
 
+Blocked (``BLOCKED``: a resource alarm holds a publisher): the reader stops reading and
+awaits the alarm's end, watching the socket meanwhile for the peer hanging up without
+reading it (``net.blocked``): a hang-up ends the wait early - the peer's last input is
+read and handled, or discarded if over a bound - so a gone client does not hold its
+connection, session and slot for the whole alarm.
+
 Closing: on ``Close`` (or the peer gone, or ``abort``) the reader stops, the writer gets
 ``CLOSE_FLUSH_TIMEOUT`` to send what is buffered, the protocol hears
 ``connection_closed()`` and the stream is closed forcefully in a shielded scope.
@@ -71,6 +77,7 @@ from oxiedge.net.actions import (
     StreamProtocol,
     run_until_await,
 )
+from oxiedge.net.blocked import wait_blocked
 from oxiedge.net.hot import RECV_SIZE, HotLoop, Raise, hot_loop
 from oxiedge.net.written import Written, current_written, flush_written
 
@@ -135,6 +142,7 @@ class Transport:
         self._armed = math.inf
         self._unparked: trio.Event | None = None
         self._pending: object = None
+        self._hung_up = False  # the peer hung up while blocked: no alarm holds it again
         sock = getattr(stream, "socket", None)
         self._fd = sock.fileno() if sock is not None else -1  # -1: no direct writes
 
@@ -432,8 +440,11 @@ class Transport:
                     elif action is BLOCKED:
                         awaited = True
                         flush_written(written)
-                        if self._wait_unblocked is not None:
-                            await self._wait_unblocked()
+                        if self._wait_unblocked is not None and not self._hung_up:
+                            # Also watches for the peer hanging up (``net.blocked``);
+                            # True: it did, its last input is read as if unblocked.
+                            self._hung_up = await wait_blocked(self._wait_unblocked,
+                                                               stream)
                         written.in_burst = True
                         proto.unblocked()
                     elif type(action) is Authenticate:

@@ -40,7 +40,10 @@ COMMIT = _Marker("COMMIT")
 KICK = _Marker("KICK")
 #: A long burst: let other tasks run (``trio.sleep(0)``), then ask again.
 CHECKPOINT = _Marker("CHECKPOINT")
-#: A resource alarm holds publishers: await it clearing, then call ``unblocked()``.
+#: A resource alarm holds publishers: await it clearing, then call ``unblocked()``. The
+#: loop watches the unread socket meanwhile (``net.blocked``): if the peer hangs up it
+#: calls ``unblocked()`` early and its last input follows, then ``b""`` (too much of it:
+#: ``connection_lost`` instead); once it hung up, no alarm holds the connection again.
 BLOCKED = _Marker("BLOCKED")
 
 Action = object  # one of the markers above, ``Authenticate`` or ``Close``
@@ -88,7 +91,9 @@ class StreamProtocol(Protocol):
         """The answer to ``Authenticate``."""
 
     def unblocked(self) -> None:
-        """The alarm that ``BLOCKED`` waited for has cleared."""
+        """The alarm that ``BLOCKED`` waited for has cleared, or the peer hung up meanwhile
+        (the end of input follows its last bytes). No deadline applies while blocked:
+        the peer's keep-alive traffic waits unread, so a protocol suspends its own."""
 
     def timed_out(self) -> None:
         """Nothing arrived before ``deadline``."""

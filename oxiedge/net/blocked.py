@@ -136,7 +136,10 @@ async def wait_blocked(wait_unblocked: Callable[[], Awaitable[None]],
 
         async def watch() -> None:
             nonlocal seen
-            seen = await _wait_hangup(fd)
+            try:
+                seen = await _wait_hangup(fd)
+            except OSError:
+                return  # (cannot watch: only the alarm ends the wait, as before)
             nursery.cancel_scope.cancel()
 
         nursery.start_soon(watch)

@@ -37,7 +37,8 @@ at the same time, watches the socket for the hang-up **without reading it**:
   receive window stayed closed that long, so it is not set.)
 * **What a hang-up does.** RabbitMQ treats a client's FIN as the end of the connection
   (a half-close included: a client that shut down its sending side is gone); so do we.
-  What the peer sent before its FIN is still unread. If that is at most
+  What the peer sent before its FIN is still unread (besides the one read an MQTT
+  protocol object holds: it blocks after receiving). If that is at most
   ``HANGUP_INPUT_MAX`` (one read: what any new connection brings in during an alarm
   with its first burst anyway), the wait ends as if the alarm had cleared for this
   connection alone: the loop reads the rest and the protocol handles it in order, then
@@ -92,6 +93,7 @@ def _keepalive_setting(text: str | None) -> tuple[int, int, int]:
     if min(idle, interval, count) < 1:
         return BLOCKED_KEEPALIVE
     return idle, interval, count
+
 
 _EPOLL_HANGUP = (getattr(select, "EPOLLRDHUP", 0) | getattr(select, "EPOLLHUP", 0)
                  | getattr(select, "EPOLLERR", 0))

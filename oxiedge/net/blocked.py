@@ -74,6 +74,7 @@ import trio
 from trio.lowlevel import wait_readable
 
 from oxiedge.net.hot import RECV_SIZE
+from oxiedge.tls import transport_socket
 
 #: Unread input a hung-up blocked peer may leave for the protocol to handle (one read);
 #: more is discarded unprocessed and the connection ends as lost.
@@ -108,27 +109,15 @@ COUNTERS = {
 }
 
 
-def socket_of(stream: object) -> Any:
-    """The socket under ``stream`` (a ``SocketStream``, or one wrapped by TLS), or None."""
-    for _ in range(4):  # (TLS in TLS would be two levels)
-        sock = getattr(stream, "socket", None)
-        if sock is not None:
-            return sock
-        stream = getattr(stream, "transport_stream", None)
-        if stream is None:
-            return None
-    return None
-
-
 async def wait_blocked(wait_unblocked: Callable[[], Awaitable[None]],
-                       stream: object) -> bool:
+                       stream: trio.abc.Stream) -> bool:
     """Await ``wait_unblocked()`` while watching the peer (see the module docstring).
 
     Returns False when the alarm cleared, True when the peer hung up leaving at most
     ``HANGUP_INPUT_MAX`` bytes unread (the caller reads them as if unblocked, and waits
     for no alarm again); raises ``trio.BrokenResourceError`` when the peer is gone and
     the connection must end as lost."""
-    sock = socket_of(stream)
+    sock = transport_socket(stream)
     if sock is None:
         await wait_unblocked()
         return False
@@ -190,8 +179,8 @@ async def _poll_hangup(fd: int) -> int:
     while True:
         events = poller.poll(0)
         if events:
-            return _ERROR if events[0][1] & (select.POLLERR | select.POLLNVAL) \
-                else int(events[0][1])
+            flags = int(events[0][1])
+            return _ERROR if flags & (select.POLLERR | select.POLLNVAL) else flags
         await trio.sleep(HANGUP_POLL_INTERVAL)
 
 
@@ -205,8 +194,8 @@ def _unread(fd: int) -> int:
     return buf[0]
 
 
-def _keepalive_options() -> list[tuple[int, int, int]]:
-    idle, interval, count = _keepalive_setting(os.environ.get("OXIEDGE_BLOCKED_KEEPALIVE"))
+def _keepalive_options(text: str | None) -> list[tuple[int, int, int]]:
+    idle, interval, count = _keepalive_setting(text)
     wanted = [("TCP_KEEPIDLE", idle), ("TCP_KEEPINTVL", interval), ("TCP_KEEPCNT", count)]
     options = [(socket.IPPROTO_TCP, getattr(socket, name), value)
                for name, value in wanted if hasattr(socket, name)]
@@ -215,12 +204,16 @@ def _keepalive_options() -> list[tuple[int, int, int]]:
     return options
 
 
+#: (level, option, value) set on a blocked socket (read from the environment once)
+KEEPALIVE_OPTIONS = _keepalive_options(os.environ.get("OXIEDGE_BLOCKED_KEEPALIVE"))
+
+
 @contextmanager
 def _keepalive(sock: Any) -> Iterator[None]:
     """TCP keep-alive probes on ``sock`` for the block; the previous settings after."""
     saved: list[tuple[int, int, int]] = []
     try:
-        for level, option, value in _keepalive_options():
+        for level, option, value in KEEPALIVE_OPTIONS:
             saved.append((level, option, sock.getsockopt(level, option)))
             sock.setsockopt(level, option, value)
     except OSError:

@@ -203,6 +203,18 @@ def _hang_up(conn: pika.BlockingConnection, rst: bool) -> None:
     sock.close()
 
 
+def _publish_whole(conn: pika.BlockingConnection, ch: Any, queue: str, body: bytes) -> None:
+    """basic.publish with its three frames in one TCP segment. pika writes them one
+    by one, so on a loaded machine the server's read may hold only the method frame;
+    during an alarm the connection then blocks inside the message, not after it."""
+    sock = conn._impl._transport._sock
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_CORK, 1)
+    try:
+        ch.basic_publish("", queue, body)  # (flushed to the socket before it returns)
+    finally:
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_CORK, 0)
+
+
 def test_amqp_blocked_publishers_that_hang_up_are_released(
         hostile_server: Callable[..., ServerProcess]) -> None:
     """20 blocked pika publishers (one also a consumer with 5 unacked messages) hang up,
@@ -235,8 +247,8 @@ def test_amqp_blocked_publishers_that_hang_up_are_released(
     assert server_status(srv)["connections"]["open"] == n + 1
 
     srv.cli(*ALARM_ON)
-    for _conn, ch, q in pubs:
-        ch.basic_publish("", q, b"during")  # handled, and then the connection is blocked
+    for conn, ch, q in pubs:
+        _publish_whole(conn, ch, q, b"during")  # handled, then the connection blocks
     wait_for(lambda: all(queue_ready(srv).get(q) == 2 for _c, _ch, q in pubs),
              "the bursts before the block handled")
     for _conn, ch, q in pubs:
@@ -281,7 +293,7 @@ def test_amqp_blocked_healthy_connection_survives_missed_heartbeats(
     ch.queue_declare("bd-hb")
     ch.basic_publish("", "bd-hb", b"before")
     srv.cli(*ALARM_ON)
-    ch.basic_publish("", "bd-hb", b"during")
+    _publish_whole(conn, ch, "bd-hb", b"during")
     wait_for(lambda: queue_ready(srv).get("bd-hb") == 2, "burst handled")
     ch.basic_publish("", "bd-hb", b"held")
     end = time.monotonic() + 5

@@ -154,6 +154,10 @@ OPTIONS: tuple[Option, ...] = (
            " failures, seconds (0.1 s doubling per failure; 0 = no delay)"),
     Option("login_track_max", "--login-track-max", "OXIEDGE_LOGIN_TRACK_MAX", "4096",
            "addresses and user names whose failed logins are remembered (each)"),
+    # -- issue 17: latency
+    Option("busy_poll_us", "--busy-poll-us", "OXIEDGE_BUSY_POLL_US", "0",
+           "microseconds the event loop polls before it sleeps while messages come back to"
+           " back (lower latency for more CPU; 0 = off, at most 1000)"),
 )
 OPTIONS_BY_NAME = {o.name: o for o in OPTIONS}
 
@@ -215,6 +219,7 @@ class Config:
     login_hash_threads: int = 1
     login_delay_max: float = 2.0
     login_track_max: int = 4096
+    busy_poll_us: int = 0
 
     @property
     def db_path(self) -> Path:
@@ -297,6 +302,12 @@ def _at_least(name: str, number: int, minimum: int) -> int:
     # (AMQP's smallest frame_max is 4096: a start-ok must fit in one.)
     if number < minimum:
         raise ConfigError(f"{_label(name)}: {number} is below the minimum {minimum}")
+    return number
+
+
+def _at_most(name: str, number: int, maximum: int) -> int:
+    if number > maximum:
+        raise ConfigError(f"{_label(name)}: {number} is above the maximum {maximum}")
     return number
 
 
@@ -436,4 +447,5 @@ _PARSERS: dict[str, Any] = {
     "login_hash_threads": lambda n, v: parse_positive_int(n, v, 1),
     "login_delay_max": lambda n, v: parse_seconds(n, v, 0.0),
     "login_track_max": lambda n, v: parse_positive_int(n, v, 16),
+    "busy_poll_us": lambda n, v: _at_most(n, parse_positive_int(n, v, 0), 1000),
 }

@@ -32,6 +32,7 @@ from .config import Config, ConfigError
 from .ingest.routes import Route, parse_routes
 from .ingest.step import Ingest
 from .mqtt.service import MqttService
+from .net.hot import hot_loop
 from .store import Store, StoreFormatError, StoreLockedError
 from .tls import TlsConfigError, TlsListener, TlsManager, TlsSettings
 from .uplink.definitions import UplinkDef, check_device_id, load_config_file
@@ -215,6 +216,17 @@ async def _serve_app(app: App, tls: TlsManager | None, routes: list[Route],
                    ports["mqtt"] is not None or tls_ports["mqtt"] is not None,
                    ports["amqp"] is not None or tls_ports["amqp"] is not None)
     handlers = core_handlers(app, parts.status)
+    hot = hot_loop()
+    if hot is not None:
+        committer = app.store.committer
+        hot.busy_poll(config.busy_poll_us, lambda: committer.sync_started is not None)
+        parts.status["hot_loop"] = hot
+        if config.busy_poll_us:
+            log.info("busy-poll on - up to %d µs before the event loop sleeps",
+                     config.busy_poll_us)
+    elif config.busy_poll_us:
+        log.warning("--busy-poll-us %d ignored: no hot loop (OXIEDGE_HOT_LOOP=0, or a trio"
+                    " or platform it does not know)", config.busy_poll_us)
     with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals, \
             trio.open_signal_receiver(signal.SIGHUP) as hangups:
         async with trio.open_nursery() as nursery:

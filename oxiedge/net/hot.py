@@ -32,6 +32,16 @@ of work inside one wake-up differs. Where a wait that runs out must be seen by t
 (a test's ``wait_all_tasks_blocked``, an autojump clock) the loop only serves what is
 ready and never blocks; trio's own wait then does not see the parked descriptors.
 
+Busy-poll (``--busy-poll-us``)
+------------------------------
+Off by default. With it on, while most recent waits ended within one spin (request and
+answer back to back), a wait first polls the epoll without blocking for up to that long,
+yielding the CPU between polls, and blocks only if nothing came: a client that answers
+within the spin is served without the sleep and the wake-up (on a virtual machine waking
+an idle vCPU costs 50-80 µs). An idle or paced link does not spin (its waits are long),
+nor does any wait while a sync is in flight (the sync thread needs the GIL). The cost is
+CPU while traffic comes back to back; measured in bench/README.md (issue 17, session 16).
+
 What it relies on
 -----------------
 Attributes of trio's run loop that are not public API (``_trio_internals``): the epoll
@@ -123,6 +133,12 @@ def serve_inline(transport: Transport) -> None:
 
 
 _ENV = "OXIEDGE_HOT_LOOP"
+#: The busy-poll spins only while more than this share of recent waits ended within one
+#: spin (``_spin_then_poll``), each wait weighing ``_HIT_WEIGHT`` in the moving average:
+#: a request-answer run qualifies after a few waits; a link whose waits alternate between
+#: a quick answer and a long pause (a paced publisher and its subscriber's PUBACK) never.
+SPIN_GATE = 0.75
+_HIT_WEIGHT = 0.25
 
 
 def _trio_internals() -> Any:
@@ -143,6 +159,10 @@ def _trio_internals() -> Any:
     return runner if ok else None
 
 
+def _never() -> bool:
+    return False
+
+
 class HotLoop(trio.abc.Instrument):
     """One per ``trio.run``: serves parked connections inline (see the module docstring)."""
 
@@ -156,6 +176,21 @@ class HotLoop(trio.abc.Instrument):
         self.parked: dict[int, Transport] = {}
         self.broken = False
         self.served = 0  # connections served inline (a count for tests and probes)
+        self.spin = 0.0  # the busy-poll's longest spin, seconds (``busy_poll``; 0 = off)
+        self.spins = 0  # waits that spun (a count for tests and probes)
+        self._hits = 0.0  # moving average: did a wait end within one spin (0..1)
+        self._syncing: Callable[[], bool] = _never
+
+    def busy_poll(self, microseconds: int, syncing: Callable[[], bool] | None = None) -> None:
+        """``--busy-poll-us``: before blocking, poll for up to this long while waits end
+        that quickly (0 = never); ``syncing`` says a sync is in flight (then no spin)."""
+        self.spin = max(0, microseconds) / 1e6
+        self._syncing = syncing or _never
+
+    def status(self) -> dict[str, Any]:
+        """``oxiedge status`` → ``hot_loop``: bursts served inline, and the busy-poll."""
+        return {"parked": len(self.parked), "served_inline": self.served,
+                "busy_poll_us": round(self.spin * 1e6), "busy_polls": self.spins}
 
     def park(self, transport: Transport, fd: int) -> None:
         self._ep.register(fd, select.EPOLLIN)
@@ -193,6 +228,8 @@ class HotLoop(trio.abc.Instrument):
             return
         end = time.perf_counter() + timeout
         wait = timeout
+        if self.spin:
+            poll = self._spin_then_poll
         while True:
             back = False
             for fd, _ in poll(wait):
@@ -214,6 +251,38 @@ class HotLoop(trio.abc.Instrument):
         # return at once (one byte to its wake-up socket), or a runnable task would sleep
         # through it and a timer would fire a whole timeout late.
         self._wake_trio()
+
+    def _spin_then_poll(self, wait: float) -> list[tuple[int, int]]:
+        """The loop's wait with a busy-poll first (``--busy-poll-us``).
+
+        It spins - polls without blocking for up to ``spin`` seconds, giving the CPU away
+        between polls (``sched_yield``: a client on the same CPU runs) - only where that
+        pays: when most recent waits ended within one spin (``_hits``, a moving average
+        over the waits, above ``SPIN_GATE``: request and answer back to back, not a paced
+        or idle link, whose next input comes later than any spin) and while no sync is in
+        flight (``_syncing``: the sync thread needs the GIL the spin would keep taking)."""
+        poll = self._ep.poll
+        ready = poll(0)
+        if ready:
+            self._hits += (1.0 - self._hits) * _HIT_WEIGHT
+            return ready
+        clock = time.perf_counter
+        start = clock()
+        spin = self.spin
+        if self._hits > SPIN_GATE and not self._syncing():
+            self.spins += 1
+            stop = start + min(spin, wait)
+            while clock() < stop:
+                os.sched_yield()
+                ready = poll(0)
+                if ready:
+                    self._hits += (1.0 - self._hits) * _HIT_WEIGHT
+                    return ready
+            wait -= clock() - start
+        ready = poll(wait if wait > 0 else 0)
+        hit = 1.0 if ready and clock() - start < spin else 0.0
+        self._hits += (hit - self._hits) * _HIT_WEIGHT
+        return ready
 
     def _shut_down(self) -> None:
         self.broken = True

@@ -14,6 +14,8 @@ def test_defaults_match_the_contract() -> None:
     assert cfg.mqtt_persist is True and cfg.ingest == []
     assert cfg.mqtt_queue_limit == 4096 and cfg.mqtt_max_packet_size == 1 << 20
     assert cfg.users_path == Path("oxiedge-data/passwd")
+    assert cfg.busy_poll_us == 0
+    assert Config.resolve({}, env={"OXIEDGE_BUSY_POLL_US": "50"}).busy_poll_us == 50
 
 
 def test_env_then_flags_win() -> None:
@@ -37,6 +39,9 @@ def test_env_then_flags_win() -> None:
         ({"bind": "not-an-ip"}, "--bind"),
         ({"mqtt_persist": "maybe"}, "OXIEDGE_MQTT_PERSIST"),
         ({"mqtt_queue_limit": "0"}, "--mqtt-queue-limit"),
+        ({"busy_poll_us": "-1"}, "--busy-poll-us"),
+        ({"busy_poll_us": "1001"}, "--busy-poll-us.*above the maximum 1000"),
+        ({"busy_poll_us": "50us"}, "--busy-poll-us"),
     ],
 )
 def test_bad_values_name_the_option(flags: dict, needle: str) -> None:

@@ -4,6 +4,8 @@ and the real clock (an autojump clock makes the loop step aside, see its docstri
 
 from __future__ import annotations
 
+import socket
+
 import pytest
 import trio
 
@@ -91,6 +93,52 @@ async def test_a_deadline_moved_earlier_inline_is_applied(store: Store) -> None:
         with trio.fail_after(5):
             assert await read_until(client, None) == b""
         assert 0.2 <= trio.current_time() - start < 5
+
+
+def _ping_pong(sock: socket.socket, count: int) -> list[bytes]:
+    """A client on its own thread: a line, wait for its answer, the next at once."""
+    answers = []
+    sock.settimeout(5)
+    for i in range(count):
+        sock.sendall(b"q%d\n" % i)
+        got = b""
+        while not got.endswith(b"\n"):
+            chunk = sock.recv(100)
+            assert chunk, "closed"
+            got += chunk
+        answers.append(got)
+    return answers
+
+
+async def test_busy_poll_spins_only_while_bursts_come_back_to_back(store: Store) -> None:
+    a, b = socket.socketpair()
+    transport = Transport(trio.SocketStream(trio.socket.from_stdlib_socket(b)), store,
+                          pause_at=1 << 20)
+    proto = Lines(transport, timeout=0.5)
+    hot = the_loop()
+    hot.busy_poll(200)
+    try:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(transport.run, proto)
+            await parked(transport)
+            served = hot.served
+            answers = await trio.to_thread.run_sync(_ping_pong, a, 200)
+            assert answers == [b"Q%d\n" % i for i in range(200)]
+            assert hot.served >= served + 200  # each one inline
+            assert hot.spins > 0  # answered back to back: some waits spun
+            for _ in range(5):  # (the first waits after the run may still spin)
+                await trio.sleep(0.005)
+            spins = hot.spins
+            for _ in range(20):  # idle, with a timer ticking: timers fire, nothing spins
+                await trio.sleep(0.005)
+            assert hot.spins == spins
+            with trio.fail_after(5):  # the protocol's deadline still closes a silent peer
+                while proto.events[-1] != "closed":
+                    await trio.sleep(0.01)
+            assert any(e.startswith("timed out") for e in proto.events)
+    finally:
+        hot.busy_poll(0)
+        a.close()
 
 
 async def test_abort_while_parked(store: Store) -> None:

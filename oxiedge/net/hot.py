@@ -228,11 +228,11 @@ class HotLoop(trio.abc.Instrument):
             return
         end = time.perf_counter() + timeout
         wait = timeout
-        if self.spin:
-            poll = self._spin_then_poll
+        wait_for: Callable[[float], list[tuple[int, int]]] = (
+            self._spin_then_poll if self.spin else self._ep.poll)
         while True:
             back = False
-            for fd, _ in poll(wait):
+            for fd, _ in wait_for(wait):
                 if fd == trio_fd:
                     back = True
                     continue

@@ -114,6 +114,10 @@ OPTIONS: tuple[Option, ...] = (
            "most AMQP exchanges in the broker (built-in ones included); more declares get 406"),
     Option("amqp_max_bindings", "--amqp-max-bindings", "OXIEDGE_AMQP_MAX_BINDINGS", "50000",
            "most AMQP bindings in the broker (queue and exchange-to-exchange); more get 406"),
+    Option("amqp_max_arguments_bytes", "--amqp-max-arguments-bytes",
+           "OXIEDGE_AMQP_MAX_ARGUMENTS_BYTES", "16MiB",
+           "memory of the argument tables AMQP bindings, queues and exchanges keep (estimated); "
+           "a new table past it gets 406"),
     Option("amqp_max_queues_per_connection", "--amqp-max-queues-per-connection",
            "OXIEDGE_AMQP_MAX_QUEUES_PER_CONNECTION", "1000",
            "most live AMQP queues one connection has created; more declares get 406"),
@@ -204,6 +208,7 @@ class Config:
     amqp_max_queues: int = 10_000
     amqp_max_exchanges: int = 10_000
     amqp_max_bindings: int = 50_000
+    amqp_max_arguments_bytes: int = 16 << 20
     amqp_max_queues_per_connection: int = 1000
     amqp_max_consumers_per_connection: int = 1000
     amqp_preauth_max_size: int = 64 << 10
@@ -432,6 +437,7 @@ _PARSERS: dict[str, Any] = {
     "amqp_max_queues": parse_positive_int,
     "amqp_max_exchanges": parse_positive_int,
     "amqp_max_bindings": parse_positive_int,
+    "amqp_max_arguments_bytes": _byte_parser(parse_size),
     "amqp_max_queues_per_connection": parse_positive_int,
     "amqp_max_consumers_per_connection": parse_positive_int,
     "amqp_preauth_max_size": lambda n, v: _at_least(n, _byte_parser(parse_size)(n, v), 4096),

@@ -35,6 +35,7 @@ from oxiedge.amqp.exchanges import (
 )
 from oxiedge.amqp.publish import PublishPath
 from oxiedge.amqp.queues import ByteLimitedQueue, Queue, QueuedMessage
+from oxiedge.amqp.tablecost import table_cost
 from oxiedge.amqp.timers import Clock, QueueTimers, wall_clock
 from oxiedge.staged import TopicEntry
 
@@ -107,10 +108,13 @@ class Broker(PublishPath):
                          "queues_expired": 0, "alternate_routed": 0,
                          "delivered": 0, "acked": 0, "requeued": 0, "discarded": 0,
                          "persisted": 0, "confirmed": 0, "nacked_confirms": 0,
-                         "exchange_limit_refused": 0, "binding_limit_refused": 0}
-        #: ``--amqp-max-exchanges`` / ``--amqp-max-bindings`` (set by the service)
+                         "exchange_limit_refused": 0, "binding_limit_refused": 0,
+                         "arguments_limit_refused": 0}
+        #: ``--amqp-max-exchanges`` / ``--amqp-max-bindings`` /
+        #: ``--amqp-max-arguments-bytes`` (set by the service)
         self.max_exchanges = 10_000
         self.max_bindings = 50_000
+        self.max_arguments_bytes = 16 << 20
 
     # -- queues ------------------------------------------------------------------------
 
@@ -123,6 +127,7 @@ class Broker(PublishPath):
                 on_expire=self._expired, on_unused=self._unused, timers=self.timers, **kw)
         args.configure_queue(q, self.queue_limit, self.queue_bytes)
         self.queues[name] = q
+        self.exchanges_shared.argument_bytes += table_cost(q.arguments)
         q.arm()
         return q
 
@@ -186,11 +191,12 @@ class Broker(PublishPath):
                                 f"inequivalent arguments for {_vhost('queue', name)}")
             q.touch()  # a re-declare renews an x-expires lease
             return q, False
+        kept = persist.jsonable(arguments)
+        self._check_arguments(table_cost(kept), f"declare {_vhost('queue', name)}", 50, 10)
         qid = self.next_qid
         self.next_qid += 1
         q = self.new_queue(name, qid, durable=durable, auto_delete=auto_delete,
-                            exclusive_owner=owner if exclusive else None,
-                            arguments=persist.jsonable(arguments))
+                            exclusive_owner=owner if exclusive else None, arguments=kept)
         staged = False
         if durable and not exclusive:
             # Exclusive queues die with their connection, so they never reach the disk.
@@ -209,6 +215,7 @@ class Broker(PublishPath):
         q.deleted = True
         count = len(q.ready)
         self.queues.pop(q.name, None)
+        self.exchanges_shared.argument_bytes -= table_cost(q.arguments)
         for consumer in list(q.consumers):
             if cancel is not None:
                 cancel(consumer)
@@ -247,6 +254,7 @@ class Broker(PublishPath):
         against the broker's one bound."""
         x.shared = self.exchanges_shared
         self.exchanges[x.name] = x
+        self.exchanges_shared.argument_bytes += table_cost(x.arguments)
 
     def get_exchange(self, name: str) -> Exchange:
         x = self.exchanges.get(name)
@@ -288,8 +296,10 @@ class Broker(PublishPath):
             self.counters["exchange_limit_refused"] += 1
             raise AmqpError(PRECONDITION_FAILED, f"cannot declare {_vhost('exchange', name)}: "
                             f"exchange limit of {self.max_exchanges} is reached", 40, 10)
+        kept = persist.jsonable(arguments)
+        self._check_arguments(table_cost(kept), f"declare {_vhost('exchange', name)}", 40, 10)
         x = Exchange(name, type, durable=durable, auto_delete=auto_delete, internal=internal,
-                     arguments=persist.jsonable(arguments))
+                     arguments=kept)
         x.alternate = alternate
         self.add_exchange(x)
         if durable:
@@ -324,6 +334,7 @@ class Broker(PublishPath):
             if x is not first and self.exchanges.get(x.name) is not x:
                 continue  # dropped already through another path
             self.exchanges.pop(x.name, None)
+            self.exchanges_shared.argument_bytes -= table_cost(x.arguments)
             for b in x.bindings.values():
                 staged |= self._unstage_binding(b)
             for xb in x.xbindings.values():
@@ -367,8 +378,11 @@ class Broker(PublishPath):
             raise AmqpError(NOT_IMPLEMENTED,
                             f"binding argument '{next(iter(arguments))}' is not implemented")
         b = Binding(x.name, q, routing_key, dict(arguments))
-        if self.exchanges_shared.bindings >= self.max_bindings and not x.has(b):
-            self._refuse_binding(50, 20)  # (re-binding an existing one stays fine)
+        if not x.has(b):  # (re-binding an existing one stays fine at either bound)
+            if self.exchanges_shared.bindings >= self.max_bindings:
+                self._refuse_binding(50, 20)
+            self._check_arguments(b.cost, f"bind {_vhost('queue', q.name)} to "
+                                  f"{_vhost('exchange', x.name)}", 50, 20)
         if not x.add(b):
             return False
         if q.doc_id is not None and x.durable:
@@ -383,6 +397,19 @@ class Broker(PublishPath):
         self.counters["binding_limit_refused"] += 1
         raise AmqpError(PRECONDITION_FAILED, f"binding limit of {self.max_bindings} "
                         "in vhost '/' is reached", class_id, method_id)
+
+    def _check_arguments(self, cost: int, what: str, class_id: int, method_id: int) -> None:
+        """406 if keeping a new argument table of ``cost`` bytes (``tablecost``) would take
+        the broker past ``--amqp-max-arguments-bytes``; one without arguments always fits
+        (after a recovery over the bound, only tables are refused)."""
+        used = self.exchanges_shared.argument_bytes
+        if cost and used + cost > self.max_arguments_bytes:
+            self.counters["arguments_limit_refused"] += 1
+            # The limit first: a reply text is cut at 255 bytes, and names can be long.
+            raise AmqpError(PRECONDITION_FAILED, f"arguments limit of "
+                            f"{self.max_arguments_bytes} bytes in vhost '/' is reached "
+                            f"(--amqp-max-arguments-bytes; {used} in use): cannot {what}, "
+                            f"its arguments cost {cost} bytes", class_id, method_id)
 
     def unbind(self, q: Queue, exchange: str, routing_key: str,
                arguments: dict[str, Any] | None = None) -> bool:

@@ -15,6 +15,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from oxiedge.amqp.routeindex import RouteIndex
+from oxiedge.amqp.tablecost import binding_cost
 
 if TYPE_CHECKING:
     from oxiedge.amqp.queues import Queue
@@ -64,6 +65,10 @@ class ExchangesShared:
         #: bindings of all the exchanges sharing this (kept by ``Exchange``): the broker's
         #: ``--amqp-max-bindings`` is checked against it
         self.bindings = 0
+        #: what the argument tables the broker keeps cost (``tablecost``): the bindings'
+        #: (kept by ``Exchange``), the queues' and the exchanges' own (kept by the broker);
+        #: the broker's ``--amqp-max-arguments-bytes`` is checked against it
+        self.argument_bytes = 0
         self.bytes = 0
         self.cleared = 0
         self._holders: set[Exchange] = set()
@@ -80,9 +85,13 @@ class ExchangesShared:
 
 
 class Binding:
-    """One queue binding (``arguments`` kept for equivalence and listing)."""
+    """One queue binding (``arguments`` kept for equivalence and listing).
 
-    __slots__ = ("arguments", "doc_id", "exchange", "queue", "routing_key")
+    ``key`` is its identity in ``Exchange.bindings``; ``cost`` what its arguments are
+    charged against ``--amqp-max-arguments-bytes`` (``tablecost``), refunded when it goes.
+    """
+
+    __slots__ = ("arguments", "cost", "doc_id", "exchange", "key", "queue", "routing_key")
 
     def __init__(self, exchange: str, queue: Queue, routing_key: str,
                  arguments: dict[str, Any]) -> None:
@@ -91,6 +100,9 @@ class Binding:
         self.routing_key = routing_key
         self.arguments = arguments
         self.doc_id: int | None = None
+        identity = args_key(arguments)
+        self.key = (queue.name, routing_key + identity)
+        self.cost = binding_cost(arguments, identity)
 
 
 class ExchangeBinding:
@@ -159,21 +171,18 @@ class Exchange:
         self.published = 0
         self.unroutable = 0
 
-    @staticmethod
-    def _key(binding: Binding) -> tuple[str, str]:
-        return (binding.queue.name, binding.routing_key + args_key(binding.arguments))
-
     def has(self, binding: Binding) -> bool:
         """Is an identical binding here already?"""
-        return self._key(binding) in self.bindings
+        return binding.key in self.bindings
 
     def add(self, binding: Binding) -> bool:
         """Add a binding; False if an identical one exists (binding is idempotent)."""
-        k = self._key(binding)
+        k = binding.key
         if k in self.bindings:
             return False
         self.bindings[k] = binding
         self.shared.bindings += 1
+        self.shared.argument_bytes += binding.cost
         self._by_queue.setdefault(k[0], set()).add(k)
         binding.queue.sources.add(self.name)
         if self.type != "headers":
@@ -184,6 +193,7 @@ class Exchange:
     def _forget(self, k: tuple[str, str]) -> Binding:
         b = self.bindings.pop(k)
         self.shared.bindings -= 1
+        self.shared.argument_bytes -= b.cost
         keys = self._by_queue[k[0]]
         keys.discard(k)
         if not keys:
@@ -216,6 +226,7 @@ class Exchange:
         keys = self._by_queue.pop(queue_name)
         gone = [self.bindings.pop(k) for k in keys]
         self.shared.bindings -= len(gone)
+        self.shared.argument_bytes -= sum(b.cost for b in gone)
         for b in gone:
             b.queue.sources.discard(self.name)
         self._index.clear()
@@ -229,6 +240,7 @@ class Exchange:
         """Forget every binding where this exchange is the source (it is being deleted)."""
         for b in self.bindings.values():
             b.queue.sources.discard(self.name)
+            self.shared.argument_bytes -= b.cost
         self.shared.bindings -= len(self.bindings) + len(self.xbindings)
         self.bindings.clear()
         self.xbindings.clear()

@@ -154,7 +154,7 @@ class AmqpProtocol(LoopSide, Handshake, PublishBurst):
         #: Queues this connection created (live ones count toward ``max_queues``).
         self.created_queues: set[Queue] = set()
         self.user = ""
-        self.client_properties: dict[str, Any] = {}
+        self.client_id = ""  # of the client properties (permissions); the table is not kept
         self.grants: Grants | None = None
         self.cancel_notify = False
         self.blocked_notify = False  # client announced the connection.blocked capability

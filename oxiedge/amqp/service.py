@@ -49,6 +49,7 @@ class AmqpService:
         self.broker = Broker(app.store, cfg.amqp_queue_limit, cfg.amqp_queue_bytes)
         self.broker.max_exchanges = cfg.amqp_max_exchanges
         self.broker.max_bindings = cfg.amqp_max_bindings
+        self.broker.max_arguments_bytes = cfg.amqp_max_arguments_bytes
         self.connections: set[AmqpConnection] = set()
         self.counters = {"connections_total": 0, "connections_closed": 0,
                          "connection_errors": 0, "connections_dropped": 0,
@@ -76,6 +77,12 @@ class AmqpService:
     async def recover(self) -> None:
         """Load durable queues, exchanges, bindings and messages (before listening)."""
         self._recovered = recovery.recover(self.broker)
+        used, limit = self.broker.exchanges_shared.argument_bytes, self.broker.max_arguments_bytes
+        if used > limit:  # all of it stays (durable state is never dropped for a bound)
+            self.app.log.warning(
+                "AMQP: the recovered argument tables of bindings, queues and exchanges cost "
+                "%d bytes, over --amqp-max-arguments-bytes %d: all are kept; new ones with "
+                "arguments get 406 until deletes bring it under", used, limit)
         await self.app.store.commit()  # orphan/duplicate clean-ups staged by recovery
 
     def _queue_expired(self, queue: Any) -> None:
@@ -152,6 +159,8 @@ class AmqpService:
             "bindings": b.exchanges_shared.bindings,
             "max_exchanges": b.max_exchanges,
             "max_bindings": b.max_bindings,
+            "arguments_bytes": b.exchanges_shared.argument_bytes,
+            "max_arguments_bytes": b.max_arguments_bytes,
             "route_cache_bytes": b.exchanges_shared.bytes,
             "route_caches_cleared": b.exchanges_shared.cleared,
             "ready": sum(len(q.ready) for q in b.queues.values()),

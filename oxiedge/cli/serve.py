@@ -59,6 +59,7 @@ def serve(
     amqp_max_queues: Annotated[int | None, typer.Option(help=_flag_help("amqp_max_queues"))] = None,
     amqp_max_exchanges: Annotated[int | None, typer.Option(help=_flag_help("amqp_max_exchanges"))] = None,  # noqa: E501
     amqp_max_bindings: Annotated[int | None, typer.Option(help=_flag_help("amqp_max_bindings"))] = None,  # noqa: E501
+    amqp_max_arguments_bytes: Annotated[str | None, typer.Option(help=_flag_help("amqp_max_arguments_bytes"))] = None,  # noqa: E501
     amqp_max_queues_per_connection: Annotated[int | None, typer.Option(help=_flag_help("amqp_max_queues_per_connection"))] = None,  # noqa: E501
     amqp_max_consumers_per_connection: Annotated[int | None, typer.Option(help=_flag_help("amqp_max_consumers_per_connection"))] = None,  # noqa: E501
     amqp_preauth_max_size: Annotated[str | None, typer.Option(help=_flag_help("amqp_preauth_max_size"))] = None,  # noqa: E501

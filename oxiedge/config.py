@@ -158,6 +158,9 @@ OPTIONS: tuple[Option, ...] = (
            " failures, seconds (0.1 s doubling per failure; 0 = no delay)"),
     Option("login_track_max", "--login-track-max", "OXIEDGE_LOGIN_TRACK_MAX", "4096",
            "addresses and user names whose failed logins are remembered (each)"),
+    Option("blocked_keepalive", "--blocked-keepalive", "OXIEDGE_BLOCKED_KEEPALIVE", "60,20,3",
+           "TCP keep-alive of a connection blocked by an alarm: IDLE,INTERVAL,COUNT seconds,"
+           " seconds, probes (a silent peer is dropped after IDLE + INTERVAL x COUNT)"),
     # -- issue 17: latency
     Option("busy_poll_us", "--busy-poll-us", "OXIEDGE_BUSY_POLL_US", "0",
            "microseconds the event loop polls before it sleeps while messages come back to"
@@ -224,6 +227,7 @@ class Config:
     login_hash_threads: int = 1
     login_delay_max: float = 2.0
     login_track_max: int = 4096
+    blocked_keepalive: tuple[int, int, int] = (60, 20, 3)
     busy_poll_us: int = 0
 
     @property
@@ -314,6 +318,22 @@ def _at_most(name: str, number: int, maximum: int) -> int:
     if number > maximum:
         raise ConfigError(f"{_label(name)}: {number} is above the maximum {maximum}")
     return number
+
+
+def parse_keepalive(name: str, value: Any) -> tuple[int, int, int]:
+    """``IDLE,INTERVAL,COUNT``: three whole numbers of at least 1 (TCP keep-alive)."""
+    parts = str(value).replace(" ", "").split(",")
+    try:
+        idle, interval, count = (int(part) for part in parts)
+    except ValueError:
+        raise ConfigError(f"{_label(name)}: {value!r} is not IDLE,INTERVAL,COUNT"
+                          " (three whole numbers, e.g. 60,20,3)") from None
+    if min(idle, interval, count) < 1:
+        raise ConfigError(f"{_label(name)}: {value!r}: each of IDLE,INTERVAL,COUNT must be"
+                          " at least 1")
+    if max(idle, interval) > 32767 or count > 127:  # (Linux's own bounds)
+        raise ConfigError(f"{_label(name)}: {value!r}: at most 32767 s and 127 probes")
+    return idle, interval, count
 
 
 def parse_seconds(name: str, value: Any, minimum: float = 0.1) -> float:
@@ -453,5 +473,6 @@ _PARSERS: dict[str, Any] = {
     "login_hash_threads": lambda n, v: parse_positive_int(n, v, 1),
     "login_delay_max": lambda n, v: parse_seconds(n, v, 0.0),
     "login_track_max": lambda n, v: parse_positive_int(n, v, 16),
+    "blocked_keepalive": lambda n, v: parse_keepalive(n, v),
     "busy_poll_us": lambda n, v: _at_most(n, parse_positive_int(n, v, 0), 1000),
 }

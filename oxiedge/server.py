@@ -32,6 +32,7 @@ from .config import Config, ConfigError
 from .ingest.routes import Route, parse_routes
 from .ingest.step import Ingest
 from .mqtt.service import MqttService
+from .net import blocked
 from .net.hot import hot_loop
 from .store import Store, StoreFormatError, StoreLockedError
 from .tls import TlsConfigError, TlsListener, TlsManager, TlsSettings
@@ -216,6 +217,7 @@ async def _serve_app(app: App, tls: TlsManager | None, routes: list[Route],
                    ports["mqtt"] is not None or tls_ports["mqtt"] is not None,
                    ports["amqp"] is not None or tls_ports["amqp"] is not None)
     handlers = core_handlers(app, parts.status)
+    blocked.set_keepalive(config.blocked_keepalive)
     hot = hot_loop()
     if hot is not None:
         committer = app.store.committer

@@ -76,6 +76,7 @@ def serve(
     login_hash_threads: Annotated[int | None, typer.Option(help=_flag_help("login_hash_threads"))] = None,  # noqa: E501
     login_delay_max: Annotated[float | None, typer.Option(help=_flag_help("login_delay_max"))] = None,  # noqa: E501
     login_track_max: Annotated[int | None, typer.Option(help=_flag_help("login_track_max"))] = None,
+    blocked_keepalive: Annotated[str | None, typer.Option(help=_flag_help("blocked_keepalive"))] = None,  # noqa: E501
     busy_poll_us: Annotated[int | None, typer.Option(help=_flag_help("busy_poll_us"))] = None,
 ) -> None:
     """Run the broker (MQTT + AMQP + document store) in the foreground."""

@@ -10,6 +10,12 @@ Two halves, split so the protocols never see trio or a socket:
     The hot loop: parked plain-TCP connections served inline in trio's I/O wait (an
     instrument), so a burst that needs no await costs no task wake-up.
 
+``net.blocked`` (trio)
+    A connection held by a resource alarm (``BLOCKED``): waits for the alarm to clear
+    while it watches the socket, so a peer that hangs up or vanishes meanwhile ends the
+    connection at once (its session, queues and will with it), with keep-alive probes
+    (``--blocked-keepalive``) for a peer that went silent.
+
 ``net.loop`` (trio)
     ``Transport``: owns one ``trio.abc.Stream`` (TCP, ``trio.SSLStream`` for TLS, a
     WebSocket stream later), the reader and writer tasks, the end-of-burst commit,
@@ -41,7 +47,8 @@ The loop calls, on the protocol object (``StreamProtocol``):
                  task is cancelled meanwhile ``commit_cancelled()`` (re-raised)
   ``KICK``       ``store.kick()`` (staged work nobody waits for)
   ``CHECKPOINT`` ``await trio.sleep(0)`` (a long burst lets others run)
-  ``BLOCKED``    ``await wait_unblocked()`` (resource alarm), then ``unblocked()``
+  ``BLOCKED``    ``await wait_unblocked()`` (resource alarm; ``net.blocked`` ends
+                 the wait if the peer goes), then ``unblocked()``
   ``Authenticate(user, password)``  ``await authenticate(...)`` (a thread), then
                  ``authenticated(ok)``
   ``Close(reason)``  stop reading; flush what was written (``CLOSE_FLUSH_TIMEOUT``)

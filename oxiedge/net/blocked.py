@@ -25,8 +25,9 @@ at the same time, watches the socket for the hang-up **without reading it**:
   client's PINGREQs and heartbeats sit unread in the buffer, so the protocols suspend
   that deadline while blocked (a healthy blocked client must not be dropped for silence
   we imposed). So while blocked the socket gets TCP keep-alive probes
-  (``BLOCKED_KEEPALIVE``: first after 60 s without any segment from the peer, then
-  every 20 s, 3 unanswered: a dead peer is noticed ~2 minutes after its last segment);
+  (``--blocked-keepalive``, default 60,20,3: first after 60 s without any segment from
+  the peer, then every 20 s, 3 unanswered: a dead peer is noticed ~2 minutes after its
+  last segment);
   a live peer's kernel answers them whether or not its application is stuck, and a
   window-probing or pinging client never gets probed at all. The kernel then fails the
   socket (``ETIMEDOUT``: ``EPOLLERR``), which the watch sees. The previous settings
@@ -82,18 +83,8 @@ HANGUP_INPUT_MAX = RECV_SIZE
 #: Seconds between two looks at the socket where there is no epoll (or no descriptor).
 HANGUP_POLL_INTERVAL = 1.0
 #: TCP keep-alive while blocked: (first probe after idle s, interval s, probes);
-#: ``OXIEDGE_BLOCKED_KEEPALIVE=IDLE,INTERVAL,COUNT`` overrides it (tests, odd networks).
+#: ``--blocked-keepalive`` / ``OXIEDGE_BLOCKED_KEEPALIVE`` sets it (``set_keepalive``).
 BLOCKED_KEEPALIVE = (60, 20, 3)
-
-
-def _keepalive_setting(text: str | None) -> tuple[int, int, int]:
-    try:
-        idle, interval, count = (int(part) for part in (text or "").split(","))
-    except ValueError:
-        return BLOCKED_KEEPALIVE
-    if min(idle, interval, count) < 1:
-        return BLOCKED_KEEPALIVE
-    return idle, interval, count
 
 
 _EPOLL_HANGUP = (getattr(select, "EPOLLRDHUP", 0) | getattr(select, "EPOLLHUP", 0)
@@ -194,8 +185,8 @@ def _unread(fd: int) -> int:
     return buf[0]
 
 
-def _keepalive_options(text: str | None) -> list[tuple[int, int, int]]:
-    idle, interval, count = _keepalive_setting(text)
+def _keepalive_options(setting: tuple[int, int, int]) -> list[tuple[int, int, int]]:
+    idle, interval, count = setting
     wanted = [("TCP_KEEPIDLE", idle), ("TCP_KEEPINTVL", interval), ("TCP_KEEPCNT", count)]
     options = [(socket.IPPROTO_TCP, getattr(socket, name), value)
                for name, value in wanted if hasattr(socket, name)]
@@ -204,8 +195,14 @@ def _keepalive_options(text: str | None) -> list[tuple[int, int, int]]:
     return options
 
 
-#: (level, option, value) set on a blocked socket (read from the environment once)
-KEEPALIVE_OPTIONS = _keepalive_options(os.environ.get("OXIEDGE_BLOCKED_KEEPALIVE"))
+#: (level, option, value) set on a blocked socket
+KEEPALIVE_OPTIONS = _keepalive_options(BLOCKED_KEEPALIVE)
+
+
+def set_keepalive(setting: tuple[int, int, int]) -> None:
+    """``--blocked-keepalive``: the keep-alive of blocks from now on (the server, once)."""
+    global KEEPALIVE_OPTIONS
+    KEEPALIVE_OPTIONS = _keepalive_options(setting)
 
 
 @contextmanager

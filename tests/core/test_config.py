@@ -16,6 +16,9 @@ def test_defaults_match_the_contract() -> None:
     assert cfg.users_path == Path("oxiedge-data/passwd")
     assert cfg.busy_poll_us == 0
     assert Config.resolve({}, env={"OXIEDGE_BUSY_POLL_US": "50"}).busy_poll_us == 50
+    assert cfg.blocked_keepalive == (60, 20, 3)
+    env = {"OXIEDGE_BLOCKED_KEEPALIVE": "10, 5, 2"}
+    assert Config.resolve({}, env=env).blocked_keepalive == (10, 5, 2)
 
 
 def test_env_then_flags_win() -> None:
@@ -42,6 +45,9 @@ def test_env_then_flags_win() -> None:
         ({"busy_poll_us": "-1"}, "--busy-poll-us"),
         ({"busy_poll_us": "1001"}, "--busy-poll-us.*above the maximum 1000"),
         ({"busy_poll_us": "50us"}, "--busy-poll-us"),
+        ({"blocked_keepalive": "60,20"}, "--blocked-keepalive.*IDLE,INTERVAL,COUNT"),
+        ({"blocked_keepalive": "60,0,3"}, "--blocked-keepalive.*at least 1"),
+        ({"blocked_keepalive": "60,20,500"}, "--blocked-keepalive.*127 probes"),
     ],
 )
 def test_bad_values_name_the_option(flags: dict, needle: str) -> None:

@@ -501,7 +501,7 @@ def test_blocked_peer_that_vanishes_without_fin_is_dropped(
     client = None
     try:
         srv = hostile_server("--bind", host_ip, "--amqp-port", "off", "--allow-anonymous",
-                             env={"OXIEDGE_BLOCKED_KEEPALIVE": "1,1,2"})
+                             "--blocked-keepalive", "1,1,2")
         srv.cli(*ALARM_ON)
         root = str(Path(__file__).resolve().parents[2])
         client = subprocess.Popen(

@@ -22,6 +22,8 @@ from typing import Any
 
 import trio
 
+from .tls import transport_socket
+
 #: The source address of the connection the current task serves ("" outside a connection).
 PEER: ContextVar[str] = ContextVar("oxiedge_peer", default="")
 LOG_EVERY = 10.0
@@ -31,8 +33,7 @@ Handler = Callable[[trio.abc.Stream], Awaitable[None]]
 
 def source_of(stream: trio.abc.Stream) -> str:
     """The remote address of a plain or TLS stream (the TLS handshake has not run yet)."""
-    inner = stream.transport_stream if isinstance(stream, trio.SSLStream) else stream
-    sock = getattr(inner, "socket", None)
+    sock = transport_socket(stream)
     try:
         host = str(sock.getpeername()[0]) if sock is not None else "?"
     except (OSError, IndexError, TypeError):

@@ -284,6 +284,7 @@ class AmqpProtocol(LoopSide, Handshake, PublishBurst):
     def _loop(self) -> Steps:
         channels = self.channels
         parser = self.parser
+        alarms = self.alarms
         while True:
             slice_end = perf_counter() + BURST_SLICE_S
             while True:
@@ -315,6 +316,18 @@ class AmqpProtocol(LoopSide, Handshake, PublishBurst):
                         continue
                     try:
                         if cls is _PUBLISH:
+                            if alarms is not None and alarms.blocked:
+                                # A publish during an alarm waits for it to clear, the
+                                # first of a new connection too (else reconnecting per
+                                # message would get past a disk alarm): what came before
+                                # it is finished first, nothing after it is read.
+                                if self._flush_due:
+                                    yield from self._flush()
+                                if self._out:
+                                    yield SEND  # (the confirms of those)
+                                yield BLOCKED
+                                if ch.closing or self.closed:
+                                    continue
                             self._publish(ch, ev)
                             if not parser.buffered:
                                 # The last frame of this input: its deliveries go now, not
@@ -343,7 +356,6 @@ class AmqpProtocol(LoopSide, Handshake, PublishBurst):
             if self.publisher or parser.receiving:
                 if self._note_input is not None:
                     self._note_input(self._input)
-                alarms = self.alarms
                 if alarms is not None and alarms.blocked:
                     yield BLOCKED
             self._input = 0

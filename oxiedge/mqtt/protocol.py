@@ -408,9 +408,15 @@ class MqttProtocol:
         replies = h.replies
         alarms, clock, router = self._alarms, self.clock, self.broker.router
         inf = math.inf
+        held = None  # a PUBLISH that came during an alarm (handled once it clears)
         while True:
             budget = BURST_SLICE
             sliced = False  # (a CHECKPOINT reset ``budget``: packets were handled)
+            if held is not None:
+                on_publish(held)
+                held = None
+                if not decoder.buffered:
+                    deliver_now()
             while (item := next_item()) is not None:
                 budget -= 1
                 if not budget:
@@ -420,6 +426,9 @@ class MqttProtocol:
                     sliced = True
                     yield CHECKPOINT
                 if type(item) is tuple:
+                    if alarms.blocked:
+                        held = item  # waits for the alarm (below), what follows too
+                        break
                     on_publish(item)  # the hot path: no packet object, no lookup
                     if not decoder.buffered:
                         # The last packet of this input: its deliveries go now, not
@@ -460,6 +469,17 @@ class MqttProtocol:
                 # packet a byte at a time is closed 1.5x keep-alive after its last one).
                 # (``inf``: the commit or the alarm above suspended it.)
                 self.deadline = clock() + window
+            if held is not None:
+                # A PUBLISH during a memory or disk alarm, the first of a new connection
+                # too (else reconnecting per message would get past a disk alarm): what
+                # came before it is answered, it and what follows wait unread.
+                self.deadline = inf
+                if self._ready:
+                    yield SEND
+                self.broker.stats.blocked += 1
+                yield BLOCKED
+                self.deadline = clock() + window
+                continue
             # (``_read`` inlined: one generator less per burst)
             if not self._fresh:
                 yield NEED_DATA

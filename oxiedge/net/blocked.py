@@ -97,6 +97,7 @@ COUNTERS = {
     "blocked_hangups": 0,  # blocked connections whose peer hung up or vanished
     "blocked_hangups_discarded": 0,  # ... of which the unread input was discarded
     "blocked_discarded_bytes": 0,  # that input, in bytes
+    "blocked_connections": 0,  # a gauge: connections waiting for an alarm to clear now
 }
 
 
@@ -108,6 +109,15 @@ async def wait_blocked(wait_unblocked: Callable[[], Awaitable[None]],
     ``HANGUP_INPUT_MAX`` bytes unread (the caller reads them as if unblocked, and waits
     for no alarm again); raises ``trio.BrokenResourceError`` when the peer is gone and
     the connection must end as lost."""
+    COUNTERS["blocked_connections"] += 1
+    try:
+        return await _wait_blocked(wait_unblocked, stream)
+    finally:
+        COUNTERS["blocked_connections"] -= 1
+
+
+async def _wait_blocked(wait_unblocked: Callable[[], Awaitable[None]],
+                        stream: trio.abc.Stream) -> bool:
     sock = transport_socket(stream)
     if sock is None:
         await wait_unblocked()

@@ -289,8 +289,8 @@ def test_memory_alarm_blocks_publishers_only(start_server: Any) -> None:
     raw.call(1, spec.QueueDeclare(queue="alarmed"), spec.QueueDeclareOk)
     raw.send(codec.encode_content(1, spec.BasicPublish(routing_key="alarmed"), b"\x00\x00",
                                   b"p", 0))
-    raw.expect(spec.BasicAck, 1)  # the end of its publish burst...
-    # ...after which the publishing connection is no longer read: no answer to this.
+    # The publish waits for the alarm (the first of the connection too), and nothing
+    # after it is read: no confirm, no answer to this.
     raw.method(1, spec.QueueDeclare(queue="alarmed", passive=True))
     with pytest.raises(TimeoutError):
         raw.recv_command(timeout=1.0)
@@ -298,6 +298,13 @@ def test_memory_alarm_blocks_publishers_only(start_server: Any) -> None:
     other = RawClient(srv.amqp_port)
     other.handshake()
     other.open_channel(1)
+    other.method(1, spec.BasicGet(queue="alarmed", no_ack=True))
+    got = other.recv_command()
+    assert got is not None and isinstance(got.method, spec.BasicGetEmpty)
+    srv.cli("limits", "--memory-high-watermark", "0.9")  # the alarm clears
+    raw.expect(spec.ConnectionUnblocked)
+    raw.expect(spec.BasicAck, 1)  # the held publish, taken in
+    raw.expect(spec.QueueDeclareOk, 1)
     other.method(1, spec.BasicGet(queue="alarmed", no_ack=True))
     got = other.recv_command()
     assert got is not None and isinstance(got.method, spec.BasicGetOk) and got.body == b"p"

@@ -32,6 +32,9 @@ import pika
 import pytest
 
 from bench.mqttwire import publish_packet, remaining_length
+from oxiedge.amqp import codec as amqp_codec
+from oxiedge.amqp import spec
+from tests.amqp.rawclient import RawClient as AmqpRaw
 from tests.conftest import ServerProcess
 from tests.hostile.conftest import server_status
 from tests.mqtt.conftest import Client
@@ -121,13 +124,12 @@ class RawMqtt:
 
 
 def block(srv: ServerProcess, client: RawMqtt) -> None:
-    """With the alarm on: a publish that is handled, then one that is held unread."""
+    """With the alarm on: a publish, held unread - the first of a connection too."""
     blocked = server_status(srv)["mqtt"]["blocked"]
-    client.publish(1)
-    client.puback(1)  # the burst that arrives is handled; the next read is held
     client.publish(2, b"held")
     wait_for(lambda: server_status(srv)["mqtt"]["blocked"] > blocked, "publisher blocked")
     client.nothing_within(0.3)
+    assert server_status(srv)["alarms"]["blocked_connections"] >= 1
 
 
 def will_watcher(srv: ServerProcess) -> Client:
@@ -248,13 +250,12 @@ def test_amqp_blocked_publishers_that_hang_up_are_released(
 
     srv.cli(*ALARM_ON)
     for conn, ch, q in pubs:
-        _publish_whole(conn, ch, q, b"during")  # handled, then the connection blocks
-    wait_for(lambda: all(queue_ready(srv).get(q) == 2 for _c, _ch, q in pubs),
-             "the bursts before the block handled")
+        _publish_whole(conn, ch, q, b"held")  # waits for the alarm, unhandled
+    wait_for(lambda: server_status(srv)["alarms"]["blocked_connections"] == n, "all blocked")
     for _conn, ch, q in pubs:
-        ch.basic_publish("", q, b"held")  # unread: the socket is not read any more
+        ch.basic_publish("", q, b"unread")  # unread: the socket is not read any more
     time.sleep(0.3)
-    assert all(queue_ready(srv).get(q) == 2 for _c, _ch, q in pubs)
+    assert all(queue_ready(srv).get(q) == 1 for _c, _ch, q in pubs)
 
     for i, (conn, _ch, _q) in enumerate(pubs):
         _hang_up(conn, rst=bool(i % 2))
@@ -293,17 +294,18 @@ def test_amqp_blocked_healthy_connection_survives_missed_heartbeats(
     ch.queue_declare("bd-hb")
     ch.basic_publish("", "bd-hb", b"before")
     srv.cli(*ALARM_ON)
-    _publish_whole(conn, ch, "bd-hb", b"during")
-    wait_for(lambda: queue_ready(srv).get("bd-hb") == 2, "burst handled")
-    ch.basic_publish("", "bd-hb", b"held")
+    _publish_whole(conn, ch, "bd-hb", b"held")
+    wait_for(lambda: server_status(srv)["alarms"]["blocked_connections"] == 1, "blocked")
+    ch.basic_publish("", "bd-hb", b"unread")
     end = time.monotonic() + 5
     while time.monotonic() < end:
         conn.process_data_events(0.2)  # pika sends its heartbeats (unread by the server)
-    assert queue_ready(srv).get("bd-hb") == 2
+    assert queue_ready(srv).get("bd-hb") == 1
     assert server_status(srv)["amqp"]["connections_dropped"] == 0
     srv.cli(*ALARM_OFF)
     wait_for(lambda: conn.process_data_events(0.05) or queue_ready(srv).get("bd-hb") == 3,
-             "the held publish handled after the alarm")
+             "the held publishes handled after the alarm")
+    assert server_status(srv)["alarms"]["blocked_connections"] == 0
     ch.confirm_delivery()
     ch.basic_publish("", "bd-hb", b"after")  # confirmed: the connection is alive
     assert server_status(srv)["alarms"]["blocked_hangups"] == 0
@@ -464,8 +466,6 @@ _VANISHING_CLIENT = textwrap.dedent("""
     sys.path.insert(0, sys.argv[3])
     from tests.hostile.test_blocked_disconnect import RawMqtt
     raw = RawMqtt(int(sys.argv[2]), "bd-vanish", host=sys.argv[1])
-    raw.publish(1)
-    raw.puback(1)
     raw.publish(2, b"held")
     print("held", flush=True)
     time.sleep(120)
@@ -523,3 +523,55 @@ def test_blocked_peer_that_vanishes_without_fin_is_dropped(
             client.wait(10)
         subprocess.run(["ip", "link", "del", host_if], capture_output=True, timeout=10)
         subprocess.run(["ip", "netns", "del", ns], capture_output=True, timeout=10)
+
+
+# ------------------------------------------- the first publish of a new connection
+
+
+def test_new_connections_cannot_publish_past_an_alarm(
+        hostile_server: Callable[..., ServerProcess]) -> None:
+    """During a disk alarm a client that connects anew for every message gets none of
+    them taken in: each connection's first publish waits for the alarm too (as RabbitMQ
+    holds a publish during an alarm) - no PUBACK, no confirm, nothing queued - while a
+    subscriber still connects and subscribes; once the alarm clears the held ones are
+    taken in, acknowledged and delivered."""
+    srv = hostile_server()
+    setup = _pika(srv)
+    setup.channel().queue_declare("bd-first", durable=True)
+    srv.cli(*ALARM_ON)
+    sub = Client(srv.mqtt_port, "bd-first-watcher")  # subscribers get in during the alarm
+    sub.connect()
+    sub.subscribe(("bd/first", 1))
+    raws = []
+    for i in range(10):  # MQTT: connect, PUBLISH QoS 1
+        raw = RawMqtt(srv.mqtt_port or 0, f"bd-first-{i}")
+        raw.publish(1, b"first", topic="bd/first")
+        raws.append(raw)
+    amqps = []
+    for _ in range(5):  # AMQP: connect, a persistent publish in confirm mode
+        c = AmqpRaw(srv.amqp_port or 0)
+        c.handshake()
+        c.open_channel(1)
+        c.call(1, spec.ConfirmSelect(), spec.ConfirmSelectOk)
+        c.send(amqp_codec.encode_content(1, spec.BasicPublish(exchange="", routing_key="bd-first"),
+                                         b"\x10\x00\x02", b"first", 131072))
+        amqps.append(c)
+    wait_for(lambda: server_status(srv)["alarms"]["blocked_connections"] == 15, "all held")
+    for raw in raws:
+        raw.nothing_within(0.05)
+    assert queue_ready(srv).get("bd-first") == 0
+    assert not [m for m in got(sub, 0.2) if m[0] == "bd/first"]
+    srv.cli(*ALARM_OFF)
+    for raw in raws:
+        raw.puback(1)
+    for c in amqps:
+        assert isinstance(c.recv_command().method, spec.BasicAck)  # type: ignore[union-attr]
+    assert queue_ready(srv).get("bd-first") == 5
+    assert [m for m in got(sub, 1.0) if m[0] == "bd/first"] == [("bd/first", b"first")] * 10
+    assert server_status(srv)["alarms"]["blocked_connections"] == 0
+    for raw in raws:
+        raw.sock.close()
+    for c in amqps:
+        c.sock.close()
+    sub.disconnect()
+    setup.close()

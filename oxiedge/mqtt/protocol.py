@@ -37,12 +37,10 @@ from oxiedge.access.grants import Grants
 from oxiedge.access.rules import PermissionStore
 from oxiedge.lograte import clip
 from oxiedge.mqtt.broker import Broker
-from oxiedge.mqtt.codec import Decoder, PacketTooLarge, ProtocolError, TopicTooLong, encode
+from oxiedge.mqtt.codec import Decoder, ProtocolError, TopicTooLong
+from oxiedge.mqtt.connect import CloseConnection, ConnectStep
 from oxiedge.mqtt.handlers import STEP_FILTERS, Handlers
 from oxiedge.mqtt.packets import (
-    Connack,
-    ConnackCode,
-    Connect,
     PacketType,
     Subscribe,
     Unsubscribe,
@@ -51,7 +49,6 @@ from oxiedge.mqtt.packets import (
 )
 from oxiedge.mqtt.ports import Alarms, Log, Outlet
 from oxiedge.mqtt.session import Session
-from oxiedge.mqtt.topics import topic_limit_problem
 from oxiedge.net.actions import (
     BLOCKED,
     CHECKPOINT,
@@ -59,7 +56,6 @@ from oxiedge.net.actions import (
     KICK,
     NEED_DATA,
     SEND,
-    Authenticate,
     Close,
 )
 
@@ -69,25 +65,11 @@ _STEPPED = (Subscribe, Unsubscribe)
 _CONNECT_FIRST = first_byte(PacketType.CONNECT)
 
 
-def _connack(code: int, present: bool = False) -> bytes:
-    return encode(Connack(code, present))
-
-
-class _Close(Exception):
-    """End the connection; ``abnormal`` means the will is published, ``by_broker`` that
-    the broker decided it (``MqttProtocol.ended_by_broker``)."""
-
-    def __init__(self, reason: str, abnormal: bool = True, by_broker: bool = False) -> None:
-        super().__init__(reason)
-        self.abnormal = abnormal
-        self.by_broker = by_broker
-
-
 class _Cancelled(BaseException):
     """Thrown into the generator when the loop's commit was cancelled."""
 
 
-class MqttProtocol:
+class MqttProtocol(ConnectStep):
     """One client connection's protocol state (see the module docstring)."""
 
     def __init__(
@@ -241,7 +223,7 @@ class MqttProtocol:
         try:
             keep_alive = yield from self._handshake()
             yield from self._serve(keep_alive)
-        except _Close as exc:
+        except CloseConnection as exc:
             self._abnormal = exc.abnormal
             self.ended_by_broker = exc.by_broker
             self.close_reason = str(exc)
@@ -261,7 +243,7 @@ class MqttProtocol:
         yield self._closed
 
     def _read(self) -> Generator[object, None, None]:
-        """Wait for more input; raises ``_Close`` at the deadline or end of input."""
+        """Wait for more input; raises ``CloseConnection`` at the deadline or end of input."""
         if not self._fresh:  # (bytes fed before the first ``next_action``: go on)
             yield NEED_DATA
         self._fresh = False
@@ -273,127 +255,21 @@ class MqttProtocol:
             self._timed_out = False
             if self.session is None:
                 self.broker.stats.connect_timeouts += 1
-                raise _Close("no CONNECT in time", abnormal=False, by_broker=True)
-            raise _Close(f"keep-alive timeout ({self._keep_alive}s x 1.5)", by_broker=True)
+                raise CloseConnection("no CONNECT in time", abnormal=False, by_broker=True)
+            raise CloseConnection(f"keep-alive timeout ({self._keep_alive}s x 1.5)", by_broker=True)
         if self.session is None:
-            raise _Close("closed before CONNECT", abnormal=False)
-        raise _Close("connection closed without DISCONNECT")
+            raise CloseConnection("closed before CONNECT", abnormal=False)
+        raise CloseConnection("connection closed without DISCONNECT")
 
     def _commit(self) -> Generator[object, None, None]:
-        """Ask the loop for one commit; raises ``_Close`` if it failed."""
+        """Ask the loop for one commit; raises ``CloseConnection`` if it failed."""
         self._commit_error = None
         yield COMMIT
         exc = self._commit_error
         if exc is not None:  # CommitError: nothing that waited for it may be acked
             self.broker.stats.commit_errors += 1
             self._log.error("MQTT: commit failed, closing %s: %s", clip(self.client_id), exc)
-            raise _Close(f"commit failed: {exc}")
-
-    # ------------------------------------------------------------------- CONNECT
-    def _handshake(self) -> Generator[object, None, int]:
-        decoder = self.decoder
-        first = None
-        while first is None:
-            yield from self._read()
-            if decoder.first_byte != _CONNECT_FIRST:
-                # MQTT-3.1.0-1: no need to wait for the body of a non-CONNECT.
-                raise ProtocolError("first packet is not CONNECT (MQTT-3.1.0-1)")
-            try:
-                first = decoder.next_packet()
-            except PacketTooLarge:
-                self.broker.stats.connect_too_large += 1
-                raise
-        if not isinstance(first, Connect):
-            raise ProtocolError("first packet is not CONNECT (MQTT-3.1.0-1)")
-        self.deadline = math.inf  # a slow login or disk is not the client's delay
-        keep_alive = yield from self._connect(first)
-        decoder.max_packet_size = self.max_packet_size  # authenticated now
-        decoder.mqtt31 = first.protocol_level == 3
-        return keep_alive
-
-    def _connect(self, pkt: Connect) -> Generator[object, None, int]:
-        broker, write = self.broker, self.outlet.write
-        if (pkt.protocol_name, pkt.protocol_level) not in (("MQTT", 4), ("MQIsdp", 3)):
-            write(_connack(ConnackCode.UNACCEPTABLE_PROTOCOL_VERSION))  # MQTT-3.1.2-2
-            raise _Close(f"unsupported protocol level {pkt.protocol_level}", abnormal=False)
-        client_id = pkt.client_id
-        if not client_id:
-            if not pkt.clean_session:
-                write(_connack(ConnackCode.IDENTIFIER_REJECTED))  # MQTT-3.1.3-8
-                raise _Close("empty client id with clean_session=0", abnormal=False)
-            client_id = broker.assign_client_id()  # MQTT-3.1.3-6
-        self.client_id = client_id
-        will = pkt.will
-        if will is not None:
-            lim = self.limits
-            if topic_limit_problem(will.topic, lim.max_topic_levels, lim.max_topic_length):
-                raise TopicTooLong("will topic over --mqtt-max-topic-levels/-length")
-        if self.tls_identity is not None:
-            # --tls-identity-as-username (Mosquitto's use_identity_as_username): the verified
-            # certificate is the credential and its name the user; CONNECT's are ignored.
-            self.username = self.tls_identity
-        else:
-            self._ok = False
-            yield Authenticate(pkt.username, pkt.password)  # off the event loop
-            if not self._ok:
-                broker.stats.auth_failures += 1
-                # 3.2.2.3: 4 = bad user name or password, 5 = not authorized (none given).
-                write(_connack(ConnackCode.BAD_USERNAME_OR_PASSWORD if pkt.username is not None
-                               else ConnackCode.NOT_AUTHORIZED))  # fmt: skip
-                raise _Close("authentication failed", abnormal=False)
-            self.username = pkt.username
-        self.grants = Grants(self._perms, self.username, client_id)
-        if not broker.session_room(client_id):
-            broker.stats.sessions_refused += 1
-            write(_connack(ConnackCode.SERVER_UNAVAILABLE))  # 3.2.2.3
-            raise _Close(f"--mqtt-max-sessions ({self.limits.max_sessions}) reached",
-                         abnormal=False)  # fmt: skip
-        old = broker.sessions.get(client_id)
-        if old is not None and old.conn is not None:
-            conn = old.conn
-            old.conn = None  # from here on the old connection delivers nothing
-            old.replay = None
-            broker.stats.takeovers += 1
-            other = getattr(conn, "protocol", None)
-            if isinstance(other, MqttProtocol):
-                if not old.clean and not pkt.clean_session and other.will is not None:
-                    # A persistent session taken over by a persistent one continues: its
-                    # will is not published (Mosquitto 2; MQTT 5 does the same).
-                    other.will = None
-                    broker.stats.wills_skipped += 1
-                other.take_over()
-        s, present, staged = broker.open_session(client_id, pkt.clean_session,
-                                                 self.username or "")
-        # CONNACK waits for a commit when it depends on one: the session record (new, or
-        # a clean session replacing a durable one) exists before CONNACK; a resumed
-        # durable session may have state that an earlier connection staged in a round
-        # still open (QoS 2 packet ids, PUBREL obligations that ``resend`` sends below).
-        if staged or (present and s.store is not None):
-            broker.connecting[client_id] = self
-            try:
-                yield from self._commit()
-            finally:
-                newest = broker.connecting.get(client_id) is self
-                if newest:
-                    del broker.connecting[client_id]
-            if not newest or broker.sessions.get(client_id) is not s or s.conn is not None:
-                broker.stats.takeovers += 1  # (the newer CONNECT found no connection to end)
-                raise _Close("session taken over during CONNECT", by_broker=True)
-        self.session = self._h.session = s
-        self._h.grants = self.grants
-        self.will = pkt.will
-        # MQTT 3.1 (level 3) has no session-present flag: that byte is reserved there.
-        write(_connack(ConnackCode.ACCEPTED, present and pkt.protocol_level == 4))
-        s.conn = self.outlet
-        s.offline_since = None  # attached: no session expiry (Broker.expire_sessions)
-        broker.set_acl(s, self.grants)
-        if self._perms.active and (s.queue or s.inflight):
-            unreadable = broker.drop_unreadable(s)
-            if unreadable:
-                self._perms.counters["mqtt_queued_dropped"] += unreadable
-                yield KICK
-        s.resend()
-        return pkt.keep_alive
+            raise CloseConnection(f"commit failed: {exc}")
 
     # -------------------------------------------------------------------- bursts
     def _serve(self, keep_alive: int) -> Generator[object, None, None]:
@@ -462,7 +338,7 @@ class MqttProtocol:
                 self.deadline = inf
                 if self._ready:
                     yield SEND  # the burst before DISCONNECT is answered in full
-                raise _Close("client sent DISCONNECT", abnormal=False)
+                raise CloseConnection("client sent DISCONNECT", abnormal=False)
             if budget != BURST_SLICE or sliced or self.deadline == inf:
                 # A complete packet restarts the keep-alive, as in Mosquitto; bytes of
                 # an unfinished one do not (MQTT-3.1.2-24: a client that dribbles a

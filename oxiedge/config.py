@@ -473,6 +473,6 @@ _PARSERS: dict[str, Any] = {
     "login_hash_threads": lambda n, v: parse_positive_int(n, v, 1),
     "login_delay_max": lambda n, v: parse_seconds(n, v, 0.0),
     "login_track_max": lambda n, v: parse_positive_int(n, v, 16),
-    "blocked_keepalive": lambda n, v: parse_keepalive(n, v),
+    "blocked_keepalive": parse_keepalive,
     "busy_poll_us": lambda n, v: _at_most(n, parse_positive_int(n, v, 0), 1000),
 }

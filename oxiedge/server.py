@@ -217,24 +217,31 @@ async def _serve_app(app: App, tls: TlsManager | None, routes: list[Route],
                    ports["mqtt"] is not None or tls_ports["mqtt"] is not None,
                    ports["amqp"] is not None or tls_ports["amqp"] is not None)
     handlers = core_handlers(app, parts.status)
-    blocked.set_keepalive(config.blocked_keepalive)
-    hot = hot_loop()
-    if hot is not None:
-        committer = app.store.committer
-        hot.busy_poll(config.busy_poll_us, lambda: committer.sync_started is not None)
-        parts.status["hot_loop"] = hot
-        if config.busy_poll_us:
-            log.info("busy-poll on - up to %d µs before the event loop sleeps",
-                     config.busy_poll_us)
-    elif config.busy_poll_us:
-        log.warning("--busy-poll-us %d ignored: no hot loop (OXIEDGE_HOT_LOOP=0, or a trio"
-                    " or platform it does not know)", config.busy_poll_us)
+    _tune_transport(app, parts)
     with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals, \
             trio.open_signal_receiver(signal.SIGHUP) as hangups:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(_stop_on_signal, signals, nursery.cancel_scope, log)
             nursery.start_soon(_reload_on_hangup, hangups, app, tls)
             await _start(app, parts, nursery, handlers, uplinks, ports, tls_ports)
+
+
+def _tune_transport(app: App, parts: Parts) -> None:
+    """The transport loop's settings: the blocked keep-alive, the hot loop's busy-poll
+    (and its ``oxiedge status`` section)."""
+    config, log = app.config, app.log
+    blocked.set_keepalive(config.blocked_keepalive)
+    hot = hot_loop()
+    if hot is None:
+        if config.busy_poll_us:
+            log.warning("--busy-poll-us %d ignored: no hot loop (OXIEDGE_HOT_LOOP=0, or a"
+                        " trio or platform it does not know)", config.busy_poll_us)
+        return
+    committer = app.store.committer
+    hot.busy_poll(config.busy_poll_us, lambda: committer.sync_started is not None)
+    parts.status["hot_loop"] = hot
+    if config.busy_poll_us:
+        log.info("busy-poll on - up to %d µs before the event loop sleeps", config.busy_poll_us)
 
 
 async def _reload_on_hangup(hangups: Any, app: App, tls: TlsManager | None) -> None:

@@ -264,7 +264,7 @@ class HotLoop(trio.abc.Instrument):
         poll = self._ep.poll
         ready = poll(0)
         if ready:
-            self._hits += (1.0 - self._hits) * _HIT_WEIGHT
+            self._note_wait(True)
             return ready
         clock = time.perf_counter
         start = clock()
@@ -276,13 +276,16 @@ class HotLoop(trio.abc.Instrument):
                 os.sched_yield()
                 ready = poll(0)
                 if ready:
-                    self._hits += (1.0 - self._hits) * _HIT_WEIGHT
+                    self._note_wait(True)
                     return ready
             wait -= clock() - start
         ready = poll(wait if wait > 0 else 0)
-        hit = 1.0 if ready and clock() - start < spin else 0.0
-        self._hits += (hit - self._hits) * _HIT_WEIGHT
+        self._note_wait(bool(ready) and clock() - start < spin)
         return ready
+
+    def _note_wait(self, within_spin: bool) -> None:
+        """One wait into the moving average the busy-poll's gate reads."""
+        self._hits += (within_spin - self._hits) * _HIT_WEIGHT
 
     def _shut_down(self) -> None:
         self.broken = True

@@ -21,6 +21,9 @@ machine), the median of ``--repeats`` runs of ``--count`` messages (and the min 
 ``--pace MS`` sleeps MS between messages and times each one (wall clock, median): the
 path with cold caches, as at the 1 msg/ms of ``mqtt-qos1-latency-paho``, where it costs
 several times its back-to-back figure (noisy: it depends on what else ran on the core).
+``--spin`` paces by busy-waiting instead of sleeping: the same pace on a CPU that never
+goes idle (on a VM the sleep halts the vCPU; the gap between the two is what the halt
+costs the next message, bench/README.md "Session 17").
 ``--profile CASE`` runs that case once under cProfile instead and prints the top functions.
 ``--tree DIR`` imports oxiedge from DIR (e.g. a ``git archive`` of main in /tmp) for a
 "before" figure in the same invocation. A profiling helper only; the server never
@@ -194,16 +197,24 @@ def make_case(case: str, h: Harness, payload: bytes) -> Callable[[int], None]:
     return one1
 
 
-def timed(one: Callable[[int], None], count: int, pace: float) -> float:
+def _spin_sleep(seconds: float) -> None:
+    """``--spin``: wait without letting the CPU go idle."""
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        pass
+
+
+def timed(one: Callable[[int], None], count: int, pace: float, spin: bool = False) -> float:
     """µs per message: CPU time of ``count`` back to back; with ``pace`` (seconds between
-    messages, as a 1 msg/ms latency client sends them) the median wall time of one."""
+    messages, as a 1 msg/ms latency client sends them) the median wall time of one, the
+    pause slept (or, with ``spin``, busy-waited)."""
     if not pace:
         t0 = time.process_time()  # CPU time: load on a shared VM moves it less
         for i in range(count):
             one(i)
         return (time.process_time() - t0) / count * 1e6
     each = []
-    clock, sleep = time.perf_counter_ns, time.sleep
+    clock, sleep = time.perf_counter_ns, (_spin_sleep if spin else time.sleep)
     for i in range(count):
         sleep(pace)
         t0 = clock()
@@ -220,6 +231,8 @@ def main() -> None:
     p.add_argument("--payload", type=int, default=100)
     p.add_argument("--pace", type=float, default=0.0,
                    help="ms between messages (cold caches, as at 1 msg/ms); wall time")
+    p.add_argument("--spin", action="store_true",
+                   help="with --pace: busy-wait between messages instead of sleeping")
     p.add_argument("--profile", choices=CASES)
     p.add_argument("--tree", help="import oxiedge from this directory")
     a = p.parse_args()
@@ -242,7 +255,8 @@ def main() -> None:
             for case in a.case or CASES:
                 h = Harness(store, m)
                 one = make_case(case, h, payload)
-                times = [timed(one, a.count, a.pace / 1e3) for _ in range(a.repeats)]
+                times = [timed(one, a.count, a.pace / 1e3, a.spin)
+                         for _ in range(a.repeats)]
                 print(f"{case:9s} {statistics.median(times):6.2f} µs/msg  "
                       f"(min {min(times):.2f}, max {max(times):.2f}; "
                       f"{a.repeats} x {a.count})")

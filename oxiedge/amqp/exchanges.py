@@ -12,6 +12,7 @@ RabbitMQ's do.
 
 from __future__ import annotations
 
+import hashlib
 from typing import TYPE_CHECKING, Any
 
 from oxiedge.amqp.routeindex import RouteIndex
@@ -23,10 +24,16 @@ if TYPE_CHECKING:
 SUPPORTED_TYPES = ("direct", "fanout", "topic", "headers")
 
 
-def args_key(arguments: dict[str, Any]) -> str:
-    """Binding arguments in a canonical form: part of a binding's identity (RabbitMQ binds
-    the same queue to a headers exchange several times with different arguments)."""
-    return repr(sorted((k, repr(v)) for k, v in arguments.items())) if arguments else ""
+def args_key(arguments: dict[str, Any]) -> bytes:
+    """Binding arguments as part of a binding's identity (RabbitMQ binds the same queue to
+    a headers exchange several times with different arguments): a 128-bit BLAKE2b digest
+    of their canonical form (sorted, each value's ``repr``, so ``b"1"``, ``"1"`` and ``1``
+    differ), ``b""`` for none. A digest, not the canonical string itself: a big table's
+    string was about as long as its ``repr`` and kept for the binding's life."""
+    if not arguments:
+        return b""
+    canonical = repr(sorted((k, repr(v)) for k, v in arguments.items()))
+    return hashlib.blake2b(canonical.encode("utf-8", "surrogatepass"), digest_size=16).digest()
 
 
 def headers_match(arguments: dict[str, Any], headers: dict[str, Any]) -> bool:
@@ -101,7 +108,7 @@ class Binding:
         self.arguments = arguments
         self.doc_id: int | None = None
         identity = args_key(arguments)
-        self.key = (queue.name, routing_key + identity)
+        self.key = (queue.name, routing_key, identity)
         self.cost = binding_cost(arguments, identity)
 
 
@@ -155,10 +162,10 @@ class Exchange:
         self.alternate: str | None = None
         self.builtin = builtin
         self.doc_id: int | None = None
-        self.bindings: dict[tuple[str, str], Binding] = {}  # (queue name, key) -> binding
+        self.bindings: dict[tuple[str, str, bytes], Binding] = {}  # Binding.key -> binding
         #: (destination exchange, key) -> binding, where this exchange is the source
         self.xbindings: dict[tuple[str, str], ExchangeBinding] = {}
-        self._by_queue: dict[str, set[tuple[str, str]]] = {}  # queue name -> binding keys
+        self._by_queue: dict[str, set[tuple[str, str, bytes]]] = {}  # queue name -> binding keys
         #: names of the exchanges with e2e bindings into this one (kept by the broker)
         self.sources: set[str] = set()
         self._index: RouteIndex[Queue] = RouteIndex(type)  # unused by a headers exchange
@@ -190,7 +197,7 @@ class Exchange:
         self._cache.clear()
         return True
 
-    def _forget(self, k: tuple[str, str]) -> Binding:
+    def _forget(self, k: tuple[str, str, bytes]) -> Binding:
         b = self.bindings.pop(k)
         self.shared.bindings -= 1
         self.shared.argument_bytes -= b.cost
@@ -205,7 +212,7 @@ class Exchange:
 
     def remove(self, queue_name: str, routing_key: str,
                arguments: dict[str, Any] | None = None) -> Binding | None:
-        k = (queue_name, routing_key + args_key(arguments or {}))
+        k = (queue_name, routing_key, args_key(arguments or {}))
         if k not in self.bindings:
             return None
         self._cache.clear()

@@ -46,7 +46,7 @@ def _table(n: int, tag: str = "") -> dict[str, Any]:
 
 
 def test_cost_follows_the_objects_not_the_wire() -> None:
-    assert table_cost({}) == 0 and binding_cost({}, "") == 0
+    assert table_cost({}) == 0 and binding_cost({}, b"") == 0
     # Two tables of nearly the same encoded size, very different in memory: the cost
     # tells them apart (measured: ~2x and ~14x their encoded size).
     one_string = {"a": "x" * 56_000}
@@ -151,3 +151,28 @@ def test_a_recovered_binding_carries_its_own_cost(broker: Broker) -> None:
     assert _used(broker) == b.cost > 0
     broker.unbind(q, "h", "", {"x-match": "all", "a": "b"})
     assert _used(broker) == 0
+
+
+def test_a_binding_identity_is_a_digest_and_keeps_key_and_arguments_apart(
+        broker: Broker) -> None:
+    # The identity is 16 bytes whatever the table: a binding of 8000 keys no longer keeps
+    # a second string as long as its repr (~100 KB) beside its arguments.
+    big = _table(8000)
+    assert len(args_key(big)) == 16 and args_key({}) == b""
+    assert args_key(big) == args_key(dict(reversed(list(big.items()))))  # order-free
+    assert args_key({"a": b"1"}) != args_key({"a": "1"}) != args_key({"a": 1})
+    assert binding_cost(big, args_key(big)) < table_cost(big) + 64
+    # The routing key and the arguments are separate parts of the identity: a routing key
+    # that spells out the old canonical form of a table did collide with an empty key
+    # bound with that table (routing_key + canonical string).
+    _headers(broker, "h")
+    q = _queue(broker, "q")
+    table = {"x-match": "all", "a": "b"}
+    spelled = repr(sorted((k, repr(v)) for k, v in table.items()))
+    broker.bind(q, "h", "", table)
+    broker.bind(q, "h", spelled, {})
+    x = broker.exchanges["h"]
+    assert len(x.bindings) == 2
+    broker.unbind(q, "h", spelled, {})
+    (left,) = x.bindings.values()
+    assert left.routing_key == "" and left.arguments == table

@@ -50,7 +50,7 @@ def refused(conn: pika.BlockingConnection, call: Callable[[Any], Any]) -> str:
 def test_a_table_past_the_budget_is_406_and_a_refund_makes_room(
         start_server: Callable[..., ServerProcess]) -> None:
     srv = start_server("--mqtt-port", "off", "--amqp-max-arguments-bytes", "64KiB")
-    first, second = headers_table("a", 300), headers_table("b", 300)
+    first, second = headers_table("a", 400), headers_table("b", 400)
     assert cost_of(first) < LIMIT < cost_of(first) + cost_of(second)
     conn = connect(srv)
     other = conn.channel()  # stays usable through every refusal below

@@ -45,15 +45,13 @@ def headers_match(arguments: dict[str, Any], headers: dict[str, Any]) -> bool:
         mode = mode.decode("utf-8", "replace")
     with_x = mode in ("all-with-x", "any-with-x")
     want_all = mode in ("all", "all-with-x")
-    hit = False
     for key, value in arguments.items():
         if key == "x-match" or (key.startswith("x-") and not with_x):
             continue
-        ok = key in headers and (value is None or headers[key] == value)
-        if want_all and not ok:
-            return False
-        hit = hit or ok
-    return True if want_all else hit
+        ok = key in headers and (value is None or bool(headers[key] == value))
+        if ok is not want_all:
+            return ok  # "all": the first miss decides; "any": the first hit
+    return want_all
 _CACHE_LIMIT = 4096
 #: What one cached route costs beyond its key's characters (dict slot, list, str header).
 _ENTRY_COST = 96

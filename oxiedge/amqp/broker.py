@@ -32,6 +32,7 @@ from oxiedge.amqp.exchanges import (
     ExchangesShared,
     binding_row,
     exchange_binding_row,
+    x_match_error,
 )
 from oxiedge.amqp.publish import PublishPath
 from oxiedge.amqp.queues import ByteLimitedQueue, Queue, QueuedMessage
@@ -377,6 +378,8 @@ class Broker(PublishPath):
         if arguments and x.type != "headers":
             raise AmqpError(NOT_IMPLEMENTED,
                             f"binding argument '{next(iter(arguments))}' is not implemented")
+        if x.type == "headers" and (why := x_match_error(arguments)):
+            raise AmqpError(PRECONDITION_FAILED, why, 50, 20)
         b = Binding(x.name, q, routing_key, dict(arguments))
         if not x.has(b):  # (re-binding an existing one stays fine at either bound)
             if self.exchanges_shared.bindings >= self.max_bindings:

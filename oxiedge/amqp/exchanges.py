@@ -7,7 +7,8 @@ for routing (:mod:`oxiedge.amqp.routeindex`: a dict for direct, a trie for topic
 matches are cached per routing key (the cache is cleared whenever a binding changes), so a
 steady stream of publishes costs one dict lookup per message and a new routing key costs
 its match, not a scan of every binding. Headers exchanges scan their bindings, as
-RabbitMQ's do.
+RabbitMQ's do; each test walks the smaller of the binding's arguments and the message's
+headers (``headers_match``).
 """
 
 from __future__ import annotations
@@ -36,22 +37,74 @@ def args_key(arguments: dict[str, Any]) -> bytes:
     return hashlib.blake2b(canonical.encode("utf-8", "surrogatepass"), digest_size=16).digest()
 
 
-def headers_match(arguments: dict[str, Any], headers: dict[str, Any]) -> bool:
-    """Headers-exchange matching (RabbitMQ): ``x-match`` ``all`` (default) or ``any`` over
-    the binding's arguments not starting with ``x-`` (``all-with-x``/``any-with-x`` include
-    them); an argument without a value (void) matches the mere presence of the header."""
+#: The ``x-match`` values RabbitMQ accepts on a headers binding.
+X_MATCH_MODES = ("all", "any", "all-with-x", "any-with-x")
+
+
+def x_match_error(arguments: dict[str, Any]) -> str | None:
+    """Why a headers binding's ``x-match`` is refused (RabbitMQ: 406 on the bind), or None."""
+    mode = arguments.get("x-match", "all")
+    if isinstance(mode, bytes):
+        mode = mode.decode("utf-8", "replace")
+    if mode in X_MATCH_MODES:
+        return None
+    return (f"invalid x-match field value {mode!r}; expected all, any, all-with-x, "
+            "or any-with-x")
+
+
+def headers_spec(arguments: dict[str, Any]) -> tuple[bool, bool, int]:
+    """What a headers binding tests, worked out once when it is made: (``x-match`` is
+    all or all-with-x, ``x-`` arguments are compared, how many arguments are compared).
+    An ``x-match`` from before it was checked at bind time counts as ``any``."""
     mode = arguments.get("x-match", "all")
     if isinstance(mode, bytes):
         mode = mode.decode("utf-8", "replace")
     with_x = mode in ("all-with-x", "any-with-x")
-    want_all = mode in ("all", "all-with-x")
-    for key, value in arguments.items():
-        if key == "x-match" or (key.startswith("x-") and not with_x):
+    tests = sum(1 for key in arguments if _compared(key, with_x))
+    return mode in ("all", "all-with-x"), with_x, tests
+
+
+def _compared(key: str, with_x: bool) -> bool:
+    return key != "x-match" and (with_x or not key.startswith("x-"))
+
+
+def headers_match(arguments: dict[str, Any], headers: dict[str, Any],
+                  spec: tuple[bool, bool, int] | None = None) -> bool:
+    """Headers-exchange matching (RabbitMQ): ``x-match`` ``all`` (default) or ``any`` over
+    the binding's arguments not starting with ``x-`` (``all-with-x``/``any-with-x`` include
+    them); an argument without a value (void) matches the mere presence of the header.
+
+    ``spec`` is ``headers_spec(arguments)``, kept by the binding. Every publish to a headers
+    exchange tests every binding, so one test walks the smaller of the two tables and looks
+    each key up in the other: a huge binding costs a publish only as much as the message's
+    own headers (it used to cost a walk of all its keys, 1.2 ms for 8000)."""
+    want_all, with_x, tests = spec if spec is not None else headers_spec(arguments)
+    if want_all and tests > len(headers):
+        return False  # fewer headers than arguments to hold
+    if not want_all and not tests:
+        return False  # any of nothing
+    if len(headers) < len(arguments):
+        held = 0
+        for key, got in headers.items():
+            if key not in arguments or not _compared(key, with_x):
+                continue
+            want = arguments[key]
+            if want is None or bool(got == want):
+                if not want_all:
+                    return True
+                held += 1
+            elif want_all:
+                return False
+        return want_all and held == tests
+    for key, want in arguments.items():
+        if not _compared(key, with_x):
             continue
-        ok = key in headers and (value is None or bool(headers[key] == value))
+        ok = key in headers and (want is None or bool(headers[key] == want))
         if ok is not want_all:
             return ok  # "all": the first miss decides; "any": the first hit
     return want_all
+
+
 _CACHE_LIMIT = 4096
 #: What one cached route costs beyond its key's characters (dict slot, list, str header).
 _ENTRY_COST = 96
@@ -96,7 +149,8 @@ class Binding:
     charged against ``--amqp-max-arguments-bytes`` (``tablecost``), refunded when it goes.
     """
 
-    __slots__ = ("arguments", "cost", "doc_id", "exchange", "key", "queue", "routing_key")
+    __slots__ = ("arguments", "cost", "doc_id", "exchange", "key", "queue", "routing_key",
+                 "spec")
 
     def __init__(self, exchange: str, queue: Queue, routing_key: str,
                  arguments: dict[str, Any]) -> None:
@@ -108,6 +162,8 @@ class Binding:
         identity = args_key(arguments)
         self.key = (queue.name, routing_key, identity)
         self.cost = binding_cost(arguments, identity)
+        #: ``headers_spec`` of the arguments (used only on a headers exchange)
+        self.spec = headers_spec(arguments)
 
 
 class ExchangeBinding:
@@ -270,7 +326,7 @@ class Exchange:
         """Queues of a headers exchange whose binding arguments match ``headers``."""
         seen: dict[int, Queue] = {}
         for b in self.bindings.values():
-            if headers_match(b.arguments, headers):
+            if headers_match(b.arguments, headers, b.spec):
                 seen.setdefault(id(b.queue), b.queue)
         return list(seen.values())
 

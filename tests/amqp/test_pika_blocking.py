@@ -537,3 +537,8 @@ def test_headers_exchange(conn: Any) -> None:
     ch.queue_unbind("h-any", "hx", arguments={"x-match": "any", "kind": "temp", "site": 7})
     ch.basic_publish("hx", "", b"after", pika.BasicProperties(headers={"kind": "temp"}))
     assert bodies(ch, "h-any") == []
+
+    with pytest.raises(ChannelClosedByBroker) as info:  # RabbitMQ checks x-match on the bind
+        ch.queue_bind("h-any", "hx", arguments={"x-match": "some", "kind": "temp"})
+    assert info.value.reply_code == 406
+    assert "invalid x-match" in info.value.reply_text

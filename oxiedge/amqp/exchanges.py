@@ -41,11 +41,15 @@ def args_key(arguments: dict[str, Any]) -> bytes:
 X_MATCH_MODES = ("all", "any", "all-with-x", "any-with-x")
 
 
+def _x_match(arguments: dict[str, Any]) -> Any:
+    """A binding's ``x-match`` (``all`` when absent; a longstr as text)."""
+    mode = arguments.get("x-match", "all")
+    return mode.decode("utf-8", "replace") if isinstance(mode, bytes) else mode
+
+
 def x_match_error(arguments: dict[str, Any]) -> str | None:
     """Why a headers binding's ``x-match`` is refused (RabbitMQ: 406 on the bind), or None."""
-    mode = arguments.get("x-match", "all")
-    if isinstance(mode, bytes):
-        mode = mode.decode("utf-8", "replace")
+    mode = _x_match(arguments)
     if mode in X_MATCH_MODES:
         return None
     return (f"invalid x-match field value {mode!r}; expected all, any, all-with-x, "
@@ -56,9 +60,7 @@ def headers_spec(arguments: dict[str, Any]) -> tuple[bool, bool, int]:
     """What a headers binding tests, worked out once when it is made: (``x-match`` is
     all or all-with-x, ``x-`` arguments are compared, how many arguments are compared).
     An ``x-match`` from before it was checked at bind time counts as ``any``."""
-    mode = arguments.get("x-match", "all")
-    if isinstance(mode, bytes):
-        mode = mode.decode("utf-8", "replace")
+    mode = _x_match(arguments)
     with_x = mode in ("all-with-x", "any-with-x")
     tests = sum(1 for key in arguments if _compared(key, with_x))
     return mode in ("all", "all-with-x"), with_x, tests

@@ -14,11 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from .durations import parse_duration
+from .errors import ConfigError
 from .sizes import parse_memory_watermark, parse_size
-
-
-class ConfigError(ValueError):
-    """An invalid setting; the message names the option and the bad value."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..config import ConfigError
+from ..errors import ConfigError
 from ..mqtt.topics import topic_filter_problem
 from ..store import StoreError, validate_collection_name
 

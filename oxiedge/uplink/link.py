@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from typing import Protocol
 from urllib.parse import unquote, urlsplit
 
-from ..config import ConfigError
+from ..errors import ConfigError
 from ..topicmap import mqtt_to_routing_key, routing_key_to_mqtt
 
 SCHEMES = {"amqp": 5672, "amqps": 5671, "mqtt": 1883, "mqtts": 8883}

@@ -82,7 +82,7 @@ def put_sync(d: Path, seconds: float) -> dict[str, float]:
     db = open_db(d / "putsync")
     cf = db.get_column_family("docs")
     wo = WriteOptions()
-    wo.sync = True  # a property; set_sync() does not exist (STORAGE-NOTES.md)
+    wo.sync = True  # a property; set_sync() does not exist (docs/storage.md)
     body = json.dumps(DOC).encode()
     lat: list[float] = []
     cpu0 = time.process_time()

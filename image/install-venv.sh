@@ -2,7 +2,8 @@
 # Install oxiedge into a virtual environment at ROOT/opt/oxiedge, entirely from the host:
 # wheels for the TARGET architecture (pip --platform, binary wheels only), byte-code
 # compiled on the host with the same Python minor version as the target's /usr/bin/python3.
-# Running pip inside an emulated chroot leaks host settings and fails TLS (IMAGE-NOTES.md).
+# Running pip inside an emulated chroot leaks host settings and fails TLS
+# (docs/appliance.md, "Why the image is built this way").
 #
 #   image/install-venv.sh ROOT ARCH WHEEL [REQUIREMENT...]
 #     ARCH: arm64 | amd64 (Debian names); WHEEL: the project's wheel (pip wheel --no-deps).

@@ -1,6 +1,6 @@
 """``oxiedge serve`` configuration: flags win over environment variables, which win over defaults.
 
-Every option of the external contract (DESIGN.md) is one field here, with one flag and one
+Every option of README's option table is one field here, with one flag and one
 ``OXIEDGE_*`` variable. ``Config.resolve`` is the single place that reads the environment.
 """
 

@@ -2,7 +2,7 @@
 
 Start-up order is part of the contract: open the store, recover every broker's durable state,
 and only then bind the listeners, so a port that accepts connections always serves recovered
-state. Start-up lines (exact prefixes, see DESIGN.md) go to stderr; ``oxiedge ready`` is last,
+state. Start-up lines (exact prefixes: README) go to stderr; ``oxiedge ready`` is last,
 and it is also when systemd hears READY=1.
 """
 
@@ -278,8 +278,8 @@ async def _start(app: App, parts: Parts, nursery: trio.Nursery, handlers: dict[s
     await nursery.start(ingest.run)  # retention, resumed index builds
     if "mqtt_amqp" in parts.status:  # both brokers: amq.topic <-> MQTT through the bus
         log.info("MQTT-AMQP bridge on - amq.topic")
-    # Recovery of everything before any port opens (DESIGN.md: "Recovery runs before any
-    # listener accepts a connection").
+    # Recovery of everything before any port opens (README: "Recovery finishes before any
+    # port opens").
     for service in app.services.values():
         await service.recover()
     # Uplink outboxes are recovered here too; links connect on their own schedule.

@@ -1,4 +1,4 @@
-"""How AMQP state maps onto the store (STORAGE-NOTES.md, DESIGN.md "documents").
+"""How AMQP state maps onto the store (docs/storage.md, docs/amqp.md "Durability").
 
 * Durable queues, durable exchanges and bindings between durable things are documents in
   the ``_amqp`` collection with ``_kind`` ``queue`` / ``exchange`` / ``bind``.  A queue

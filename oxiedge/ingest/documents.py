@@ -1,4 +1,4 @@
-"""Documents: what an MQTT payload becomes when a route ingests it (DESIGN.md).
+"""Documents: what an MQTT payload becomes when a route ingests it (README "Ingest documents").
 
 A JSON-object payload is the document; any other payload becomes ``{"payload": value}`` —
 the JSON value, else the UTF-8 text, else base64 with ``"_payload_encoding": "base64"``.

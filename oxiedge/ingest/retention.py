@@ -16,7 +16,7 @@ the first younger one (ingest assigns ``_received_at`` in ``_id`` order). Docume
 a numeric ``_received_at`` (not from ingest) are left to ``max_docs``.
 
 Each collection keeps a *floor*, the smallest ``_id`` that may still exist, so a round
-seeks past the tombstones of earlier rounds instead of walking them (STORAGE-NOTES.md). The
+seeks past the tombstones of earlier rounds instead of walking them (docs/storage.md). The
 floors start at 0 after a restart (one walk, then they are exact again).
 """
 

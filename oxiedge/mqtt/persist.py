@@ -2,7 +2,7 @@
 
 Layout (keys start with a kind byte; ``owner`` is the session's 8-byte big-endian number,
 ``seq`` the per-session 8-byte big-endian message number; values are compact binary,
-never JSON or pickle, see STORAGE-NOTES.md):
+never JSON or pickle, see docs/storage.md):
 
 ==========================  ==================================================  ==========
 key                          value                                               doc kind

@@ -3,16 +3,22 @@
 Theory of operation
 -------------------
 Writers *stage* operations into the pending ``WriteBatch`` (synchronously, no await) and then
-``await commit()``, which waits for the round that contains everything staged so far. One
-committer task runs the rounds: it swaps the pending batch for an empty one, writes it with an
-unsynced ``db.write`` (microseconds, in the event-loop thread), then makes it durable with
-``flush_wal(True)`` in a worker thread. ``flush_wal`` issues the same ``write``/``fdatasync``
-calls as a synced write but releases the GIL, whereas a synced ``write`` would hold the GIL
-through the fsync and freeze the event loop (STORAGE-NOTES.md). Then every waiter of the round
-is woken through one shared event.
+``await commit()``, which waits for the round that contains everything staged so far. A round
+swaps the pending batch for an empty one, writes it with an unsynced ``db.write``
+(microseconds, in the event-loop thread), then makes it durable with ``flush_wal(True)`` in
+the sync thread (``_SyncThread``). ``flush_wal`` issues the same ``write``/``fdatasync`` calls
+as a synced write but releases the GIL, whereas a synced ``write`` would hold the GIL through
+the fsync and freeze the event loop (docs/storage.md). Then every waiter of the round is
+woken through one shared event.
 
-* A lone writer is committed at once: ``commit()`` wakes the committer, no timer.
-* Writers arriving while a sync runs stage into the next batch and share the next round.
+* The first ``commit()`` that finds no sync in flight leads the round: it starts it in its
+  own task and waits for the sync thread's wake-up fd itself, so a lone writer is committed
+  at once, with no timer and no hop through another task.
+* Writers arriving while a sync runs stage into the next batch and share the next round,
+  which the finishing round starts at once.
+* The committer task (``run``) starts the rounds that only ``kick()`` asked for, finishes
+  the syncs nobody leads (a round started as the previous one finished, a cancelled leader)
+  and commits what is left at shutdown.
 * If the write or the sync fails, every waiter of that round gets ``CommitError`` and the
   committer refuses all later rounds: an fsync failure is never retried (the kernel may have
   dropped the dirty pages), so nothing written after it may be acknowledged either.

@@ -4,7 +4,7 @@ Theory of operation
 -------------------
 oxiedge keeps a single RocksDB in ``<data>/db`` in raw mode (keys and values are bytes; no
 pickle). Column families group records by *kind*, never by queue or collection (many column
-families multiply memtables and RSS, see STORAGE-NOTES.md):
+families multiply memtables and RSS, see docs/storage.md):
 
 ``meta``  collection catalog and id high-water marks
 ``docs``  JSON documents, key = collection id (4 bytes BE) + ``_id`` (8 bytes BE)
@@ -75,7 +75,7 @@ def _family_options(profile: MemoryProfile, cache: Cache, churning: bool) -> Opt
     opts.set_compression_type(DBCompressionType.lz4())
     if churning:
         # Compact files whose sliding window of 1000 entries holds >= 500 deletions, or
-        # whose deletion ratio exceeds one half (STORAGE-NOTES.md: tombstone walks).
+        # whose deletion ratio exceeds one half (docs/storage.md: tombstones).
         opts.add_compact_on_deletion_collector_factory(1000, 500, 0.5)
     return opts
 

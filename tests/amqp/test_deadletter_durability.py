@@ -12,7 +12,7 @@ from tests.amqp.conftest import bodies, connect, wait_queue_gone
 
 
 def test_sigkill_while_rejecting_loses_and_duplicates_nothing(start_server: Any) -> None:
-    """dlx + DESIGN "an acknowledgement means on disk": rejected persistent messages move
+    """dlx + "an acknowledgement means on disk" (README): rejected persistent messages move
     from the source to the dead-letter queue in one batch, so a power cut in the middle of
     a stream of rejects leaves each message in exactly one of the two queues."""
     n = 3000

@@ -111,7 +111,7 @@ def test_unit_follows_the_contract() -> None:
     # No capability at all: 1883 and 5672 are unprivileged ports.
     assert s["CapabilityBoundingSet"] == [""]
     assert s["AmbientCapabilities"] == [""]
-    # A broker must start without a network (IMAGE-NOTES lesson: 2.5 min stall).
+    # A broker must start without a network (docs/appliance.md: a 2.5 min stall).
     text = (SYSTEMD / "oxiedge.service").read_text()
     assert "network-online.target" not in "\n".join(
         line for line in text.splitlines() if not line.lstrip().startswith("#")
@@ -130,7 +130,7 @@ def test_env_example_uses_the_contract_names() -> None:
     names = re.findall(r"^#?(OXIEDGE_[A-Z_]+)=", (SYSTEMD / "oxiedge.env").read_text(), re.M)
     assert names, "the example documents no variable"
     assert set(names) <= known, set(names) - known
-    # The contract's table (DESIGN.md) is all there.
+    # The first variables of README's option table are all there.
     for name in ("OXIEDGE_BIND", "OXIEDGE_MQTT_PORT", "OXIEDGE_AMQP_PORT",
                  "OXIEDGE_MQTT_PERSIST", "OXIEDGE_MQTT_INGEST", "OXIEDGE_DATA"):
         assert name in names

@@ -1,7 +1,7 @@
 """Mosquitto's own broker tests (``test/broker`` of eclipse/mosquitto 2.0.x) as run against oxiedge.
 
 What is pinned, which scripts are in scope, and why every other one is not. oxiedge speaks
-MQTT 3.1.1 (``shared/DESIGN.md``) with one listener and its own user store, so the scripts
+MQTT 3.1.1 (``docs/mqtt.md``) with one listener and its own user store, so the scripts
 about MQTT 5, bridges, TLS, ACL/auth plugins, dynamic security, Mosquitto's password file
 format and Mosquitto-only configuration directives are excluded; each reason is printed
 into ``docs/conformance.md``. Scripts with both an MQTT 3.1.1 and an MQTT 5 variant run

@@ -314,7 +314,7 @@ def render(results: dict[str, dict[str, Any]]) -> str:
            "| --- | --- | ---: | ---: | ---: | ---: | ---: | --- | --- |"]
     out += [_suite_row(results[s.name]) for s in SUITES if s.name in results]
     out += ["", "## Exclusions", "",
-            "Only features outside oxiedge's AMQP scope (DESIGN.md) or harness limits. Counts "
+            "Only features outside oxiedge's AMQP scope (docs/amqp.md) or harness limits. Counts "
             "are tests deselected by each rule.", "",
             "| suite | rule (node-id regex) | reason | tests |", "| --- | --- | --- | ---: |"]
     for s in SUITES:

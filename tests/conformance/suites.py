@@ -3,7 +3,7 @@
 Each :class:`Suite` pins a PyPI sdist, names the test files that talk to a broker, the extra
 packages its tests import, the environment that carries the broker address, overlays that
 replace Docker-based fixtures, and the exclusions. An exclusion is allowed only for a feature
-outside oxiedge's AMQP scope (``shared/DESIGN.md``: one vhost ``/``, no
+outside oxiedge's AMQP scope (``docs/amqp.md``: one vhost ``/``, no
 management HTTP API, no tx / queue arguments yet) or for a harness limit
 (Docker, a public host); every one carries its reason into ``docs/conformance.md``. The
 server also listens for AMQPS on 5671 (a trustme CA of the runner's: ``tls_material``), so

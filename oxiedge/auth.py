@@ -162,6 +162,11 @@ class UserStore:
         """A copy of name -> encoded hash (to compare before and after a reload)."""
         return dict(self._users)
 
+    def hash_of(self, name: str) -> str | None:
+        """The stored hash of ``name`` (None: no such user), for callers that remember a
+        verified password and must notice when it changes (the HTTP listener)."""
+        return self._users.get(name)
+
     @property
     def has_users(self) -> bool:
         return bool(self._users)

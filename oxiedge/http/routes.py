@@ -1,0 +1,153 @@
+"""Which path does what, and who may ask (sans-IO).
+
+:class:`Router` is a table of ``(method, path pattern) -> (what it needs, handler)``. A
+pattern is a tuple of path segments, ``*`` matching any one (segments are compared after
+percent-decoding, so the vhost ``/`` is the segment ``%2F``). ``route`` answers an unknown
+path 404, a known path with another method 405 (with ``Allow``), and otherwise the route;
+``call`` runs a handler and turns :class:`~oxiedge.http.messages.BadRequest` into the 400
+naming the field - a handler never decides an error status by raising anything else.
+
+The handlers see the broker only through :class:`BrokerView`, which the listener's wiring
+implements over the same rows and status the admin socket serves.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from .access import Need, Principal
+from .messages import (
+    PROMETHEUS_TEXT,
+    BadRequest,
+    Request,
+    Response,
+    error_response,
+    json_response,
+    not_found,
+    text_response,
+)
+from .metrics import Snapshot, render, render_per_object
+
+Handler = Callable[[Request, Principal, tuple[str, ...]], Response]
+
+
+class BrokerView(Protocol):
+    """What the HTTP endpoints read of the running broker."""
+
+    node: str
+    cluster: str
+
+    def status(self) -> dict[str, Any]:
+        """``oxiedge status`` as the admin socket serves it."""
+
+    def rows(self, kind: str) -> list[dict[str, Any]] | None:
+        """An admin socket's rows (``queues``, ``exchanges``, ``bindings``, ``sessions``,
+        ``retained``); None when that broker is off."""
+
+    def snapshot(self) -> Snapshot:
+        """What one ``/metrics`` scrape renders."""
+
+    def durable_problem(self) -> str | None:
+        """Why durable writes do not work now (None: they do)."""
+
+    def not_ready(self) -> str | None:
+        """Why the broker is not ready (recovery, listeners, an alarm), or None."""
+
+    def listeners(self) -> list[dict[str, Any]]:
+        """``[{"protocol", "ip_address", "port"}]`` of the bound listeners."""
+
+
+@dataclass(frozen=True, slots=True)
+class Route:
+    methods: frozenset[str]
+    pattern: tuple[str, ...]
+    need: Need
+    handler: Handler
+
+    def match(self, segments: tuple[str, ...]) -> tuple[str, ...] | None:
+        if len(segments) != len(self.pattern):
+            return None
+        args = []
+        for want, got in zip(self.pattern, segments, strict=True):
+            if want == "*":
+                args.append(got)
+            elif want != got:
+                return None
+        return tuple(args)
+
+
+class Router:
+    """The route table (see the module docstring)."""
+
+    def __init__(self) -> None:
+        self.routes: list[Route] = []
+
+    def add(self, methods: str, path: str, need: Need, handler: Handler) -> None:
+        pattern = tuple(s for s in path.split("/") if s)
+        self.routes.append(Route(frozenset(methods.split()), pattern, need, handler))
+
+    def route(self, request: Request) -> tuple[Route, tuple[str, ...]] | Response:
+        allowed: set[str] = set()
+        for r in self.routes:
+            args = r.match(request.segments)
+            if args is None:
+                continue
+            method = "GET" if request.method == "HEAD" else request.method
+            if method in r.methods:
+                return r, args
+            allowed |= r.methods
+        if not allowed:
+            return not_found()
+        out = error_response(405, "method_not_allowed",
+                             f"{request.method} is not allowed here (allowed: "
+                             f"{', '.join(sorted(allowed))})")
+        out.headers.append(("allow", ", ".join(sorted(allowed))))
+        return out
+
+    @staticmethod
+    def call(route: Route, request: Request, who: Principal, args: tuple[str, ...]
+             ) -> Response:
+        try:
+            return route.handler(request, who, args)
+        except BadRequest as exc:
+            return error_response(exc.status, exc.error, exc.reason)
+
+
+def health_routes(router: Router, broker: BrokerView) -> None:
+    """``/healthz`` and ``/readyz``: no credentials, tiny bodies (systemd, load balancers)."""
+
+    def healthz(_req: Request, _who: Principal, _args: tuple[str, ...]) -> Response:
+        problem = broker.durable_problem()
+        if problem is None:
+            return json_response({"status": "ok"})
+        return json_response({"status": "failed", "reason": problem}, 503)
+
+    def readyz(_req: Request, _who: Principal, _args: tuple[str, ...]) -> Response:
+        problem = broker.not_ready()
+        if problem is None:
+            return json_response({"status": "ok"})
+        return json_response({"status": "failed", "reason": problem}, 503)
+
+    router.add("GET", "/healthz", Need.NOTHING, healthz)
+    router.add("GET", "/readyz", Need.NOTHING, readyz)
+
+
+def metrics_routes(router: Router, broker: BrokerView) -> None:
+    """``/metrics`` (aggregated, as RabbitMQ's default) and ``/metrics/per-object``."""
+
+    def metrics(_req: Request, _who: Principal, _args: tuple[str, ...]) -> Response:
+        return text_response(render(broker.snapshot()), content_type=PROMETHEUS_TEXT)
+
+    def per_object(_req: Request, _who: Principal, _args: tuple[str, ...]) -> Response:
+        snap = broker.snapshot()
+        head = (f"# HELP rabbitmq_identity_info RabbitMQ node & cluster identity info\n"
+                f"# TYPE rabbitmq_identity_info gauge\n"
+                f'rabbitmq_identity_info{{rabbitmq_node="{snap.node}",'
+                f'rabbitmq_cluster="{snap.cluster}",rabbitmq_endpoint="per-object"}} 1\n')
+        body = head + "".join(render_per_object(snap.queues))
+        return text_response(body, content_type=PROMETHEUS_TEXT)
+
+    router.add("GET", "/metrics", Need.READ, metrics)
+    router.add("GET", "/metrics/per-object", Need.READ, per_object)

@@ -1,0 +1,104 @@
+"""The HTTP listener wired to a running server: :class:`ServerView` implements
+``routes.BrokerView`` over the same status and rows the admin socket serves (the admin
+handler table that ``server.py`` builds), and :func:`build` assembles the listener."""
+
+from __future__ import annotations
+
+import os
+import resource
+import socket
+from collections.abc import Callable
+from typing import Any
+
+from ..admin.server import StatusPart, server_status
+from ..app import App
+from ..tls import TlsManager
+from .api import api_routes
+from .credentials import Credentials
+from .listener import HttpServer
+from .metrics import Snapshot
+from .routes import Router, health_routes, metrics_routes
+
+#: A commit round's sync that has hung this long makes /healthz fail (the disk is gone).
+SYNC_STUCK_S = 10.0
+_PROTOCOLS = {"mqtt": "mqtt", "mqtt_tls": "mqtt/ssl", "amqp": "amqp", "amqp_tls": "amqp/ssl",
+              "http": "http", "http_tls": "https"}
+
+
+def _open_fds() -> int:
+    try:
+        return len(os.listdir("/proc/self/fd"))
+    except OSError:
+        return 0
+
+
+class ServerView:
+    """``routes.BrokerView`` over one ``oxiedge serve`` process."""
+
+    def __init__(self, app: App, handlers: dict[str, Callable[[dict[str, Any]], Any]],
+                 parts: dict[str, StatusPart]) -> None:
+        self.app = app
+        self.handlers = handlers
+        self.parts = parts
+        self.ready = False  # set by server.py when it logs "oxiedge ready"
+        self.node = f"oxiedge@{socket.gethostname()}"
+        self.cluster = app.config.device_id or self.node
+
+    def status(self) -> dict[str, Any]:
+        return server_status(self.app, self.parts)
+
+    def rows(self, kind: str) -> list[dict[str, Any]] | None:
+        handler = self.handlers.get(kind)
+        if handler is None:
+            return None
+        result = handler({})
+        return result if isinstance(result, list) else None
+
+    def snapshot(self) -> Snapshot:
+        alarms = self.app.alarms
+        return Snapshot(status=self.status(), node=self.node, cluster=self.cluster,
+                        rss_bytes=alarms.rss, memory_limit_bytes=alarms.memory_limit,
+                        disk_free_bytes=alarms.disk_free,
+                        disk_free_limit_bytes=alarms.disk_free_limit,
+                        open_fds=_open_fds(),
+                        max_fds=resource.getrlimit(resource.RLIMIT_NOFILE)[0],
+                        queues=self.rows("queues") or [])
+
+    def durable_problem(self) -> str | None:
+        committer = self.app.store.committer
+        if committer.failed is not None:
+            return f"durable writes stopped: {committer.failed}"
+        stuck = committer.stuck_for()
+        if stuck >= SYNC_STUCK_S:
+            return f"a commit round's sync has not returned for {stuck:.0f} s"
+        return None
+
+    def not_ready(self) -> str | None:
+        if not self.ready:
+            return "starting: recovery or listeners not done"
+        problem = self.durable_problem()
+        if problem is not None:
+            return problem
+        if self.app.alarms.blocked:
+            return f"resource alarm: {self.app.alarms.reason}"
+        return None
+
+    def listeners(self) -> list[dict[str, Any]]:
+        out = []
+        for key, endpoint in self.app.endpoints.items():
+            host, _, port = endpoint.rpartition(":")
+            out.append({"protocol": _PROTOCOLS.get(key, key), "ip_address": host,
+                        "port": int(port) if port.isdigit() else port})
+        return out
+
+
+def build(app: App, handlers: dict[str, Callable[[dict[str, Any]], Any]],
+          parts: dict[str, StatusPart], tls: TlsManager | None) -> tuple[HttpServer, ServerView]:
+    """The listener and its view (``view.ready`` is the caller's to set)."""
+    view = ServerView(app, handlers, parts)
+    router = Router()
+    health_routes(router, view)
+    metrics_routes(router, view)
+    api_routes(router, view)
+    credentials = Credentials(app.users, app.logins, app.permissions.tags)
+    return HttpServer(router, credentials, app.connections, tls, app.log), view

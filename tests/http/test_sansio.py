@@ -1,0 +1,227 @@
+"""The HTTP layer's sans-IO parts: requests, credentials, tags, routing, the management API's
+list queries - plain values in, plain values out, no socket and no event loop."""
+
+from __future__ import annotations
+
+import base64
+import subprocess
+import sys
+from typing import Any
+
+import orjson
+import pytest
+
+from oxiedge.http.access import (
+    ANONYMOUS,
+    CACHE_ENTRIES,
+    CredentialCache,
+    CredentialError,
+    Need,
+    Principal,
+    parse_basic,
+    refusal,
+)
+from oxiedge.http.api import api_routes, binding_json, list_query
+from oxiedge.http.messages import BadRequest, Request, Response, error_response
+from oxiedge.http.metrics import Snapshot
+from oxiedge.http.routes import Router, health_routes
+
+SANS_IO = ("oxiedge.http.messages", "oxiedge.http.access", "oxiedge.http.routes",
+           "oxiedge.http.api", "oxiedge.http.metrics", "oxiedge.http.bounds")
+
+
+def test_sans_io_modules_load_no_io() -> None:
+    code = ("import sys\n"
+            f"for m in {SANS_IO!r}: __import__(m)\n"
+            "bad = [m for m in ('trio', 'h11', 'socket', 'ssl', 'asyncio', 'rocksdict')"
+            " if m in sys.modules]\n"
+            "print(','.join(bad))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True).stdout.strip()
+    assert out == ""
+
+
+def _basic(user: str, password: str) -> str:
+    return "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()
+
+
+@pytest.mark.parametrize("target, segments, query", [
+    ("/api/queues", ("api", "queues"), {}),
+    ("/api/queues/%2F/a%2Fb?page=2&name=x", ("api", "queues", "/", "a/b"),
+     {"page": "2", "name": "x"}),
+    ("/api//queues/", ("api", "queues"), {}),
+    ("/metrics?", ("metrics",), {}),
+])
+def test_request_target_is_split_into_decoded_segments(target: str, segments: tuple[str, ...],
+                                                         query: dict[str, str]) -> None:
+    req = Request.parse("GET", target, {})
+    assert req.segments == segments
+    assert req.query == query
+
+
+@pytest.mark.parametrize("target", ["api/queues", "*", "http://x/api", "/api/%ff%fe"])
+def test_bad_targets_are_bad_requests(target: str) -> None:
+    with pytest.raises(BadRequest):
+        Request.parse("GET", target, {})
+
+
+def test_int_param_names_the_field() -> None:
+    req = Request.parse("GET", "/api/queues?page=x&page_size=0", {})
+    with pytest.raises(BadRequest, match="page: 'x'"):
+        req.int_param("page", 1, 1, 10)
+    with pytest.raises(BadRequest, match="page_size: 0 is not between 1 and 500"):
+        req.int_param("page_size", 100, 1, 500)
+    assert req.int_param("absent", 7, 1, 10) == 7
+
+
+def test_parse_basic() -> None:
+    assert parse_basic(_basic("alice", "s:e:cret")) == ("alice", b"s:e:cret")
+    assert parse_basic("basic " + base64.b64encode(b"bob:").decode()) == ("bob", b"")
+    for bad in ["Bearer abc", "Basic", "Basic !!!", "Basic " + base64.b64encode(b"nocolon")
+                .decode(), "Basic " + base64.b64encode(b":pw").decode(),
+                "Basic " + base64.b64encode(b"\xff:pw").decode(), "Basic " + "A" * 2000]:
+        with pytest.raises(CredentialError):
+            parse_basic(bad)
+
+
+@pytest.mark.parametrize("tags, need, refused", [
+    ((), Need.NOTHING, None),
+    ((), Need.READ, "Not management user"),
+    (("none",), Need.READ, "Not management user"),
+    (("monitoring",), Need.READ, None),
+    (("management",), Need.READ, None),
+    (("monitoring",), Need.ADMIN, "Not administrator user"),
+    (("administrator",), Need.ADMIN, None),
+    (("administrator",), Need.READ, None),
+])
+def test_tags_decide(tags: tuple[str, ...], need: Need, refused: str | None) -> None:
+    assert refusal(Principal("u", tags), need) == refused
+
+
+def test_anonymous_is_the_administrator() -> None:
+    assert refusal(ANONYMOUS, Need.ADMIN) is None
+
+
+def test_credential_cache_is_keyed_by_password_and_stored_hash_and_bounded() -> None:
+    cache = CredentialCache()
+    cache.remember("alice", "hash1", b"pw")
+    assert cache.known("alice", "hash1", b"pw")
+    assert not cache.known("alice", "hash1", b"other")
+    assert not cache.known("alice", "hash2", b"pw")  # the password was changed
+    for i in range(CACHE_ENTRIES + 3):
+        cache.remember(f"u{i}", "h", b"pw")
+    assert len(cache) == CACHE_ENTRIES
+    assert not cache.known("alice", "hash1", b"pw")  # the oldest went first
+
+
+def test_error_response_shape() -> None:
+    r = error_response(401, "not_authorised", "Login failed")
+    assert orjson.loads(r.body) == {"error": "not_authorised", "reason": "Login failed"}
+    assert ("www-authenticate", 'Basic realm="oxiedge"') in r.headers
+    assert not any(k == "www-authenticate" for k, _ in error_response(400, "x", "y").headers)
+
+
+class FakeView:
+    """A BrokerView holding plain values (routing tests; the real one is tested against a
+    running server in test_listener.py)."""
+
+    node = "oxiedge@test"
+    cluster = "test"
+
+    def __init__(self) -> None:
+        self.durable: str | None = None
+        self.unready: str | None = None
+        self.queue_rows: list[dict[str, Any]] = []
+
+    def status(self) -> dict[str, Any]:
+        return {"amqp": {"ready": 3, "unacked": 1}, "mqtt": {}}
+
+    def rows(self, kind: str) -> list[dict[str, Any]] | None:
+        return {"queues": self.queue_rows, "exchanges": [], "bindings": []}.get(kind)
+
+    def snapshot(self) -> Snapshot:
+        return Snapshot(self.status(), self.node, self.cluster)
+
+    def durable_problem(self) -> str | None:
+        return self.durable
+
+    def not_ready(self) -> str | None:
+        return self.unready
+
+    def listeners(self) -> list[dict[str, Any]]:
+        return []
+
+
+def _call(router: Router, method: str, target: str) -> Response:
+    found = router.route(Request.parse(method, target, {}))
+    if isinstance(found, Response):
+        return found
+    route, args = found
+    return router.call(route, Request.parse(method, target, {}), ANONYMOUS, args)
+
+
+def test_router_404_405_and_head() -> None:
+    router, view = Router(), FakeView()
+    health_routes(router, view)
+    assert _call(router, "GET", "/nope").status == 404
+    r = _call(router, "POST", "/healthz")
+    assert r.status == 405 and ("allow", "GET") in r.headers
+    assert _call(router, "HEAD", "/healthz").status == 200
+
+
+def test_health_and_ready_follow_the_view() -> None:
+    router, view = Router(), FakeView()
+    health_routes(router, view)
+    assert orjson.loads(_call(router, "GET", "/healthz").body) == {"status": "ok"}
+    view.durable, view.unready = "durable writes stopped", "resource alarm: low on disk"
+    for path, reason in (("/healthz", view.durable), ("/readyz", view.unready)):
+        r = _call(router, "GET", path)
+        assert r.status == 503
+        assert orjson.loads(r.body) == {"status": "failed", "reason": reason}
+
+
+def test_api_queue_listing_queries() -> None:
+    router, view = Router(), FakeView()
+    api_routes(router, view)
+    view.queue_rows = [{"name": f"q{i}", "ready": i, "unacked": 0, "durable": i % 2 == 0}
+                       for i in range(12)]
+    items = orjson.loads(_call(router, "GET", "/api/queues?sort=messages&sort_reverse=true"
+                               "&columns=name,messages").body)
+    assert items[0] == {"name": "q11", "messages": 11} and len(items) == 12
+    page = orjson.loads(_call(router, "GET", "/api/queues/%2F?page=2&page_size=5").body)
+    assert (page["page"], page["page_count"], page["item_count"], page["total_count"]) == \
+        (2, 3, 5, 12)
+    assert [q["name"] for q in orjson.loads(
+        _call(router, "GET", "/api/queues?name=q1&use_regex=true").body)] == ["q1", "q10", "q11"]
+    one = orjson.loads(_call(router, "GET", "/api/queues/%2F/q3").body)
+    assert (one["name"], one["vhost"], one["messages_ready"]) == ("q3", "/", 3)
+    assert _call(router, "GET", "/api/queues/%2F/missing").status == 404
+    assert _call(router, "GET", "/api/queues/other").status == 404
+
+
+@pytest.mark.parametrize("query, field", [
+    ("page=0", "page"), ("page=abc", "page"), ("page_size=501", "page_size"),
+    ("page=9&page_size=5", "page"), ("name=(&use_regex=true", "name"),
+    ("columns=,", "columns"),
+])
+def test_api_bad_queries_are_400_naming_the_field(query: str, field: str) -> None:
+    router, view = Router(), FakeView()
+    api_routes(router, view)
+    view.queue_rows = [{"name": "q"}]
+    r = _call(router, "GET", f"/api/queues?{query}")
+    assert r.status == 400
+    assert orjson.loads(r.body)["reason"].startswith(f"{field}:")
+
+
+def test_list_query_without_paging_returns_the_list() -> None:
+    assert list_query(Request.parse("GET", "/x", {}), [{"name": "a"}]) == [{"name": "a"}]
+
+
+def test_binding_json_shapes() -> None:
+    q = binding_json({"exchange": "amq.topic", "queue": "q", "routing_key": "a.#",
+                      "durable": True})
+    assert q["destination_type"] == "queue" and q["properties_key"] == "a.%23"
+    x = binding_json({"exchange": "src", "queue": None, "destination_exchange": "dst",
+                      "routing_key": "", "durable": False})
+    assert (x["destination"], x["destination_type"], x["properties_key"]) == \
+        ("dst", "exchange", "~")

@@ -82,7 +82,9 @@ class Bench:
         svc = self.svc
         app = svc.app
         outlet = MemoryOutlet()
-        proto = AmqpProtocol(svc.broker, outlet, app.config, svc.counters, app.permissions,
+        # (a tree from before the explicit limits passes the whole config)
+        limits = getattr(svc, "limits", app.config)
+        proto = AmqpProtocol(svc.broker, outlet, limits, svc.counters, app.permissions,
                              svc.server_properties(), clock=trio.current_time,
                              alarms=app.alarms, peer="bench")
         return proto, outlet
@@ -90,7 +92,7 @@ class Bench:
     async def play(self, proto: Any, data: bytes, timed: bool = True) -> bytes:
         """Feed ``data`` and perform the actions until NEED_DATA; the protocol's work is
         timed when ``timed``, the commits and logins never."""
-        from oxiedge.amqp.protocol import COMMIT, NEED_DATA, SEND, Authenticate, Close
+        from oxiedge.amqp.protocol import CHECKPOINT, COMMIT, NEED_DATA, SEND, Authenticate, Close
 
         svc = self.svc
         clock = time.thread_time
@@ -104,7 +106,7 @@ class Bench:
                 out.append(sent)
             if action is NEED_DATA or isinstance(action, Close):
                 break
-            if action is SEND:
+            if action is SEND or action is CHECKPOINT:  # (a slow step: others' turn)
                 continue
             if timed:
                 self.elapsed += clock() - t0

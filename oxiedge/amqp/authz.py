@@ -48,10 +48,13 @@ if TYPE_CHECKING:
 class Principal(Protocol):
     """What the checks need of a connection (``AmqpProtocol`` is one)."""
 
-    user: str
     grants: Grants | None
     perms: PermissionStore
     broker: Broker
+
+    @property
+    def user(self) -> str:
+        """The connection's user name."""
 
 
 def _refuse(conn: Principal, text: str) -> AmqpError:

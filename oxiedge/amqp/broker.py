@@ -111,9 +111,11 @@ class Broker(PublishPath):
                          "persisted": 0, "confirmed": 0, "nacked_confirms": 0,
                          "exchange_limit_refused": 0, "binding_limit_refused": 0,
                          "arguments_limit_refused": 0}
-        #: ``--amqp-max-exchanges`` / ``--amqp-max-bindings`` /
-        #: ``--amqp-max-arguments-bytes`` (set by the service)
+        #: ``--amqp-max-exchanges`` / ``--amqp-max-queues`` / ``--amqp-max-bindings`` /
+        #: ``--amqp-max-arguments-bytes`` (set by the service; the queue count is checked
+        #: by the declaring connection)
         self.max_exchanges = 10_000
+        self.max_queues = 10_000
         self.max_bindings = 50_000
         self.max_arguments_bytes = 16 << 20
 

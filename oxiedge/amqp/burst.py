@@ -8,7 +8,7 @@ awaited at all: its records are committed soon (and before any close-ok).
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from oxiedge.amqp import authz, spec
 from oxiedge.amqp.actions import COMMIT, Steps
@@ -19,39 +19,55 @@ from oxiedge.staged import COMMIT as STAGED  # the bus result bit (not the COMMI
 from oxiedge.staged import REFUSED, RETURNED
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
-
     from oxiedge.access.grants import Grants
     from oxiedge.access.rules import PermissionStore
     from oxiedge.amqp.broker import Broker
     from oxiedge.amqp.channel import Channel
 
 
-class PublishBurst:
-    """The publishing half of :class:`~oxiedge.amqp.protocol.AmqpProtocol` (a mixin; the
-    protocol owns the attributes declared here)."""
+class BurstHost(Protocol):
+    """What a burst needs of its connection (``AmqpProtocol`` is the one there is): the
+    principal the publish permissions are checked for, its output, and the transport
+    loop's answer to the last ``COMMIT``."""
 
-    broker: Broker
-    store: Any
-    user: str
     grants: Grants | None
     perms: PermissionStore
-    log: logging.Logger
-    peer: str
+    broker: Broker
     frame_max: int
-    publisher: bool
-    published: int
-    send: Callable[[bytes], None]
-    _needs_commit: bool
-    _confirms: list[tuple[Channel, int, bool]]
-    _publishes_unsynced: bool
-    _staged: bool
-    _commit_error: BaseException | None
+    commit_error: BaseException | None
 
-    def _publish(self, ch: Channel, cmd: Command) -> None:
+    @property
+    def user(self) -> str:
+        """The connection's user name."""
+
+    def send(self, data: bytes) -> None:
+        """Output a frame."""
+
+
+class PublishBurst:
+    """One connection's publishing: the publishes of the current burst, the confirms they
+    owe and whether their durable records were committed (see the module docstring)."""
+
+    def __init__(self, conn: BurstHost, broker: Broker, store: Any, log: logging.Logger,
+                 peer: str) -> None:
+        self._conn = conn
+        self._broker = broker
+        self._store = store
+        self._log = log
+        self._peer = peer
+        self.publisher = False  # has published: throttled while a resource alarm is on
+        self.published = 0
+        self.needs_commit = False  # durable publish records of this burst
+        self.confirms: list[tuple[Channel, int, bool]] = []  # (channel, seq, accepted)
+        # Publishes staged but not awaited (no confirms): synced before any close-ok.
+        self.unsynced = False
+
+    def publish(self, ch: Channel, cmd: Command) -> None:
+        """Route one ``basic.publish`` (its confirm waits for :meth:`flush`)."""
         m: spec.BasicPublish = cmd.method  # type: ignore[assignment]
         self.publisher = True
-        x = self.broker.exchanges.get(m.exchange)
+        broker = self._broker
+        x = broker.exchanges.get(m.exchange)
         if x is None:
             raise AmqpError(NOT_FOUND, f"no exchange '{m.exchange}' in vhost '/'", 60, 40)
         if m.immediate:
@@ -60,71 +76,76 @@ class PublishBurst:
         if x.internal:
             raise AmqpError(ACCESS_REFUSED, f"cannot publish to internal exchange '{x.name}'",
                             60, 40)
-        if self.perms.active:
-            authz.check_publish(self, x, m.routing_key)
+        conn = self._conn
+        if conn.perms.active:
+            authz.check_publish(conn, x, m.routing_key)
         self.published += 1
         confirm = ch.confirm
         if confirm:
             ch.publish_seq += 1
-            self._confirms.append((ch, ch.publish_seq, True))
+            self.confirms.append((ch, ch.publish_seq, True))
         props = cmd.properties or b"\x00\x00"
         body = cmd.body or b""
-        flags, _routed = self.broker.publish(x, m.routing_key, props, body,
-                                             cmd.delivery_mode == 2, cmd.expiration,
-                                             m.mandatory)
+        flags, _routed = broker.publish(x, m.routing_key, props, body,
+                                        cmd.delivery_mode == 2, cmd.expiration, m.mandatory)
         if flags & STAGED:
-            self._needs_commit = True
+            self.needs_commit = True
         if flags & REFUSED and confirm:
             # Refused by x-overflow=reject-publish: a confirming publisher gets basic.nack
             # for it (RabbitMQ).
-            self._confirms[-1] = (ch, ch.publish_seq, False)
+            self.confirms[-1] = (ch, ch.publish_seq, False)
         if flags & RETURNED:
             # Sent now, so it always precedes the confirm (sent at the flush).
-            self.send(encode_content(ch.number, spec.BasicReturn(
+            conn.send(encode_content(ch.number, spec.BasicReturn(
                 NO_ROUTE, "NO_ROUTE", m.exchange, m.routing_key), props, body,
-                self.frame_max))
+                conn.frame_max))
 
     @property
-    def _flush_due(self) -> bool:
-        """The burst staged, or owes confirms (``_flush`` has work; a quiet burst skips
-        the generator)."""
-        return self._needs_commit or bool(self._confirms) or self._staged
+    def flush_due(self) -> bool:
+        """The burst staged records, or owes confirms (:meth:`flush` has work; a quiet
+        burst skips the generator)."""
+        return self.needs_commit or bool(self.confirms)
 
-    def _flush(self) -> Steps:
+    def flush(self) -> Steps:
         """End of a burst: one commit for all its durable records, then the confirms in
         publish order (coalesced per channel)."""
         ok = True
-        if self._needs_commit and not self._confirms:
+        if self.needs_commit and not self.confirms:
             # Nobody waits for a confirm: get the records written soon, but do not hold
             # this connection for the sync (a close waits for it, though).
-            self._needs_commit = False
-            self._publishes_unsynced = True
-            self.store.kick()
-        elif self._needs_commit:
-            self._needs_commit = False
-            self._commit_error = None
+            self.needs_commit = False
+            self.unsynced = True
+            self._store.kick()
+        elif self.needs_commit:
+            self.needs_commit = False
+            conn = self._conn
+            conn.commit_error = None
             yield COMMIT
-            error = self._commit_error
+            error = conn.commit_error
             if error is not None:  # CommitError: nothing of the round may be confirmed
                 ok = False
-                self.log.error("AMQP %s: commit failed, publishes nacked: %s", self.peer,
-                               error)
-        if self._confirms:
-            confirms, self._confirms = self._confirms, []
+                self._log.error("AMQP %s: commit failed, publishes nacked: %s", self._peer,
+                                error)
+        if self.confirms:
+            confirms, self.confirms = self.confirms, []
             self._send_confirms(confirms, ok)
-        if self._staged:
-            self._staged = False
-            self.store.kick()
+
+    def take_unsynced(self) -> bool:
+        """Were publishes staged without being awaited (no confirms)?  The caller makes
+        them durable (before a close-ok)."""
+        unsynced, self.unsynced = self.unsynced, False
+        return unsynced
 
     def _send_confirms(self, confirms: list[tuple[Channel, int, bool]], ok: bool) -> None:
         """Confirms in publish order, per channel: runs of acks coalesced into one
         ``basic.ack multiple=true``; a rejected publish (or a failed commit) is nacked."""
-        counters = self.broker.counters
+        counters = self._broker.counters
+        send = self._conn.send
         if len(confirms) == 1:  # one publish per burst (a publisher that waits for each)
             ch, seq, accepted = confirms[0]
             if accepted and ok:
                 if not ch.closing:
-                    self.send(encode_basic_ack(ch.number, seq, False))
+                    send(encode_basic_ack(ch.number, seq, False))
                     counters["confirmed"] += 1
                 return
         runs: dict[Channel, list[tuple[int, bool]]] = {}
@@ -140,10 +161,10 @@ class PublishBurst:
                     last = seq
                     continue
                 if last:
-                    self.send(encode_basic_ack(ch.number, last, last != first))
+                    send(encode_basic_ack(ch.number, last, last != first))
                     first = last = 0
                 ch.reply(spec.BasicNack(seq, False, False))
                 counters["nacked_confirms"] += 1
             if last:
-                self.send(encode_basic_ack(ch.number, last, last != first))
+                send(encode_basic_ack(ch.number, last, last != first))
             counters["confirmed"] += sum(1 for _s, accepted in items if accepted)

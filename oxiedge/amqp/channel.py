@@ -36,13 +36,13 @@ from oxiedge.amqp.queues import Queue, QueueConsumer, QueuedMessage
 if TYPE_CHECKING:
     from oxiedge.access.grants import Grants
     from oxiedge.access.rules import PermissionStore
+    from oxiedge.amqp.bounds import ConnectionBounds
     from oxiedge.amqp.broker import Broker
 
 class ChannelOwner(Protocol):
     """What a channel needs of its connection (``AmqpProtocol`` is the one there is)."""
 
     broker: Broker
-    user: str
     grants: Grants | None
     perms: PermissionStore
     frame_max: int
@@ -50,8 +50,12 @@ class ChannelOwner(Protocol):
     cancel_notify: bool
     closed: bool
     delivered: int
-    created_queues: set[Queue]
+    bounds: ConnectionBounds
     exclusive_queues: dict[str, Queue]
+
+    @property
+    def user(self) -> str:
+        """The connection's user name."""
 
     @property
     def writable(self) -> bool:
@@ -62,12 +66,6 @@ class ChannelOwner(Protocol):
 
     def note_staged(self) -> None:
         """A delivery staged a durable delete (synced before close-ok)."""
-
-    def check_queue_limit(self, name: str) -> None:
-        """406 past the connection's or the broker's queue count."""
-
-    def check_consumer_limit(self) -> None:
-        """406 past the connection's consumer count."""
 
 
 #: Durable deletes were staged: have a commit round soon (nobody waits for it).
@@ -431,7 +429,7 @@ class Channel:
         if q.consumers and (m.exclusive or any(c.exclusive for c in q.consumers)):
             raise AmqpError(ACCESS_REFUSED,
                             f"queue '{q.name}' in vhost '/' in exclusive use")
-        self.conn.check_consumer_limit()
+        self.conn.bounds.check_consumer_limit()
         consumer = Consumer(tag, self, q, m.no_ack, m.exclusive, self.prefetch)
         self.consumers[tag] = consumer
         q.consumers.append(consumer)

@@ -33,6 +33,7 @@ from oxiedge.net.loop import Transport
 if TYPE_CHECKING:
     from oxiedge.amqp.broker import Broker
     from oxiedge.amqp.channel import Channel
+    from oxiedge.amqp.ports import ConnectionLimits
     from oxiedge.app import App
 
 
@@ -41,6 +42,7 @@ class Host(Protocol):
 
     app: App
     broker: Broker
+    limits: ConnectionLimits
     counters: dict[str, int]
     connections: set[Any]
 
@@ -68,7 +70,7 @@ class AmqpConnection:
                                    authenticate=app.logins.check,
                                    wait_unblocked=app.alarms.wait_unblocked)
         self.proto = AmqpProtocol(
-            service.broker, self.transport, app.config, service.counters, app.permissions,
+            service.broker, self.transport, service.limits, service.counters, app.permissions,
             service.server_properties(),
             clock=trio.lowlevel.current_clock().current_time,  # (= trio.current_time)
             handshake_deadline=handshake_deadline, alarms=app.alarms,

@@ -6,12 +6,15 @@ throttling) is the driver's job (``oxiedge.login``, off the event loop), asked f
 :class:`~oxiedge.amqp.actions.Authenticate`.  EXTERNAL (RabbitMQ's
 rabbitmq_auth_mechanism_ssl) takes the verified client certificate's identity instead.
 A client may send connection.close instead of any handshake reply: it gets close-ok.
+
+:class:`Handshake` owns the dialogue's state; the connection (:class:`HandshakeHost`) lends
+it output, reads and the login's answer.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+import math
+from typing import TYPE_CHECKING, Any, Protocol
 
 from oxiedge.access.grants import Grants
 from oxiedge.amqp import spec
@@ -25,7 +28,7 @@ if TYPE_CHECKING:
     from collections.abc import Generator
 
     from oxiedge.access.rules import PermissionStore
-    from oxiedge.alarms import ResourceAlarms
+    from oxiedge.amqp.ports import ConnectionLimits
 
 CLOSE_OK_FRAME = encode_method(0, spec.ConnectionCloseOk())
 
@@ -56,67 +59,93 @@ def decode_credentials(mechanism: str, response: bytes) -> tuple[str, bytes | No
     return None
 
 
-class Handshake:
-    """The handshake steps; mixed into :class:`~oxiedge.amqp.protocol.AmqpProtocol`,
-    which owns the attributes declared here."""
+class HandshakeHost(Protocol):
+    """What the handshake needs of its connection (``AmqpProtocol`` is the one there is)."""
 
-    parser: FrameParser
-    send: Callable[[bytes], None]
-    server_properties: dict[str, Any]
-    tls_identity: str | None
-    counters: dict[str, int]
-    perms: PermissionStore
-    alarms: ResourceAlarms | None
-    unsubscribe_alarms: Callable[[], None] | None
-    user: str
-    client_id: str
-    grants: Grants | None
-    cancel_notify: bool
-    blocked_notify: bool
-    frame_max: int
-    channel_max: int
-    heartbeat: int
-    opened: bool
-    closed: bool
-    clean: bool
-    linger: bool
-    read: Callable[[], Steps]
-    _ok: bool
-    on_opened: Callable[[], None]
-    check_deadline: Callable[[], None]
+    #: The transport loop's answer to the last :class:`Authenticate`.
+    login_ok: bool
+
+    def send(self, data: bytes) -> None:
+        """Output a frame."""
+
+    def read(self) -> Steps:
+        """Wait for more input (ends the connection at its deadline)."""
+
+    def check_deadline(self) -> None:
+        """End the connection if its deadline passed (after a login check)."""
+
+
+class Handshake:
+    """One connection's opening dialogue, and what it settles: the user, the client's
+    capabilities, the tuned frame size, channel count and heartbeat.
+
+    :meth:`run` is a step of the connection's generator; the connection takes what it
+    uses per frame from here once :meth:`run` returned True (``AmqpProtocol._opened``).
+    """
+
+    def __init__(self, host: HandshakeHost, parser: FrameParser, limits: ConnectionLimits,
+                 server_properties: dict[str, Any], perms: PermissionStore,
+                 counters: dict[str, int], *, until: float,
+                 tls_identity: str | None = None) -> None:
+        self._host = host
+        self._parser = parser
+        self._server_properties = server_properties
+        self._perms = perms
+        self._counters = counters
+        #: A verified client certificate's name (--tls-identity-as-username): offers EXTERNAL.
+        self.tls_identity = tls_identity
+        self.timeout = limits.handshake_timeout
+        self.until = until  # the handshake's deadline (the loop's clock)
+        # Offered in connection.tune, then what tune-ok settled.
+        self.frame_max = limits.frame_max
+        self.channel_max = limits.channel_max
+        self.heartbeat = limits.heartbeat
+        self.user = ""
+        self.client_id = ""  # of the client properties (permissions); the table is not kept
+        self.grants: Grants | None = None
+        self.cancel_notify = False
+        self.blocked_notify = False  # client announced the connection.blocked capability
+
+    def deadline(self, now: float) -> float:
+        """When the next read must have arrived while the handshake runs."""
+        heartbeat = self.heartbeat
+        return min(now + 2 * heartbeat if heartbeat else math.inf, self.until)
 
     def _command(self) -> Generator[Any, Any, Command]:
-        parser = self.parser
+        parser = self._parser
         while True:
             ev = parser.next_event()
             if ev is None:
-                yield from self.read()
+                yield from self._host.read()
             elif ev is not HEARTBEAT:
                 assert isinstance(ev, Command)
                 return ev
 
     def _expect(self, cls: type[spec.Method]) -> Generator[Any, Any, Any]:
+        """The next method, which must be ``cls``; None if the client closed instead (it
+        got close-ok)."""
         cmd = yield from self._command()
         if cmd.channel != 0 or type(cmd.method) is not cls:
             if isinstance(cmd.method, spec.ConnectionClose):
-                self.send(CLOSE_OK_FRAME)
-                self.closed = self.clean = self.linger = True
+                self._host.send(CLOSE_OK_FRAME)
                 return None
             raise AmqpError(COMMAND_INVALID, f"expected {cls.NAME}, got {cmd.method.NAME}",
                             cmd.method.CLASS_ID, cmd.method.METHOD_ID)
         return cmd.method
 
-    def _handshake(self) -> Steps:
-        parser = self.parser
+    def run(self) -> Generator[Any, Any, bool]:
+        """Header, start, tune, open: True once open-ok is sent; False if the client
+        closed instead (close-ok is sent); raises :class:`AmqpError` on a refusal."""
+        host, parser = self._host, self._parser
         while parser.awaiting_header:
             if parser.next_event() is None and parser.awaiting_header:
-                yield from self.read()
+                yield from host.read()
         mechanisms = b"PLAIN AMQPLAIN EXTERNAL" if self.tls_identity else b"PLAIN AMQPLAIN"
-        self.send(encode_method(0, spec.ConnectionStart(
-            0, 9, self.server_properties, mechanisms, b"en_US")))
+        host.send(encode_method(0, spec.ConnectionStart(
+            0, 9, self._server_properties, mechanisms, b"en_US")))
         start_ok = yield from self._expect(spec.ConnectionStartOk)
         if start_ok is None:
-            return
+            return False
         # Only what is used is kept, not the table (which goes with this step, at
         # connection.open at the latest): a client's 64 KiB of client properties (the
         # pre-login frame bound) decode to ~1 MiB of objects (measured; 1000 connections
@@ -138,18 +167,18 @@ class Handshake:
                 self.user, password = credentials
                 # Hashing off the event loop, throttled after failures (oxiedge.login).
                 yield Authenticate(self.user or None, password or None)
-                self.check_deadline()
-                ok = self._ok  # (the login check is bounded by the deadline too)
+                host.check_deadline()
+                ok = host.login_ok  # (the login check is bounded by the deadline too)
         if not ok:
-            self.counters["auth_failures"] += 1
+            self._counters["auth_failures"] += 1
             raise AmqpError(ACCESS_REFUSED,
                             f"Login was refused using authentication mechanism "
                             f"{start_ok.mechanism}", 10, 11)
-        self.send(encode_method(0, spec.ConnectionTune(
+        host.send(encode_method(0, spec.ConnectionTune(
             self.channel_max, self.frame_max, self.heartbeat)))
         tune_ok = yield from self._expect(spec.ConnectionTuneOk)
         if tune_ok is None:
-            return
+            return False
         if tune_ok.frame_max:
             if tune_ok.frame_max < spec.FRAME_MIN_SIZE:
                 raise AmqpError(NOT_ALLOWED, f"frame_max {tune_ok.frame_max} below 4096", 10, 31)
@@ -161,28 +190,14 @@ class Handshake:
         parser.frame_max = self.frame_max
         open_ = yield from self._expect(spec.ConnectionOpen)
         if open_ is None:
-            return
+            return False
         if open_.virtual_host != "/":
             raise AmqpError(NOT_ALLOWED, f"vhost '{open_.virtual_host}' not found", 10, 40)
-        self.grants = Grants(self.perms, self.user or None, self.client_id, "/")
-        if self.perms.active and not self.grants.vhost_allowed():
-            self.perms.counters["amqp_access_refused"] += 1
+        perms = self._perms
+        self.grants = Grants(perms, self.user or None, self.client_id, "/")
+        if perms.active and not self.grants.vhost_allowed():
+            perms.counters["amqp_access_refused"] += 1
             raise AmqpError(NOT_ALLOWED, f"access to vhost '/' refused for user '{self.user}'",
                             10, 40)
-        self.send(encode_method(0, spec.ConnectionOpenOk()))
-        self.opened = True
-        self.on_opened()
-        alarms = self.alarms
-        if alarms is not None:
-            self.unsubscribe_alarms = alarms.subscribe(self._on_alarm)
-            if alarms.blocked:
-                self._on_alarm(True, alarms.reason)
-
-    def _on_alarm(self, blocked: bool, reason: str) -> None:
-        """Resource alarm changed: tell clients that asked (RabbitMQ's connection.blocked)."""
-        if not self.blocked_notify or self.closed:
-            return
-        if blocked:
-            self.send(encode_method(0, spec.ConnectionBlocked(reason[:255])))
-        else:
-            self.send(encode_method(0, spec.ConnectionUnblocked()))
+        host.send(encode_method(0, spec.ConnectionOpenOk()))
+        return True

@@ -53,14 +53,14 @@ def exchange_unbind(ch: Channel, m: spec.ExchangeUnbind) -> int | AfterCommit:
 def queue_declare(ch: Channel, m: spec.QueueDeclare) -> int | AfterCommit:
     conn = ch.conn
     if not m.passive and (not m.queue or m.queue not in ch.broker.queues):
-        conn.check_queue_limit(m.queue)
+        conn.bounds.check_queue_limit(m.queue)
     q, staged = ch.broker.declare_queue(
         m.queue, passive=m.passive, durable=m.durable, exclusive=m.exclusive,
         auto_delete=m.auto_delete, arguments=m.arguments, owner=conn)
     if q.exclusive_owner is conn:
         conn.exclusive_queues[q.name] = q
     if not m.passive:
-        conn.created_queues.add(q)
+        conn.bounds.queue_created(q)
     ch.last_queue = q.name
 
     def reply() -> None:

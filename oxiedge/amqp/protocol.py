@@ -22,12 +22,11 @@ round, and then in order, because nothing after them is handled before.  Interna
 protocol is a generator that *yields* the actions, so the handling code reads top to
 bottom like the spec's dialogue.
 
-Publishing (``burst.py``): a burst of ``basic.publish`` (and ``basic.ack``) frames is
-routed at once (``Broker.publish``); at the end of the burst, or before any other method,
-ONE commit for everything staged, then the confirms in publish order, coalesced to one
-``basic.ack multiple=true`` per channel.  Transient bursts never wait.  Consumers may see
-a message before its sync (as with RabbitMQ); what waits for the sync is the publisher's
-confirm, the only promise made about it.
+The parts, each an object owning its state: the opening dialogue (``handshake.py``),
+the publishing burst and its confirms (``burst.py``: ONE commit per burst; consumers may
+see a message before its sync, as with RabbitMQ, the publisher's confirm waits for it),
+the per-connection bounds (``bounds.py``), the channels (``channel.py``).  The transport
+loop's side (output, deadlines, the end of input) is ``streaming.py``.
 
 Closing, as RabbitMQ does it (spec 1.4.2.8 / 1.5.2.5): what arrived before a client's
 ``connection.close`` is fully handled (routed, made durable, confirmed), then close-ok is
@@ -58,6 +57,7 @@ from oxiedge.amqp.actions import (
     Close,
     Steps,
 )
+from oxiedge.amqp.bounds import ConnectionBounds
 from oxiedge.amqp.burst import PublishBurst
 from oxiedge.amqp.channel import UNSYNCED, AfterCommit, Channel, server_cancel
 from oxiedge.amqp.codec import (
@@ -75,29 +75,20 @@ from oxiedge.amqp.constants import (
     COMMAND_INVALID,
     FRAME_ERROR,
     INTERNAL_ERROR,
-    NOT_ALLOWED,
-    PRECONDITION_FAILED,
 )
 from oxiedge.amqp.errors import AmqpError
 from oxiedge.amqp.handshake import CLOSE_OK_FRAME, Handshake
+from oxiedge.amqp.ports import Alarms, ConnectionLimits, Outlet
 from oxiedge.amqp.queues import Queue
-from oxiedge.amqp.streaming import (
-    CLOSE_LINGER,
-    CLOSE_TIMEOUT,
-    LoopSide,
-    Outlet,
-    _Ended,
-)
+from oxiedge.amqp.streaming import CLOSE_LINGER, LoopSide, _Ended
 
 if TYPE_CHECKING:
     from oxiedge.access.grants import Grants
     from oxiedge.access.rules import PermissionStore
-    from oxiedge.alarms import ResourceAlarms
     from oxiedge.amqp.broker import Broker
-    from oxiedge.config import Config
 
 __all__ = ["CLOSE_OK_FRAME", "COMMIT", "NEED_DATA", "SEND", "AmqpProtocol", "Authenticate",
-           "Close"]
+           "Close", "ConnectionLimits"]
 
 _PUBLISH = spec.BasicPublish
 #: Longest stretch of one burst before the other connections get a turn (``CHECKPOINT``).
@@ -109,27 +100,23 @@ def _nothing() -> None:
     pass
 
 
-class AmqpProtocol(LoopSide, Handshake, PublishBurst):
+class AmqpProtocol(LoopSide):
     """One client connection's protocol state (see the module docstring)."""
 
-    def __init__(self, broker: Broker, outlet: Outlet, config: Config,
+    def __init__(self, broker: Broker, outlet: Outlet, limits: ConnectionLimits,
                  counters: dict[str, int], perms: PermissionStore,
                  server_properties: dict[str, Any], *, clock: Callable[[], float],
                  handshake_deadline: float | None = None,
-                 alarms: ResourceAlarms | None = None,
+                 alarms: Alarms | None = None,
                  note_input: Callable[[int], None] | None = None, peer: str = "?",
                  tls_identity: str | None = None, on_opened: Callable[[], None] = _nothing,
                  log: logging.Logger | None = None) -> None:
         self.broker = broker
         self.store = broker.store
-        self.config = config
         self.counters = counters  # the service's connection counters
         self.perms = perms  # docs/permissions.md, ``authz.py``: checked only while rules exist
-        self.server_properties = server_properties
         self.alarms = alarms
         self.peer = peer
-        #: A verified client certificate's name (--tls-identity-as-username): offers EXTERNAL.
-        self.tls_identity = tls_identity
         self._outlet = outlet
         self.clock = clock
         #: Publisher input counts toward the memory alarm as it arrives (the service
@@ -137,30 +124,30 @@ class AmqpProtocol(LoopSide, Handshake, PublishBurst):
         self._note_input = note_input
         self.on_opened = on_opened  # the binding starts the heartbeats
         self.log = log or logging.getLogger("oxiedge")
-        self.handshake_timeout: float = config.amqp_handshake_timeout
         if handshake_deadline is None:
-            handshake_deadline = clock() + self.handshake_timeout
+            handshake_deadline = clock() + limits.handshake_timeout
         #: When the next read must have arrived (the loop's clock; inf: never).
         self.deadline = handshake_deadline
-        self._handshake_until = handshake_deadline
         self._until = math.inf  # the close or linger deadline, once one applies
-        self.frame_max: int = config.amqp_frame_max
-        self.channel_max: int = config.amqp_channel_max
-        self.max_consumers: int = config.amqp_max_consumers_per_connection
-        self.max_queues: int = config.amqp_max_queues_per_connection
-        self.heartbeat: int = config.amqp_heartbeat  # negotiated by tune-ok
         #: Unacked deliveries per channel never exceed this, prefetch or not.
-        self.unacked_limit: int = config.amqp_queue_limit
-        #: Queues this connection created (live ones count toward ``max_queues``).
-        self.created_queues: set[Queue] = set()
-        self.user = ""
-        self.client_id = ""  # of the client properties (permissions); the table is not kept
+        self.unacked_limit = limits.unacked_limit
+        # Before the login only a small frame is accepted (the start-ok with its client
+        # properties): 500 unauthenticated sockets cannot make the broker buffer much.
+        self.parser = FrameParser(limits.preauth_max_size, expect_header=True,
+                                  max_body=limits.max_message_size)
+        self.handshake = Handshake(self, self.parser, limits, server_properties, perms,
+                                   counters, until=handshake_deadline,
+                                   tls_identity=tls_identity)
+        # What the handshake settles, in force from connection.open-ok (``_opened``):
+        # read per frame, so they are plain attributes of the connection.
+        self.frame_max = limits.frame_max
+        self.heartbeat = limits.heartbeat
         self.grants: Grants | None = None
         self.cancel_notify = False
-        self.blocked_notify = False  # client announced the connection.blocked capability
+        self.burst = PublishBurst(self, broker, self.store, self.log, peer)
         self.channels: dict[int, Channel] = {}
+        self.bounds = ConnectionBounds(self.channels, broker, limits, counters)
         self.exclusive_queues: dict[str, Queue] = {}
-        self.publisher = False  # has published: throttled while a resource alarm is on
         self.opened = False  # the handshake completed
         self.closed = False  # channels released; nothing more is handled
         self.closing = False  # we sent connection.close and wait for close-ok
@@ -168,12 +155,7 @@ class AmqpProtocol(LoopSide, Handshake, PublishBurst):
         self.linger = False  # the client closed: read until it closes its side
         self.server_error = False  # we closed it with a connection exception
         self.end_reason = ""
-        self.published = 0
         self.delivered = 0
-        # Before the login only a small frame is accepted (the start-ok with its client
-        # properties): 500 unauthenticated sockets cannot make the broker buffer much.
-        self.parser = FrameParser(config.amqp_preauth_max_size, expect_header=True,
-                                  max_body=config.amqp_max_message_size)
         self._out: list[bytes] = []  # replies of the current step (``data_to_send``)
         self._out_size = 0
         self._stepping = False  # inside next_action: replies go to _out
@@ -184,21 +166,27 @@ class AmqpProtocol(LoopSide, Handshake, PublishBurst):
         self._input = 0  # bytes received since the last NEED_DATA
         self.discarded_bytes = 0  # read and dropped after close-ok
         self._shutting_down = False
-        self._commit_error: BaseException | None = None
+        #: The transport loop's answers: to the last ``COMMIT`` and ``Authenticate``.
+        self.commit_error: BaseException | None = None
+        self.login_ok = False
         self.unsubscribe_alarms: Callable[[], None] | None = None
-        # -- what is staged and not yet durable ------------------------------------------
-        self._needs_commit = False  # durable publish records of this burst
-        self._confirms: list[tuple[Channel, int, bool]] = []  # (channel, seq, accepted)
-        # Publishes staged but not awaited (no confirms): synced before any close-ok.
-        self._publishes_unsynced = False
-        self._staged = False  # durable deletes staged (acks, auto-deletes): kick the store
+        # Durable deletes staged (acks, auto-deletes): kick the store.
+        self._staged = False
         # Acks staged but not awaited: made durable before the reply to the next synchronous
         # method, so "ack, then any round trip" means the ack survives a crash.
         self._unsynced = False
         self._raw: bytes | None = None  # framing lost while closing: raw bytes, see below
-        self._ok = False  # the answer to Authenticate
         self._closed: Close | None = None
         self._steps: Steps = self._main()
+
+    @property
+    def user(self) -> str:
+        """The user name the client logged in with (or tried to)."""
+        return self.handshake.user
+
+    @property
+    def published(self) -> int:
+        return self.burst.published
 
     def note_staged(self) -> None:
         """A delivery (run in another task) staged a durable delete for this connection."""
@@ -218,6 +206,29 @@ class AmqpProtocol(LoopSide, Handshake, PublishBurst):
         self.exclusive_queues.clear()
         self.store.kick()
 
+    def _opened(self) -> None:
+        """open-ok is sent: what the handshake settled is in force."""
+        hs = self.handshake
+        self.frame_max, self.heartbeat = hs.frame_max, hs.heartbeat
+        self.bounds.channel_max = hs.channel_max
+        self.grants, self.cancel_notify = hs.grants, hs.cancel_notify
+        self.opened = True
+        self.on_opened()
+        alarms = self.alarms
+        if alarms is not None:
+            self.unsubscribe_alarms = alarms.subscribe(self._on_alarm)
+            if alarms.blocked:
+                self._on_alarm(True, alarms.reason)
+
+    def _on_alarm(self, blocked: bool, reason: str) -> None:
+        """Resource alarm changed: tell clients that asked (RabbitMQ's connection.blocked)."""
+        if not self.handshake.blocked_notify or self.closed:
+            return
+        if blocked:
+            self.send(encode_method(0, spec.ConnectionBlocked(reason[:255])))
+        else:
+            self.send(encode_method(0, spec.ConnectionUnblocked()))
+
     # -- the dialogue --------------------------------------------------------------------
 
     def _main(self) -> Steps:
@@ -236,9 +247,11 @@ class AmqpProtocol(LoopSide, Handshake, PublishBurst):
 
     def _run(self) -> Steps:
         try:
-            yield from self._handshake()
-            if not self.closed:
+            if (yield from self.handshake.run()):
+                self._opened()
                 yield from self._loop()
+            else:  # the client sent connection.close instead: it got close-ok
+                self.closed = self.clean = self.linger = True
         except ProtocolHeaderMismatch as exc:
             # Spec 4.2.2: answer a bad protocol header with ours, then close.
             self.end_reason = f"bad protocol header {exc.received!r}"
@@ -249,42 +262,14 @@ class AmqpProtocol(LoopSide, Handshake, PublishBurst):
                 exc.text += " (before login)"
             yield from self._close_with(exc)
 
-    def _close_with(self, exc: AmqpError) -> Steps:
-        """Connection exception: send connection.close, wait for close-ok (the driver
-        bounds the wait)."""
-        self.server_error = self.closing = True
-        self._until = self.clock() + CLOSE_TIMEOUT
-        self.end_reason = f"{exc.code} {exc.text}"
-        self.send(encode_method(0, spec.ConnectionClose(
-            exc.code, exc.reply_text, exc.class_id, exc.method_id)))
-        self.release()
-        parser = self.parser
-        while True:
-            try:
-                ev = parser.next_event()
-            except AmqpError:
-                # The framing is lost: look for the close-ok frame's bytes instead, so the
-                # socket is not reset while the client's close-ok is in flight.
-                self._raw = tail = parser.unconsumed()
-                while CLOSE_OK_FRAME not in tail:
-                    self._raw = tail[-len(CLOSE_OK_FRAME):]
-                    yield from self.read()
-                    tail = self._raw
-                return
-            if ev is None:
-                yield from self.read()
-            elif isinstance(ev, Command) and isinstance(
-                    ev.method, (spec.ConnectionCloseOk, spec.ConnectionClose)):
-                if isinstance(ev.method, spec.ConnectionClose):
-                    self.send(CLOSE_OK_FRAME)
-                return
-
     # -- main loop -----------------------------------------------------------------------
 
     def _loop(self) -> Steps:
         channels = self.channels
         parser = self.parser
         alarms = self.alarms
+        burst = self.burst
+        publish = burst.publish
         while True:
             slice_end = perf_counter() + BURST_SLICE_S
             while True:
@@ -321,14 +306,16 @@ class AmqpProtocol(LoopSide, Handshake, PublishBurst):
                                 # first of a new connection too (else reconnecting per
                                 # message would get past a disk alarm): what came before
                                 # it is finished first, nothing after it is read.
-                                if self._flush_due:
-                                    yield from self._flush()
+                                if burst.flush_due:
+                                    yield from burst.flush()
+                                if self._staged:
+                                    self._kick()
                                 if self._out:
                                     yield SEND  # (the confirms of those)
                                 yield BLOCKED
                                 if ch.closing or self.closed:
                                     continue
-                            self._publish(ch, ev)
+                            publish(ch, ev)
                             if not parser.buffered:
                                 # The last frame of this input: its deliveries go now, not
                                 # after the end-of-burst work (they wait for nothing of it:
@@ -342,18 +329,22 @@ class AmqpProtocol(LoopSide, Handshake, PublishBurst):
                     except AmqpError as exc:
                         self._channel_error(ch, exc, ev.method)
                     continue
-                if self._flush_due:
-                    yield from self._flush()
+                if burst.flush_due:
+                    yield from burst.flush()
+                if self._staged:
+                    self._kick()
                 yield from self._method(ev)
                 if self.closed:
                     return
-            if self._flush_due:
-                yield from self._flush()
+            if burst.flush_due:
+                yield from burst.flush()
+            if self._staged:
+                self._kick()
             # The end of a burst.  Publisher input (bodies being received included) counts
             # toward the memory alarm as it arrives; while an alarm is on, a publishing
             # connection is not read (TCP back-pressure throttles it, as in RabbitMQ; one
             # still receiving its first body counts too: the body is memory already).
-            if self.publisher or parser.receiving:
+            if burst.publisher or parser.receiving:
                 if self._note_input is not None:
                     self._note_input(self._input)
                 if alarms is not None and alarms.blocked:
@@ -361,11 +352,18 @@ class AmqpProtocol(LoopSide, Handshake, PublishBurst):
             self._input = 0
             yield from self.read()
 
+    def _kick(self) -> None:
+        """Durable deletes were staged: have a commit round soon (nobody waits for it)."""
+        self._staged = False
+        self.store.kick()
+
     def _content_too_large(self, exc: ContentTooLarge) -> Steps:
         """A content header announced more than --amqp-max-message-size: 406 on its
         channel at once (RabbitMQ); the parser already skips the body frames."""
         self.counters["messages_too_large"] += 1
-        yield from self._flush()  # earlier publishes of the burst are confirmed first
+        yield from self.burst.flush()  # earlier publishes of the burst are confirmed first
+        if self._staged:
+            self._kick()
         ch = self.channels.get(exc.channel)
         if ch is None:
             self.parser.resume_channel(exc.channel)
@@ -388,14 +386,7 @@ class AmqpProtocol(LoopSide, Handshake, PublishBurst):
         if isinstance(m, spec.ChannelOpen):
             if ch is not None:
                 raise AmqpError(CHANNEL_ERROR, f"second 'channel.open' seen on {number}", 20, 10)
-            # RabbitMQ's reading of channel_max, which clients rely on: it bounds the number
-            # of open channels (any channel number 1-65535 may be used).
-            if len(self.channels) >= self.channel_max:
-                self.counters["channel_limit_refused"] += 1
-                raise AmqpError(NOT_ALLOWED,
-                                f"number of channels opened ({len(self.channels)}) has "
-                                f"reached the negotiated channel_max ({self.channel_max})",
-                                20, 10)
+            self.bounds.check_channel_open()
             self.channels[number] = Channel(self, number)
             self.send(encode_method(number, spec.ChannelOpenOk()))
             return
@@ -433,8 +424,7 @@ class AmqpProtocol(LoopSide, Handshake, PublishBurst):
         except AmqpError as exc:
             self._channel_error(ch, exc, m)
         if self._staged:
-            self._staged = False
-            self.store.kick()
+            self._kick()
 
     def _connection_method(self, m: spec.Method) -> Steps:
         if isinstance(m, spec.ConnectionClose):
@@ -453,7 +443,7 @@ class AmqpProtocol(LoopSide, Handshake, PublishBurst):
             # The new secret must authenticate the connection's user again (for PLAIN and
             # AMQPLAIN it is the password); otherwise the connection is refused.
             yield Authenticate(self.user or None, m.new_secret or None)
-            if not self._ok:
+            if not self.login_ok:
                 raise AmqpError(ACCESS_REFUSED, "update-secret: new secret refused",
                                 m.CLASS_ID, m.METHOD_ID)
             self.send(encode_method(0, spec.ConnectionUpdateSecretOk()))
@@ -463,16 +453,15 @@ class AmqpProtocol(LoopSide, Handshake, PublishBurst):
 
     def _sync_before_close(self) -> Steps:
         """Make what this connection staged (publishes without confirms, acks) durable."""
-        if self._publishes_unsynced or self._unsynced or self._staged:
-            self._publishes_unsynced = False
+        if self.burst.take_unsynced() | self._unsynced | self._staged:
             yield from self._commit()
 
     def _commit(self) -> Steps:
         """Wait for the durable writes staged so far (declares, deletes, purges)."""
         self._staged = self._unsynced = False
-        self._commit_error = None
+        self.commit_error = None
         yield COMMIT
-        error = self._commit_error
+        error = self.commit_error
         if error is not None:
             raise AmqpError(INTERNAL_ERROR, f"durable write failed: {error}",
                             hard=True) from error
@@ -487,30 +476,3 @@ class AmqpProtocol(LoopSide, Handshake, PublishBurst):
             exc.code, exc.reply_text, exc.class_id, exc.method_id)))
         self.parser.drop_channel(ch.number)
         self._staged |= ch.release() != 0
-
-    # -- per-connection bounds (issue 14: one client cannot exhaust the broker) ----------
-
-    def check_queue_limit(self, name: str) -> None:
-        """Before a declare that creates a queue: 406 past the per-connection or the
-        broker-wide queue count (RabbitMQ's words for its vhost queue limit)."""
-        live = {q for q in self.created_queues if not q.deleted}
-        self.created_queues = live
-        total = self.config.amqp_max_queues
-        if len(live) >= self.max_queues:
-            limit = f"limit of {self.max_queues} queues per connection"
-        elif len(self.broker.queues) >= total:
-            limit = f"queue limit of {total} in vhost '/'"
-        else:
-            return
-        self.counters["queue_limit_refused"] += 1
-        raise AmqpError(PRECONDITION_FAILED,
-                        f"cannot declare queue '{name}': {limit} is reached", 50, 10)
-
-    def check_consumer_limit(self) -> None:
-        """Before basic.consume: 406 past the per-connection consumer count."""
-        count = sum(len(ch.consumers) for ch in self.channels.values())
-        if count >= self.max_consumers:
-            self.counters["consumer_limit_refused"] += 1
-            raise AmqpError(PRECONDITION_FAILED,
-                            f"limit of {self.max_consumers} consumers per connection is "
-                            "reached", 60, 20)

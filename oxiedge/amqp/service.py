@@ -25,6 +25,7 @@ import trio
 from oxiedge.amqp import persist, recovery, spec
 from oxiedge.amqp.broker import Broker
 from oxiedge.amqp.connection import AmqpConnection
+from oxiedge.amqp.ports import ConnectionLimits
 from oxiedge.amqp.protocol import AmqpProtocol
 from oxiedge.staged import COMMIT, MQTT, NOTHING, ROUTED, Origin, Staged
 from oxiedge.tls import TlsManager, open_secured, peer_name, transport_socket
@@ -50,6 +51,16 @@ class AmqpService:
         self.broker.max_exchanges = cfg.amqp_max_exchanges
         self.broker.max_bindings = cfg.amqp_max_bindings
         self.broker.max_arguments_bytes = cfg.amqp_max_arguments_bytes
+        self.broker.max_queues = cfg.amqp_max_queues
+        #: What each connection's protocol object is given (it never sees the config).
+        self.limits = ConnectionLimits(
+            handshake_timeout=cfg.amqp_handshake_timeout, frame_max=cfg.amqp_frame_max,
+            channel_max=cfg.amqp_channel_max, heartbeat=cfg.amqp_heartbeat,
+            preauth_max_size=cfg.amqp_preauth_max_size,
+            max_message_size=cfg.amqp_max_message_size,
+            max_consumers=cfg.amqp_max_consumers_per_connection,
+            max_queues=cfg.amqp_max_queues_per_connection,
+            unacked_limit=cfg.amqp_queue_limit)
         self.connections: set[AmqpConnection] = set()
         self.counters = {"connections_total": 0, "connections_closed": 0,
                          "connection_errors": 0, "connections_dropped": 0,

@@ -2,6 +2,9 @@
 ``oxiedge.net`` ``StreamProtocol`` interface (bytes in, actions out, the answers back),
 where output goes, the read deadlines and the end of input.
 
+The server's own closes are here too: a connection exception (``_close_with``) and the
+broker's shutdown (``shutdown``).
+
 A mixin: ``AmqpProtocol`` owns the attributes declared here; the module docstring of
 ``protocol.py`` tells the whole story.
 """
@@ -10,15 +13,18 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from oxiedge.amqp import spec
 from oxiedge.amqp.actions import NEED_DATA, SEND, Close, Steps
-from oxiedge.amqp.codec import FrameParser, encode_method
+from oxiedge.amqp.codec import Command, FrameParser, encode_method
+from oxiedge.amqp.errors import AmqpError
 from oxiedge.amqp.handshake import CLOSE_OK_FRAME
 
 if TYPE_CHECKING:
     from oxiedge.amqp.channel import Channel
+    from oxiedge.amqp.handshake import Handshake
+    from oxiedge.amqp.ports import Outlet
 
 HIGH_WATER = 1 << 20  # unsent bytes per connection before consumers are skipped
 CLOSE_TIMEOUT = 2.0  # after our connection.close: how long to wait for close-ok
@@ -28,17 +34,6 @@ CLOSE_LINGER = 3.0
 SHUTDOWN_TIMEOUT = 0.5
 _SHUTDOWN_FRAME = encode_method(0, spec.ConnectionClose(
     320, "CONNECTION_FORCED - broker forced connection closure with reason 'shutdown'", 0, 0))
-
-class Outlet(Protocol):
-    """The transport as the protocol sees it (``oxiedge.net.loop.Transport``)."""
-
-    out_bytes: int
-
-    def write(self, data: bytes) -> None: ...
-
-    def deliver_now(self) -> None:
-        """Send what this burst wrote to other connections so far, now."""
-
 
 class _Ended(Exception):
     """The connection is over (deadline, end of input); the text is the reason."""
@@ -52,7 +47,7 @@ class LoopSide:
     counters: dict[str, int]
     clock: Callable[[], float]
     heartbeat: int
-    handshake_timeout: float
+    handshake: Handshake
     deadline: float
     opened: bool
     closed: bool
@@ -72,13 +67,12 @@ class LoopSide:
     _eof: bool
     _input: int
     _shutting_down: bool
-    _commit_error: BaseException | None
+    commit_error: BaseException | None
+    login_ok: bool
     _raw: bytes | None
-    _ok: bool
     _closed: Close | None
     _steps: Steps
     _until: float
-    _handshake_until: float
 
     # -- the loop's side (oxiedge.net.actions.StreamProtocol) ----------------------------
 
@@ -126,14 +120,14 @@ class LoopSide:
 
     def commit_done(self, error: Exception | None) -> None:
         """The commit asked for by ``COMMIT`` returned (``error``: it failed)."""
-        self._commit_error = error
+        self.commit_error = error
 
     def commit_cancelled(self) -> None:
         """Cancelled while waiting for the commit: the connection is ending."""
 
     def authenticated(self, ok: bool) -> None:
         """The answer to :class:`Authenticate`."""
-        self._ok = ok
+        self.login_ok = ok
 
     def unblocked(self) -> None:
         """The resource alarm that ``BLOCKED`` waited for has cleared."""
@@ -194,6 +188,36 @@ class LoopSide:
         self._outlet.write(_SHUTDOWN_FRAME)
         return True
 
+    def _close_with(self, exc: AmqpError) -> Steps:
+        """A connection exception: send connection.close, wait for close-ok (the driver
+        bounds the wait, :data:`CLOSE_TIMEOUT`)."""
+        self.server_error = self.closing = True
+        self._until = self.clock() + CLOSE_TIMEOUT
+        self.end_reason = f"{exc.code} {exc.text}"
+        self.send(encode_method(0, spec.ConnectionClose(
+            exc.code, exc.reply_text, exc.class_id, exc.method_id)))
+        self.release()
+        parser = self.parser
+        while True:
+            try:
+                ev = parser.next_event()
+            except AmqpError:
+                # The framing is lost: look for the close-ok frame's bytes instead, so the
+                # socket is not reset while the client's close-ok is in flight.
+                self._raw = tail = parser.unconsumed()
+                while CLOSE_OK_FRAME not in tail:
+                    self._raw = tail[-len(CLOSE_OK_FRAME):]
+                    yield from self.read()
+                    tail = self._raw
+                return
+            if ev is None:
+                yield from self.read()
+            elif isinstance(ev, Command) and isinstance(
+                    ev.method, (spec.ConnectionCloseOk, spec.ConnectionClose)):
+                if isinstance(ev.method, spec.ConnectionClose):
+                    self.send(CLOSE_OK_FRAME)
+                return
+
     def _scan_for_close_ok(self, data: bytes) -> None:
         tail = (self._raw or b"")[-len(CLOSE_OK_FRAME):] + data
         self._raw = tail
@@ -213,13 +237,13 @@ class LoopSide:
                 break  # ``on_sent`` re-dispatches once the writer drained it
             self._stalled = False
             self._redispatch()
-        heartbeat = self.heartbeat
         if self.closing or self.linger:
             self.deadline = self._until
-        else:
+        elif self.opened:
+            heartbeat = self.heartbeat
             self.deadline = self.clock() + 2 * heartbeat if heartbeat else math.inf
-            if not self.opened:
-                self.deadline = min(self.deadline, self._handshake_until)
+        else:
+            self.deadline = self.handshake.deadline(self.clock())
         yield NEED_DATA
         self.check_deadline()
         if self._eof:
@@ -234,6 +258,6 @@ class LoopSide:
             raise _Ended("")
         if not self.opened:
             self.counters["handshake_timeouts"] += 1
-            raise _Ended(f"handshake not completed within {self.handshake_timeout:g} s")
+            raise _Ended(f"handshake not completed within {self.handshake.timeout:g} s")
         raise _Ended(f"missed heartbeats: nothing from the client for "
                      f"{2 * self.heartbeat:g} s")

@@ -56,7 +56,7 @@ class MemoryOutlet:
 
 def protocol_for(svc: AmqpService) -> AmqpProtocol:
     app = svc.app
-    return AmqpProtocol(svc.broker, MemoryOutlet(), app.config, svc.counters, app.permissions,
+    return AmqpProtocol(svc.broker, MemoryOutlet(), svc.limits, svc.counters, app.permissions,
                         svc.server_properties(), clock=trio.current_time, alarms=app.alarms,
                         peer="table")
 

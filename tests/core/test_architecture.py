@@ -130,7 +130,9 @@ SANS_IO = ["oxiedge.mqtt.codec", "oxiedge.mqtt.bodies", "oxiedge.mqtt.encode",
            "oxiedge.durations",
            "oxiedge.amqp.codec", "oxiedge.amqp.spec", "oxiedge.amqp.fields",
            "oxiedge.amqp.properties", "oxiedge.amqp.deadletter", "oxiedge.amqp.routeindex",
-           "oxiedge.amqp.protocol", "oxiedge.net.actions"]
+           "oxiedge.amqp.protocol", "oxiedge.amqp.handshake", "oxiedge.amqp.burst",
+           "oxiedge.amqp.streaming", "oxiedge.amqp.bounds", "oxiedge.amqp.ports",
+           "oxiedge.net.actions"]
 IO_MODULES = ("trio", "socket", "ssl", "asyncio", "rocksdict", "oxiedge.store.committer")
 
 

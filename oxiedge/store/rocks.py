@@ -6,10 +6,10 @@ oxiedge keeps a single RocksDB in ``<data>/db`` in raw mode (keys and values are
 pickle). Column families group records by *kind*, never by queue or collection (many column
 families multiply memtables and RSS, see docs/storage.md):
 
-``meta``  collection catalog and id high-water marks
+``meta``  collection catalog, id high-water marks, index definitions, the format version
 ``docs``  JSON documents, key = collection id (4 bytes BE) + ``_id`` (8 bytes BE)
-``idx``   secondary index entries (reserved for the ingest indexes)
-``mqtt``  the MQTT broker's hot records (queued / in-flight messages)
+``idx``   secondary index entries (``index.py``)
+``mqtt``  the MQTT broker's records (sessions, queued / in-flight messages, QoS 2, retained)
 ``amqp``  the AMQP broker's hot records (persistent messages of durable queues)
 ``uplink`` the uplinks' outboxes (messages waiting for the upstream's confirm)
 ``quarantine`` records recovery could not decode, moved aside (``quarantine.py``)
@@ -20,8 +20,8 @@ without naming every family it has.
 
 All column families share one WAL, so one ``WriteBatch`` plus one ``flush_wal(True)`` commits
 across them atomically. The memory profile (8 MB block cache shared by every family, 8 MB
-memtables, a 32 MB cap on all memtables and on the WAL) keeps RSS near 50 MB with a million
-messages written and bounds crash-recovery replay to well under a second.
+memtables, a 32 MB cap on all memtables and on the WAL) keeps RSS near 45 MB with a million
+messages written (docs/storage.md has the measurement) and bounds crash-recovery replay.
 """
 
 from __future__ import annotations

@@ -30,7 +30,7 @@ __all__ = ["OPTIONS", "OPTIONS_BY_NAME", "Config", "ConfigError", "Option"]
 
 # A dataclass takes its bases' fields from the last base to the first: listeners come first,
 # then MQTT, AMQP and the server-wide settings (the order of ``--help`` and ``OPTIONS``).
-@dataclass
+@dataclass(frozen=True)
 class Config(ServerSettings, AmqpSettings, MqttSettings, ListenerSettings):
     """Resolved settings of one ``oxiedge serve`` run; ``Config()`` has every default."""
 

@@ -12,7 +12,7 @@ import errno
 import os
 import signal
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -142,7 +142,8 @@ async def serve(config: Config) -> None:
     log = make_logger()
     routes = parse_routes(config.ingest)  # invalid routes: exit before listening
     uplinks = load_config_file(config.config_file) if config.config_file else []
-    config.device_id = check_device_id(config.device_id or default_device_id())
+    config = replace(
+        config, device_id=check_device_id(config.device_id or default_device_id()))
     try:
         users = UserStore.load(config.users_path, config.allow_anonymous,
                                network=is_network_address(config.bind))

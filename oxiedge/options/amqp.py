@@ -8,7 +8,7 @@ from .declare import Bound, option
 from .kinds import count, seconds, size
 
 
-@dataclass
+@dataclass(frozen=True)
 class AmqpSettings:
     """The AMQP broker's settings."""
 

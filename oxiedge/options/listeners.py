@@ -1,6 +1,5 @@
 """Settings of the listeners: data directory, bind address, ports and TLS (docs/tls.md)."""
 
-# ruff: noqa: RUF009 - option() returns a dataclasses.field (see declare.py)
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -10,7 +9,7 @@ from .declare import Bound, option
 from .kinds import ADDRESS, MAYBE_PATH, PATH, PORT, SWITCH, choice, count
 
 
-@dataclass
+@dataclass(frozen=True)
 class ListenerSettings:
     """Where ``oxiedge serve`` keeps its data and how clients reach it."""
 

@@ -1,6 +1,5 @@
 """Settings of the MQTT broker: persistence, ingest routes and its bounds (docs/limits.md)."""
 
-# ruff: noqa: RUF009 - option() returns a dataclasses.field (see declare.py)
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -9,7 +8,7 @@ from .declare import Bound, option
 from .kinds import EXPIRY, ROUTES, SWITCH, count, size
 
 
-@dataclass
+@dataclass(frozen=True)
 class MqttSettings:
     """The MQTT broker's settings."""
 

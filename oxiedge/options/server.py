@@ -1,7 +1,6 @@
 """Settings of the whole server: resource alarms, users, connections and logins, the uplink
 file, the event loop."""
 
-# ruff: noqa: RUF009 - option() returns a dataclasses.field (see declare.py)
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -11,7 +10,7 @@ from .declare import Bound, option
 from .kinds import KEEPALIVE, MAYBE_PATH, MAYBE_SWITCH, TEXT, WATERMARK, count, seconds, size
 
 
-@dataclass
+@dataclass(frozen=True)
 class ServerSettings:
     """Settings shared by both brokers."""
 

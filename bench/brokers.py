@@ -253,7 +253,8 @@ def start_oxiedge(extra_args: list[str] | None = None, data: Path | None = None,
     tmp = Path(tempfile.mkdtemp(prefix="bench-oxi-"))
     data = data or tmp / "data"
     cmd = [*(cpu_prefix or []), *oxiedge_command(), "serve", "--data", str(data),
-           "--bind", "127.0.0.1", "--mqtt-port", "0", "--amqp-port", "0", *(extra_args or [])]
+           "--bind", "127.0.0.1", "--mqtt-port", "0", "--amqp-port", "0",
+           "--http-port", "off", *(extra_args or [])]  # (--oxiedge-arg=--http-port=0 wins)
     log = tmp / "oxiedge.log"
     t0 = time.monotonic()
     proc = popen_broker(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd=tmp,

@@ -163,7 +163,8 @@ async def serve(config: Config) -> None:
 def _tls_manager(config: Config, log: Any) -> TlsManager | None:
     """The TLS context when a TLS port is set (None otherwise); invalid settings raise
     StartupError naming the bad value."""
-    if config.mqtt_tls_port is None and config.amqp_tls_port is None:
+    if config.mqtt_tls_port is None and config.amqp_tls_port is None and \
+            config.http_tls_port is None:
         return None
     try:
         return TlsManager(TlsSettings.from_config(config), log)
@@ -320,12 +321,43 @@ async def _start(app: App, parts: Parts, nursery: trio.Nursery, handlers: dict[s
             "reloaded": False, "error": "no TLS port is configured (--mqtt-tls-port, "
             "--amqp-tls-port)"}
     log.info("%s", uplinks.startup_line())
+    http = await _start_http(app, parts, nursery, handlers)
     admin = AdminServer(app, handlers, config.admin_socket, admin_socket_mode(config.data))
     await nursery.start(admin.run)
     gcpolicy.freeze_startup_objects()  # no full GC pass over start-up's objects (p99)
     log.info("oxiedge ready")
+    if http is not None:
+        http.ready = True  # /readyz
     sdnotify.ready(f"serving {', '.join(app.endpoints.values()) or 'admin socket only'}")
     nursery.start_soon(sdnotify.watchdog_loop, lambda interval: _durable_ok(app, interval))
+
+
+async def _start_http(app: App, parts: Parts, nursery: trio.Nursery,
+                      handlers: dict[str, Any]) -> Any:
+    """The HTTP listener (docs/http.md) on --http-port and --http-tls-port; returns its view
+    of the server (``ready`` is set once ``oxiedge ready`` is logged), None when both are off.
+    Its h11 is imported only here."""
+    config, log = app.config, app.log
+    if config.http_port is None and config.http_tls_port is None:
+        return None
+    from .http.wiring import build
+
+    server, view = build(app, handlers, parts.status, parts.tls)
+    bound: list[tuple[str, str, list[Any]]] = []
+    if config.http_port is not None:
+        bound.append(("HTTP", "http", await _bind(config, config.http_port or 0, "HTTP")))
+    if config.http_tls_port is not None:
+        assert parts.tls is not None
+        raw = await _bind(config, config.http_tls_port or 0, "HTTP TLS")
+        bound.append(("HTTP TLS", "http_tls", [TlsListener(x, parts.tls) for x in raw]))
+    await nursery.start(server.run, [x for _, _, group in bound for x in group])
+    parts.status["http"] = server
+    for name, endpoint, group in bound:
+        actual = _bound_port(group)
+        app.endpoints[endpoint] = f"{config.bind}:{actual}"
+        log.info("%s listening on %s:%d", name, _format_host(config.bind), actual)
+        log.info("%s on %s:%d: %s", name, _format_host(config.bind), actual, app.users.mode())
+    return view
 
 
 async def _recovery_done(app: App) -> None:

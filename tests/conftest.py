@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 
 READY = "oxiedge ready"
-_LISTEN = re.compile(r"^(MQTT|AMQP) listening on (\S+):(\d+)")
-_TLS_LISTEN = re.compile(r"^(MQTT|AMQP) TLS listening on (\S+):(\d+)")
+_LISTEN = re.compile(r"^(MQTT|AMQP|HTTP) listening on (\S+):(\d+)")
+_TLS_LISTEN = re.compile(r"^(MQTT|AMQP|HTTP) TLS listening on (\S+):(\d+)")
 
 
 def clean_env() -> dict[str, str]:
@@ -50,19 +50,23 @@ class ServerProcess:
         self.amqp_port: int | None = None
         self.mqtt_tls_port: int | None = None  # "MQTT TLS listening on" (--mqtt-tls-port)
         self.amqp_tls_port: int | None = None
+        self.http_port: int | None = None  # off unless a test passes --http-port 0
+        self.http_tls_port: int | None = None
         self._cond = threading.Condition()
         self._eof = True  # the pump has read the process's output to its end
 
     # ----------------------------------------------------------------- control
     def start(self, timeout: float = 30.0, expect_ready: bool = True) -> ServerProcess:
         cmd = [sys.executable, "-m", "oxiedge", "serve", "--data", str(self.data),
-               "--bind", "127.0.0.1", "--mqtt-port", "0", "--amqp-port", "0", *self.args]
+               "--bind", "127.0.0.1", "--mqtt-port", "0", "--amqp-port", "0",
+               "--http-port", "off", *self.args]
         env = clean_env()
         env.update(self.env or {})
         env["PYTHONUNBUFFERED"] = "1"
         self.log_lines = []
         self.mqtt_port = self.amqp_port = None
         self.mqtt_tls_port = self.amqp_tls_port = None
+        self.http_port = self.http_tls_port = None
         self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                      stderr=subprocess.STDOUT, text=True, env=env)
         self._eof = False
@@ -79,16 +83,10 @@ class ServerProcess:
                 self.log_lines.append(line)
                 m = _LISTEN.match(line)
                 if m:
-                    if m.group(1) == "MQTT":
-                        self.mqtt_port = int(m.group(3))
-                    else:
-                        self.amqp_port = int(m.group(3))
+                    setattr(self, f"{m.group(1).lower()}_port", int(m.group(3)))
                 t = _TLS_LISTEN.match(line)
                 if t:
-                    if t.group(1) == "MQTT":
-                        self.mqtt_tls_port = int(t.group(3))
-                    else:
-                        self.amqp_tls_port = int(t.group(3))
+                    setattr(self, f"{t.group(1).lower()}_tls_port", int(t.group(3)))
                 self._cond.notify_all()
         with self._cond:
             self._eof = self._eof or proc is self.proc  # not a restarted server's

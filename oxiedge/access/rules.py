@@ -27,7 +27,7 @@ from typing import Any
 
 FILE_NAME = "permissions.json"
 ACL_ACCESS = ("read", "write", "readwrite", "deny")
-TAGS = ("administrator", "monitoring", "none")
+TAGS = ("administrator", "monitoring", "management", "none")
 DEFAULTS = ("allow", "deny")
 #: A regexp this long is refused (a rule is configuration, not data; bounds compile time).
 MAX_REGEX = 1024

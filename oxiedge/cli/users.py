@@ -28,7 +28,7 @@ def user_add(
     password_stdin: Annotated[bool, typer.Option("--password-stdin", help="read the password from stdin")] = False,  # noqa: E501
     data: DataOpt = None,
     password_file: PwFileOpt = None,
-    tags: Annotated[str | None, typer.Option("--tags", help="administrator, monitoring or none (comma-separated; stored, not yet used by anything remote)")] = None,  # noqa: E501
+    tags: Annotated[str | None, typer.Option("--tags", help="administrator, monitoring, management or none (comma-separated): the HTTP API's roles (administrator: everything; monitoring, management: read only)")] = None,  # noqa: E501
 ) -> None:
     """Add a user or change its password (prompts unless --password-stdin)."""
     from ..access import cli as access_cli

@@ -148,6 +148,14 @@ class HttpConnection:
         return await self._read_body(event)
 
     async def _read_body(self, head: h11.Request) -> Request | None:
+        # h11 bounds a header block only while it is incomplete: one that arrived whole in
+        # one read is measured here.
+        size = len(head.target) + sum(len(k) + len(v) + 4 for k, v in head.headers)
+        if size > MAX_HEADER_BYTES:
+            self.counters["header_too_large"] += 1
+            await self._raw_error(431, "bad_request",
+                                  f"request headers larger than {MAX_HEADER_BYTES} bytes")
+            raise _Close
         headers: dict[str, str] = {}
         for name, value in head.headers:
             key = name.decode("latin-1")

@@ -38,6 +38,16 @@ class ListenerSettings:
         PORT, "off",
         "AMQPS port (5671 is usual); 0 = any free port; off = none",
         limits=None)
+    http_port: int | None = option(
+        PORT, "15672",
+        "HTTP port: health checks, Prometheus metrics, RabbitMQ's management API "
+        "(docs/http.md); 0 = any free port (logged); off = no HTTP listener",
+        limits=None)
+    http_tls_port: int | None = option(
+        PORT, "off",
+        "HTTPS port (15671 is usual), the same endpoints over TLS; 0 = any free port; "
+        "off = none",
+        limits=None)
     tls_cert: Path | None = option(
         MAYBE_PATH, "",
         "PEM server certificate (chain) for the TLS ports; re-read on SIGHUP",

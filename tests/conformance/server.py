@@ -37,7 +37,7 @@ class ServeProcess:
     def start(self) -> None:
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "oxiedge", "serve", "--data", str(self.data),
-             "--bind", "127.0.0.1", *self.args],
+             "--bind", "127.0.0.1", "--http-port", "off", *self.args],
             cwd=REPO, env=clean_env(), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT, text=True)
         threading.Thread(target=self._pump, daemon=True).start()

@@ -107,7 +107,7 @@ def main(argv: list[str]) -> None:
     data.mkdir(parents=True, exist_ok=True)
     os.dup2(2, 1)  # Mosquitto logs to stderr; the tests read the broker's stderr
     cmd = [sys.executable, "-m", "oxiedge", "serve", "--data", str(data), "--bind", "127.0.0.1",
-           "--mqtt-port", str(port), "--amqp-port", "off", *extra]
+           "--mqtt-port", str(port), "--amqp-port", "off", "--http-port", "off", *extra]
     env = {k: v for k, v in os.environ.items() if not k.startswith("OXIEDGE_")}
     env["PYTHONUNBUFFERED"] = "1"
     os.chdir(os.environ.get("OXIEDGE_SHIM_REPO", os.getcwd()))

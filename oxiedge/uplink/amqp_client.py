@@ -2,10 +2,9 @@
 
 The broker side of ``oxiedge.amqp`` already has the frame codec and the generated method
 classes; this module adds what only a client needs, with no I/O and no trio (the link in
-``amqp_link.py`` moves the bytes):
+``amqp_link.py`` moves the bytes; the handshake, start-ok to basic.consume, is
+``amqp_handshake.py``):
 
-* the handshake answers: ``start_ok`` (SASL PLAIN, client properties and capabilities) and
-  ``tune_ok`` (heartbeat and frame-max negotiation);
 * ``UpstreamFrames``: the codec's :class:`FrameParser` used client-side (the server sends
   no protocol header, so ``expect_header=False``), with every malformed input turned into
   :class:`UpstreamFailure`, and RabbitMQ's "wrong protocol" reply recognised;
@@ -16,10 +15,6 @@ classes; this module adds what only a client needs, with no I/O and no trio (the
 
 from __future__ import annotations
 
-import math
-from typing import Any
-
-from oxiedge import __version__
 from oxiedge.amqp import spec
 from oxiedge.amqp.codec import (
     PROTOCOL_HEADER,
@@ -43,62 +38,7 @@ class UpstreamFailure(Exception):
     """The upstream broke the protocol or refused us; the message is a one-line reason."""
 
 
-# ----------------------------------------------------------------- handshake
-def client_properties(connection_name: str) -> dict[str, Any]:
-    """Connection.Start-Ok ``client-properties``.
-
-    The capabilities tell RabbitMQ which of its extensions we understand: it then sends
-    Basic.Nack, Connection.Blocked/Unblocked, Basic.Cancel for a deleted queue, and closes
-    with 403 (instead of silently dropping the socket) when the login is refused."""
-    return {
-        "product": "oxiedge",
-        "version": __version__,
-        "platform": "Python/trio",
-        "connection_name": connection_name,
-        "capabilities": {
-            "publisher_confirms": True,
-            "connection.blocked": True,
-            "consumer_cancel_notify": True,
-            "basic.nack": True,
-            "authentication_failure_close": True,
-        },
-    }
-
-
-def start_ok(start: spec.ConnectionStart, username: str, password: str,
-             connection_name: str) -> spec.ConnectionStartOk:
-    """Answer Connection.Start with PLAIN credentials (spec 4.2.3; RFC 4616 response
-    ``\\0user\\0password``)."""
-    if (start.version_major, start.version_minor) != (0, 9):
-        raise UpstreamFailure(f"upstream speaks AMQP {start.version_major}-"
-                              f"{start.version_minor}, not 0-9-1")
-    mechanisms = start.mechanisms.decode("utf-8", "replace").split()
-    if "PLAIN" not in mechanisms:
-        raise UpstreamFailure(f"upstream offers no PLAIN login (only {' '.join(mechanisms)})")
-    response = b"\0" + username.encode() + b"\0" + password.encode()
-    return spec.ConnectionStartOk(client_properties(connection_name), "PLAIN", response,
-                                  "en_US")
-
-
-def negotiate(ours: int, theirs: int) -> int:
-    """Negotiate a limit where 0 means "none": the lower of two real limits, else the one
-    that is set (what RabbitMQ's own clients do for heartbeat, frame-max and channel-max)."""
-    if ours == 0 or theirs == 0:
-        return max(ours, theirs)
-    return min(ours, theirs)
-
-
-def tune_ok(tune: spec.ConnectionTune, heartbeat: float,
-            frame_max: int = FRAME_MAX) -> spec.ConnectionTuneOk:
-    """Connection.Tune-Ok: heartbeat in whole seconds (ours rounded up), frame-max the
-    smaller of both (never below the spec's 4096 minimum), two channels."""
-    want_hb = max(0, math.ceil(heartbeat)) if heartbeat > 0 else 0
-    hb = min(negotiate(want_hb, tune.heartbeat), 0xFFFF)
-    fmax = max(negotiate(frame_max, tune.frame_max), spec.FRAME_MIN_SIZE)
-    channels = negotiate(INBOUND_CHANNEL, tune.channel_max)
-    return spec.ConnectionTuneOk(channels, fmax, hb)
-
-
+# ----------------------------------------------------------------- closes
 def close_reason(method: spec.ConnectionClose | spec.ChannelClose) -> str:
     """A one-line reason for a close the upstream sent (403 reads "access refused ...")."""
     what = "connection" if isinstance(method, spec.ConnectionClose) else "channel"

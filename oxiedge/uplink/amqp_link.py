@@ -25,8 +25,9 @@ deliverer
 
 A failure anywhere ends all four and raises :class:`LinkError` with a one-line reason; the
 manager reconnects (possibly to another node) and resends what was not confirmed.
-Protocol details that need no I/O live in ``amqp_client.py``, opening the TCP/TLS stream
-in ``streams.py``.
+The handshake is the sans-IO ``amqp_handshake.ClientHandshake`` (this module only moves its
+bytes); the other protocol details that need no I/O live in ``amqp_client.py``, opening the
+TCP/TLS stream in ``streams.py``.
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ from typing import NoReturn
 import trio
 
 from oxiedge.amqp import spec
-from oxiedge.amqp.codec import HEARTBEAT_FRAME, PROTOCOL_HEADER, Command, encode_method
+from oxiedge.amqp.codec import HEARTBEAT_FRAME, Command, encode_method
 from oxiedge.uplink.amqp_client import (
     CHANNEL,
     INBOUND_CHANNEL,
@@ -52,9 +53,8 @@ from oxiedge.uplink.amqp_client import (
     publish_bytes,
     refuses_message,
     returned_seq,
-    start_ok,
-    tune_ok,
 )
+from oxiedge.uplink.amqp_handshake import ClientHandshake, ClientSetup
 from oxiedge.uplink.link import (
     Endpoint,
     LinkError,
@@ -121,10 +121,6 @@ class _Broken(LinkError):
     """A send or receive on the stream failed (a reset, a broken pipe). The upstream may
     have said why just before (a Connection.Close still in our receive buffer, e.g.
     CONNECTION_FORCED on shutdown): the link waits briefly for the reader to find it."""
-
-
-class _InboundRefused(LinkError):
-    """The upstream closed the inbound channel while it was being set up."""
 
 
 #: Commands (``--in``) use their own channel: a refused queue declaration (permissions, an
@@ -198,22 +194,6 @@ class _Link:
                 continue
             raise LinkError(f"no heartbeat from upstream in {timeout:g} s")
 
-    async def rpc(self, method: spec.Method, reply: type[spec.Method],
-                  channel: int = CHANNEL) -> spec.Method:
-        """Send a synchronous method and wait for its reply (setup only: nothing else
-        is in flight yet, so any other command is a failure or a close)."""
-        await self.send_method(method, channel)
-        return await self.expect(reply)
-
-    async def expect(self, reply: type[spec.Method]) -> spec.Method:
-        while True:
-            cmd = await self.receive()
-            if isinstance(cmd.method, reply):
-                return cmd.method
-            if not await self.handle_control(cmd):
-                raise LinkError(f"unexpected {cmd.method.NAME} from upstream "
-                                f"(waiting for {reply.NAME})")
-
     async def handle_control(self, cmd: Command) -> bool:
         """Connection-level commands that may come at any time; True if handled.
         A close from the upstream is answered (spec 4.2.4, 4.5.6) and then raised."""
@@ -223,8 +203,6 @@ class _Link:
             raise LinkError(close_reason(m))
         if isinstance(m, spec.ChannelClose):
             await self._try_send(encode_method(cmd.channel, spec.ChannelCloseOk()))
-            if cmd.channel == INBOUND and not self.ready:
-                raise _InboundRefused(close_reason(m))
             if cmd.channel == CHANNEL and refuses_message(m):
                 raise PublishRefused(close_reason(m), self.confirms.pending(), m.reply_code)
             raise LinkError(close_reason(m))
@@ -272,84 +250,48 @@ class _Link:
 
     # -------------------------------------------------------------- handshake
     async def handshake(self) -> str:
-        """Connection → channel 1 in confirm mode → declarations → consumer.
-        Returns a short detail for ``io.up`` (server product/version)."""
+        """Connection → channel 1 in confirm mode → declarations → consumer, as
+        ``amqp_handshake.ClientHandshake`` says. Returns a short detail for ``io.up``
+        (server product/version)."""
         ep, opts = self.endpoint, self.options
-        await self.send(PROTOCOL_HEADER)
-        try:
-            first = await self.receive()
-        except _Closed:
-            raise LinkError("connection closed by upstream before connection.start "
-                            "(not an AMQP 0-9-1 server?)") from None
-        if not isinstance(first.method, spec.ConnectionStart):
-            raise LinkError(f"expected connection.start, got {first.method.NAME}")
-        server = first.method.server_properties
-        name = f"oxiedge {opts.device_id} uplink {opts.name}"
-        user = ep.username if ep.username is not None else "guest"
-        password = ep.password if ep.password is not None else "guest"
-        try:
-            answer = start_ok(first.method, user, password, name)
-        except UpstreamFailure as exc:
-            raise LinkError(str(exc)) from None
-        await self.send_method(answer, 0)
-        try:
-            tune = await self.expect(spec.ConnectionTune)
-        except _Closed:  # a broker that drops refused logins without a Connection.Close
-            raise LinkError(f"access refused: connection closed after login as "
-                            f"{user!r}") from None
-        assert isinstance(tune, spec.ConnectionTune)
-        ok = tune_ok(tune, opts.heartbeat)
-        self.heartbeat, self.frame_max = ok.heartbeat, ok.frame_max
-        self.frames.frame_max = ok.frame_max
-        await self.send_method(ok, 0)
-        await self.rpc(spec.ConnectionOpen(ep.vhost), spec.ConnectionOpenOk, 0)
-        await self.rpc(spec.ChannelOpen(), spec.ChannelOpenOk)
-        await self.rpc(spec.ConfirmSelect(), spec.ConfirmSelectOk)
-        if opts.exchange and not opts.exchange.startswith("amq."):
-            await self.rpc(spec.ExchangeDeclare(0, opts.exchange, "topic", durable=True,
-                                                arguments={}), spec.ExchangeDeclareOk)
-        inbound_note = ""
-        if opts.inbound or opts.retired:
+        hs = ClientHandshake(ClientSetup(
+            username=ep.username if ep.username is not None else "guest",
+            password=ep.password if ep.password is not None else "guest",
+            connection_name=f"oxiedge {opts.device_id} uplink {opts.name}",
+            vhost=ep.vhost, heartbeat=opts.heartbeat, exchange=opts.exchange,
+            queue=opts.queue, queue_type=opts.queue_type,
+            bind_keys=tuple(upstream_filter("amqp", opts.prefix, f) for f in opts.inbound),
+            # retired filters are whole upstream filters (the prefix already applied)
+            unbind_keys=tuple(upstream_filter("amqp", "", f) for f in opts.retired),
+            prefetch=opts.window))
+        await self.send(hs.start())
+        while not hs.done:
             try:
-                await self.setup_inbound()
-            except _InboundRefused as exc:
-                # Forwarding goes on; the next connection tries the commands again.
-                log.warning("uplink %s: commands (--in) unavailable on %s: %s",
-                            opts.name, ep.redacted(), exc)
-                inbound_note = f"; commands (--in) unavailable: {exc}"
-        product = server.get("product", "?")
-        version = server.get("version", "?")
-        if isinstance(product, bytes):
-            product = product.decode("utf-8", "replace")
-        if isinstance(version, bytes):
-            version = version.decode("utf-8", "replace")
+                cmd = await self.receive()
+            except _Closed:
+                reason = hs.eof_reason()  # what the close means at this step, if more
+                if reason is None:
+                    raise
+                raise LinkError(reason) from None
+            try:
+                answer = hs.receive(cmd)
+            except UpstreamFailure as exc:
+                raise LinkError(str(exc)) from None
+            if answer is None:
+                if not await self.handle_control(cmd):
+                    raise LinkError(f"unexpected {cmd.method.NAME} from upstream "
+                                    f"(waiting for {hs.waiting_for})")
+                continue
+            self.heartbeat, self.frame_max = hs.heartbeat, hs.frame_max
+            self.frames.frame_max = hs.frame_max
+            if answer:
+                await self.send(answer)
+        if hs.inbound_refused is not None:
+            # Forwarding goes on; the next connection tries the commands again.
+            log.warning("uplink %s: commands (--in) unavailable on %s: %s",
+                        opts.name, ep.redacted(), hs.inbound_refused)
         self.ready = True
-        return (f"{product} {version}, heartbeat {self.heartbeat} s, frame_max "
-                f"{self.frame_max}{inbound_note}")
-
-    async def setup_inbound(self) -> None:
-        """The command queue, its bindings and its consumer, on channel ``INBOUND``."""
-        opts = self.options
-        await self.rpc(spec.ChannelOpen(), spec.ChannelOpenOk, INBOUND)
-        if not opts.inbound:
-            # No --in any more: the device's command queue would fill for nobody.
-            await self.rpc(spec.QueueDelete(0, opts.queue), spec.QueueDeleteOk, INBOUND)
-            return
-        args = {} if opts.queue_type == "classic" else {"x-queue-type": opts.queue_type}
-        await self.rpc(spec.QueueDeclare(0, opts.queue, durable=True, arguments=args),
-                       spec.QueueDeclareOk, INBOUND)
-        for topic_filter in opts.inbound:
-            key = upstream_filter("amqp", opts.prefix, topic_filter)
-            await self.rpc(spec.QueueBind(0, opts.queue, opts.exchange, key, arguments={}),
-                           spec.QueueBindOk, INBOUND)
-        for old in opts.retired:  # filters an earlier --in had (idempotent upstream)
-            key = upstream_filter("amqp", "", old)
-            await self.rpc(spec.QueueUnbind(0, opts.queue, opts.exchange, key, arguments={}),
-                           spec.QueueUnbindOk, INBOUND)
-        await self.rpc(spec.BasicQos(0, max(1, min(opts.window, 0xFFFF))), spec.BasicQosOk,
-                       INBOUND)
-        await self.rpc(spec.BasicConsume(0, opts.queue, "", no_ack=False, arguments={}),
-                       spec.BasicConsumeOk, INBOUND)
+        return hs.summary()
 
     # -------------------------------------------------------------- running
     async def run(self) -> NoReturn:

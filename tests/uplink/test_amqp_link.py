@@ -31,9 +31,7 @@ from oxiedge.uplink.amqp_client import (
     ConfirmTracker,
     UpstreamFailure,
     UpstreamFrames,
-    negotiate,
     publish_bytes,
-    tune_ok,
 )
 from oxiedge.uplink.amqp_link import returned_seq, run_amqp_link
 from oxiedge.uplink.link import (
@@ -204,15 +202,6 @@ def test_confirm_tracker_pending_is_what_a_refusal_may_concern() -> None:
         tracker.published(seq)
     tracker.settle(2, multiple=True)
     assert tracker.pending() == [12, 13]
-
-
-def test_tune_negotiation_follows_rabbitmq_clients() -> None:
-    assert negotiate(30, 60) == 30 and negotiate(0, 60) == 60 and negotiate(30, 0) == 30
-    ok = tune_ok(spec.ConnectionTune(2047, 131072, 60), heartbeat=1.5, frame_max=131072)
-    assert (ok.channel_max, ok.frame_max, ok.heartbeat) == (2, 131072, 2)  # publishes + commands
-    ok = tune_ok(spec.ConnectionTune(0, 0, 0), heartbeat=0)
-    assert ok.heartbeat == 0 and ok.frame_max == 131072
-    assert tune_ok(spec.ConnectionTune(0, 1024, 0), heartbeat=5).frame_max == 4096
 
 
 def test_publish_bytes_split_into_frames_no_larger_than_frame_max() -> None:

@@ -31,14 +31,64 @@ Every entry returns one ``staged.Staged`` (``COMMIT``: commit before acknowledgi
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sized
 from typing import Protocol
 
-from .bridge.amqp_mqtt import TopicBridge
-from .ingest.step import Ingest
-from .mqtt.service import MqttService
 from .staged import AMQP, COMMIT, NOTHING, Origin, Staged
 from .topicmap import mqtt_to_routing_key
+
+# The destinations as the bus sees them: small Protocols of what it uses, so that this
+# module imports none of them (server.py wires the real ones: ``MqttService``,
+# ``TopicBridge``, ``Ingest``, ``UplinkManager``).
+
+
+class MqttEntry(Protocol):
+    """The MQTT broker (``mqtt.service.MqttService``): its router delivers to the sessions,
+    then hands the publish back to ``Bus.fan_out`` for everything else."""
+
+    def publish_from_bridge(self, topic: str, payload: bytes, qos: int, retain: bool,
+                            origin: Origin | None = None) -> bool:
+        """Route it as if a client had published it; True if durable work was staged.
+        Raises ``ValueError`` for an invalid topic."""
+        ...
+
+
+class InUse(Protocol):
+    @property
+    def in_use(self) -> bool:
+        """Whether anything is bound to the exchange (else nothing is staged into it)."""
+        ...
+
+
+class TopicDestination(Protocol):
+    """``amq.topic`` and the name translation (``bridge.amqp_mqtt.TopicBridge``)."""
+
+    counters: dict[str, int]
+
+    @property
+    def exchange(self) -> InUse: ...
+
+    def stage(self, origin: Origin, topic: str, payload: bytes, qos: int,
+              retain: bool) -> Staged:
+        """Route one publish of the MQTT topic space into ``amq.topic``."""
+        ...
+
+    def topic_of(self, routing_key: str) -> str | None:
+        """The MQTT topic of an ``amq.topic`` routing key, if it has one."""
+        ...
+
+
+class IngestDestination(Protocol):
+    """The ingest collections (``ingest.step.Ingest``)."""
+
+    @property
+    def routes(self) -> Sized:
+        """Its routes; while there is none the bus pays one truth test per publish."""
+        ...
+
+    def stage_publish(self, topic: str, payload: bytes) -> bool:
+        """Stage the documents of the routes matching ``topic``; True if any was."""
+        ...
 
 
 class Outbox(Protocol):
@@ -71,8 +121,8 @@ class Bus:
     Built by ``server.py`` with the parts that run; ``uplinks`` is set once the uplink
     manager exists (it is built after recovery, and needs the bus for its commands)."""
 
-    def __init__(self, mqtt: MqttService | None, bridge: TopicBridge | None,
-                 ingest: Ingest | None) -> None:
+    def __init__(self, mqtt: MqttEntry | None, bridge: TopicDestination | None,
+                 ingest: IngestDestination | None) -> None:
         self.mqtt = mqtt
         self.bridge = bridge
         # Ingest is fed from the MQTT topic space only while MQTT runs.

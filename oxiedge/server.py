@@ -36,6 +36,7 @@ from .net import blocked
 from .net.hot import hot_loop
 from .store import Store, StoreFormatError, StoreLockedError
 from .tls import TlsConfigError, TlsListener, TlsManager, TlsSettings
+from .topicmap import EXCHANGE
 from .uplink.definitions import UplinkDef, check_device_id, load_config_file
 from .uplink.manager import UplinkManager, default_device_id
 
@@ -193,7 +194,7 @@ def _build(app: App, tls: TlsManager | None, routes: list[Route], mqtt_on: bool,
     ingest = Ingest(app, routes)
     mqtt = MqttService(app, tls=tls) if mqtt_on else None
     amqp = AmqpService(app, tls=tls) if amqp_on else None
-    bridge = TopicBridge(amqp) if amqp is not None else None
+    bridge = None if amqp is None else TopicBridge(amqp, amqp.broker.exchanges[EXCHANGE])
     bus = Bus(mqtt, bridge, ingest)
     parts = Parts(tls=tls, ingest=ingest, bus=bus, mqtt=mqtt, amqp=amqp)
     if tls is not None:

@@ -1,9 +1,9 @@
 """The types of the one publish path (``oxiedge/bus.py``): where a publish comes from and
 what it staged.
 
-A leaf module: the MQTT router and the AMQP broker import these, and the two small
-protocols through which they hand a publish to the bus, without importing the bus, each
-other, ingest or the uplinks.
+A leaf module: the MQTT router, the AMQP broker and the uplinks import these, and the small
+protocols through which they hand a publish to the bus (``Fanout``, ``TopicEntry``,
+``Publisher``), without importing the bus, each other, ingest or the uplinks.
 
 ``Staged`` is a bit set in a plain ``int``, so the hot path builds no object per message.
 A ``bool`` is a ``Staged``: ``False`` is ``NOTHING``, ``True`` is ``COMMIT`` (the MQTT
@@ -66,4 +66,16 @@ class TopicEntry(Protocol):
     def from_amqp(self, routing_key: str, body: bytes, persistent: bool) -> Staged:
         """Stage it into every destination beyond ``amq.topic``'s queues; ``COMMIT`` if
         anything durable was staged (commit before the confirm; it counts as routed)."""
+        ...
+
+
+class Publisher(Protocol):
+    """The bus as an in-process publisher sees it: an uplink's inbound commands
+    (``uplink/manager.py``)."""
+
+    def publish(self, origin: Origin, topic: str, payload: bytes, qos: int,
+                retain: bool) -> Staged:
+        """Publish from ``origin`` into every destination but ``origin``; ``COMMIT``: commit
+        before acknowledging the source. Raises ``ValueError`` for a topic that cannot be
+        published."""
         ...

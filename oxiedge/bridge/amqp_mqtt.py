@@ -29,29 +29,44 @@ No loops, by the bus's one echo rule: a destination never receives a publish who
 is itself, so a message from AMQP is never handed back to ``amq.topic``.
 
 Untranslatable names are counted and skipped, never mangled (``oxiedge/topicmap.py``).
+
+The bridge sees the AMQP broker as ``AmqpEntry``, a Protocol of the one method it calls, and
+imports no service; ``server.py`` wires the real ``AmqpService`` and its ``amq.topic``.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Protocol
 
 from ..amqp.exchanges import Exchange
-from ..amqp.service import AmqpService
 from ..staged import COMMIT, NOTHING, Origin, Staged
 from ..topicmap import EXCHANGE, mqtt_to_routing_key, routing_key_to_mqtt
 
 _KEY_CACHE = 4096
 
 
-class TopicBridge:
-    """The ``amq.topic`` destination of the bus, the name translation, and its counters."""
+class AmqpEntry(Protocol):
+    """The AMQP broker as the bridge sees it (``amqp.service.AmqpService``)."""
 
-    def __init__(self, amqp: AmqpService) -> None:
+    def publish_from_bridge(self, exchange: str, routing_key: str, body: bytes,
+                            persistent: bool, *, origin: Origin) -> Staged:
+        """Route one message from another origin of the bus into ``exchange``; stage the
+        records of the durable queues it reaches."""
+        ...
+
+
+class TopicBridge:
+    """The ``amq.topic`` destination of the bus, the name translation, and its counters.
+
+    ``exchange`` is the AMQP broker's ``amq.topic`` (``server.py`` passes it)."""
+
+    def __init__(self, amqp: AmqpEntry, exchange: Exchange) -> None:
+        assert exchange.name == EXCHANGE
         self.amqp = amqp
         # amq.topic is built in (it cannot be deleted), so one reference serves for good;
         # the bus tests ``exchange.in_use`` before it calls ``stage`` (one attribute test
         # per publish while nothing is bound).
-        self.exchange: Exchange = amqp.broker.exchanges[EXCHANGE]
+        self.exchange = exchange
         self._keys: dict[str, str | None] = {}  # topic → routing key, bounded cache
         self.counters = {"mqtt_to_amqp": 0, "amqp_to_mqtt": 0, "skipped_mqtt_topics": 0,
                          "skipped_amqp_keys": 0}

@@ -21,17 +21,17 @@ from typing import Protocol
 
 import trio
 
-from ..app import App
 from .definitions import UplinkDef
 from .link import Endpoint, OutMessage
 from .outbox import Outbox
+from .ports import AppView
 
 
 class ConnectionHost(Protocol):
     """What one connection attempt needs of its uplink (``uplink.Uplink`` is the one): the
     state that outlives the attempt, which the connection reads and advances."""
 
-    app: App
+    app: AppView
     definition: UplinkDef
     outbox: Outbox
     #: Woken when there is something to take: new records, a freed window, a return.

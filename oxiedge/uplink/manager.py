@@ -28,10 +28,8 @@ from typing import Any
 
 import trio
 
-from ..app import App
-from ..bus import Bus
 from ..mqtt.topics import topic_matches
-from ..staged import COMMIT
+from ..staged import COMMIT, Publisher
 from .definitions import (
     CONFIG,
     KIND,
@@ -46,6 +44,7 @@ from .link import (
     UplinkError,
 )
 from .outbox import Outbox, stored_outbox_names
+from .ports import AppView
 from .uplink import Uplink
 
 _TOPIC_CACHE = 4096
@@ -61,8 +60,8 @@ def default_device_id() -> str:
 class UplinkManager:
     """Every uplink of one server (the bus's outbox destinations) and the admin operations."""
 
-    def __init__(self, app: App, config_defs: list[UplinkDef], device_id: str,
-                 bus: Bus) -> None:
+    def __init__(self, app: AppView, config_defs: list[UplinkDef], device_id: str,
+                 bus: Publisher) -> None:
         self.app = app
         self.bus = bus  # where inbound commands are published
         self.device_id = device_id  # validated by ``oxiedge serve`` before the store opens

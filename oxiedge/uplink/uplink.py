@@ -46,7 +46,6 @@ from typing import Any, Protocol
 import trio
 
 from ..amqp.constants import ACCESS_REFUSED
-from ..app import App
 from ..staged import Origin
 from ..store import CommitError
 from .connection import UplinkConnection
@@ -61,6 +60,7 @@ from .link import (
     upstream_name,
 )
 from .outbox import PARKED, RETURNED, Outbox
+from .ports import AppView
 
 LinkRunner = Callable[[Endpoint, LinkOptions, LinkIO], Awaitable[None]]
 BACKOFF_FIRST = 0.5
@@ -87,7 +87,7 @@ class Host(Protocol):
     """What an uplink needs from its manager (``manager.UplinkManager``), so that this
     module does not import it (no import cycle)."""
 
-    app: App
+    app: AppView
     device_id: str
     flush_soon: trio.Event  # set when confirmed deletes wait for a commit round
 

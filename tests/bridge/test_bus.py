@@ -17,6 +17,7 @@ from oxiedge.mqtt import persist as mqtt_persist
 from oxiedge.mqtt.service import MqttService
 from oxiedge.staged import COMMIT, NOTHING, Origin
 from oxiedge.store import Store
+from oxiedge.topicmap import EXCHANGE
 
 
 class UplinkStub:
@@ -47,7 +48,7 @@ async def test_one_publish_reaches_every_destination_but_its_origin(tmp_path: Pa
             mqtt, amqp = MqttService(app), AmqpService(app)
             ingest = Ingest(app, [parse_route("sensors/#:readings")])
             await ingest.start()
-            bridge = TopicBridge(amqp)
+            bridge = TopicBridge(amqp, amqp.broker.exchanges[EXCHANGE])
             bus = Bus(mqtt, bridge, ingest)
             uplink = UplinkStub("")
             bus.uplinks = uplink
@@ -120,7 +121,7 @@ async def test_amqp_alone_the_same_rule(tmp_path: Path) -> None:
             amqp = AmqpService(app)
             ingest = Ingest(app, [parse_route("devices/#:docs")])
             await ingest.start()
-            bus = Bus(None, TopicBridge(amqp), ingest)
+            bus = Bus(None, TopicBridge(amqp, amqp.broker.exchanges[EXCHANGE]), ingest)
             uplinks = TwoUplinks()
             bus.uplinks = uplinks
             amqp.broker.bus = bus

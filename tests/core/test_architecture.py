@@ -20,8 +20,26 @@ PACKAGE = Path(__file__).resolve().parents[2] / "oxiedge"
 
 #: Modules exempt from the size rule, with the reason.
 SIZE_EXEMPT = {"oxiedge.amqp.spec": "generated from the AMQP 0-9-1 spec by tools/"}
-#: "No module over ~500 lines" (issue 15): a few lines of slack, not a second budget.
-MAX_LINES = 520
+#: "No module over ~500 lines" (issue 15).
+MAX_LINES = 500
+#: Modules still over MAX_LINES (at most the former bound, 520) while the split that brings
+#: them under it is under way, with that work; reported like PENDING once not needed.
+SIZE_PENDING = {
+    "oxiedge.net.loop": "transport split: its output half to net/ (issue 36, net)",
+    "oxiedge.amqp.channel": "AMQP channel split: consumers, settlement (issue 36, amqp)",
+}
+
+#: Import edges a layering rule below refuses but that are still on main while the split
+#: that removes them is under way ("importer -> imported"). Each entry names the work that
+#: removes it. An entry no longer needed is reported (a skip naming it, not a failure, so
+#: the split that removes the edge lands green): then delete it here.
+PENDING: dict[str, str] = {
+    # net/ imports only net/: blocked.py takes the TLS transport's socket from oxiedge.tls
+    # (the transport split moves what it needs into net/).
+    "oxiedge.net.blocked -> oxiedge.tls": "transport split (issue 36, net)",
+    # only the bindings and the wiring use net/: alarms.py reads net.blocked's counters.
+    "oxiedge.alarms -> oxiedge.net.blocked": "transport split (issue 36, net)",
+}
 
 
 @cache
@@ -132,7 +150,8 @@ SANS_IO = ["oxiedge.mqtt.codec", "oxiedge.mqtt.bodies", "oxiedge.mqtt.encode",
            "oxiedge.amqp.properties", "oxiedge.amqp.deadletter", "oxiedge.amqp.routeindex",
            "oxiedge.amqp.protocol", "oxiedge.amqp.handshake", "oxiedge.amqp.burst",
            "oxiedge.amqp.streaming", "oxiedge.amqp.bounds", "oxiedge.amqp.ports",
-           "oxiedge.net.actions"]
+           "oxiedge.net.actions",
+           "oxiedge.uplink.amqp_client", "oxiedge.uplink.amqp_handshake"]
 IO_MODULES = ("trio", "socket", "ssl", "asyncio", "rocksdict", "oxiedge.store.committer")
 
 
@@ -155,6 +174,137 @@ def test_store_imports_no_protocol() -> None:
     assert sorted(m for m in loaded if m.startswith(protocol_packages)) == []
 
 
+def _sizes() -> dict[str, int]:
+    return {name: len(path.read_text().splitlines()) for name, path in modules().items()}
+
+
 def test_modules_are_small() -> None:
-    sizes = {name: len(path.read_text().splitlines()) for name, path in modules().items()}
-    assert {n: s for n, s in sizes.items() if s > MAX_LINES and n not in SIZE_EXEMPT} == {}
+    sizes = _sizes()
+    assert {n: s for n, s in sizes.items() if s > MAX_LINES and n not in SIZE_EXEMPT
+            and not (n in SIZE_PENDING and s <= 520)} == {}
+
+
+def test_size_pending_entries_are_still_needed() -> None:
+    sizes = _sizes()
+    stale = sorted(n for n in SIZE_PENDING if sizes.get(n, 0) <= MAX_LINES)
+    if stale:
+        pytest.skip(f"delete from SIZE_PENDING, now within {MAX_LINES} lines: {stale}")
+
+
+# ------------------------------------------------------------------ layering rules
+# Each rule yields the import edges that break it, as "importer -> imported"; an edge named
+# in PENDING is tolerated (see test_pending_entries_are_still_needed). Every import counts,
+# inside functions and under TYPE_CHECKING too (``imports()``).
+
+def _in(module: str, *packages: str) -> bool:
+    """Whether ``module`` is one of ``packages`` or inside one of them."""
+    return any(module == p or module.startswith(p + ".") for p in packages)
+
+
+def _external_imports(module: str) -> set[str]:
+    """The top-level names of what ``module`` imports from outside the package."""
+    found: set[str] = set()
+    path = modules()[module]
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            found.update(alias.name.split(".")[0] for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            found.add(node.module.split(".")[0])
+    found.discard("oxiedge")
+    return found
+
+
+def net_outside_net() -> Iterator[str]:
+    """``net/`` imports only ``net/`` (the transport knows no protocol, no process part),
+    the standard library and trio."""
+    for module, deps in imports().items():
+        if _in(module, "oxiedge.net"):
+            yield from (f"{module} -> {d}" for d in sorted(deps) if not _in(d, "oxiedge.net"))
+            yield from (f"{module} -> {name}" for name in sorted(_external_imports(module))
+                        if name != "trio" and name not in sys.stdlib_module_names)
+
+
+#: Who may use the transport (beyond ``net.actions``, the vocabulary the sans-IO protocol
+#: objects share with it): the bindings of a protocol onto it and the process wiring.
+NET_USERS = ("oxiedge.mqtt.connection", "oxiedge.amqp.connection", "oxiedge.server")
+
+
+def net_users() -> Iterator[str]:
+    for module, deps in imports().items():
+        if _in(module, "oxiedge.net") or module in NET_USERS:
+            continue
+        yield from (f"{module} -> {d}" for d in sorted(deps)
+                    if _in(d, "oxiedge.net") and d != "oxiedge.net.actions")
+
+
+def sans_io_wiring() -> Iterator[str]:
+    """The sans-IO protocol parts load neither ``oxiedge.app`` nor ``oxiedge.config``
+    (directly or not): they are given explicit values."""
+    graph = imports()
+    for module in sorted(set().union(*(closure(m) for m in SANS_IO))):
+        yield from (f"{module} -> {d}" for d in sorted(graph[module])
+                    if d in ("oxiedge.app", "oxiedge.config"))
+
+
+def mqtt_amqp_crossings() -> Iterator[str]:
+    """The two brokers meet only through the bus and the bridge."""
+    for module, deps in imports().items():
+        for a, b in (("oxiedge.mqtt", "oxiedge.amqp"), ("oxiedge.amqp", "oxiedge.mqtt")):
+            if _in(module, a):
+                yield from (f"{module} -> {d}" for d in sorted(deps) if _in(d, b))
+
+
+#: The process wiring and the operator's tools: they build and drive the services.
+WIRING = ("oxiedge.server", "oxiedge.cli", "oxiedge.admin")
+
+
+def _is_service(module: str) -> bool:
+    """A broker's service module (``oxiedge.mqtt.service``, ``oxiedge.amqp.service``, any
+    ``oxiedge.<package>.service``); ``oxiedge.service`` is the Protocol they provide."""
+    return module.endswith(".service") and module.count(".") >= 2
+
+
+def services_outside_wiring() -> Iterator[str]:
+    """A service and the bus are imported only by the wiring; anything else that needs one
+    of them names a Protocol of what it uses in a leaf module (``staged.py``, ``bus.py``,
+    ``uplink/ports.py``, ``bridge.amqp_mqtt.AmqpEntry``)."""
+    for module, deps in imports().items():
+        if _in(module, *WIRING):
+            continue
+        yield from (f"{module} -> {d}" for d in sorted(deps)
+                    if (_is_service(d) or d == "oxiedge.bus") and not _in(module, d))
+
+
+def bus_side_wiring() -> Iterator[str]:
+    """The bus imports none of its destinations; the bridge and the uplinks import neither
+    ``oxiedge.app`` nor ``oxiedge.config`` (they see the process through Protocols)."""
+    graph = imports()
+    destinations = ("oxiedge.mqtt", "oxiedge.amqp", "oxiedge.bridge", "oxiedge.ingest",
+                    "oxiedge.uplink")
+    yield from (f"oxiedge.bus -> {d}" for d in sorted(graph["oxiedge.bus"])
+                if _in(d, *destinations))
+    for module, deps in graph.items():
+        if _in(module, "oxiedge.bridge", "oxiedge.uplink"):
+            yield from (f"{module} -> {d}" for d in sorted(deps)
+                        if d in ("oxiedge.app", "oxiedge.config"))
+
+
+RULES = {"net imports only net": net_outside_net,
+         "only bindings and wiring use net": net_users,
+         "sans-IO parts take no app or config": sans_io_wiring,
+         "mqtt and amqp never import each other": mqtt_amqp_crossings,
+         "services and the bus are wiring": services_outside_wiring,
+         "the bus and its destinations": bus_side_wiring}
+
+
+@pytest.mark.parametrize("rule", RULES)
+def test_layering_rule(rule: str) -> None:
+    assert sorted(set(RULES[rule]()) - set(PENDING)) == []
+
+
+def test_pending_entries_are_still_needed() -> None:
+    """An entry whose edge is gone must leave PENDING (so the rule is whole again)."""
+    broken = set().union(*(set(find()) for find in RULES.values()))
+    stale = sorted(set(PENDING) - broken)
+    if stale:
+        pytest.skip(f"delete from PENDING, the edge is gone: {stale}")

@@ -42,5 +42,5 @@ def call(socket_path: Path, op: str, args: dict[str, Any] | None = None,
         raise AdminError("the server closed the admin connection without answering")
     reply = json.loads(data)
     if not reply.get("ok"):
-        raise AdminError(reply.get("error", "request failed"))
+        raise AdminError(reply.get("error", "request failed"), reply.get("kind") or "")
     return reply.get("result")

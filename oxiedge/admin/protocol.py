@@ -2,7 +2,11 @@
 
 A client connects, sends one JSON object and a newline: ``{"op": "find", "args": {...}}``.
 The server answers with one JSON line: ``{"ok": true, "result": ...}`` or
-``{"ok": false, "error": "message"}``, then closes. Requests are capped at 1 MiB.
+``{"ok": false, "error": "message", "kind": KIND}``, then closes (``kind``: one of
+``oxiedge.operations.KINDS``, what sort of refusal it is). Requests are capped at 1 MiB.
+
+A streaming operation (``oxiedge sub``) answers with any number of
+``{"event": ...}`` lines before its final line.
 """
 
 from __future__ import annotations
@@ -14,7 +18,12 @@ MAX_REQUEST = 1 << 20
 
 
 class AdminError(RuntimeError):
-    """The server refused an admin request; the message is meant for the operator."""
+    """The server refused an admin request; the message is meant for the operator,
+    ``kind`` says what sort of refusal (``oxiedge.operations.KINDS``; "" if not known)."""
+
+    def __init__(self, message: str, kind: str = "") -> None:
+        super().__init__(message)
+        self.kind = kind
 
 
 def encode(obj: Any) -> bytes:

@@ -19,6 +19,7 @@ import trio
 
 from .. import __version__
 from ..app import App
+from ..operations import OperationError
 from ..sizes import parse_memory_watermark, parse_size
 from ..store import QueryError, StoreError
 from ..store.format import FORMAT_VERSION
@@ -197,6 +198,8 @@ class AdminServer:
                 if inspect.isawaitable(result):
                     result = await result
                 reply = {"ok": True, "result": result}
+            except OperationError as exc:
+                reply = {"ok": False, "error": str(exc), "kind": exc.kind}
             except (AdminError, QueryError, StoreError, ValueError, KeyError, TypeError) as exc:
                 reply = {"ok": False, "error": str(exc) or type(exc).__name__}
             except Exception as exc:  # an operator's request must never kill the server

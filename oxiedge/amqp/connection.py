@@ -79,6 +79,7 @@ class AmqpConnection:
         self.transport.protocol = self.proto
         self._nursery: trio.Nursery | None = None
         self._forced = False  # cancelled by the server's shutdown
+        self._finished = trio.Event()  # the transport loop has ended
 
     # -- what the service and the admin status read ---------------------------------------
 
@@ -96,7 +97,7 @@ class AmqpConnection:
         """Serve the connection until it closes; always releases its state."""
         service = self.service
         service.connections.add(self)
-        finished = trio.Event()
+        finished = self._finished
 
         async def serve() -> None:
             # Shielded from the broker's shutdown, which is handled below: the client is
@@ -128,6 +129,17 @@ class AmqpConnection:
             service.connections.discard(self)
             self.proto.release()
             self._report()
+
+    async def close(self, reason: str) -> None:
+        """An operator closes this connection (``oxiedge connection close``): 320
+        CONNECTION_FORCED with ``reason``; the client has SHUTDOWN_TIMEOUT to answer with
+        close-ok, then the socket closes (at once if the handshake is not done)."""
+        if self.proto.shutdown(reason):
+            with trio.move_on_after(SHUTDOWN_TIMEOUT):
+                await self._finished.wait()
+        self.transport.abort()
+        with trio.move_on_after(1):
+            await self._finished.wait()
 
     def _opened(self) -> None:
         """The handshake is done: heartbeats, if negotiated."""

@@ -25,8 +25,10 @@ import trio
 from oxiedge.amqp import persist, recovery, spec
 from oxiedge.amqp.broker import Broker
 from oxiedge.amqp.connection import AmqpConnection
+from oxiedge.amqp.operations import AmqpOperations
 from oxiedge.amqp.ports import ConnectionLimits
 from oxiedge.amqp.protocol import AmqpProtocol
+from oxiedge.operations import handlers
 from oxiedge.staged import COMMIT, MQTT, NOTHING, ROUTED, Origin, Staged
 from oxiedge.tls import TlsManager, open_secured, peer_name, transport_socket
 
@@ -68,6 +70,10 @@ class AmqpService:
                          "preauth_too_large": 0, "messages_too_large": 0,
                          "channel_limit_refused": 0, "queue_limit_refused": 0,
                          "consumer_limit_refused": 0}
+        #: What an operator may do (declare, delete, close...): the admin socket's and the
+        #: HTTP API's one implementation.
+        self.operations = AmqpOperations(self.broker, lambda: list(self.connections),
+                                         self.counters)
         self._recovered = (0, 0)
         self._input_since_sample = 0
         self.broker.on_queue_expired = self._queue_expired
@@ -153,10 +159,12 @@ class AmqpService:
             self.app.log.exception("AMQP %s: connection failed", peer)
 
     def admin_handlers(self) -> dict[str, Callable[[dict[str, Any]], Any]]:
+        """The listings and the operator's operations (``amqp/operations.py``)."""
         return {
             "queues": lambda args: self.queue_rows(),
             "exchanges": lambda args: self.exchange_rows(),
             "bindings": lambda args: self.broker.bindings(),
+            **handlers(self.operations.operations()),
         }
 
     def status(self) -> dict[str, Any]:

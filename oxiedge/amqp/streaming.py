@@ -32,8 +32,17 @@ CLOSE_TIMEOUT = 2.0  # after our connection.close: how long to wait for close-ok
 CLOSE_LINGER = 3.0
 #: On shutdown: how long the client has to answer our 320 with close-ok.
 SHUTDOWN_TIMEOUT = 0.5
-_SHUTDOWN_FRAME = encode_method(0, spec.ConnectionClose(
-    320, "CONNECTION_FORCED - broker forced connection closure with reason 'shutdown'", 0, 0))
+
+
+def _forced_frame(reason: str) -> bytes:
+    """RabbitMQ's words when the broker ends a connection (its shutdown, an operator's
+    ``rabbitmqctl close_connection``): 320 with the reason, cut to a shortstr."""
+    text = f"CONNECTION_FORCED - broker forced connection closure with reason '{reason}'"
+    return encode_method(0, spec.ConnectionClose(
+        320, text.encode()[:255].decode("utf-8", "ignore"), 0, 0))
+
+
+_SHUTDOWN_FRAME = _forced_frame("shutdown")
 
 class _Ended(Exception):
     """The connection is over (deadline, end of input); the text is the reason."""
@@ -177,15 +186,20 @@ class LoopSide:
         else:
             self._outlet.write(data)
 
-    def shutdown(self) -> bool:
-        """The broker is stopping: tell the client why (320 CONNECTION_FORCED, as RabbitMQ)
-        and end once its close-ok arrives; False if there is nobody to tell."""
+    def shutdown(self, reason: str = "shutdown") -> bool:
+        """The broker is stopping, or an operator closes this connection (``reason``): tell
+        the client why (320 CONNECTION_FORCED, as RabbitMQ) and end once its close-ok
+        arrives; False if there is nobody to tell."""
         if not self.opened or self.clean or self.closing or self._closed is not None:
             return False
         self._shutting_down = True
         self._raw = b""
-        self.end_reason = "broker shutdown"
-        self._outlet.write(_SHUTDOWN_FRAME)
+        if reason == "shutdown":
+            self.end_reason = "broker shutdown"
+            self._outlet.write(_SHUTDOWN_FRAME)
+        else:
+            self.end_reason = f"closed by the administrator: {reason}"
+            self._outlet.write(_forced_frame(reason))
         return True
 
     def _close_with(self, exc: AmqpError) -> Steps:

@@ -101,9 +101,10 @@ def _request(data: Path | None, op: str, args: dict[str, Any],
         return call(cfg.admin_socket, op, args)
     except ServerNotRunning:
         if offline is None:
-            _fail(f"no server is running on {cfg.data}")
+            _fail(f"no server is running on {cfg.data}: start it with `oxiedge serve` or "
+                  "pass --data")
     except AdminError as exc:
-        _fail(str(exc))
+        _fail(str(exc), _exit_code(exc))
     store = _open_store(cfg, write)
     try:
         return offline(store)
@@ -111,6 +112,24 @@ def _request(data: Path | None, op: str, args: dict[str, Any],
         _fail(str(exc))
     finally:
         store.close()
+
+
+def _exit_code(exc: AdminError) -> int:
+    """2 for a malformed request (as typer's usage errors), 1 for any other refusal."""
+    return 2 if exc.kind == "bad_request" else 1
+
+
+def _live(data: Path | None, op: str, args: dict[str, Any]) -> Any:
+    """An operation only a running server does (``oxiedge/operations.py``)."""
+    return _request(data, op, args, None)
+
+
+def _print_result(result: Any, as_json: bool, message: str) -> None:
+    """A verb's outcome: ``message`` for a person, the result object with ``--json``."""
+    if as_json:
+        sys.stdout.write(json.dumps(result, ensure_ascii=False, default=str) + "\n")
+    else:
+        _print_line(message)
 
 
 def _offline(module: str, function: str, *args: Any) -> Callable[[Any], Any]:

@@ -1,0 +1,209 @@
+"""The AMQP verbs: ``queue declare|delete|purge``, ``exchange declare|delete``, ``binding
+add|remove``, ``connections``, ``connection close``, ``channels``, ``consumers``.
+
+Each is one operation of the running server (``amqp/operations.py``): the broker's own
+declaration paths, answered once durable. Names follow rabbitmqadmin and rabbitmqctl.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Annotated, Any
+
+import typer
+
+from .base import DataOpt, JsonOpt, _fail, _live, _print_result, _print_rows, app
+
+queue_app = typer.Typer(no_args_is_help=True, help="Declare, delete and purge AMQP queues.")
+exchange_app = typer.Typer(no_args_is_help=True, help="Declare and delete AMQP exchanges.")
+binding_app = typer.Typer(no_args_is_help=True, help="Add and remove AMQP bindings.")
+connection_app = typer.Typer(no_args_is_help=True, help="Close an AMQP connection.")
+app.add_typer(queue_app, name="queue")
+app.add_typer(exchange_app, name="exchange")
+app.add_typer(binding_app, name="binding")
+app.add_typer(connection_app, name="connection")
+
+ArgOpt = Annotated[list[str] | None, typer.Option(
+    "--arg", help="an x-argument KEY=VALUE (repeatable), e.g. x-queue-type=quorum, "
+    "x-max-length=1000: integers, true/false and JSON objects are typed, the rest are "
+    "strings")]
+DurableOpt = Annotated[bool, typer.Option("--durable/--transient",
+                                          help="survives a restart")]
+AutoDeleteOpt = Annotated[bool, typer.Option("--auto-delete", help="auto-delete")]
+_INTEGER = re.compile(r"-?\d+\Z")
+
+
+def parse_arguments(items: list[str] | None) -> dict[str, Any]:
+    """``--arg KEY=VALUE`` as the field table a client would send: ``1000`` an integer,
+    ``true``/``false`` a boolean, ``{...}``/``[...]`` JSON, anything else a string (as
+    RabbitMQ's management UI types them). The broker checks each value as for a client."""
+    table: dict[str, Any] = {}
+    for item in items or []:
+        key, sep, text = item.partition("=")
+        if not sep or not key:
+            _fail(f"--arg {item!r}: expected KEY=VALUE, e.g. x-max-length=1000", 2)
+        value: Any = text
+        if _INTEGER.match(text):
+            value = int(text)
+        elif text in ("true", "false"):
+            value = text == "true"
+        elif text and text[0] in "{[":
+            try:
+                value = json.loads(text)
+            except ValueError as exc:
+                _fail(f"--arg {key}: not valid JSON: {exc}", 2)
+        table[key] = value
+    return table
+
+
+# -- queues -------------------------------------------------------------------------------
+
+@queue_app.command("declare")
+def queue_declare(
+    name: Annotated[str, typer.Argument(help="queue name")],
+    durable: DurableOpt = True,
+    auto_delete: AutoDeleteOpt = False,
+    arg: ArgOpt = None,
+    data: DataOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Declare a queue (as a client's queue.declare: same checks, durable record)."""
+    args = {"name": name, "durable": durable, "auto_delete": auto_delete,
+            "arguments": parse_arguments(arg)}
+    result = _live(data, "queue.declare", args)
+    state = "declared" if result["created"] else "already declared, same properties"
+    _print_result(result, as_json, f"queue '{name}' {state} "
+                                   f"({'durable' if result['durable'] else 'transient'})")
+
+
+@queue_app.command("delete")
+def queue_delete(
+    name: Annotated[str, typer.Argument(help="queue name")],
+    if_unused: Annotated[bool, typer.Option("--if-unused", help="only if it has no consumers")] = False,  # noqa: E501
+    if_empty: Annotated[bool, typer.Option("--if-empty", help="only if it has no ready messages")] = False,  # noqa: E501
+    data: DataOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Delete a queue with its bindings and messages (its consumers are cancelled)."""
+    result = _live(data, "queue.delete", {"name": name, "if_unused": if_unused,
+                                          "if_empty": if_empty})
+    _print_result(result, as_json, f"queue '{name}' deleted with {result['messages']} "
+                                   "ready messages")
+
+
+@queue_app.command("purge")
+def queue_purge(
+    name: Annotated[str, typer.Argument(help="queue name")],
+    data: DataOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Drop a queue's ready messages (unacknowledged ones stay)."""
+    result = _live(data, "queue.purge", {"name": name})
+    _print_result(result, as_json, f"queue '{name}' purged: {result['messages']} messages")
+
+
+# -- exchanges ----------------------------------------------------------------------------
+
+@exchange_app.command("declare")
+def exchange_declare(
+    name: Annotated[str, typer.Argument(help="exchange name")],
+    type: Annotated[str, typer.Option("--type", "-t", help="direct, fanout, topic or headers")] = "direct",  # noqa: E501
+    durable: DurableOpt = True,
+    auto_delete: AutoDeleteOpt = False,
+    internal: Annotated[bool, typer.Option("--internal", help="clients may not publish to it")] = False,  # noqa: E501
+    arg: ArgOpt = None,
+    data: DataOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Declare an exchange (as a client's exchange.declare)."""
+    args = {"name": name, "type": type, "durable": durable, "auto_delete": auto_delete,
+            "internal": internal, "arguments": parse_arguments(arg)}
+    result = _live(data, "exchange.declare", args)
+    state = "declared" if result["created"] else "already declared, same properties"
+    _print_result(result, as_json, f"exchange '{name}' ({result['type']}) {state}")
+
+
+@exchange_app.command("delete")
+def exchange_delete(
+    name: Annotated[str, typer.Argument(help="exchange name")],
+    if_unused: Annotated[bool, typer.Option("--if-unused", help="only if nothing is bound from it")] = False,  # noqa: E501
+    data: DataOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Delete an exchange and every binding from or to it."""
+    result = _live(data, "exchange.delete", {"name": name, "if_unused": if_unused})
+    _print_result(result, as_json, f"exchange '{name}' deleted")
+
+
+# -- bindings -----------------------------------------------------------------------------
+
+SourceArg = Annotated[str, typer.Argument(help="the exchange messages come from")]
+DestArg = Annotated[str, typer.Argument(help="the queue (or, with --to-exchange, exchange)")]
+KeyOpt = Annotated[str, typer.Option("--routing-key", "-k", help="routing (binding) key")]
+ToExchangeOpt = Annotated[bool, typer.Option(
+    "--to-exchange", help="the destination is an exchange (exchange-to-exchange binding)")]
+
+
+def _binding(op: str, source: str, destination: str, routing_key: str, to_exchange: bool,
+             arg: list[str] | None, data: Any) -> dict[str, Any]:
+    result: dict[str, Any] = _live(data, op, {
+        "source": source, "destination": destination, "routing_key": routing_key,
+        "destination_type": "exchange" if to_exchange else "queue",
+        "arguments": parse_arguments(arg)})
+    return result
+
+
+@binding_app.command("add")
+def binding_add(source: SourceArg, destination: DestArg, routing_key: KeyOpt = "",
+                to_exchange: ToExchangeOpt = False, arg: ArgOpt = None,
+                data: DataOpt = None, as_json: JsonOpt = False) -> None:
+    """Bind a queue (or an exchange) to an exchange (headers exchanges: --arg x-match=all)."""
+    result = _binding("binding.add", source, destination, routing_key, to_exchange, arg, data)
+    state = "bound" if result["changed"] else "already bound"
+    _print_result(result, as_json, f"{result['destination_type']} '{destination}' {state} "
+                                   f"to exchange '{source}' with key '{routing_key}'")
+
+
+@binding_app.command("remove")
+def binding_remove(source: SourceArg, destination: DestArg, routing_key: KeyOpt = "",
+                   to_exchange: ToExchangeOpt = False, arg: ArgOpt = None,
+                   data: DataOpt = None, as_json: JsonOpt = False) -> None:
+    """Remove a binding (the same source, destination, key and arguments it was added with)."""
+    result = _binding("binding.remove", source, destination, routing_key, to_exchange, arg,
+                      data)
+    _print_result(result, as_json, f"{result['destination_type']} '{destination}' unbound "
+                                   f"from exchange '{source}' (key '{routing_key}')")
+
+
+# -- connections, channels, consumers -------------------------------------------------------
+
+@app.command()
+def connections(data: DataOpt = None, as_json: JsonOpt = False) -> None:
+    """AMQP connections: name (the id `connection close` takes), user, state (running,
+    blocking, blocked, closing), channels, consumers, unacked, published, delivered."""
+    _print_rows(_live(data, "connections", {}), as_json, "connections")
+
+
+@connection_app.command("close")
+def connection_close(
+    name: Annotated[str, typer.Argument(help="the connection's name (host:port) as `oxiedge connections` lists it")],  # noqa: E501
+    reason: Annotated[str, typer.Option("--reason", help="what the client is told")] = "closed by the administrator",  # noqa: E501
+    data: DataOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Close an AMQP connection: the client gets 320 CONNECTION_FORCED with the reason."""
+    result = _live(data, "connection.close", {"name": name, "reason": reason})
+    _print_result(result, as_json, f"connection {name} closed")
+
+
+@app.command()
+def channels(data: DataOpt = None, as_json: JsonOpt = False) -> None:
+    """AMQP channels: connection, number, user, consumers, unacked, prefetch, confirm."""
+    _print_rows(_live(data, "channels", {}), as_json, "channels")
+
+
+@app.command()
+def consumers(data: DataOpt = None, as_json: JsonOpt = False) -> None:
+    """AMQP consumers: queue, tag, connection, channel, ack required, prefetch, unacked."""
+    _print_rows(_live(data, "consumers", {}), as_json, "consumers")

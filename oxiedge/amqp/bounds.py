@@ -14,7 +14,6 @@ from oxiedge.amqp.errors import AmqpError
 
 if TYPE_CHECKING:
     from oxiedge.amqp.broker import Broker
-    from oxiedge.amqp.ports import ConnectionLimits
     from oxiedge.amqp.queues import Queue
 
 
@@ -26,16 +25,17 @@ class HasConsumers(Protocol):
 
 
 class ConnectionBounds:
-    """The counts of one connection against its limits (``ConnectionLimits``)."""
+    """The counts of one connection against its limits (``ports.ConnectionLimits``)."""
 
     def __init__(self, channels: Mapping[int, HasConsumers], broker: Broker,
-                 limits: ConnectionLimits, counters: dict[str, int]) -> None:
+                 counters: dict[str, int], *, channel_max: int, max_consumers: int,
+                 max_queues: int) -> None:
         self._channels = channels  # the connection's open channels (read, never changed)
         self._broker = broker
         self._counters = counters
-        self.channel_max = limits.channel_max  # lowered to the client's at connection.open
-        self.max_consumers = limits.max_consumers
-        self.max_queues = limits.max_queues
+        self.channel_max = channel_max  # lowered to the client's at connection.open
+        self.max_consumers = max_consumers
+        self.max_queues = max_queues
         #: Queues this connection created (live ones count toward ``max_queues``).
         self.created_queues: set[Queue] = set()
 

@@ -24,8 +24,8 @@ from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
-from oxiedge.amqp.channel import server_cancel
 from oxiedge.amqp.constants import ACCESS_REFUSED, NOT_FOUND
+from oxiedge.amqp.consumers import server_cancel
 from oxiedge.amqp.errors import AmqpError
 from oxiedge.operations import (
     BAD_REQUEST,
@@ -293,7 +293,8 @@ class AmqpOperations:
             rows.append(ConnectionRow(
                 conn.peer, proto.user, _state(proto), len(proto.channels),
                 sum(len(ch.consumers) for ch in channels),
-                sum(len(ch.unacked) for ch in channels), proto.published, proto.delivered))
+                sum(len(ch.settlement.unacked) for ch in channels), proto.published,
+                proto.delivered))
         return sorted(rows, key=lambda r: r.name)
 
     async def close_connection(self, name: str, reason: str = DEFAULT_CLOSE_REASON
@@ -312,16 +313,16 @@ class AmqpOperations:
             for number, ch in sorted(proto.channels.items()):
                 rows.append(ChannelRow(
                     conn.peer, number, proto.user, "closing" if ch.closing else "running",
-                    len(ch.consumers), len(ch.unacked), ch.prefetch, ch.global_prefetch,
-                    ch.confirm))
+                    len(ch.consumers), len(ch.settlement.unacked), ch.prefetch,
+                    ch.settlement.global_prefetch, ch.confirm))
         return sorted(rows, key=lambda r: (r.connection, r.number))
 
     def consumer_rows(self) -> list[ConsumerRow]:
         rows = []
         for conn in self.connections():
             for number, ch in conn.proto.channels.items():
-                for tag, c in ch.consumers.items():
-                    rows.append(ConsumerRow(c.queue.name, tag, conn.peer, number,
+                for c in ch.consumers:
+                    rows.append(ConsumerRow(c.queue.name, c.tag, conn.peer, number,
                                             not c.no_ack, c.exclusive, c.prefetch, c.unacked))
         return sorted(rows, key=lambda r: (r.queue, r.consumer_tag))
 

@@ -1,6 +1,7 @@
 """What :class:`~oxiedge.amqp.protocol.AmqpProtocol` is given by its binding: explicit limit
 values (:class:`ConnectionLimits`, built from the configuration by ``service.py``) and the
-typing protocols of the objects around it (the transport, the resource alarms).
+typing protocols of the objects around it (the transport, the resource alarms); and what
+its channels see of it (:class:`ChannelOwner`).
 
 A leaf module: the sans-IO protocol imports neither the configuration nor the application,
 nor ``oxiedge.alarms`` (which loads the transport's blocked-connection watch).
@@ -10,7 +11,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from oxiedge.access.grants import Grants
+    from oxiedge.access.rules import PermissionStore
+    from oxiedge.amqp.bounds import ConnectionBounds
+    from oxiedge.amqp.broker import Broker
+    from oxiedge.amqp.queues import Queue
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,3 +63,33 @@ class Alarms(Protocol):
 
     def subscribe(self, listener: Callable[[bool, str], None]) -> Callable[[], None]:
         """Call ``listener(blocked, reason)`` on every change; returns an unsubscribe."""
+
+
+class ChannelOwner(Protocol):
+    """What a channel (its consumers, its handlers) needs of its connection
+    (``AmqpProtocol`` is the one there is)."""
+
+    broker: Broker
+    grants: Grants | None
+    perms: PermissionStore
+    frame_max: int
+    unacked_limit: int
+    cancel_notify: bool
+    closed: bool
+    delivered: int
+    bounds: ConnectionBounds
+    exclusive_queues: dict[str, Queue]
+
+    @property
+    def user(self) -> str:
+        """The connection's user name."""
+
+    @property
+    def writable(self) -> bool:
+        """Room in the output (else consumers are skipped until it drains)."""
+
+    def send(self, data: bytes) -> None:
+        """Output a frame (never blocks)."""
+
+    def note_staged(self) -> None:
+        """A delivery staged a durable delete (synced before close-ok)."""

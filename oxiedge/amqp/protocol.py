@@ -59,7 +59,7 @@ from oxiedge.amqp.actions import (
 )
 from oxiedge.amqp.bounds import ConnectionBounds
 from oxiedge.amqp.burst import PublishBurst
-from oxiedge.amqp.channel import UNSYNCED, AfterCommit, Channel, server_cancel
+from oxiedge.amqp.channel import AfterCommit, Channel
 from oxiedge.amqp.codec import (
     HEARTBEAT,
     PROTOCOL_HEADER,
@@ -76,10 +76,12 @@ from oxiedge.amqp.constants import (
     FRAME_ERROR,
     INTERNAL_ERROR,
 )
+from oxiedge.amqp.consumers import server_cancel
 from oxiedge.amqp.errors import AmqpError
 from oxiedge.amqp.handshake import CLOSE_OK_FRAME, Handshake
 from oxiedge.amqp.ports import Alarms, ConnectionLimits, Outlet
 from oxiedge.amqp.queues import Queue
+from oxiedge.amqp.settlement import UNSYNCED
 from oxiedge.amqp.streaming import CLOSE_LINGER, LoopSide, _Ended
 
 if TYPE_CHECKING:
@@ -146,7 +148,9 @@ class AmqpProtocol(LoopSide):
         self.cancel_notify = False
         self.burst = PublishBurst(self, broker, self.store, self.log, peer)
         self.channels: dict[int, Channel] = {}
-        self.bounds = ConnectionBounds(self.channels, broker, limits, counters)
+        self.bounds = ConnectionBounds(
+            self.channels, broker, counters, channel_max=limits.channel_max,
+            max_consumers=limits.max_consumers, max_queues=limits.max_queues)
         self.exclusive_queues: dict[str, Queue] = {}
         self.opened = False  # the handshake completed
         self.closed = False  # channels released; nothing more is handled
@@ -322,7 +326,8 @@ class AmqpProtocol(LoopSide):
                                 # consumers may see a message before its sync).
                                 self._outlet.deliver_now()
                         else:
-                            flags = ch.ack(ev.method.delivery_tag, ev.method.multiple)  # type: ignore[attr-defined]
+                            ack: Any = ev.method
+                            flags = ch.settlement.ack(ack.delivery_tag, ack.multiple)
                             if flags:
                                 self._staged = True
                                 self._unsynced = self._unsynced or bool(flags & UNSYNCED)

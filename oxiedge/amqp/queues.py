@@ -14,8 +14,8 @@ its prefetch or its socket buffer.
 
 A message routed to several queues becomes one :class:`QueuedMessage` per queue, each with
 that queue's ``seq`` (the durable key is ``(queue id, seq)``); properties and body bytes
-are shared.  Unacked messages live in their channel (``channel.unacked``), not here; the
-queue only counts them.
+are shared.  Unacked messages live in their channel's settlement (``settlement.py``), not
+here; the queue only counts them.
 """
 
 from __future__ import annotations
@@ -58,7 +58,7 @@ class QueuedMessage:
 
 
 class QueueConsumer(Protocol):
-    """What a queue needs of a consumer (``channel.Consumer`` is the one there is)."""
+    """What a queue needs of a consumer (``consumers.Consumer`` is the one there is)."""
 
     exclusive: bool
 

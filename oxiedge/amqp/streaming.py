@@ -159,8 +159,7 @@ class LoopSide:
 
     def _redispatch(self) -> None:
         for ch in list(self.channels.values()):
-            for c in list(ch.consumers.values()):
-                c.queue.dispatch()
+            ch.consumers.dispatch_all()
 
     def connection_closed(self) -> bool:
         """The stream is closing: channels and exclusive queues go."""

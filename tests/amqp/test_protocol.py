@@ -281,7 +281,7 @@ async def test_single_acks_free_prefetch_and_unknown_tags_are_406(tmp_path: Path
                                            b"\x00\x00", b"g", 131072)
         out, _ = await play(svc, proto, M(1, spec.BasicAck(2, False))
                             + M(1, spec.BasicAck(3, False)))
-        assert out == b"" and not proto.channels[1].unacked
+        assert out == b"" and not proto.channels[1].settlement.unacked
         out, _ = await play(svc, proto, M(1, spec.BasicAck(9, False)))
         assert out == M(1, spec.ChannelClose(
             406, "PRECONDITION_FAILED - unknown delivery tag 9", 60, 80))

@@ -4,10 +4,11 @@ One document holds, per user: the AMQP ``configure / write / read`` regular expr
 vhost (RabbitMQ's ``set_permissions``), topic permissions per vhost and topic exchange
 (RabbitMQ's ``set_topic_permissions``), MQTT topic ACL lines (Mosquitto's ``acl_file``:
 ``topic [read|write|readwrite|deny] T`` after ``user U``), and the user's tags
-(``administrator`` / ``monitoring`` / ``none``). Besides the users: the anonymous client's
-ACL lines (those before the first ``user`` line of an acl_file), the ``pattern`` lines for
-every client (``%u`` user, ``%c`` client id), and one default per protocol for a user with
-no rule of that protocol (``allow`` keeps the behaviour of a broker without permissions).
+(``administrator`` / ``monitoring`` / ``management`` / ``none``). Besides the users: the
+anonymous client's ACL lines (those before the first ``user`` line of an acl_file), the
+``pattern`` lines for every client (``%u`` user, ``%c`` client id), and one default per
+protocol for a user with no rule of that protocol (``allow`` keeps the behaviour of a
+broker without permissions).
 
 Pure data and matching; the per-connection cache is ``grants.py``, the CLI and the admin
 socket edit the file with ``PermissionStore.update`` (atomic rewrite, an exclusive lock

@@ -5,7 +5,8 @@ Layers, one way:
 
 * sans-IO - ``messages.py`` (a request and a response as values), ``access.py`` (Basic
   credentials, tags, the per-connection cache), ``routes.py`` (the route table, health and
-  metrics endpoints), ``api.py`` (the management API's read endpoints), ``metrics.py``
+  metrics endpoints), ``api.py`` (the management API's object reads), ``nodes.py`` (nodes,
+  health checks, users and permissions), ``metrics.py``
   (the Prometheus text format), ``bounds.py`` (the listener's bounds). None imports trio
   or h11.
 * I/O - ``credentials.py`` (the password check through ``oxiedge.login``), ``connection.py``

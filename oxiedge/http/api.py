@@ -12,12 +12,20 @@ RabbitMQ's page object). A bad value is a 400 naming the parameter.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from typing import Any
 from urllib.parse import quote
 
 from .. import __version__
 from .access import Need, Principal
-from .messages import BadRequest, Request, Response, json_response, not_found
+from .messages import (
+    BadRequest,
+    Request,
+    Response,
+    json_list_response,
+    json_response,
+    not_found,
+)
 from .routes import BrokerView, Router
 
 VHOST = "/"
@@ -77,6 +85,21 @@ def _sort_key(value: Any) -> tuple[int, Any]:
     if isinstance(value, bool | int | float):
         return (1, value)
     return (2, str(value))
+
+
+#: Query parameters that need the whole list before the first item can be sent.
+_WHOLE_LIST = ("name", "sort", "columns", "page", "page_size")
+
+
+def list_answer(request: Request, rows: list[dict[str, Any]],
+                convert: Callable[[dict[str, Any]], dict[str, Any]]) -> Response:
+    """The answer of a list endpoint. Without a filter, sort, projection or page, each slice
+    of ``rows`` is converted as it is sent (a long list never holds the event loop); with
+    one, the list is made first (:func:`list_query`) and streamed when long."""
+    if not any(key in request.query for key in _WHOLE_LIST):
+        return json_list_response(rows, convert)
+    found = list_query(request, [convert(r) for r in rows])
+    return json_list_response(found) if isinstance(found, list) else json_response(found)
 
 
 def list_query(request: Request, items: list[dict[str, Any]]) -> Any:
@@ -161,8 +184,7 @@ def api_routes(router: Router, broker: BrokerView) -> None:
     def queues(req: Request, _who: Principal, args: tuple[str, ...]) -> Response:
         if args:
             _vhost(args[0])
-        return json_response(list_query(req, [queue_json(r, broker.node)
-                                              for r in rows("queues")]))
+        return list_answer(req, rows("queues"), lambda r: queue_json(r, broker.node))
 
     def queue(_req: Request, _who: Principal, args: tuple[str, ...]) -> Response:
         _vhost(args[0])
@@ -174,7 +196,7 @@ def api_routes(router: Router, broker: BrokerView) -> None:
     def exchanges(req: Request, _who: Principal, args: tuple[str, ...]) -> Response:
         if args:
             _vhost(args[0])
-        return json_response(list_query(req, [exchange_json(r) for r in rows("exchanges")]))
+        return list_answer(req, rows("exchanges"), exchange_json)
 
     def exchange(_req: Request, _who: Principal, args: tuple[str, ...]) -> Response:
         _vhost(args[0])
@@ -187,7 +209,7 @@ def api_routes(router: Router, broker: BrokerView) -> None:
     def bindings(req: Request, _who: Principal, args: tuple[str, ...]) -> Response:
         if args:
             _vhost(args[0])
-        return json_response(list_query(req, [binding_json(r) for r in rows("bindings")]))
+        return list_answer(req, rows("bindings"), binding_json)
 
     def vhosts(_req: Request, _who: Principal, _args: tuple[str, ...]) -> Response:
         return json_response([{"name": VHOST, "description": "the one vhost",

@@ -230,7 +230,9 @@ class HttpConnection:
         if self.served >= MAX_REQUESTS and not close:
             self.counters["request_limit_closed"] += 1
             close = True
-        headers = [*response.header_list(), ("content-length", str(len(response.body)))]
+        headers = response.header_list()
+        if response.chunks is None:  # (streamed: chunked, or close-delimited for HTTP/1.0)
+            headers.append(("content-length", str(len(response.body))))
         if close:
             headers.append(("connection", "close"))
         klass = f"responses_{response.status // 100}xx"
@@ -238,7 +240,12 @@ class HttpConnection:
             self.counters[klass] += 1
         data = self.h11.send(h11.Response(status_code=response.status, headers=headers,
                                           reason=_reason(response.status)))
-        if method != "HEAD" and response.body:
+        if method != "HEAD" and response.chunks is not None:
+            for chunk in response.chunks:  # produced between turns of the event loop
+                await self._send(data)
+                await trio.lowlevel.checkpoint()
+                data = self.h11.send(h11.Data(data=chunk))
+        elif method != "HEAD" and response.body:
             data += self.h11.send(h11.Data(data=response.body))
         data += self.h11.send(h11.EndOfMessage())
         await self._send(data)

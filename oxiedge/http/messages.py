@@ -7,6 +7,7 @@ Error bodies are JSON in the management API's shape, ``{"error": ..., "reason": 
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import parse_qsl, unquote, urlsplit
@@ -75,14 +76,22 @@ class Request:
         return value
 
 
+#: Items of a large JSON list per piece of a streamed answer (each piece is produced between
+#: two turns of the event loop: a few milliseconds at most on a Pi).
+JSON_SLICE = 250
+
+
 @dataclass(slots=True)
 class Response:
-    """Status, headers (beyond the framing ones) and a complete body."""
+    """Status, headers (beyond the framing ones) and a complete body - or ``chunks``: the
+    body produced piece by piece while it is sent (the connection yields to the event loop
+    between pieces, so a large answer never holds it for long)."""
 
     status: int
     body: bytes = b""
     content_type: str = JSON
     headers: list[tuple[str, str]] = field(default_factory=list)
+    chunks: Iterable[bytes] | None = None
 
     def header_list(self) -> list[tuple[str, str]]:
         return [("content-type", self.content_type), *self.headers]
@@ -90,6 +99,23 @@ class Response:
 
 def json_response(value: Any, status: int = 200) -> Response:
     return Response(status, orjson.dumps(value))
+
+
+def json_list_response(items: list[Any], convert: Callable[[Any], Any] | None = None,
+                       status: int = 200) -> Response:
+    """A JSON list of ``items`` (each passed through ``convert`` first, if given), streamed
+    ``JSON_SLICE`` items at a time when it is long."""
+    if len(items) <= JSON_SLICE:
+        return json_response(items if convert is None else [convert(i) for i in items], status)
+
+    def pieces() -> Iterator[bytes]:
+        for start in range(0, len(items), JSON_SLICE):
+            part = items[start:start + JSON_SLICE]
+            done = part if convert is None else [convert(i) for i in part]
+            yield (b"[" if start == 0 else b",") + b",".join(orjson.dumps(i) for i in done)
+        yield b"]"
+
+    return Response(status, chunks=pieces())
 
 
 def error_response(status: int, error: str, reason: str) -> Response:

@@ -139,6 +139,10 @@ class Exposition:
             else:
                 self.lines.append(f"{name} {_number(value)}")
 
+    def claim(self, name: str) -> None:
+        """``name`` was written by other means (a family of its own text)."""
+        self._families.add(name)
+
     def one(self, name: str, kind: str, help_text: str, value: float,
             labels: dict[str, str] | None = None) -> None:
         self.family(name, kind, help_text, [(labels or {}, value)])
@@ -156,9 +160,8 @@ def _rabbitmq(out: Exposition, snap: Snapshot) -> None:
     s = snap.status
     amqp, mqtt = s.get("amqp") or {}, s.get("mqtt") or {}
     conns, alarms = s.get("connections") or {}, s.get("alarms") or {}
-    out.one("rabbitmq_identity_info", "gauge", "RabbitMQ node & cluster identity info", 1,
-            {"rabbitmq_node": snap.node, "rabbitmq_cluster": snap.cluster,
-             "rabbitmq_cluster_permanent_id": snap.cluster, "rabbitmq_endpoint": "default"})
+    out.lines.append(identity_family(snap.node, snap.cluster, "default").rstrip("\n"))
+    out.claim("rabbitmq_identity_info")
     out.one("rabbitmq_build_info", "untyped", "RabbitMQ & Erlang/OTP version info", 1,
             {"rabbitmq_version": str(s.get("version", "")), "product_name": "oxiedge",
              "product_version": str(s.get("version", "")),
@@ -338,9 +341,18 @@ _PER_QUEUE: tuple[tuple[str, str, str], ...] = (
 )
 
 
-def render_per_object(queues: list[dict[str, Any]], chunk: int = 500) -> Iterator[str]:
+def identity_family(node: str, cluster: str, endpoint: str) -> str:
+    out = Exposition()
+    out.one("rabbitmq_identity_info", "gauge", "RabbitMQ node & cluster identity info", 1,
+            {"rabbitmq_node": node, "rabbitmq_cluster": cluster,
+             "rabbitmq_cluster_permanent_id": cluster, "rabbitmq_endpoint": endpoint})
+    return out.text()
+
+
+def render_per_object(queues: list[dict[str, Any]], chunk: int = 250) -> Iterator[str]:
     """The per-queue families of ``/metrics/per-object``, ``chunk`` queues per piece (the
     caller yields to the event loop between pieces)."""
+    vhost = _escape(VHOST)
     for name, help_text, key in _PER_QUEUE:
         yield f"# HELP {name} {help_text}\n# TYPE {name} gauge\n"
         for start in range(0, len(queues), chunk):
@@ -350,6 +362,6 @@ def render_per_object(queues: list[dict[str, Any]], chunk: int = 500) -> Iterato
                     value = _get(row, "ready") + _get(row, "unacked")
                 else:
                     value = _get(row, key)
-                lines.append(f'{name}{{vhost="{_escape(VHOST)}",'
-                             f'queue="{_escape(str(row.get("name", "")))}"}} {_number(value)}\n')
+                queue = _escape(str(row.get("name", "")))
+                lines.append(f'{name}{{vhost="{vhost}",queue="{queue}"}} {_number(value)}\n')
             yield "".join(lines)

@@ -13,6 +13,7 @@ implements over the same rows and status the admin socket serves.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -28,7 +29,7 @@ from .messages import (
     not_found,
     text_response,
 )
-from .metrics import Snapshot, render, render_per_object
+from .metrics import Snapshot, identity_family, render, render_per_object
 
 Handler = Callable[[Request, Principal, tuple[str, ...]], Response]
 
@@ -46,8 +47,8 @@ class BrokerView(Protocol):
         """An admin socket's rows (``queues``, ``exchanges``, ``bindings``, ``sessions``,
         ``retained``); None when that broker is off."""
 
-    def snapshot(self) -> Snapshot:
-        """What one ``/metrics`` scrape renders."""
+    def snapshot(self, with_queues: bool = False) -> Snapshot:
+        """What one ``/metrics`` scrape renders (the queue rows only ``with_queues``)."""
 
     def durable_problem(self) -> str | None:
         """Why durable writes do not work now (None: they do)."""
@@ -57,6 +58,12 @@ class BrokerView(Protocol):
 
     def listeners(self) -> list[dict[str, Any]]:
         """``[{"protocol", "ip_address", "port"}]`` of the bound listeners."""
+
+    def users(self) -> list[dict[str, Any]]:
+        """``[{"name", "tags"}]`` of the broker's users."""
+
+    def permissions(self) -> dict[str, dict[str, Any]]:
+        """User name -> its entry of the permissions file (``vhosts``, ``topics``, ...)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,13 +148,10 @@ def metrics_routes(router: Router, broker: BrokerView) -> None:
         return text_response(render(broker.snapshot()), content_type=PROMETHEUS_TEXT)
 
     def per_object(_req: Request, _who: Principal, _args: tuple[str, ...]) -> Response:
-        snap = broker.snapshot()
-        head = (f"# HELP rabbitmq_identity_info RabbitMQ node & cluster identity info\n"
-                f"# TYPE rabbitmq_identity_info gauge\n"
-                f'rabbitmq_identity_info{{rabbitmq_node="{snap.node}",'
-                f'rabbitmq_cluster="{snap.cluster}",rabbitmq_endpoint="per-object"}} 1\n')
-        body = head + "".join(render_per_object(snap.queues))
-        return text_response(body, content_type=PROMETHEUS_TEXT)
+        snap = broker.snapshot(with_queues=True)
+        head = identity_family(snap.node, snap.cluster, "per-object")
+        pieces = (p.encode() for p in itertools.chain([head], render_per_object(snap.queues)))
+        return Response(200, content_type=PROMETHEUS_TEXT, chunks=pieces)
 
     router.add("GET", "/metrics", Need.READ, metrics)
     router.add("GET", "/metrics/per-object", Need.READ, per_object)

@@ -17,6 +17,7 @@ from .api import api_routes
 from .credentials import Credentials
 from .listener import HttpServer
 from .metrics import Snapshot
+from .nodes import node_routes, user_routes
 from .routes import Router, health_routes, metrics_routes
 
 #: A commit round's sync that has hung this long makes /healthz fail (the disk is gone).
@@ -54,7 +55,7 @@ class ServerView:
         result = handler({})
         return result if isinstance(result, list) else None
 
-    def snapshot(self) -> Snapshot:
+    def snapshot(self, with_queues: bool = False) -> Snapshot:
         alarms = self.app.alarms
         return Snapshot(status=self.status(), node=self.node, cluster=self.cluster,
                         rss_bytes=alarms.rss, memory_limit_bytes=alarms.memory_limit,
@@ -62,7 +63,7 @@ class ServerView:
                         disk_free_limit_bytes=alarms.disk_free_limit,
                         open_fds=_open_fds(),
                         max_fds=resource.getrlimit(resource.RLIMIT_NOFILE)[0],
-                        queues=self.rows("queues") or [])
+                        queues=(self.rows("queues") or []) if with_queues else [])
 
     def durable_problem(self) -> str | None:
         committer = self.app.store.committer
@@ -92,6 +93,15 @@ class ServerView:
         return out
 
 
+    def users(self) -> list[dict[str, Any]]:
+        return [{"name": name, "tags": self.app.permissions.tags(name)}
+                for name in self.app.users.names]
+
+    def permissions(self) -> dict[str, dict[str, Any]]:
+        users = self.app.permissions.doc.get("users", {})
+        return {name: dict(entry) for name, entry in users.items()}
+
+
 def build(app: App, handlers: dict[str, Callable[[dict[str, Any]], Any]],
           parts: dict[str, StatusPart], tls: TlsManager | None) -> tuple[HttpServer, ServerView]:
     """The listener and its view (``view.ready`` is the caller's to set)."""
@@ -100,5 +110,7 @@ def build(app: App, handlers: dict[str, Callable[[dict[str, Any]], Any]],
     health_routes(router, view)
     metrics_routes(router, view)
     api_routes(router, view)
+    node_routes(router, view)
+    user_routes(router, view)
     credentials = Credentials(app.users, app.logins, app.permissions.tags)
     return HttpServer(router, credentials, app.connections, tls, app.log), view

@@ -280,3 +280,79 @@ def test_https_port_serves_the_same_with_the_tls_settings(start_server: Any,
     assert _status(srv)["endpoints"]["http_tls"] == f"127.0.0.1:{srv.http_tls_port}"
     # A plain-text client on the TLS port: a failed handshake, counted by TLS, no answer.
     assert raw_exchange(srv.http_tls_port, b"GET /healthz HTTP/1.1\r\nhost: x\r\n\r\n") == b""
+
+
+# ------------------------------------------------------------------ every path, every role
+
+READ_PATHS = ["/metrics", "/metrics/per-object", "/api/whoami", "/api/overview", "/api/vhosts",
+              "/api/queues", "/api/queues/%2F", "/api/exchanges", "/api/exchanges/%2F",
+              "/api/exchanges/%2F/amq.topic", "/api/bindings", "/api/bindings/%2F",
+              "/api/nodes", "/api/health/checks/alarms", "/api/health/checks/local-alarms",
+              "/api/health/checks/virtual-hosts", "/api/health/checks/node-is-quorum-critical",
+              "/api/health/checks/protocol-listener/amqp", "/api/aliveness-test/%2F"]
+ADMIN_PATHS = ["/api/users", "/api/users/admin", "/api/users/admin/permissions",
+               "/api/permissions"]
+
+
+def test_every_path_for_every_role(users_server: ServerProcess, client_for: Any) -> None:
+    c = client_for(users_server)
+    for path in READ_PATHS + ADMIN_PATHS:
+        assert c.get(path).status == 401, path
+        assert c.get(path, ("plain", "plain-pw")).status == 401, path
+        assert c.get(path, ("admin", "admin-pw")).status == 200, path
+        expected = 401 if path in ADMIN_PATHS else 200
+        for user in ("watcher", "mgmt"):
+            r = c.get(path, (user, f"{user}-pw"))
+            assert r.status == expected, (path, user, r.body)
+    r = c.get("/api/users", ("watcher", "watcher-pw"))
+    assert r.json() == {"error": "not_authorised", "reason": "Not administrator user"}
+
+
+def test_users_permissions_nodes_and_health_checks(users_server: ServerProcess,
+                                                   client_for: Any) -> None:
+    users_server.cli("permissions", "set", "plain", "^$", ".*", "^q")
+    c, admin = client_for(users_server), ("admin", "admin-pw")
+    users = {u["name"]: u["tags"] for u in c.get("/api/users", admin).json()}
+    assert users == {"admin": ["administrator"], "mgmt": ["management"], "plain": [],
+                     "watcher": ["monitoring"]}
+    assert "password_hash" not in c.get("/api/users/plain", admin).json()
+    assert c.get("/api/users/plain/permissions", admin).json() == [
+        {"user": "plain", "vhost": "/", "configure": "^$", "write": ".*", "read": "^q"}]
+    assert c.get("/api/permissions/%2F/plain", admin).json()["read"] == "^q"
+    assert c.get("/api/users/ghost", admin).status == 404
+    node = c.get("/api/nodes", admin).json()[0]
+    assert node["running"] is True and node["mem_used"] > 0 and node["fd_used"] > 0
+    assert c.get(f"/api/nodes/{node['name']}", admin).status == 200
+    port = users_server.amqp_port
+    assert c.get(f"/api/health/checks/port-listener/{port}", admin).json() == \
+        {"status": "ok", "port": port}
+    r = c.get("/api/health/checks/protocol-listener/https", admin)
+    assert r.status == 503 and r.json()["missing"] == "https"
+    assert c.get("/api/health/checks/port-listener/x", admin).status == 400
+    users_server.cli("limits", "--disk-free-limit", "1000TB")
+    r = c.get("/api/health/checks/alarms", admin)
+    assert r.status == 503 and r.json()["alarms"][0]["resource"] == "disk"
+    assert c.get("/api/aliveness-test/%2F", admin).status == 503
+    users_server.cli("limits", "--disk-free-limit", "1MB")
+    assert c.get("/api/health/checks/alarms", admin).status == 200
+
+
+def test_long_lists_are_streamed(http_server: ServerProcess, client_for: Any) -> None:
+    conn = pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1",
+                                                             http_server.amqp_port))
+    ch = conn.channel()
+    for i in range(300):
+        ch.queue_declare(f"s{i:03d}")
+    c = client_for(http_server)
+    r = c.get("/api/queues")
+    assert r.headers.get("transfer-encoding") == "chunked"
+    assert sorted(q["name"] for q in r.json()) == [f"s{i:03d}" for i in range(300)]
+    sorted_page = c.get("/api/queues?sort=name&sort_reverse=true&page=1&page_size=2").json()
+    assert [q["name"] for q in sorted_page["items"]] == ["s299", "s298"]
+    per = c.get("/metrics/per-object")
+    assert per.headers.get("transfer-encoding") == "chunked"
+    assert per.body.decode().count("rabbitmq_queue_messages_ready{") == 300
+    head = c.request("HEAD", "/api/queues")
+    assert head.status == 200 and head.body == b""
+    assert c.get("/healthz").status == 200  # keep-alive after streamed answers
+    conn.close()

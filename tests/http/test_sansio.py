@@ -27,7 +27,8 @@ from oxiedge.http.metrics import Snapshot
 from oxiedge.http.routes import Router, health_routes
 
 SANS_IO = ("oxiedge.http.messages", "oxiedge.http.access", "oxiedge.http.routes",
-           "oxiedge.http.api", "oxiedge.http.metrics", "oxiedge.http.bounds")
+           "oxiedge.http.api", "oxiedge.http.metrics", "oxiedge.http.bounds",
+           "oxiedge.http.nodes")
 
 
 def test_sans_io_modules_load_no_io() -> None:
@@ -139,8 +140,9 @@ class FakeView:
     def rows(self, kind: str) -> list[dict[str, Any]] | None:
         return {"queues": self.queue_rows, "exchanges": [], "bindings": []}.get(kind)
 
-    def snapshot(self) -> Snapshot:
-        return Snapshot(self.status(), self.node, self.cluster)
+    def snapshot(self, with_queues: bool = False) -> Snapshot:
+        return Snapshot(self.status(), self.node, self.cluster,
+                        queues=self.queue_rows if with_queues else [])
 
     def durable_problem(self) -> str | None:
         return self.durable
@@ -149,7 +151,13 @@ class FakeView:
         return self.unready
 
     def listeners(self) -> list[dict[str, Any]]:
-        return []
+        return [{"protocol": "amqp", "ip_address": "127.0.0.1", "port": 5672}]
+
+    def users(self) -> list[dict[str, Any]]:
+        return [{"name": "alice", "tags": ["administrator"]}, {"name": "bob", "tags": []}]
+
+    def permissions(self) -> dict[str, dict[str, Any]]:
+        return {"bob": {"vhosts": {"/": {"configure": "^$", "write": ".*", "read": "q"}}}}
 
 
 def _call(router: Router, method: str, target: str) -> Response:
@@ -225,3 +233,84 @@ def test_binding_json_shapes() -> None:
                       "routing_key": "", "durable": False})
     assert (x["destination"], x["destination_type"], x["properties_key"]) == \
         ("dst", "exchange", "~")
+
+
+def _node_router() -> tuple[Router, FakeView]:
+    from oxiedge.http.nodes import node_routes, user_routes
+
+    router, view = Router(), FakeView()
+    node_routes(router, view)
+    user_routes(router, view)
+    return router, view
+
+
+@pytest.mark.parametrize("path, status, body", [
+    ("/api/health/checks/alarms", 200, {"status": "ok"}),
+    ("/api/health/checks/virtual-hosts", 200, {"status": "ok"}),
+    ("/api/health/checks/node-is-quorum-critical", 200, {"status": "ok"}),
+    ("/api/health/checks/port-listener/5672", 200, {"status": "ok", "port": 5672}),
+    ("/api/health/checks/port-listener/1883", 503,
+     {"status": "failed", "reason": "No active listener", "missing": 1883, "ports": [5672]}),
+    ("/api/health/checks/protocol-listener/amqp091", 200,
+     {"status": "ok", "protocol": "amqp091"}),
+    ("/api/health/checks/protocol-listener/mqtt", 503,
+     {"status": "failed", "reason": "No active listener", "missing": "mqtt",
+      "protocols": ["amqp"]}),
+    ("/api/aliveness-test/%2F", 200, {"status": "ok"}),
+    ("/api/permissions/%2F/bob", 200,
+     {"user": "bob", "vhost": "/", "configure": "^$", "write": ".*", "read": "q"}),
+    ("/api/users/alice", 200, {"name": "alice", "tags": ["administrator"], "limits": {},
+                               "hashing_algorithm": "rabbit_password_hashing_pbkdf2_sha256"}),
+])
+def test_node_health_and_user_reads(path: str, status: int, body: Any) -> None:
+    router, _view = _node_router()
+    r = _call(router, "GET", path)
+    assert (r.status, orjson.loads(r.body)) == (status, body)
+
+
+@pytest.mark.parametrize("path, status, field", [
+    ("/api/health/checks/port-listener/abc", 400, "port"),
+    ("/api/health/checks/port-listener/70000", 400, "port"),
+    ("/api/health/checks/protocol-listener/gopher", 400, "protocol"),
+    ("/api/aliveness-test/other", 404, None),
+    ("/api/users/nobody", 404, None),
+    ("/api/users/nobody/permissions", 404, None),
+    ("/api/permissions/%2F/alice", 404, None),
+    ("/api/nodes/elsewhere", 404, None),
+])
+def test_node_health_and_user_bad_input(path: str, status: int, field: str | None) -> None:
+    router, _view = _node_router()
+    r = _call(router, "GET", path)
+    assert r.status == status
+    if field is not None:
+        assert orjson.loads(r.body)["reason"].startswith(f"{field}:")
+
+
+def test_alarms_check_fails_while_an_alarm_is_on() -> None:
+    router, view = _node_router()
+    view.status = lambda: {"alarms": {"disk_alarm": True}}  # type: ignore[method-assign]
+    r = _call(router, "GET", "/api/health/checks/local-alarms")
+    assert r.status == 503
+    assert orjson.loads(r.body)["alarms"] == [{"node": "oxiedge@test", "resource": "disk"}]
+    view.unready = "resource alarm: low on disk"
+    assert _call(router, "GET", "/api/aliveness-test/%2F").status == 503
+
+
+def test_routes_declare_what_they_need() -> None:
+    router, _view = _node_router()
+    needs = {r.pattern: r.need for r in router.routes}
+    assert needs[("api", "users")] is Need.ADMIN and needs[("api", "permissions")] is Need.ADMIN
+    assert needs[("api", "nodes")] is Need.READ
+
+
+def test_long_json_lists_are_streamed_in_slices() -> None:
+    from oxiedge.http.messages import JSON_SLICE, json_list_response
+
+    items = [{"name": f"q{i}"} for i in range(2 * JSON_SLICE + 7)]
+    r = json_list_response(items)
+    assert r.chunks is not None
+    pieces = list(r.chunks)
+    assert len(pieces) == 4  # three slices and the closing bracket
+    assert orjson.loads(b"".join(pieces)) == items
+    short = json_list_response(items[:3])
+    assert short.chunks is None and orjson.loads(short.body) == items[:3]

@@ -1,0 +1,166 @@
+"""The management API's node, health-check, user and permission reads (sans-IO).
+
+RabbitMQ's shapes: ``/api/nodes`` (one node), ``/api/health/checks/...`` (``200
+{"status": "ok"}`` or ``503 {"status": "failed", "reason": ...}``), ``/api/aliveness-test/%2F``,
+``/api/users`` and ``/api/permissions`` (administrator only, as in RabbitMQ; a user's password
+hash is not served). oxiedge is one node with one vhost, so the cluster-wide and the local
+checks are the same, and ``node-is-quorum-critical`` is always fine.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .access import Need, Principal
+from .messages import BadRequest, Request, Response, json_response, not_found
+from .routes import BrokerView, Router
+
+VHOST = "/"
+#: Protocol names RabbitMQ's protocol-listener check accepts -> oxiedge's endpoint key.
+PROTOCOLS = {"amqp": "amqp", "amqp091": "amqp", "amqp/ssl": "amqp/ssl", "amqps": "amqp/ssl",
+             "mqtt": "mqtt", "mqtt/ssl": "mqtt/ssl", "mqtts": "mqtt/ssl", "http": "http",
+             "https": "https"}
+
+
+def _ok(**extra: Any) -> Response:
+    return json_response({"status": "ok", **extra})
+
+
+def _failed(reason: str, **extra: Any) -> Response:
+    return json_response({"status": "failed", "reason": reason, **extra}, 503)
+
+
+def _vhost(name: str) -> None:
+    if name != VHOST:
+        raise BadRequest(f"vhost {name!r} not found (oxiedge has one vhost, '/')", 404,
+                         "Object Not Found")
+
+
+def node_json(broker: BrokerView) -> dict[str, Any]:
+    snap = broker.snapshot()
+    s = snap.status
+    alarms, conns = s.get("alarms") or {}, s.get("connections") or {}
+    return {
+        "name": broker.node, "type": "disc", "running": True, "os_pid": str(s.get("pid", "")),
+        "uptime": int(float(s.get("uptime_s", 0)) * 1000),
+        "mem_used": snap.rss_bytes, "mem_limit": snap.memory_limit_bytes,
+        "mem_alarm": bool(alarms.get("memory_alarm")),
+        "disk_free": snap.disk_free_bytes, "disk_free_limit": snap.disk_free_limit_bytes,
+        "disk_free_alarm": bool(alarms.get("disk_alarm")),
+        "fd_used": snap.open_fds, "fd_total": snap.max_fds,
+        "sockets_used": int(conns.get("open", 0)),
+        "sockets_total": int(conns.get("max_connections", 0)),
+        "partitions": [], "cluster_links": [], "applications": [],
+        "being_drained": False,
+    }
+
+
+def _alarms(broker: BrokerView) -> list[dict[str, str]]:
+    alarms = broker.status().get("alarms") or {}
+    out = [{"node": broker.node, "resource": kind}
+           for kind, key in (("memory", "memory_alarm"), ("disk", "disk_alarm"))
+           if alarms.get(key)]
+    for name in (alarms.get("other_alarms") or {}):
+        out.append({"node": broker.node, "resource": str(name)})
+    return out
+
+
+def node_routes(router: Router, broker: BrokerView) -> None:
+    """``/api/nodes``, the health checks and ``/api/aliveness-test``."""
+
+    def nodes(_req: Request, _who: Principal, _args: tuple[str, ...]) -> Response:
+        return json_response([node_json(broker)])
+
+    def node(_req: Request, _who: Principal, args: tuple[str, ...]) -> Response:
+        return json_response(node_json(broker)) if args[0] == broker.node else not_found()
+
+    def alarms(_req: Request, _who: Principal, _args: tuple[str, ...]) -> Response:
+        found = _alarms(broker)
+        if found:
+            return _failed("There are alarms in effect in the cluster", alarms=found)
+        return _ok()
+
+    def port_listener(_req: Request, _who: Principal, args: tuple[str, ...]) -> Response:
+        raw = args[0]
+        if not raw.isdigit() or not 0 < int(raw) < 65536:
+            raise BadRequest(f"port: {raw[:20]!r} is not a port number")
+        ports = sorted({int(x["port"]) for x in broker.listeners()
+                        if isinstance(x.get("port"), int)})
+        if int(raw) in ports:
+            return _ok(port=int(raw))
+        return _failed("No active listener", missing=int(raw), ports=ports)
+
+    def protocol_listener(_req: Request, _who: Principal, args: tuple[str, ...]) -> Response:
+        wanted = PROTOCOLS.get(args[0].lower())
+        if wanted is None:
+            raise BadRequest(f"protocol: {args[0][:40]!r} is unknown (known: "
+                             f"{', '.join(sorted(PROTOCOLS))})")
+        protocols = sorted({str(x["protocol"]) for x in broker.listeners()})
+        if wanted in protocols:
+            return _ok(protocol=args[0])
+        return _failed("No active listener", missing=args[0], protocols=protocols)
+
+    def fine(_req: Request, _who: Principal, _args: tuple[str, ...]) -> Response:
+        return _ok()
+
+    def aliveness(_req: Request, _who: Principal, args: tuple[str, ...]) -> Response:
+        _vhost(args[0])
+        problem = broker.durable_problem() or broker.not_ready()
+        return _failed(problem) if problem else _ok()
+
+    router.add("GET", "/api/nodes", Need.READ, nodes)
+    router.add("GET", "/api/nodes/*", Need.READ, node)
+    for path in ("alarms", "local-alarms"):
+        router.add("GET", f"/api/health/checks/{path}", Need.READ, alarms)
+    router.add("GET", "/api/health/checks/port-listener/*", Need.READ, port_listener)
+    router.add("GET", "/api/health/checks/protocol-listener/*", Need.READ, protocol_listener)
+    for path in ("virtual-hosts", "node-is-quorum-critical"):
+        router.add("GET", f"/api/health/checks/{path}", Need.READ, fine)
+    router.add("GET", "/api/aliveness-test/*", Need.READ, aliveness)
+
+
+def permission_rows(broker: BrokerView, user: str | None = None) -> list[dict[str, Any]]:
+    rows = []
+    for name, entry in sorted(broker.permissions().items()):
+        if user is not None and name != user:
+            continue
+        for vhost, perms in sorted((entry.get("vhosts") or {}).items()):
+            rows.append({"user": name, "vhost": vhost, "configure": perms.get("configure", ""),
+                         "write": perms.get("write", ""), "read": perms.get("read", "")})
+    return rows
+
+
+def user_routes(router: Router, broker: BrokerView) -> None:
+    """``/api/users`` and ``/api/permissions`` (administrator only, as in RabbitMQ)."""
+
+    def user_json(row: dict[str, Any]) -> dict[str, Any]:
+        return {"name": row["name"], "tags": list(row.get("tags") or []), "limits": {},
+                "hashing_algorithm": "rabbit_password_hashing_pbkdf2_sha256"}
+
+    def users(_req: Request, _who: Principal, _args: tuple[str, ...]) -> Response:
+        return json_response([user_json(u) for u in broker.users()])
+
+    def user(_req: Request, _who: Principal, args: tuple[str, ...]) -> Response:
+        for u in broker.users():
+            if u["name"] == args[0]:
+                return json_response(user_json(u))
+        return not_found()
+
+    def user_permissions(_req: Request, _who: Principal, args: tuple[str, ...]) -> Response:
+        if not any(u["name"] == args[0] for u in broker.users()):
+            return not_found()
+        return json_response(permission_rows(broker, args[0]))
+
+    def permissions(_req: Request, _who: Principal, _args: tuple[str, ...]) -> Response:
+        return json_response(permission_rows(broker))
+
+    def permission(_req: Request, _who: Principal, args: tuple[str, ...]) -> Response:
+        _vhost(args[0])
+        rows = [r for r in permission_rows(broker, args[1]) if r["vhost"] == args[0]]
+        return json_response(rows[0]) if rows else not_found()
+
+    router.add("GET", "/api/users", Need.ADMIN, users)
+    router.add("GET", "/api/users/*", Need.ADMIN, user)
+    router.add("GET", "/api/users/*/permissions", Need.ADMIN, user_permissions)
+    router.add("GET", "/api/permissions", Need.ADMIN, permissions)
+    router.add("GET", "/api/permissions/*/*", Need.ADMIN, permission)

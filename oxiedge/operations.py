@@ -125,16 +125,22 @@ class Operation:
     #: True when it changes state (the HTTP API asks the administrator tag for those).
     writes: bool = False
 
-    def handler(self) -> Callable[[dict[str, Any]], Awaitable[Any]]:
-        """The admin socket's handler: JSON arguments in, JSON result out."""
+    def handler(self) -> Callable[[dict[str, Any]], Any]:
+        """The admin socket's handler: JSON arguments in, JSON result out (an awaitable
+        one for an async operation; a listing answers at once, so a synchronous caller
+        such as the HTTP API's view can read it too)."""
 
-        async def handle(raw: dict[str, Any]) -> Any:
+        def handle(raw: dict[str, Any]) -> Any:
             result = self.adapter(Args(raw))
             if isinstance(result, Awaitable):
-                result = await result
+                return _finish(result)
             return jsonable(result)
 
         return handle
+
+
+async def _finish(result: Awaitable[Any]) -> Any:
+    return jsonable(await result)
 
 
 def handlers(operations: list[Operation]) -> dict[str, Callable[[dict[str, Any]], Any]]:

@@ -1,5 +1,6 @@
-"""Documents and broker state: ``collections``, ``find``, the broker views (``sessions``,
-``retained``, ``queues``, ``exchanges``, ``bindings``), ``limits``, ``status``, ``version``."""
+"""Documents and broker state: ``collections``, ``find``, the broker views (``queues``,
+``exchanges``, ``bindings``; ``sessions`` and ``retained`` are in ``mqtt.py``), ``limits``,
+``status``, ``version``."""
 
 from __future__ import annotations
 
@@ -80,7 +81,7 @@ _VIEW_MODULES = {
 }
 
 
-def _offline_view(name: str) -> Callable[[Any], Any]:
+def offline_view(name: str) -> Callable[[Any], Any]:
     def run(store: Any) -> Any:
         module = importlib.import_module(_VIEW_MODULES[name])  # lazy: keeps the CLI light
         return module.offline_views(store)[name]()
@@ -90,7 +91,7 @@ def _offline_view(name: str) -> Callable[[Any], Any]:
 
 def _view_command(name: str, doc: str) -> None:
     def command(data: DataOpt = None, as_json: JsonOpt = False) -> None:
-        rows = _request(data, name, {}, _offline_view(name))
+        rows = _request(data, name, {}, offline_view(name))
         _print_rows(rows, as_json, name)
 
     command.__doc__ = doc
@@ -98,10 +99,6 @@ def _view_command(name: str, doc: str) -> None:
     app.command(name=name)(command)
 
 
-_view_command("sessions",
-              "MQTT sessions: client, connected, subscriptions, queued, in-flight, dropped,"
-              " seconds until an offline one expires.")
-_view_command("retained", "Retained MQTT messages.")
 _view_command("queues", "AMQP queues: ready, unacked, consumers, durable, dropped.")
 _view_command("exchanges", "AMQP exchanges.")
 _view_command("bindings", "AMQP bindings.")

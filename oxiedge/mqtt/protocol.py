@@ -212,9 +212,14 @@ class MqttProtocol(ConnectStep):
         """Another CONNECT with our client id won (MQTT-3.1.4-2): end this connection.
         Unsent deliveries stay with the session (in-flight ones are re-sent on the new
         connection); none of them may still leave through this one."""
+        self.end("session taken over")
+
+    def end(self, reason: str) -> None:
+        """The broker ends this connection now (a take-over, an operator's ``oxiedge client
+        kick``): the client did not say goodbye, so its will is published."""
         self._abnormal = True
         self.ended_by_broker = True
-        self.close_reason = "session taken over"
+        self.close_reason = reason
         self.outlet.abort()
 
     # ----------------------------------------------------------------- the run

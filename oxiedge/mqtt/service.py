@@ -10,6 +10,7 @@ publish on to the bus (``Broker.bus``, wired by ``server.py``).
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -22,9 +23,11 @@ from oxiedge.lograte import clip
 from oxiedge.mqtt.broker import Broker
 from oxiedge.mqtt.codec import topic_cache_bytes
 from oxiedge.mqtt.connection import Connection
+from oxiedge.mqtt.operations import MqttOperations
 from oxiedge.mqtt.session import Limits, Session
 from oxiedge.mqtt.topics import valid_topic_name
 from oxiedge.mqtt.views import register_views
+from oxiedge.operations import handlers
 from oxiedge.staged import Origin
 from oxiedge.tls import TlsManager, open_secured, peer_name
 
@@ -67,6 +70,10 @@ class MqttService:
         self.broker.reader_for = lambda user, client_id: Grants(perms, user, client_id)
         self._lines: list[str] = []
         register_views(app.store)
+        #: What an operator may do (delete a session, kick a client...): the admin socket's
+        #: and the HTTP API's one implementation.
+        self.operations = MqttOperations(self.broker, app.store.commit,
+                                         lambda: time.time() - app.started_at)
 
     # ----------------------------------------------------------------- bridges
     def publish_from_bridge(
@@ -204,9 +211,10 @@ class MqttService:
 
     # ------------------------------------------------------------------- admin
     def admin_handlers(self) -> dict[str, Callable[[dict[str, Any]], Any]]:
+        """The listings and the operator's operations (``mqtt/operations.py``)."""
         return {
-            "sessions": lambda _args: self.broker.session_rows(trio.current_time()),
             "retained": lambda _args: self.broker.retained_rows(),
+            **handlers(self.operations.operations()),
         }
 
     def status(self) -> dict[str, Any]:

@@ -32,8 +32,10 @@ def test_live_sessions_retained_status(
     got = {r["client"]: r for r in cli_rows(srv, "sessions")}
     base = {"inflight": 0, "dropped": 0}
     assert got["online"] == {"client": "online", "connected": True, "clean": True,
-                             "subscriptions": 2, "queued": 0, "expires_in": None, **base}
+                             "subscriptions": 2, "queued": 0, "expires_in": None,
+                             "offline_s": None, **base}
     expires_in = got["offline"].pop("expires_in")  # --mqtt-session-expiry: 1 day
+    assert isinstance(got["offline"].pop("offline_s"), int)  # (oxiedge sessions --older-than)
     assert isinstance(expires_in, int) and 86000 < expires_in <= 86400, expires_in
     assert got["offline"] == {"client": "offline", "connected": False, "clean": False,
                               "subscriptions": 1, "queued": 2, **base}  # fmt: skip

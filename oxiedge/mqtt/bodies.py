@@ -36,7 +36,26 @@ _VALID_SUBACK_CODES = frozenset((0, 1, 2, 0x80))
 
 
 class ProtocolError(Exception):
-    """Malformed bytes or a protocol violation: the connection must be closed."""
+    """Malformed bytes or a protocol violation: the connection must be closed.
+
+    ``reason_code`` is what an MQTT 5 peer is told in its CONNACK or DISCONNECT (0x81
+    Malformed Packet unless a subclass says otherwise); MQTT 3.1.1 has no such code."""
+
+    reason_code: int = 0x81
+
+
+class MalformedPacket(ProtocolError):
+    """MQTT 5 "Malformed Packet" (0x81): the bytes cannot be parsed as the spec lays them
+    out (a truncated field, ill-formed UTF-8, a property the packet may not carry, ...)."""
+
+    reason_code = 0x81
+
+
+class ProtocolViolation(ProtocolError):
+    """MQTT 5 "Protocol Error" (0x82): parsed, but against a rule (a single-valued property
+    twice, a Receive Maximum of 0, a Subscription Identifier of 0, ...)."""
+
+    reason_code = 0x82
 
 
 # ----------------------------------------------------------------------- field readers

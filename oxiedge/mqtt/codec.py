@@ -16,6 +16,10 @@ framing. Encoding lives in ``oxiedge.mqtt.encode`` (re-exported here): ``encode(
 the bytes of any packet; ``encode_publish`` and the id-only acknowledgements are the
 allocation-lean variants for the hot paths.
 
+MQTT 5 (``oxiedge.mqtt.codec5``) extends ``Decoder`` with its own methods and shares its
+buffer, bounds and framing (``take_frame``) and the topic cache (``cached_topic``); the
+3.1.1 hot path (``next_item``) keeps its inlined copies and tests no protocol level.
+
 This module must not import trio or anything doing I/O (a test checks it).
 """
 
@@ -24,7 +28,13 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from struct import error as StructError
 
-from oxiedge.mqtt.bodies import CONTROL_DECODERS, ProtocolError, check_topic_name, read_string
+from oxiedge.mqtt.bodies import (
+    CONTROL_DECODERS,
+    MalformedPacket,
+    ProtocolError,
+    check_topic_name,
+    read_string,
+)
 from oxiedge.mqtt.encode import MAX_REMAINING_LENGTH, encode, encode_publish
 from oxiedge.mqtt.packets import (
     RESERVED_FLAGS,
@@ -53,9 +63,13 @@ _topic_cache_bytes = 0
 class TopicTooLong(ProtocolError):
     """A PUBLISH topic over the configured level or length bound (the connection closes)."""
 
+    reason_code = 0x90  # MQTT 5: Topic Name invalid
+
 
 class PacketTooLarge(ProtocolError):
     """A packet over the decoder's ``max_packet_size`` (refused from its fixed header)."""
+
+    reason_code = 0x95  # MQTT 5: Packet too large
 
 
 def topic_cache_bytes() -> int:
@@ -123,6 +137,25 @@ def _parse_publish(
         return (topic, raw, qos, retain, dup, pid, frame[end + 2 :], None)
     fwd = frame if forwardable and not retain else None
     return (topic, raw, 0, retain, False, None, frame[end:], fwd)
+
+
+def cached_topic(raw: bytes, frame: bytes, off: int) -> str:
+    """The validated topic name ``raw`` (its length prefix at ``frame[off]``), through the
+    topic cache. For MQTT 5's decoder; ``_parse_publish`` keeps its own inlined copy."""
+    global _topic_cache_bytes
+    topic = _TOPIC_CACHE.get(raw)
+    if topic is None:
+        topic, _ = read_string(frame, off)
+        check_topic_name(topic)
+        tl = len(raw)
+        if tl <= _TOPIC_CACHE_LONGEST:
+            if (len(_TOPIC_CACHE) >= _TOPIC_CACHE_MAX
+                    or _topic_cache_bytes + tl > _TOPIC_CACHE_MAX_BYTES):  # fmt: skip
+                _TOPIC_CACHE.clear()
+                _topic_cache_bytes = 0
+            _TOPIC_CACHE[raw] = topic
+            _topic_cache_bytes += tl
+    return topic
 
 
 def _decode_publish(flags: int, body: bytes) -> Publish:
@@ -239,6 +272,46 @@ class Decoder:
             return Puback(item)
         return item  # type: ignore[return-value]
 
+    def take_frame(self) -> tuple[int, bytes, int, bool] | None:
+        """The next complete packet as ``(first byte, whole packet, offset of its body,
+        whether the remaining length is minimally encoded)``, or None when more bytes are
+        needed; the framing of ``next_item`` for the MQTT 5 decoder (``codec5``), whose
+        hot path keeps its own inlined copy."""
+        if self._failed:
+            raise ProtocolError("decoder already failed")
+        buf, pos = self._buf, self._pos
+        n = len(buf)
+        if n - pos < 2:
+            return None
+        i = pos + 1
+        length = shift = 0
+        while True:
+            if i >= n:
+                return None
+            b = buf[i]
+            i += 1
+            length |= (b & 0x7F) << shift
+            if not b & 0x80:
+                break
+            shift += 7
+            if shift >= 28:
+                self._failed = True
+                raise MalformedPacket("remaining length longer than 4 bytes (2.2.3)")
+        end = i + length
+        if end - pos > self.max_packet_size:
+            self._failed = True
+            raise PacketTooLarge(
+                f"packet of {end - pos} bytes exceeds max_packet_size {self.max_packet_size}"
+            )
+        if end > n:
+            return None
+        self._pos = end
+        return buf[pos], bytes(buf[pos:end]), i - pos, shift == 0 or length >= 1 << shift
+
+    def fail(self) -> None:
+        """Mark the decoder failed (every later call raises): after a ProtocolError."""
+        self._failed = True
+
     def next_item(self) -> Packet | RawPublish | int | None:
         """Like ``next_packet``, but a PUBLISH comes back as a ``RawPublish`` tuple and a
         PUBACK as its packet id (an ``int``): the per-message path builds no packet object
@@ -310,5 +383,5 @@ def decode_all(data: bytes, max_packet_size: int = DEFAULT_MAX_PACKET_SIZE) -> l
 
 # Re-exported: most callers need only these two of ``oxiedge.mqtt.encode``.
 __all__ = ["DEFAULT_MAX_PACKET_SIZE", "MAX_REMAINING_LENGTH", "Decoder", "PacketTooLarge",
-           "ProtocolError", "RawPublish", "TopicTooLong", "decode_all", "decode_body",
-           "encode", "encode_publish", "topic_cache_bytes"]
+           "ProtocolError", "RawPublish", "TopicTooLong", "cached_topic", "decode_all",
+           "decode_body", "encode", "encode_publish", "topic_cache_bytes"]

@@ -12,7 +12,7 @@ from enum import IntEnum
 
 
 class PacketType(IntEnum):
-    """Control packet types (MQTT 3.1.1, 2.2.1)."""
+    """Control packet types (MQTT 3.1.1 2.2.1, MQTT 5 2.1.2)."""
 
     CONNECT = 1
     CONNACK = 2
@@ -28,6 +28,7 @@ class PacketType(IntEnum):
     PINGREQ = 12
     PINGRESP = 13
     DISCONNECT = 14
+    AUTH = 15  # MQTT 5 only (3.15); reserved in 3.1.1, which the 3.1.1 decoder refuses
 
 
 #: Flags of the fixed header that are reserved with a fixed value (2.2.2, MQTT-3.6.1-1,

@@ -143,6 +143,8 @@ def test_no_import_cycle() -> None:
 #: The sans-IO layer: codecs, the generated spec, the protocol objects and the vocabulary
 #: they share with the transport loop. None may load an event loop, a socket or the store.
 SANS_IO = ["oxiedge.mqtt.codec", "oxiedge.mqtt.bodies", "oxiedge.mqtt.encode",
+           "oxiedge.mqtt.codec5", "oxiedge.mqtt.bodies5", "oxiedge.mqtt.encode5",
+           "oxiedge.mqtt.packets5", "oxiedge.mqtt.properties", "oxiedge.mqtt.reasons",
            "oxiedge.mqtt.protocol", "oxiedge.mqtt.connect", "oxiedge.mqtt.bounds",
            "oxiedge.durations",
            "oxiedge.amqp.codec", "oxiedge.amqp.spec", "oxiedge.amqp.fields",

@@ -1,0 +1,216 @@
+"""Sans-IO decoding of MQTT 5 (bytes -> ``oxiedge.mqtt.packets5``), beside 3.1.1's.
+
+Theory of operation
+-------------------
+One connection speaks one protocol level, known from its CONNECT. ``Decoder5`` is a
+``codec.Decoder`` (same buffer, bounds and framing) with the MQTT 5 methods added, so the
+connection builds one decoder before it knows the level and branches once, on the level,
+in what it calls:
+
+- ``next_connect()``: the first packet, a CONNECT of any level: a ``Connect5`` for level 5,
+  else what the 3.1.1 decoder makes of it (a ``Connect``; for a level it does not speak, one
+  that carries just the level, so the broker can refuse it, MQTT-3.1.2-2).
+- then ``next_item()`` (3.1.1, untouched: no test of the level on its hot path) or
+  ``next_item5()``, the same contract for MQTT 5: a PUBLISH comes back as a ``RawPublish5``
+  tuple, a PUBACK of remaining length 2 (reason Success, no properties: the common one) as
+  its bare packet id, anything else as a ``packets5`` object. ``next_packet5()`` turns
+  the first two into ``Publish5`` / ``Puback5`` (tests, tools, the uplink's client side).
+
+Why a tuple for PUBLISH: the 3.1.1 hot path hands ``RawPublish`` to the router without
+building an object; ``RawPublish5`` is the same eight slots plus the ``Properties``
+(``NO_PROPERTIES``, shared, when the packet has none), so the router's code for the
+first eight slots is shared between the levels and a packet without properties costs one
+extra slot. Its ``frame`` slot is the whole packet when, byte for byte, it is what an
+MQTT 5 QoS 0 subscriber without a Subscription Identifier must receive: QoS 0, RETAIN 0, a
+minimal remaining length and no Topic Alias (an alias belongs to one connection, 3.3.2.3.4).
+A 3.1.1 subscriber always needs the message re-encoded.
+
+Every malformed input raises ``MalformedPacket`` (0x81) or ``ProtocolViolation`` (0x82),
+both ``ProtocolError``; ``reason_code`` says which DISCONNECT to send. No other exception
+escapes, whatever the bytes. After an error the decoder stays failed.
+
+This module must not import trio or anything doing I/O (a test checks it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from struct import error as StructError
+
+from oxiedge.mqtt.bodies import (
+    CONTROL_DECODERS,
+    MalformedPacket,
+    ProtocolError,
+    ProtocolViolation,
+)
+from oxiedge.mqtt.bodies5 import CONTROL_DECODERS5, decode_connect5
+from oxiedge.mqtt.codec import DEFAULT_MAX_PACKET_SIZE, Decoder, TopicTooLong, cached_topic
+from oxiedge.mqtt.packets import RESERVED_FLAGS, Connect, PacketType, first_byte
+from oxiedge.mqtt.packets5 import Packet5, Puback5, Publish5
+from oxiedge.mqtt.properties import Properties, decode_properties
+from oxiedge.mqtt.topics import DEFAULT_MAX_TOPIC_LENGTH, DEFAULT_MAX_TOPIC_LEVELS
+
+#: An MQTT 5 PUBLISH on the hot path: ``codec.RawPublish``'s slots ``(topic, topic_b, qos,
+#: retain, dup, packet_id, payload, frame)`` and its ``Properties``. ``topic`` is "" when
+#: the packet names its topic by a Topic Alias only (the protocol resolves it).
+RawPublish5 = tuple[str, bytes, int, bool, bool, int | None, bytes, bytes | None, Properties]
+
+_PUBLISH = int(PacketType.PUBLISH)
+_CONNECT_FIRST = first_byte(PacketType.CONNECT)
+_PUBACK_FIRST = first_byte(PacketType.PUBACK)
+_V5_CONNECT = b"\x00\x04MQTT\x05"
+
+
+def parse_publish5(
+    first: int,
+    frame: bytes,
+    off: int,
+    forwardable: bool,
+    max_levels: int = DEFAULT_MAX_TOPIC_LEVELS,
+    max_length: int = DEFAULT_MAX_TOPIC_LENGTH,
+) -> RawPublish5:
+    """Parse an MQTT 5 PUBLISH whose variable header starts at ``frame[off]`` (3.3)."""
+    qos = (first >> 1) & 3
+    if qos == 3:
+        raise MalformedPacket("PUBLISH with QoS 3 (MQTT-3.3.1-4)")
+    dup = bool(first & 8)
+    if dup and not qos:
+        raise MalformedPacket("DUP set on a QoS 0 PUBLISH (MQTT-3.3.1-2)")
+    n = len(frame)
+    if n - off < 2:
+        raise MalformedPacket("truncated topic length")
+    start = off + 2
+    end = start + ((frame[off] << 8) | frame[off + 1])
+    if end > n:
+        raise MalformedPacket("truncated topic")
+    raw = frame[start:end]
+    tl = end - start
+    if tl > max_length:
+        raise TopicTooLong(f"topic of {tl} bytes exceeds the limit of {max_length}")
+    if raw.count(b"/") > max_levels:
+        raise TopicTooLong(f"topic has more than {max_levels} '/' separators")
+    topic = cached_topic(raw, frame, off) if tl else ""
+    pid = None
+    if qos:
+        if n - end < 2:
+            raise MalformedPacket("truncated packet identifier")
+        pid = (frame[end] << 8) | frame[end + 1]
+        if not pid:
+            raise MalformedPacket("packet identifier 0 (MQTT-2.2.1-3)")
+        end += 2
+    props, end = decode_properties(frame, end, PacketType.PUBLISH)
+    alias = props.topic_alias
+    if not tl and alias is None:
+        raise ProtocolViolation("empty topic name without a Topic Alias (3.3.2.1)")
+    retain = bool(first & 1)
+    fwd = frame if forwardable and not qos and not retain and alias is None else None
+    return (topic, raw, qos, retain, dup, pid, frame[end:], fwd, props)
+
+
+def _decode_publish5(flags: int, body: bytes) -> Publish5:
+    topic, _raw, qos, retain, dup, pid, payload, _fwd, props = parse_publish5(
+        first_byte(PacketType.PUBLISH, flags), body, 0, False)
+    return Publish5(topic, payload, qos, retain, dup, pid, props)
+
+
+def _decode_connect(flags: int, body: bytes) -> Connect | Packet5:
+    if body[:7] == _V5_CONNECT:
+        return decode_connect5(flags, body)
+    return CONTROL_DECODERS[PacketType.CONNECT](flags, body)  # type: ignore[return-value]
+
+
+_BODY_DECODERS5: dict[PacketType, Callable[[int, bytes], Connect | Packet5]] = {
+    PacketType.CONNECT: _decode_connect, PacketType.PUBLISH: _decode_publish5,
+    **CONTROL_DECODERS5}
+# type -> (required fixed-header flags or None for PUBLISH, decoder); MQTT-2.1.3-1: a
+# wrong value of reserved flags is a Malformed Packet.
+_DECODERS5: dict[int, tuple[int | None, Callable[[int, bytes], Connect | Packet5]]] = {
+    int(t): (None if t is PacketType.PUBLISH else RESERVED_FLAGS.get(t, 0), dec)
+    for t, dec in _BODY_DECODERS5.items()
+}
+
+
+def decode_body5(first: int, body: bytes) -> Connect | Packet5:
+    """Decode one MQTT 5 packet from its first header byte and its complete body (a
+    CONNECT of another level as ``codec.decode_body`` would)."""
+    entry = _DECODERS5.get(first >> 4)
+    if entry is None:
+        raise MalformedPacket(f"reserved packet type {first >> 4}")
+    want, decode = entry
+    flags = first & 0x0F
+    if want is not None and flags != want:
+        raise MalformedPacket(f"bad fixed-header flags {flags:#x} (MQTT-2.1.3-1)")
+    try:
+        return decode(flags, body)
+    except ProtocolError:
+        raise
+    except (IndexError, ValueError, UnicodeError, StructError) as exc:  # defence in depth
+        raise MalformedPacket(f"malformed packet: {exc}") from None
+
+
+class Decoder5(Decoder):
+    """``codec.Decoder`` with the MQTT 5 methods (see the module docstring)."""
+
+    __slots__ = ()
+
+    def next_connect(self) -> Connect | Packet5 | None:
+        """The first packet, which must be a CONNECT (MQTT-3.1.0-1), decoded by its level."""
+        frame = self.take_frame()
+        if frame is None:
+            return None
+        first, raw, off, _minimal = frame
+        if first >> 4 != PacketType.CONNECT:
+            self.fail()
+            raise ProtocolViolation("first packet is not CONNECT (MQTT-3.1.0-1)")
+        return self._decode(first, raw[off:])
+
+    def next_item5(self) -> Packet5 | Connect | RawPublish5 | int | None:
+        """The next complete MQTT 5 packet (a PUBLISH as ``RawPublish5``, a plain PUBACK
+        as its packet id), or None when more bytes are needed."""
+        frame = self.take_frame()
+        if frame is None:
+            return None
+        first, raw, off, minimal = frame
+        if first == _PUBACK_FIRST and len(raw) == 4 and (raw[2] or raw[3]):
+            return (raw[2] << 8) | raw[3]  # a subscriber's hot path: no object
+        if first >> 4 == _PUBLISH:
+            try:
+                return parse_publish5(first, raw, off, minimal, self.max_topic_levels,
+                                      self.max_topic_length)  # fmt: skip
+            except ProtocolError:
+                self.fail()
+                raise
+            except (IndexError, ValueError, UnicodeError, StructError) as exc:
+                self.fail()
+                raise MalformedPacket(f"malformed packet: {exc}") from None
+        return self._decode(first, raw[off:])
+
+    def next_packet5(self) -> Packet5 | Connect | None:
+        """Like ``next_item5``, with PUBLISH and PUBACK as packet objects."""
+        item = self.next_item5()
+        if type(item) is tuple:
+            topic, _raw, qos, retain, dup, pid, payload, _fwd, props = item
+            return Publish5(topic, payload, qos, retain, dup, pid, props)
+        if isinstance(item, int):
+            return Puback5(item)
+        return item  # type: ignore[return-value]
+
+    def _decode(self, first: int, body: bytes) -> Connect | Packet5:
+        try:
+            return decode_body5(first, body)
+        except ProtocolError:
+            self.fail()
+            raise
+
+
+def decode_all5(data: bytes, max_packet_size: int = DEFAULT_MAX_PACKET_SIZE,
+                ) -> list[Connect | Packet5]:  # fmt: skip
+    """Decode every complete MQTT 5 packet in ``data`` (test/tool convenience)."""
+    decoder = Decoder5(max_packet_size)
+    decoder.feed(data)
+    out: list[Connect | Packet5] = []
+    while (packet := decoder.next_packet5()) is not None:
+        out.append(packet)
+    if decoder.buffered:
+        raise MalformedPacket(f"{decoder.buffered} trailing bytes (incomplete packet)")
+    return out

@@ -19,11 +19,12 @@ import trio
 
 from .. import __version__
 from ..app import App
-from ..operations import OperationError
+from ..operations import OperationError, handlers
 from ..sizes import parse_memory_watermark, parse_size
 from ..store import QueryError, StoreError
 from ..store.format import FORMAT_VERSION
 from ..uplink.definitions import redact_documents
+from .health import HealthChecks
 from .protocol import MAX_REQUEST, AdminError, decode_request, encode
 
 Handler = Callable[[dict[str, Any]], Any]
@@ -97,7 +98,13 @@ def core_handlers(app: App, parts: dict[str, StatusPart] | None = None) -> dict[
         app.permissions.reload()
         return app.permissions.status()
 
+    def uplink_status() -> dict[str, Any]:
+        part = parts.get("uplink")  # (server.py adds the uplinks once they are recovered)
+        return part.status() if part is not None else {}
+
+    health = HealthChecks(app, uplink_status)
     return {
+        **handlers(health.operations()),
         "ping": lambda _a: {"pong": True, "pid": os.getpid()},
         "status": lambda _a: server_status(app, parts),
         "find": find,

@@ -25,8 +25,9 @@ bottom like the spec's dialogue.
 The parts, each an object owning its state: the opening dialogue (``handshake.py``),
 the publishing burst and its confirms (``burst.py``: ONE commit per burst; consumers may
 see a message before its sync, as with RabbitMQ, the publisher's confirm waits for it),
-the per-connection bounds (``bounds.py``), the channels (``channel.py``).  The transport
-loop's side (output, deadlines, the end of input) is ``streaming.py``.
+the per-connection bounds (``bounds.py``), the channel table (``channels.py``) and its
+channels (``channel.py``).  The transport loop's side (output, deadlines, the end of
+input, the server's closes) is ``streaming.py``.
 
 Closing, as RabbitMQ does it (spec 1.4.2.8 / 1.5.2.5): what arrived before a client's
 ``connection.close`` is fully handled (routed, made durable, confirmed), then close-ok is
@@ -59,7 +60,8 @@ from oxiedge.amqp.actions import (
 )
 from oxiedge.amqp.bounds import ConnectionBounds
 from oxiedge.amqp.burst import PublishBurst
-from oxiedge.amqp.channel import AfterCommit, Channel
+from oxiedge.amqp.channel import AfterCommit
+from oxiedge.amqp.channels import ChannelTable
 from oxiedge.amqp.codec import (
     HEARTBEAT,
     PROTOCOL_HEADER,
@@ -147,7 +149,9 @@ class AmqpProtocol(LoopSide):
         self.grants: Grants | None = None
         self.cancel_notify = False
         self.burst = PublishBurst(self, broker, self.store, self.log, peer)
-        self.channels: dict[int, Channel] = {}
+        self.table = ChannelTable(self, self.parser, counters)
+        #: The open channels by number (the table's: read per frame, changed by the table).
+        self.channels = self.table.open
         self.bounds = ConnectionBounds(
             self.channels, broker, counters, channel_max=limits.channel_max,
             max_consumers=limits.max_consumers, max_queues=limits.max_queues)
@@ -202,9 +206,7 @@ class AmqpProtocol(LoopSide):
         if self.unsubscribe_alarms is not None:
             self.unsubscribe_alarms()
             self.unsubscribe_alarms = None
-        for ch in list(self.channels.values()):
-            ch.release()
-        self.channels.clear()
+        self.table.release()
         for q in list(self.exclusive_queues.values()):
             self.broker.delete_queue(q, server_cancel)
         self.exclusive_queues.clear()
@@ -332,7 +334,7 @@ class AmqpProtocol(LoopSide):
                                 self._staged = True
                                 self._unsynced = self._unsynced or bool(flags & UNSYNCED)
                     except AmqpError as exc:
-                        self._channel_error(ch, exc, ev.method)
+                        self._staged |= self.table.fail(ch, exc, ev.method) != 0
                     continue
                 if burst.flush_due:
                     yield from burst.flush()
@@ -374,7 +376,7 @@ class AmqpProtocol(LoopSide):
             self.parser.resume_channel(exc.channel)
             raise AmqpError(CHANNEL_ERROR, f"basic.publish on channel {exc.channel}, which "
                             "is not open", 60, 40)
-        self._channel_error(ch, exc, spec.BasicPublish())
+        self._staged |= self.table.fail(ch, exc, spec.BasicPublish()) != 0
 
     def _method(self, cmd: Command) -> Steps:
         m = cmd.method
@@ -389,29 +391,17 @@ class AmqpProtocol(LoopSide):
         if ch is None and isinstance(m, spec.ChannelCloseOk):
             return  # a late close-ok after crossing closes: nothing left to do
         if isinstance(m, spec.ChannelOpen):
-            if ch is not None:
-                raise AmqpError(CHANNEL_ERROR, f"second 'channel.open' seen on {number}", 20, 10)
-            self.bounds.check_channel_open()
-            self.channels[number] = Channel(self, number)
-            self.send(encode_method(number, spec.ChannelOpenOk()))
+            self.table.open_channel(number, self.bounds)
             return
         if ch is None:
             raise AmqpError(CHANNEL_ERROR, f"expected 'channel.open' on channel {number}",
                             m.CLASS_ID, m.METHOD_ID)
         if ch.closing:
-            # After our channel.close only close-ok (or a crossing close) matters.
-            if isinstance(m, spec.ChannelCloseOk):
-                del self.channels[number]
-                self.parser.resume_channel(number)
-            elif isinstance(m, spec.ChannelClose):
-                # Crossing closes: answer, and still wait for the close-ok (as RabbitMQ).
-                self.send(encode_method(number, spec.ChannelCloseOk()))
+            self.table.while_closing(ch, m)
             return
         if isinstance(m, spec.ChannelClose):
             yield from self._sync_before_close()  # its publishes are durable before close-ok
-            self._staged |= ch.release() != 0
-            del self.channels[number]
-            self.send(encode_method(number, spec.ChannelCloseOk()))
+            self._staged |= self.table.close(ch) != 0
             return
         if isinstance(m, spec.ChannelCloseOk):
             return
@@ -427,7 +417,7 @@ class AmqpProtocol(LoopSide):
                 self._staged = True
                 self._unsynced = self._unsynced or bool(step & UNSYNCED)
         except AmqpError as exc:
-            self._channel_error(ch, exc, m)
+            self._staged |= self.table.fail(ch, exc, m) != 0
         if self._staged:
             self._kick()
 
@@ -470,14 +460,3 @@ class AmqpProtocol(LoopSide):
         if error is not None:
             raise AmqpError(INTERNAL_ERROR, f"durable write failed: {error}",
                             hard=True) from error
-
-    def _channel_error(self, ch: Channel, exc: AmqpError, m: spec.Method) -> None:
-        if not exc.class_id:
-            exc.class_id, exc.method_id = m.CLASS_ID, m.METHOD_ID
-        if exc.hard:
-            raise exc
-        self.counters["channel_errors"] += 1
-        self.send(encode_method(ch.number, spec.ChannelClose(
-            exc.code, exc.reply_text, exc.class_id, exc.method_id)))
-        self.parser.drop_channel(ch.number)
-        self._staged |= ch.release() != 0

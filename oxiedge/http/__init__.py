@@ -6,7 +6,8 @@ Layers, one way:
 * sans-IO - ``messages.py`` (a request and a response as values), ``access.py`` (Basic
   credentials, tags, the per-connection cache), ``routes.py`` (the route table, health and
   metrics endpoints), ``api.py`` (the management API's object reads), ``nodes.py`` (nodes,
-  health checks, users and permissions), ``metrics.py``
+  health checks, users and permissions), ``writes.py`` (the writes and the connection
+  views, through the operation table), ``metrics.py``
   (the Prometheus text format), ``bounds.py`` (the listener's bounds). None imports trio
   or h11.
 * I/O - ``credentials.py`` (the password check through ``oxiedge.login``), ``connection.py``

@@ -220,7 +220,7 @@ class HttpConnection:
                 self.counters["auth_failures"] += 1
                 return not_authorised(why)
         try:
-            return server.router.call(route, request, who, args)
+            return await server.router.call(route, request, who, args)
         except Exception as exc:  # a bug must cost one 500, never the connection or broker
             server.log.exception("HTTP %s %s failed", request.method, request.path)
             return error_response(500, "internal_error", type(exc).__name__)
@@ -231,7 +231,9 @@ class HttpConnection:
             self.counters["request_limit_closed"] += 1
             close = True
         headers = response.header_list()
-        if response.chunks is None:  # (streamed: chunked, or close-delimited for HTTP/1.0)
+        if response.status in (204, 304):  # no body, no length (RFC 9110 8.6)
+            headers = [h for h in headers if h[0] != "content-type"]
+        elif response.chunks is None:  # (streamed: chunked, or close-delimited for HTTP/1.0)
             headers.append(("content-length", str(len(response.body))))
         if close:
             headers.append(("connection", "close"))

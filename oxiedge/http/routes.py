@@ -13,11 +13,13 @@ implements over the same rows and status the admin socket serves.
 
 from __future__ import annotations
 
+import inspect
 import itertools
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from ..operations import BAD_REQUEST, FORBIDDEN, NOT_FOUND, UNAVAILABLE, OperationError
 from .access import Need, Principal
 from .messages import (
     PROMETHEUS_TEXT,
@@ -31,7 +33,13 @@ from .messages import (
 )
 from .metrics import Snapshot, identity_family, render, render_per_object
 
-Handler = Callable[[Request, Principal, tuple[str, ...]], Response]
+#: A handler: the request, who asks, the path's ``*`` segments -> the answer (an ``async``
+#: handler awaits the broker's operations; it does no I/O of its own).
+Handler = Callable[[Request, Principal, tuple[str, ...]], Response | Awaitable[Response]]
+
+#: ``OperationError.kind`` -> (status, RabbitMQ's error name).
+_KIND_STATUS = {BAD_REQUEST: (400, "bad_request"), NOT_FOUND: (404, "Object Not Found"),
+                FORBIDDEN: (403, "access_refused"), UNAVAILABLE: (503, "unavailable")}
 
 
 class BrokerView(Protocol):
@@ -64,6 +72,15 @@ class BrokerView(Protocol):
 
     def permissions(self) -> dict[str, dict[str, Any]]:
         """User name -> its entry of the permissions file (``vhosts``, ``topics``, ...)."""
+
+    async def operate(self, name: str, args: dict[str, Any]) -> Any:
+        """Run the operation ``name`` of the admin handler table (docs/operations.md) with
+        JSON ``args``; its JSON result. Raises ``OperationError`` (``unavailable`` when the
+        broker that has it is off)."""
+
+    def may(self, user: Principal, op: str, name: str) -> bool:
+        """RabbitMQ's resource check of ``user``'s permissions: ``op`` (configure, write,
+        read) on the queue or exchange ``name`` in vhost ``/``."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,12 +131,19 @@ class Router:
         return out
 
     @staticmethod
-    def call(route: Route, request: Request, who: Principal, args: tuple[str, ...]
-             ) -> Response:
+    async def call(route: Route, request: Request, who: Principal, args: tuple[str, ...]
+                   ) -> Response:
         try:
-            return route.handler(request, who, args)
+            result = route.handler(request, who, args)
+            if inspect.isawaitable(result):
+                result = await result
+            assert isinstance(result, Response)
+            return result
         except BadRequest as exc:
             return error_response(exc.status, exc.error, exc.reason)
+        except OperationError as exc:  # refused by the broker (docs/operations.md)
+            status, error = _KIND_STATUS.get(exc.kind, (400, "bad_request"))
+            return error_response(status, error, str(exc))
 
 
 def health_routes(router: Router, broker: BrokerView) -> None:

@@ -4,21 +4,26 @@ handler table that ``server.py`` builds), and :func:`build` assembles the listen
 
 from __future__ import annotations
 
+import inspect
 import os
 import resource
 import socket
 from collections.abc import Callable
 from typing import Any
 
+from ..access.grants import Grants
 from ..admin.server import StatusPart, server_status
 from ..app import App
+from ..operations import UNAVAILABLE, OperationError
 from ..tls import TlsManager
+from .access import Principal
 from .api import api_routes
 from .credentials import Credentials
 from .listener import HttpServer
 from .metrics import Snapshot
 from .nodes import node_routes, user_routes
 from .routes import Router, health_routes, metrics_routes
+from .writes import write_routes
 
 #: A commit round's sync that has hung this long makes /healthz fail (the disk is gone).
 SYNC_STUCK_S = 10.0
@@ -101,6 +106,19 @@ class ServerView:
         users = self.app.permissions.doc.get("users", {})
         return {name: dict(entry) for name, entry in users.items()}
 
+    async def operate(self, name: str, args: dict[str, Any]) -> Any:
+        handler = self.handlers.get(name)
+        if handler is None:
+            raise OperationError(f"{name}: that broker is off on this server", UNAVAILABLE)
+        result = handler(args)
+        if inspect.isawaitable(result):
+            result = await result
+        return result
+
+    def may(self, user: Principal, op: str, name: str) -> bool:
+        who = None if user.anonymous else user.name
+        return Grants(self.app.permissions, who).amqp(op, name)
+
 
 def build(app: App, handlers: dict[str, Callable[[dict[str, Any]], Any]],
           parts: dict[str, StatusPart], tls: TlsManager | None) -> tuple[HttpServer, ServerView]:
@@ -112,5 +130,6 @@ def build(app: App, handlers: dict[str, Callable[[dict[str, Any]], Any]],
     api_routes(router, view)
     node_routes(router, view)
     user_routes(router, view)
+    write_routes(router, view)
     credentials = Credentials(app.users, app.logins, app.permissions.tags)
     return HttpServer(router, credentials, app.connections, tls, app.log), view

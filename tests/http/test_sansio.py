@@ -28,7 +28,7 @@ from oxiedge.http.routes import Router, health_routes
 
 SANS_IO = ("oxiedge.http.messages", "oxiedge.http.access", "oxiedge.http.routes",
            "oxiedge.http.api", "oxiedge.http.metrics", "oxiedge.http.bounds",
-           "oxiedge.http.nodes")
+           "oxiedge.http.nodes", "oxiedge.http.writes")
 
 
 def test_sans_io_modules_load_no_io() -> None:
@@ -133,6 +133,7 @@ class FakeView:
         self.durable: str | None = None
         self.unready: str | None = None
         self.queue_rows: list[dict[str, Any]] = []
+        self.calls: list[tuple[str, dict[str, Any]]] = []
 
     def status(self) -> dict[str, Any]:
         return {"amqp": {"ready": 3, "unacked": 1}, "mqtt": {}}
@@ -159,13 +160,30 @@ class FakeView:
     def permissions(self) -> dict[str, dict[str, Any]]:
         return {"bob": {"vhosts": {"/": {"configure": "^$", "write": ".*", "read": "q"}}}}
 
+    async def operate(self, name: str, args: dict[str, Any]) -> Any:
+        from oxiedge.operations import NOT_FOUND, OperationError
 
-def _call(router: Router, method: str, target: str) -> Response:
-    found = router.route(Request.parse(method, target, {}))
+        self.calls.append((name, args))
+        if args.get("name") == "missing":
+            raise OperationError("NOT_FOUND - no queue 'missing' in vhost '/'", NOT_FOUND)
+        return {"created": True, "routing_key": args.get("routing_key", ""), "changed": True}
+
+    def may(self, user: Principal, op: str, name: str) -> bool:
+        return not name.startswith("secret")
+
+
+def _call(router: Router, method: str, target: str, body: bytes = b"") -> Response:
+    request = Request.parse(method, target, {}, body)
+    found = router.route(request)
     if isinstance(found, Response):
         return found
     route, args = found
-    return router.call(route, Request.parse(method, target, {}), ANONYMOUS, args)
+    coro = router.call(route, request, ANONYMOUS, args)
+    try:  # (FakeView's operations finish at once: one step runs the handler to its end)
+        coro.send(None)
+    except StopIteration as done:
+        return done.value  # type: ignore[no-any-return]
+    raise AssertionError("the handler waited for something")
 
 
 def test_router_404_405_and_head() -> None:
@@ -314,3 +332,47 @@ def test_long_json_lists_are_streamed_in_slices() -> None:
     assert orjson.loads(b"".join(pieces)) == items
     short = json_list_response(items[:3])
     assert short.chunks is None and orjson.loads(short.body) == items[:3]
+
+
+def _write_router() -> tuple[Router, FakeView]:
+    from oxiedge.http.writes import write_routes
+
+    router, view = Router(), FakeView()
+    write_routes(router, view)
+    return router, view
+
+
+def test_writes_call_the_operations_with_rabbitmqs_statuses() -> None:
+    router, view = _write_router()
+    r = _call(router, "PUT", "/api/queues/%2F/jobs", b'{"durable": false, "arguments": {}}')
+    assert r.status == 201
+    assert view.calls[-1] == ("queue.declare", {"durable": False, "arguments": {},
+                                                "name": "jobs"})
+    assert _call(router, "DELETE", "/api/queues/%2F/jobs?if-empty=true").status == 204
+    assert view.calls[-1] == ("queue.delete", {"name": "jobs", "if_unused": False,
+                                               "if_empty": True})
+    assert _call(router, "DELETE", "/api/queues/%2F/jobs/contents").status == 204
+    r = _call(router, "POST", "/api/bindings/%2F/e/amq.topic/q/jobs", b'{"routing_key": "a.#"}')
+    assert r.status == 201
+    assert ("location", "/api/bindings/%2F/e/amq.topic/q/jobs/a.%23") in r.headers
+    assert _call(router, "DELETE", "/api/bindings/%2F/e/src/e/dst/~").status == 204
+    assert view.calls[-1] == ("binding.remove", {"source": "src", "destination": "dst",
+                                                 "destination_type": "exchange",
+                                                 "routing_key": ""})
+
+
+@pytest.mark.parametrize("method, target, body, status, start", [
+    ("PUT", "/api/queues/%2F/q", b"{not json", 400, "body:"),
+    ("PUT", "/api/queues/%2F/q", b"[1]", 400, "body:"),
+    ("DELETE", "/api/queues/%2F/q?if-unused=maybe", b"", 400, "if-unused:"),
+    ("DELETE", "/api/queues/%2F/missing", b"", 404, "NOT_FOUND"),
+    ("PUT", "/api/queues/other/q", b"{}", 404, "vhost"),
+    ("PUT", "/api/queues/%2F/secret-q", b"{}", 401, "access to queue 'secret-q'"),
+    ("POST", "/api/bindings/%2F/e/secret-x/q/q", b"{}", 401, "access to exchange 'secret-x'"),
+])
+def test_write_refusals(method: str, target: str, body: bytes, status: int, start: str) -> None:
+    router, _view = _write_router()
+    r = _call(router, method, target, body)
+    assert r.status == status
+    assert orjson.loads(r.body)["reason"].startswith(start) or \
+        start in orjson.loads(r.body)["reason"]

@@ -68,7 +68,8 @@ class BrokerView(Protocol):
         """``[{"protocol", "ip_address", "port"}]`` of the bound listeners."""
 
     def users(self) -> list[dict[str, Any]]:
-        """``[{"name", "tags"}]`` of the broker's users."""
+        """``[{"name", "tags", "password_hash"}]`` of the broker's users (the hash is served
+        only by the definitions export)."""
 
     def permissions(self) -> dict[str, dict[str, Any]]:
         """User name -> its entry of the permissions file (``vhosts``, ``topics``, ...)."""

@@ -19,6 +19,7 @@ from ..tls import TlsManager
 from .access import Principal
 from .api import api_routes
 from .credentials import Credentials
+from .definitions import definition_routes
 from .listener import HttpServer
 from .metrics import Snapshot
 from .nodes import node_routes, user_routes
@@ -99,8 +100,9 @@ class ServerView:
 
 
     def users(self) -> list[dict[str, Any]]:
-        return [{"name": name, "tags": self.app.permissions.tags(name)}
-                for name in self.app.users.names]
+        users = self.app.users
+        return [{"name": name, "tags": self.app.permissions.tags(name),
+                 "password_hash": users.hash_of(name) or ""} for name in users.names]
 
     def permissions(self) -> dict[str, dict[str, Any]]:
         users = self.app.permissions.doc.get("users", {})
@@ -131,5 +133,6 @@ def build(app: App, handlers: dict[str, Callable[[dict[str, Any]], Any]],
     node_routes(router, view)
     user_routes(router, view)
     write_routes(router, view)
+    definition_routes(router, view)
     credentials = Credentials(app.users, app.logins, app.permissions.tags)
     return HttpServer(router, credentials, app.connections, tls, app.log), view

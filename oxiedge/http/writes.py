@@ -33,8 +33,14 @@ def _vhost(name: str) -> None:
                          "Object Not Found")
 
 
+#: Fields RabbitMQ's API also takes as the strings "true" / "false" (rabbitmqadmin sends
+#: them so: ``declare queue name=q durable=true``).
+_BOOLEAN_FIELDS = ("durable", "auto_delete", "internal")
+
+
 def body_object(request: Request) -> dict[str, Any]:
-    """The request's JSON object (an empty body is ``{}``)."""
+    """The request's JSON object (an empty body is ``{}``), booleans spelled as strings
+    read as booleans."""
     if not request.body.strip():
         return {}
     try:
@@ -43,6 +49,10 @@ def body_object(request: Request) -> dict[str, Any]:
         raise BadRequest(f"body: not valid JSON ({exc})") from None
     if not isinstance(value, dict):
         raise BadRequest("body: must be a JSON object")
+    for key in _BOOLEAN_FIELDS:
+        spelled = value.get(key)
+        if isinstance(spelled, str) and spelled.lower() in ("true", "false"):
+            value[key] = spelled.lower() == "true"
     return value
 
 

@@ -291,7 +291,7 @@ READ_PATHS = ["/metrics", "/metrics/per-object", "/api/whoami", "/api/overview",
               "/api/health/checks/virtual-hosts", "/api/health/checks/node-is-quorum-critical",
               "/api/health/checks/protocol-listener/amqp", "/api/aliveness-test/%2F"]
 ADMIN_PATHS = ["/api/users", "/api/users/admin", "/api/users/admin/permissions",
-               "/api/permissions"]
+               "/api/permissions", "/api/definitions", "/api/definitions/%2F"]
 
 
 def test_every_path_for_every_role(users_server: ServerProcess, client_for: Any) -> None:

@@ -28,7 +28,7 @@ from oxiedge.http.routes import Router, health_routes
 
 SANS_IO = ("oxiedge.http.messages", "oxiedge.http.access", "oxiedge.http.routes",
            "oxiedge.http.api", "oxiedge.http.metrics", "oxiedge.http.bounds",
-           "oxiedge.http.nodes", "oxiedge.http.writes")
+           "oxiedge.http.nodes", "oxiedge.http.writes", "oxiedge.http.definitions")
 
 
 def test_sans_io_modules_load_no_io() -> None:
@@ -376,3 +376,18 @@ def test_write_refusals(method: str, target: str, body: bytes, status: int, star
     assert r.status == status
     assert orjson.loads(r.body)["reason"].startswith(start) or \
         start in orjson.loads(r.body)["reason"]
+
+
+def test_definitions_document() -> None:
+    from oxiedge.http.definitions import definition_routes
+
+    router, view = Router(), FakeView()
+    definition_routes(router, view)
+    doc = orjson.loads(_call(router, "GET", "/api/definitions").body)
+    assert [u["name"] for u in doc["users"]] == ["alice", "bob"]
+    assert doc["permissions"] == [{"user": "bob", "vhost": "/", "configure": "^$",
+                                   "write": ".*", "read": "q"}]
+    assert doc["vhosts"][0]["name"] == "/"
+    one = orjson.loads(_call(router, "GET", "/api/definitions/%2F").body)
+    assert "users" not in one and "queues" in one
+    assert _call(router, "GET", "/api/definitions/other").status == 404

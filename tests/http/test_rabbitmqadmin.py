@@ -1,0 +1,90 @@
+"""Debian's ``rabbitmqadmin`` (the classic Python client, shipped with ``rabbitmq-server``)
+against oxiedge's management API: list, declare, purge, delete, close, export."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pika
+import pytest
+
+from tests.conftest import ServerProcess
+
+pytestmark = pytest.mark.skipif(shutil.which("rabbitmqadmin") is None,
+                                reason="rabbitmqadmin (Debian: rabbitmq-server) not installed")
+
+
+def _admin(srv: ServerProcess, *args: str, user: tuple[str, str] = ("admin", "admin-pw"),
+           ok: bool = True) -> subprocess.CompletedProcess[str]:
+    assert srv.http_port
+    res = subprocess.run(["rabbitmqadmin", "-H", "127.0.0.1", "-P", str(srv.http_port),
+                          "-u", user[0], "-p", user[1], *args],
+                         capture_output=True, text=True, timeout=60)
+    if ok:
+        assert res.returncode == 0, res.stdout + res.stderr
+    return res
+
+
+def _rows(srv: ServerProcess, what: str) -> list[dict[str, Any]]:
+    rows = json.loads(_admin(srv, "-f", "raw_json", "list", what).stdout)
+    assert isinstance(rows, list)
+    return rows
+
+
+def test_rabbitmqadmin_manages_oxiedge(users_server: ServerProcess, tmp_path: Path) -> None:
+    srv = users_server
+    assert "queue declared" in _admin(srv, "declare", "queue", "name=jobs", "durable=true").stdout
+    _admin(srv, "declare", "exchange", "name=events", "type=topic", "durable=true")
+    _admin(srv, "declare", "binding", "source=events", "destination=jobs",
+           "routing_key=job.*")
+    assert [q["name"] for q in _rows(srv, "queues")] == ["jobs"]
+    assert "events" in [x["name"] for x in _rows(srv, "exchanges")]
+    assert {"source": "events", "destination": "jobs", "routing_key": "job.*"}.items() <= \
+        next(b for b in _rows(srv, "bindings") if b["source"] == "events").items()
+    assert [v["name"] for v in _rows(srv, "vhosts")] == ["/"]
+    assert {u["name"] for u in _rows(srv, "users")} == {"admin", "watcher", "mgmt", "plain"}
+    assert _rows(srv, "nodes")[0]["running"] is True
+
+    conn = pika.BlockingConnection(pika.ConnectionParameters(
+        "127.0.0.1", srv.amqp_port, credentials=pika.PlainCredentials("admin", "admin-pw")))
+    ch = conn.channel()
+    ch.confirm_delivery()
+    for _ in range(5):
+        ch.basic_publish("events", "job.a", b"work")
+    assert _rows(srv, "queues")[0]["messages"] == 5
+    conns = _rows(srv, "connections")
+    assert len(conns) == 1 and conns[0]["user"] == "admin"
+
+    export = tmp_path / "defs.json"
+    _admin(srv, "export", str(export))
+    defs = json.loads(export.read_text())
+    assert [q["name"] for q in defs["queues"]] == ["jobs"]
+    assert [x["name"] for x in defs["exchanges"]] == ["events"]
+    assert defs["bindings"] == [{"source": "events", "vhost": "/", "destination": "jobs",
+                                 "destination_type": "queue", "routing_key": "job.*",
+                                 "arguments": {}}]
+    assert {u["name"]: u["tags"] for u in defs["users"]}["watcher"] == ["monitoring"]
+
+    _admin(srv, "purge", "queue", "name=jobs")
+    assert _rows(srv, "queues")[0]["messages"] == 0
+    _admin(srv, "close", "connection", f"name={conns[0]['name']}")
+    _admin(srv, "delete", "binding", "source=events", "destination=jobs",
+           "destination_type=queue", "properties_key=job.*")
+    assert not [b for b in _rows(srv, "bindings") if b["source"] == "events"]
+    _admin(srv, "delete", "queue", "name=jobs")
+    _admin(srv, "delete", "exchange", "name=events")
+    assert _rows(srv, "queues") == []
+    # A monitoring user may list but not declare; a wrong password gets nothing.
+    assert _admin(srv, "list", "queues", user=("watcher", "watcher-pw")).returncode == 0
+    refused = _admin(srv, "declare", "queue", "name=x", user=("watcher", "watcher-pw"),
+                     ok=False)
+    assert refused.returncode != 0 and "Access refused" in refused.stdout + refused.stderr
+    assert _admin(srv, "list", "queues", user=("admin", "nope"), ok=False).returncode != 0
+    try:
+        conn.close()
+    except pika.exceptions.AMQPError:
+        pass

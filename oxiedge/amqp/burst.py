@@ -34,11 +34,14 @@ class BurstHost(Protocol):
     perms: PermissionStore
     broker: Broker
     frame_max: int
-    commit_error: BaseException | None
 
     @property
     def user(self) -> str:
         """The connection's user name."""
+
+    @property
+    def commit_error(self) -> BaseException | None:
+        """The transport loop's answer to the last ``COMMIT`` (``commit_done``)."""
 
     def send(self, data: bytes) -> None:
         """Output a frame."""
@@ -118,10 +121,8 @@ class PublishBurst:
             self._store.kick()
         elif self.needs_commit:
             self.needs_commit = False
-            conn = self._conn
-            conn.commit_error = None
             yield COMMIT
-            error = conn.commit_error
+            error = self._conn.commit_error  # (always answered before the step resumes)
             if error is not None:  # CommitError: nothing of the round may be confirmed
                 ok = False
                 self._log.error("AMQP %s: commit failed, publishes nacked: %s", self._peer,

@@ -246,8 +246,9 @@ def test_protocol_modules_import_no_trio() -> None:
     import ast
 
     root = Path(__file__).resolve().parents[2] / "oxiedge" / "amqp"
-    for name in ("actions", "burst", "channel", "codec", "handshake", "methods", "protocol",
-                 "publish", "queues", "streaming"):
+    for name in ("actions", "bounds", "burst", "channel", "channels", "codec", "consumers",
+                 "handshake", "methods", "ports", "protocol", "publish", "queues",
+                 "settlement", "streaming"):
         tree = ast.parse((root / f"{name}.py").read_text())
         imported = {alias.name.split(".")[0] for node in ast.walk(tree)
                     if isinstance(node, ast.Import) for alias in node.names}
@@ -285,3 +286,34 @@ async def test_single_acks_free_prefetch_and_unknown_tags_are_406(tmp_path: Path
         out, _ = await play(svc, proto, M(1, spec.BasicAck(9, False)))
         assert out == M(1, spec.ChannelClose(
             406, "PRECONDITION_FAILED - unknown delivery tag 9", 60, 80))
+
+
+async def test_recover_and_reject_settle_through_the_channel_settlement(tmp_path: Path) -> None:
+    """basic.recover: recover-ok first, then the redeliveries (new tags, redelivered);
+    basic.reject requeue=true puts a delivery back in place, requeue=false drops it; an
+    ack of a recovered (old) tag is 406."""
+    async with opened(tmp_path) as (svc, proto):
+        await play(svc, proto, OPEN_1[0] + M(1, spec.QueueDeclare(queue="r"))
+                   + M(1, spec.BasicConsume(queue="r", consumer_tag="c")))
+        outlet = proto._outlet
+        assert isinstance(outlet, MemoryOutlet)
+
+        def deliver(tag: int, body: bytes, redelivered: bool) -> bytes:
+            return codec.encode_content(1, spec.BasicDeliver("c", tag, redelivered, "", "r"),
+                                        b"\x00\x00", body, 131072)
+
+        out, _ = await play(svc, proto, publish(1, "r", b"a") + publish(1, "r", b"b"))
+        assert out + b"".join(outlet.written) == deliver(1, b"a", False) + deliver(2, b"b", False)
+        outlet.written.clear()
+        out, _ = await play(svc, proto, M(1, spec.BasicRecover(requeue=True)))
+        # (the requeue dispatches at once: the redeliveries go out before recover-ok)
+        assert out == deliver(3, b"a", True) + deliver(4, b"b", True) + M(1, spec.BasicRecoverOk())
+        out, _ = await play(svc, proto, M(1, spec.BasicReject(4, requeue=True)))
+        assert out == deliver(5, b"b", True)
+        out, _ = await play(svc, proto, M(1, spec.BasicReject(5, requeue=False))
+                            + M(1, spec.BasicAck(3, False)))
+        assert out == b"" and not proto.channels[1].settlement.unacked
+        assert svc.broker.queues["r"].unacked == 0 and not svc.broker.queues["r"].ready
+        out, _ = await play(svc, proto, M(1, spec.BasicAck(1, False)))
+        assert out == M(1, spec.ChannelClose(
+            406, "PRECONDITION_FAILED - unknown delivery tag 1", 60, 80))

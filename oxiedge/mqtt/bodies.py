@@ -12,6 +12,7 @@ This module must not import trio or anything doing I/O (a test checks it).
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import ClassVar
 
 from oxiedge.mqtt.packets import (
     Connack,
@@ -41,21 +42,21 @@ class ProtocolError(Exception):
     ``reason_code`` is what an MQTT 5 peer is told in its CONNACK or DISCONNECT (0x81
     Malformed Packet unless a subclass says otherwise); MQTT 3.1.1 has no such code."""
 
-    reason_code: int = 0x81
+    reason_code: ClassVar[int] = 0x81
 
 
 class MalformedPacket(ProtocolError):
     """MQTT 5 "Malformed Packet" (0x81): the bytes cannot be parsed as the spec lays them
     out (a truncated field, ill-formed UTF-8, a property the packet may not carry, ...)."""
 
-    reason_code = 0x81
+    reason_code: ClassVar[int] = 0x81
 
 
 class ProtocolViolation(ProtocolError):
     """MQTT 5 "Protocol Error" (0x82): parsed, but against a rule (a single-valued property
     twice, a Receive Maximum of 0, a Subscription Identifier of 0, ...)."""
 
-    reason_code = 0x82
+    reason_code: ClassVar[int] = 0x82
 
 
 # ----------------------------------------------------------------------- field readers

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from struct import error as StructError
+from typing import ClassVar
 
 from oxiedge.mqtt.bodies import (
     CONTROL_DECODERS,
@@ -63,13 +64,13 @@ _topic_cache_bytes = 0
 class TopicTooLong(ProtocolError):
     """A PUBLISH topic over the configured level or length bound (the connection closes)."""
 
-    reason_code = 0x90  # MQTT 5: Topic Name invalid
+    reason_code: ClassVar[int] = 0x90  # MQTT 5: Topic Name invalid
 
 
 class PacketTooLarge(ProtocolError):
     """A packet over the decoder's ``max_packet_size`` (refused from its fixed header)."""
 
-    reason_code = 0x95  # MQTT 5: Packet too large
+    reason_code: ClassVar[int] = 0x95  # MQTT 5: Packet too large
 
 
 def topic_cache_bytes() -> int:

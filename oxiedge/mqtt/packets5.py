@@ -14,7 +14,6 @@ without reason code or properties a bare packet id (``oxiedge.mqtt.codec``).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar
 
 from oxiedge.mqtt.packets import Pingreq, Pingresp
 from oxiedge.mqtt.properties import NO_PROPERTIES, Properties
@@ -37,9 +36,6 @@ class Connect5:
     MQTT 5 the session's end is the Session Expiry Interval property. A Password without a
     User Name is allowed (3.1.2.9)."""
 
-    protocol_name: ClassVar[str] = "MQTT"
-    protocol_level: ClassVar[int] = 5
-
     client_id: str
     clean_start: bool = True
     keep_alive: int = 0
@@ -47,6 +43,17 @@ class Connect5:
     password: bytes | None = None
     will: Will5 | None = None
     properties: Properties = NO_PROPERTIES
+
+    # (properties, not ClassVars: mypyc would take a ClassVar with a value for a field)
+    @property
+    def protocol_name(self) -> str:
+        """Always "MQTT" (3.1.2.1), as ``packets.Connect.protocol_name``."""
+        return "MQTT"
+
+    @property
+    def protocol_level(self) -> int:
+        """Always 5 (3.1.2.2), as ``packets.Connect.protocol_level``."""
+        return 5
 
 
 @dataclass(frozen=True, slots=True)

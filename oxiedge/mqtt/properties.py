@@ -19,13 +19,13 @@ Subscription Identifier 0; a 0/1 flag with another value), Authentication Data w
 Authentication Method. What needs connection state (a Topic Alias over the maximum, a
 Subscription Identifier in a client's PUBLISH) is the protocol's to check, not the codec's.
 
-Decoded properties are one frozen ``Properties`` object with a field per property (None when
+Decoded properties are one immutable ``Properties`` (a NamedTuple), a field per property (None when
 absent); User Properties are a tuple of pairs in wire order, duplicates kept. A packet
 without properties gets the shared ``NO_PROPERTIES`` (no allocation), and
-``encode_properties(NO_PROPERTIES, ...)`` is the constant ``b"\\x00"``. Encoding writes
-the single-valued properties in identifier order, then the Subscription Identifiers, then
-the User Properties in their own order (only their relative order is significant, 3.3.2.3.7),
-so decode(encode(p)) == p.
+``encode_properties(NO_PROPERTIES, ...)`` is the constant ``b"\\x00"``. The fields of
+``Properties`` are in identifier order, so decoding fills them by index (``SLOT``) and
+encoding walks them: the block is written in identifier order, User Properties in their
+own order (only their relative order is significant, 3.3.2.3.7), and decode(encode(p)) == p.
 
 Plain typed code, no reflection, so that mypyc can compile it; sans-IO (a test checks it).
 """
@@ -200,70 +200,29 @@ NO_PROPERTIES: Final = Properties()
 Value = int | str | bytes
 
 
-def _items(p: Properties) -> tuple[tuple[int, Value | None], ...]:
-    """The single-valued properties of ``p`` by identifier (the encoder's order)."""
-    return (
-        (PAYLOAD_FORMAT_INDICATOR, p.payload_format_indicator),
-        (MESSAGE_EXPIRY_INTERVAL, p.message_expiry_interval),
-        (CONTENT_TYPE, p.content_type),
-        (RESPONSE_TOPIC, p.response_topic),
-        (CORRELATION_DATA, p.correlation_data),
-        (SESSION_EXPIRY_INTERVAL, p.session_expiry_interval),
-        (ASSIGNED_CLIENT_IDENTIFIER, p.assigned_client_identifier),
-        (SERVER_KEEP_ALIVE, p.server_keep_alive),
-        (AUTHENTICATION_METHOD, p.authentication_method),
-        (AUTHENTICATION_DATA, p.authentication_data),
-        (REQUEST_PROBLEM_INFORMATION, p.request_problem_information),
-        (WILL_DELAY_INTERVAL, p.will_delay_interval),
-        (REQUEST_RESPONSE_INFORMATION, p.request_response_information),
-        (RESPONSE_INFORMATION, p.response_information),
-        (SERVER_REFERENCE, p.server_reference),
-        (REASON_STRING, p.reason_string),
-        (RECEIVE_MAXIMUM, p.receive_maximum),
-        (TOPIC_ALIAS_MAXIMUM, p.topic_alias_maximum),
-        (TOPIC_ALIAS, p.topic_alias),
-        (MAXIMUM_QOS, p.maximum_qos),
-        (RETAIN_AVAILABLE, p.retain_available),
-        (MAXIMUM_PACKET_SIZE, p.maximum_packet_size),
-        (WILDCARD_SUBSCRIPTION_AVAILABLE, p.wildcard_subscription_available),
-        (SUBSCRIPTION_IDENTIFIER_AVAILABLE, p.subscription_identifier_available),
-        (SHARED_SUBSCRIPTION_AVAILABLE, p.shared_subscription_available),
-    )
+def _field_name(spec: PropertySpec) -> str:
+    """The ``Properties`` field of a property: its name in snake case ("Maximum QoS" ->
+    ``maximum_qos``), plural for the two that repeat."""
+    if spec.ident == SUBSCRIPTION_IDENTIFIER:
+        return "subscription_identifiers"
+    if spec.ident == USER_PROPERTY:
+        return "user_properties"
+    return spec.name.lower().replace(" ", "_")
 
 
-def _build(i: dict[int, int], s: dict[int, str], b: dict[int, bytes],
-           user: list[tuple[str, str]], subids: list[int]) -> Properties:
-    """The decoded values as ``Properties`` (by kind: integers, strings, binary data; one
-    dict lookup per field, which is what makes a block of properties cheap to decode)."""
-    return Properties(
-        payload_format_indicator=i.get(PAYLOAD_FORMAT_INDICATOR),
-        message_expiry_interval=i.get(MESSAGE_EXPIRY_INTERVAL),
-        content_type=s.get(CONTENT_TYPE),
-        response_topic=s.get(RESPONSE_TOPIC),
-        correlation_data=b.get(CORRELATION_DATA),
-        subscription_identifiers=tuple(subids),
-        session_expiry_interval=i.get(SESSION_EXPIRY_INTERVAL),
-        assigned_client_identifier=s.get(ASSIGNED_CLIENT_IDENTIFIER),
-        server_keep_alive=i.get(SERVER_KEEP_ALIVE),
-        authentication_method=s.get(AUTHENTICATION_METHOD),
-        authentication_data=b.get(AUTHENTICATION_DATA),
-        request_problem_information=i.get(REQUEST_PROBLEM_INFORMATION),
-        will_delay_interval=i.get(WILL_DELAY_INTERVAL),
-        request_response_information=i.get(REQUEST_RESPONSE_INFORMATION),
-        response_information=s.get(RESPONSE_INFORMATION),
-        server_reference=s.get(SERVER_REFERENCE),
-        reason_string=s.get(REASON_STRING),
-        receive_maximum=i.get(RECEIVE_MAXIMUM),
-        topic_alias_maximum=i.get(TOPIC_ALIAS_MAXIMUM),
-        topic_alias=i.get(TOPIC_ALIAS),
-        maximum_qos=i.get(MAXIMUM_QOS),
-        retain_available=i.get(RETAIN_AVAILABLE),
-        user_properties=tuple(user),
-        maximum_packet_size=i.get(MAXIMUM_PACKET_SIZE),
-        wildcard_subscription_available=i.get(WILDCARD_SUBSCRIPTION_AVAILABLE),
-        subscription_identifier_available=i.get(SUBSCRIPTION_IDENTIFIER_AVAILABLE),
-        shared_subscription_available=i.get(SHARED_SUBSCRIPTION_AVAILABLE),
-    )
+#: identifier -> the index of its field in ``Properties`` (the fields are in identifier
+#: order, so encoding in field order is encoding in identifier order).
+SLOT: dict[int, int] = {row.ident: Properties._fields.index(_field_name(row)) for row in _ROWS}
+#: field index -> its property.
+_SPEC_AT: tuple[PropertySpec, ...] = tuple(sorted(_ROWS, key=lambda row: SLOT[row.ident]))
+assert [SLOT[row.ident] for row in _SPEC_AT] == list(range(len(Properties._fields)))
+_SUBIDS = SLOT[SUBSCRIPTION_IDENTIFIER]
+_USER = SLOT[USER_PROPERTY]
+_RECEIVE_MAXIMUM = SLOT[RECEIVE_MAXIMUM]
+_MAXIMUM_PACKET_SIZE = SLOT[MAXIMUM_PACKET_SIZE]
+_AUTHENTICATION_DATA = SLOT[AUTHENTICATION_DATA]
+_AUTHENTICATION_METHOD = SLOT[AUTHENTICATION_METHOD]
+_FLAG_SLOTS = tuple(SLOT[ident] for ident in sorted(_FLAGS))
 
 
 # ------------------------------------------------------------------------------ decode
@@ -308,16 +267,6 @@ def read_bytes(buf: bytes, off: int, end: int) -> tuple[bytes, int]:
     return buf[off + 2 : stop], stop
 
 
-def _read_int(kind: int, buf: bytes, off: int, end: int) -> tuple[int, int]:
-    """A byte, two- or four-byte integer or variable byte integer property value."""
-    if kind == VARINT:
-        return read_varint(buf, off, end)
-    stop = off + kind  # BYTE, TWO_BYTE, FOUR_BYTE: the kind is the width in bytes
-    if stop > end:
-        raise MalformedPacket("truncated integer property")
-    return int.from_bytes(buf[off:stop], "big"), stop
-
-
 def decode_properties(buf: bytes, off: int, context: int) -> tuple[Properties, int]:
     """The property block at ``buf[off]`` (its length first) of a packet of type ``context``
     (or ``WILL``): the properties and the offset after the block."""
@@ -329,9 +278,9 @@ def decode_properties(buf: bytes, off: int, context: int) -> tuple[Properties, i
     if end > n:
         raise MalformedPacket("property length runs past the packet")
     bit = 1 << context
-    ints: dict[int, int] = {}
-    strs: dict[int, str] = {}
-    bins: dict[int, bytes] = {}
+    # One slot per field of ``Properties``, filled in place: the block becomes one tuple
+    # (``_make``), with no per-field mapping.
+    slots: list[object] = list(NO_PROPERTIES)
     user: list[tuple[str, str]] = []
     subids: list[int] = []
     while off < end:
@@ -343,51 +292,54 @@ def decode_properties(buf: bytes, off: int, context: int) -> tuple[Properties, i
             # 2.2.2.2: an identifier not valid for its packet type is a Malformed Packet.
             raise MalformedPacket(f"{spec.name} is not allowed in this packet")
         kind = spec.kind
+        value: Value
         if kind == STRING_PAIR:  # User Property: repeats, order kept
             key, off = read_utf8(buf, off + 1, end)
             val, off = read_utf8(buf, off, end)
             user.append((key, val))
             continue
         if kind == STRING:
-            text, off = read_utf8(buf, off + 1, end)
-            if ident in strs:
-                raise ProtocolViolation(f"{spec.name} more than once")
-            strs[ident] = text
-            continue
-        if kind == BINARY:
-            data, off = read_bytes(buf, off + 1, end)
-            if ident in bins:
-                raise ProtocolViolation(f"{spec.name} more than once")
-            bins[ident] = data
-            continue
-        number, off = _read_int(kind, buf, off + 1, end)
-        if ident == SUBSCRIPTION_IDENTIFIER:
+            value, off = read_utf8(buf, off + 1, end)
+        elif kind == BINARY:
+            value, off = read_bytes(buf, off + 1, end)
+        elif kind == VARINT:  # Subscription Identifier, the one of this type
+            number, off = read_varint(buf, off + 1, end)
             if not number:
                 raise ProtocolViolation("Subscription Identifier 0 (3.8.2.1.2)")
             if subids and not spec.repeats & bit:
                 raise ProtocolViolation("Subscription Identifier more than once")
             subids.append(number)
             continue
-        if ident in ints:
+        else:  # BYTE, TWO_BYTE, FOUR_BYTE: the kind is the width in bytes
+            stop = off + 1 + kind
+            if stop > end:
+                raise MalformedPacket(f"truncated {spec.name}")
+            value = int.from_bytes(buf[off + 1 : stop], "big")
+            off = stop
+        k = SLOT[ident]
+        if slots[k] is not None:
             raise ProtocolViolation(f"{spec.name} more than once")
-        ints[ident] = number
-    if ints:
-        _check(ints)
-    if AUTHENTICATION_DATA in bins and AUTHENTICATION_METHOD not in strs:
-        raise ProtocolViolation("Authentication Data without Authentication Method")
-    return _build(ints, strs, bins, user, subids), off
+        slots[k] = value
+    if subids:
+        slots[_SUBIDS] = tuple(subids)
+    if user:
+        slots[_USER] = tuple(user)
+    _check(slots)
+    return Properties._make(slots), off
 
 
-def _check(ints: dict[int, int]) -> None:
+def _check(slots: list[object]) -> None:
     """The rules about values (Protocol Errors, 3.1.2.11, 3.2.2.3)."""
-    for ident in _FLAGS:
-        flag = ints.get(ident)
-        if flag is not None and flag > 1:
-            raise ProtocolViolation(f"{SPECS[ident].name} must be 0 or 1, not {flag}")
-    if ints.get(RECEIVE_MAXIMUM) == 0:
+    for k in _FLAG_SLOTS:
+        flag = slots[k]
+        if flag is not None and flag != 0 and flag != 1:
+            raise ProtocolViolation(f"{_SPEC_AT[k].name} must be 0 or 1, not {flag}")
+    if slots[_RECEIVE_MAXIMUM] == 0:
         raise ProtocolViolation("Receive Maximum 0 (3.1.2.11.3)")
-    if ints.get(MAXIMUM_PACKET_SIZE) == 0:
+    if slots[_MAXIMUM_PACKET_SIZE] == 0:
         raise ProtocolViolation("Maximum Packet Size 0 (3.1.2.11.4)")
+    if slots[_AUTHENTICATION_DATA] is not None and slots[_AUTHENTICATION_METHOD] is None:
+        raise ProtocolViolation("Authentication Data without Authentication Method")
 
 
 # ------------------------------------------------------------------------------ encode
@@ -413,17 +365,18 @@ def _field(raw: bytes) -> bytes:
     return len(raw).to_bytes(2, "big") + raw
 
 
-def _encode_value(kind: int, value: Value) -> bytes:
-    if isinstance(value, str):
+def _encode_value(kind: int, value: object) -> bytes:
+    """A single value of data type ``kind`` (byte, two- or four-byte integer, string,
+    binary data); ValueError when it is not of that type or does not fit."""
+    if kind == STRING and isinstance(value, str):
         return _field(value.encode("utf-8"))
-    if isinstance(value, bytes):
+    if kind == BINARY and isinstance(value, bytes):
         return _field(value)
-    if kind == VARINT:
-        return encode_varint(value)
-    # BYTE, TWO_BYTE, FOUR_BYTE: the kind is the width in bytes
-    if not 0 <= value < 1 << (8 * kind):
-        raise ValueError(f"{value} does not fit a {kind}-byte property")
-    return value.to_bytes(kind, "big")
+    if kind in (BYTE, TWO_BYTE, FOUR_BYTE) and isinstance(value, int):
+        if not 0 <= value < 1 << (8 * kind):  # the kind is the width in bytes
+            raise ValueError(f"{value} does not fit a {kind}-byte property")
+        return value.to_bytes(kind, "big")
+    raise ValueError(f"{value!r} is not a value of property type {kind}")
 
 
 def encode_properties(p: Properties, context: int) -> bytes:
@@ -433,32 +386,27 @@ def encode_properties(p: Properties, context: int) -> bytes:
         return b"\x00"
     bit = 1 << context
     out = bytearray()
-    for ident, value in _items(p):
-        if value is None:
+    for spec, value in zip(_SPEC_AT, p, strict=True):
+        if value is None or value == ():
             continue
-        spec = SPECS[ident]
+        ident = spec.ident
         if not spec.contexts & bit:
             raise ValueError(f"{spec.name} is not allowed in this packet")
-        out.append(ident)
-        out += _encode_value(spec.kind, value)
-    if p.subscription_identifiers:
-        _subscription_ids(out, p.subscription_identifiers, bit)
-    if p.user_properties:
-        if not _EVERY & bit:
-            raise ValueError("User Property is not allowed in this packet")
-        for key, val in p.user_properties:
-            out.append(USER_PROPERTY)
-            out += _field(key.encode("utf-8"))
-            out += _field(val.encode("utf-8"))
+        if ident == USER_PROPERTY:
+            for key, val in p.user_properties:
+                out.append(USER_PROPERTY)
+                out += _field(key.encode("utf-8"))
+                out += _field(val.encode("utf-8"))
+        elif ident == SUBSCRIPTION_IDENTIFIER:
+            ids = p.subscription_identifiers
+            if len(ids) > 1 and not spec.repeats & bit:
+                raise ValueError("Subscription Identifier more than once")
+            for sid in ids:
+                if not 0 < sid <= MAX_VARINT:
+                    raise ValueError(f"Subscription Identifier {sid} out of range")
+                out.append(SUBSCRIPTION_IDENTIFIER)
+                out += encode_varint(sid)
+        else:
+            out.append(ident)
+            out += _encode_value(spec.kind, value)
     return encode_varint(len(out)) + bytes(out)
-
-
-def _subscription_ids(out: bytearray, ids: tuple[int, ...], bit: int) -> None:
-    spec = SPECS[SUBSCRIPTION_IDENTIFIER]
-    if not spec.contexts & bit or (len(ids) > 1 and not spec.repeats & bit):
-        raise ValueError("Subscription Identifier not allowed (or not repeatable) here")
-    for sid in ids:
-        if not 0 < sid <= MAX_VARINT:
-            raise ValueError(f"Subscription Identifier {sid} out of range")
-        out.append(SUBSCRIPTION_IDENTIFIER)
-        out += encode_varint(sid)

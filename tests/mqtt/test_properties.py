@@ -55,10 +55,10 @@ VECTORS: list[tuple[int, Properties, bytes]] = [
     (T.CONNACK, Properties(subscription_identifier_available=0), b"\x02\x29\x00"),
     (T.CONNACK, Properties(shared_subscription_available=1), b"\x02\x2a\x01"),
     (T.PUBLISH, NO_PROPERTIES, b"\x00"),
-    # several at once: identifier order, then Subscription Identifiers, then User Properties
+    # several at once: in identifier order
     (T.PUBLISH, Properties(payload_format_indicator=0, topic_alias=3, subscription_identifiers=(9,),
                            user_properties=(("k", "v"),)),
-     b"\x0e\x01\x00\x23\x00\x03\x0b\x09\x26\x00\x01k\x00\x01v"),
+     b"\x0e\x01\x00\x0b\x09\x23\x00\x03\x26\x00\x01k\x00\x01v"),
 ]
 
 

@@ -21,6 +21,7 @@ from .api import api_routes
 from .credentials import Credentials
 from .definitions import definition_routes
 from .listener import HttpServer
+from .local_api import local_routes
 from .metrics import Snapshot
 from .nodes import node_routes, user_routes
 from .routes import Router, health_routes, metrics_routes
@@ -134,5 +135,6 @@ def build(app: App, handlers: dict[str, Callable[[dict[str, Any]], Any]],
     user_routes(router, view)
     write_routes(router, view)
     definition_routes(router, view)
+    local_routes(router, view)
     credentials = Credentials(app.users, app.logins, app.permissions.tags)
     return HttpServer(router, credentials, app.connections, tls, app.log), view

@@ -289,7 +289,10 @@ READ_PATHS = ["/metrics", "/metrics/per-object", "/api/whoami", "/api/overview",
               "/api/exchanges/%2F/amq.topic", "/api/bindings", "/api/bindings/%2F",
               "/api/nodes", "/api/health/checks/alarms", "/api/health/checks/local-alarms",
               "/api/health/checks/virtual-hosts", "/api/health/checks/node-is-quorum-critical",
-              "/api/health/checks/protocol-listener/amqp", "/api/aliveness-test/%2F"]
+              "/api/health/checks/protocol-listener/amqp", "/api/aliveness-test/%2F",
+              "/api/connections", "/api/channels", "/api/consumers", "/api/mqtt/sessions",
+              "/api/mqtt/subscriptions", "/api/mqtt/retained", "/api/oxiedge/ingest",
+              "/api/oxiedge/uplinks", "/api/oxiedge/uplinks/status"]
 ADMIN_PATHS = ["/api/users", "/api/users/admin", "/api/users/admin/permissions",
                "/api/permissions", "/api/definitions", "/api/definitions/%2F"]
 

@@ -28,7 +28,8 @@ from oxiedge.http.routes import Router, health_routes
 
 SANS_IO = ("oxiedge.http.messages", "oxiedge.http.access", "oxiedge.http.routes",
            "oxiedge.http.api", "oxiedge.http.metrics", "oxiedge.http.bounds",
-           "oxiedge.http.nodes", "oxiedge.http.writes", "oxiedge.http.definitions")
+           "oxiedge.http.nodes", "oxiedge.http.writes", "oxiedge.http.definitions",
+           "oxiedge.http.local_api")
 
 
 def test_sans_io_modules_load_no_io() -> None:

@@ -116,7 +116,9 @@ def _decode_publish5(flags: int, body: bytes) -> Publish5:
 def _decode_connect(flags: int, body: bytes) -> Connect | Packet5:
     if body[:7] == _V5_CONNECT:
         return decode_connect5(flags, body)
-    return CONTROL_DECODERS[PacketType.CONNECT](flags, body)  # type: ignore[return-value]
+    packet = CONTROL_DECODERS[PacketType.CONNECT](flags, body)
+    assert isinstance(packet, Connect)
+    return packet
 
 
 _BODY_DECODERS5: dict[PacketType, Callable[[int, bytes], Connect | Packet5]] = {
@@ -188,12 +190,12 @@ class Decoder5(Decoder):
     def next_packet5(self) -> Packet5 | Connect | None:
         """Like ``next_item5``, with PUBLISH and PUBACK as packet objects."""
         item = self.next_item5()
-        if type(item) is tuple:
+        if isinstance(item, tuple):
             topic, _raw, qos, retain, dup, pid, payload, _fwd, props = item
             return Publish5(topic, payload, qos, retain, dup, pid, props)
         if isinstance(item, int):
             return Puback5(item)
-        return item  # type: ignore[return-value]
+        return item
 
     def _decode(self, first: int, body: bytes) -> Connect | Packet5:
         try:

@@ -8,7 +8,8 @@ message is encoded once per distinct property set, not per subscriber;
 and use the short forms (2.2.2, 3.4.2.1): reason 0x00 without properties is the 3.1.1 bytes,
 a reason without properties omits the property length. DISCONNECT likewise (remaining length
 0 or 1); AUTH is omitted to length 0 only for Success without properties. The fixed headers
-are ``encode.fixed_header``'s.
+are ``encode.fixed_header``'s. A reason code the packet may not carry, or a property it may
+not carry, is a ValueError: the broker never sends what its peer must refuse.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from oxiedge.mqtt.packets5 import (
     Unsubscribe5,
 )
 from oxiedge.mqtt.properties import NO_PROPERTIES, WILL, Properties, encode_properties
+from oxiedge.mqtt.reasons import VALID_REASONS
 
 _FIRST = {t: first_byte(t) for t in PacketType}
 _PUBLISH_FIRST = first_byte(PacketType.PUBLISH, 0)
@@ -54,6 +56,14 @@ def _string(text: str) -> bytes:
 
 def _frame(ptype: PacketType, body: bytes) -> bytes:
     return fixed_header(_FIRST[ptype], len(body)) + body
+
+
+def _reason(ptype: PacketType, code: int) -> int:
+    """``code``, if a packet of type ``ptype`` may carry it: the broker never sends what
+    its peer must refuse as a Protocol Error (MQTT-3.2.2-8, -3.4.2-1, ...)."""
+    if code not in VALID_REASONS[ptype]:
+        raise ValueError(f"reason code {code:#04x} is not valid in {ptype.name}")
+    return code
 
 
 def encode_publish5(
@@ -89,8 +99,9 @@ def _ack(ptype: PacketType, packet_id: int, reason_code: int, properties: Proper
     if properties is NO_PROPERTIES:
         if not reason_code:
             return _SHORT[ptype] + pid
-        return _WITH_CODE[ptype] + pid + bytes((reason_code,))
-    return _frame(ptype, pid + bytes((reason_code,)) + encode_properties(properties, ptype))
+        return _WITH_CODE[ptype] + pid + bytes((_reason(ptype, reason_code),))
+    return _frame(ptype, pid + bytes((_reason(ptype, reason_code),))
+                  + encode_properties(properties, ptype))  # fmt: skip
 
 
 def encode_puback5(packet_id: int, reason_code: int = 0,
@@ -122,8 +133,8 @@ def encode_disconnect5(reason_code: int = 0, properties: Properties = NO_PROPERT
     if properties is NO_PROPERTIES:
         if not reason_code:
             return DISCONNECT5_BYTES
-        return _frame(PacketType.DISCONNECT, bytes((reason_code,)))
-    return _frame(PacketType.DISCONNECT, bytes((reason_code,))
+        return _frame(PacketType.DISCONNECT, bytes((_reason(PacketType.DISCONNECT, reason_code),)))
+    return _frame(PacketType.DISCONNECT, bytes((_reason(PacketType.DISCONNECT, reason_code),))
                   + encode_properties(properties, PacketType.DISCONNECT))  # fmt: skip
 
 
@@ -147,7 +158,10 @@ def _enc_connect(p: Connect5) -> bytes:
 
 
 def _enc_connack(p: Connack5) -> bytes:
-    return _frame(PacketType.CONNACK, bytes((1 if p.session_present else 0, p.reason_code))
+    code = _reason(PacketType.CONNACK, p.reason_code)
+    if p.session_present and code:
+        raise ValueError("Session Present with a failure reason code (MQTT-3.2.2-6)")
+    return _frame(PacketType.CONNACK, bytes((1 if p.session_present else 0, code))
                   + encode_properties(p.properties, PacketType.CONNACK))  # fmt: skip
 
 
@@ -158,6 +172,9 @@ def _enc_publish(p: Publish5) -> bytes:
 
 def _enc_subscribe(p: Subscribe5) -> bytes:
     body = p.packet_id.to_bytes(2, "big") + encode_properties(p.properties, PacketType.SUBSCRIBE)
+    for s in p.subscriptions:
+        if s.qos > 2 or s.retain_handling > 2:
+            raise ValueError(f"Subscription Options out of range: {s}")
     return _frame(PacketType.SUBSCRIBE, body + b"".join(
         _string(s.topic_filter) + bytes((s.options,)) for s in p.subscriptions))
 
@@ -169,6 +186,8 @@ def _enc_unsubscribe(p: Unsubscribe5) -> bytes:
 
 
 def _enc_codes(ptype: PacketType, p: Suback5 | Unsuback5) -> bytes:
+    for code in p.reason_codes:
+        _reason(ptype, code)
     return _frame(ptype, p.packet_id.to_bytes(2, "big") + encode_properties(p.properties, ptype)
                   + bytes(p.reason_codes))  # fmt: skip
 
@@ -176,7 +195,7 @@ def _enc_codes(ptype: PacketType, p: Suback5 | Unsuback5) -> bytes:
 def _enc_auth(p: Auth) -> bytes:
     if not p.reason_code and p.properties == NO_PROPERTIES:
         return fixed_header(_FIRST[PacketType.AUTH], 0)
-    return _frame(PacketType.AUTH, bytes((p.reason_code,))
+    return _frame(PacketType.AUTH, bytes((_reason(PacketType.AUTH, p.reason_code),))
                   + encode_properties(p.properties, PacketType.AUTH))  # fmt: skip
 
 

@@ -432,3 +432,30 @@ def test_truncated_packets_wait(packet: Packet5, data: st.DataObject) -> None:
     dec = _decoder(raw[:cut])
     assert dec.next_item5() is None
     assert dec.buffered == cut
+
+
+@pytest.mark.parametrize("packet", [
+    Puback5(1, 0x92),  # PUBREL/PUBCOMP's code
+    Pubrel5(1, 0x10),
+    Pubcomp5(1, 0x80, P(reason_string="x")),
+    Connack5(0x10),
+    Connack5(0x86, session_present=True),  # MQTT-3.2.2-6
+    Suback5(1, (0, 0x11)),
+    Unsuback5(1, (0x01,)),
+    Disconnect5(0x18),
+    Auth(0x04, P(authentication_method="m")),
+    Subscribe5(1, (Subscription("a", qos=3),)),
+    Subscribe5(1, (Subscription("a", retain_handling=3),)),
+    Publish5("t", properties=P(reason_string="not in PUBLISH")),
+    Connect5("c", will=Will5("w", b"", properties=P(topic_alias=1))),
+])  # fmt: skip
+def test_encoder_refuses_what_the_peer_must_refuse(packet: Packet5) -> None:
+    with pytest.raises(ValueError):
+        encode5(packet)
+
+
+def test_subscription_options_byte() -> None:
+    """3.8.3.1: bits 0-1 QoS, 2 No Local, 3 Retain As Published, 4-5 Retain Handling."""
+    assert Subscription("a").options == 0
+    assert Subscription("a", 2, True, True, 2).options == 0b10_1_1_10
+    assert Subscription("a", 1, retain_handling=1).options == 0x11

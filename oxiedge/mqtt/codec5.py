@@ -47,7 +47,7 @@ from oxiedge.mqtt.bodies5 import CONTROL_DECODERS5, decode_connect5
 from oxiedge.mqtt.codec import DEFAULT_MAX_PACKET_SIZE, Decoder, TopicTooLong, cached_topic
 from oxiedge.mqtt.packets import RESERVED_FLAGS, Connect, PacketType, first_byte
 from oxiedge.mqtt.packets5 import Packet5, Puback5, Publish5
-from oxiedge.mqtt.properties import Properties, decode_properties
+from oxiedge.mqtt.properties import NO_PROPERTIES, Properties, decode_properties
 from oxiedge.mqtt.topics import DEFAULT_MAX_TOPIC_LENGTH, DEFAULT_MAX_TOPIC_LEVELS
 
 #: An MQTT 5 PUBLISH on the hot path: ``codec.RawPublish``'s slots ``(topic, topic_b, qos,
@@ -98,7 +98,10 @@ def parse_publish5(
         if not pid:
             raise MalformedPacket("packet identifier 0 (MQTT-2.2.1-3)")
         end += 2
-    props, end = decode_properties(frame, end, PacketType.PUBLISH)
+    if end < n and not frame[end]:  # no properties, the common case: no call
+        props, end = NO_PROPERTIES, end + 1
+    else:
+        props, end = decode_properties(frame, end, PacketType.PUBLISH)
     alias = props.topic_alias
     if not tl and alias is None:
         raise ProtocolViolation("empty topic name without a Topic Alias (3.3.2.1)")

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from oxiedge.mqtt.bodies import MalformedPacket, ProtocolError, ProtocolViolation
 from oxiedge.mqtt.packets import PacketType as T
@@ -17,6 +19,7 @@ from oxiedge.mqtt.properties import (
     encode_varint,
     read_varint,
 )
+from tests.mqtt.test_codec5 import properties as properties_in
 
 # (context, properties, exact bytes of the block, length first), hand-assembled from 2.2.2
 # and table 2-4: every identifier at least once.
@@ -180,3 +183,27 @@ def test_variable_byte_integer(value: int, raw: bytes) -> None:
 def test_encode_refuses_what_the_packet_cannot_carry(context: int, props: Properties) -> None:
     with pytest.raises(ValueError):
         encode_properties(props, context)
+
+
+_CONTEXTS = [WILL, *(int(t) for t in T)]
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.sampled_from(_CONTEXTS), st.binary(max_size=60))
+def test_any_block_decodes_or_raises_protocol_error(context: int, raw: bytes) -> None:
+    try:
+        props, off = decode_properties(raw, 0, context)
+    except ProtocolError:
+        return
+    assert off <= len(raw)
+    # what decoded encodes back to the same values (not necessarily the same bytes)
+    assert decode_properties(encode_properties(props, context), 0, context)[0] == props
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.data())
+def test_round_trip_in_every_context(data: st.DataObject) -> None:
+    context = data.draw(st.sampled_from(_CONTEXTS))
+    props = data.draw(properties_in(context))
+    raw = encode_properties(props, context)
+    assert decode_properties(raw, 0, context) == (props, len(raw))

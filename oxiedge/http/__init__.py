@@ -7,7 +7,8 @@ Layers, one way:
   credentials, tags, the per-connection cache), ``routes.py`` (the route table, health and
   metrics endpoints), ``api.py`` (the management API's object reads), ``nodes.py`` (nodes,
   health checks, users and permissions), ``writes.py`` (the writes and the connection
-  views, through the operation table), ``definitions.py`` (the definitions export), ``local_api.py``
+  views, through the operation table), ``definitions.py`` and ``imports.py`` (the definitions export
+  and import), ``local_api.py``
   (``/api/mqtt/`` and ``/api/oxiedge/``), ``metrics.py``
   (the Prometheus text format), ``bounds.py`` (the listener's bounds). None imports trio
   or h11.

@@ -12,14 +12,16 @@ from collections.abc import Callable
 from typing import Any
 
 from ..access.grants import Grants
+from ..admin.protocol import AdminError
 from ..admin.server import StatusPart, server_status
 from ..app import App
-from ..operations import UNAVAILABLE, OperationError
+from ..operations import BAD_REQUEST, UNAVAILABLE, OperationError
 from ..tls import TlsManager
 from .access import Principal
 from .api import api_routes
 from .credentials import Credentials
 from .definitions import definition_routes
+from .imports import import_routes
 from .listener import HttpServer
 from .local_api import local_routes
 from .metrics import Snapshot
@@ -113,9 +115,14 @@ class ServerView:
         handler = self.handlers.get(name)
         if handler is None:
             raise OperationError(f"{name}: that broker is off on this server", UNAVAILABLE)
-        result = handler(args)
-        if inspect.isawaitable(result):
-            result = await result
+        try:
+            result = handler(args)
+            if inspect.isawaitable(result):
+                result = await result
+        except OperationError:
+            raise
+        except (AdminError, ValueError, KeyError, TypeError) as exc:  # (the older handlers
+            raise OperationError(str(exc), BAD_REQUEST) from None  # refuse with these)
         return result
 
     def may(self, user: Principal, op: str, name: str) -> bool:
@@ -135,6 +142,7 @@ def build(app: App, handlers: dict[str, Callable[[dict[str, Any]], Any]],
     user_routes(router, view)
     write_routes(router, view)
     definition_routes(router, view)
+    import_routes(router, view)
     local_routes(router, view)
     credentials = Credentials(app.users, app.logins, app.permissions.tags)
     return HttpServer(router, credentials, app.connections, tls, app.log), view

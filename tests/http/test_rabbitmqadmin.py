@@ -88,3 +88,47 @@ def test_rabbitmqadmin_manages_oxiedge(users_server: ServerProcess, tmp_path: Pa
         conn.close()
     except pika.exceptions.AMQPError:
         pass
+
+
+def test_definitions_round_trip_and_rabbitmqadmin_import(start_server: Any, tmp_path: Path,
+                                                          client_for: Any) -> None:
+    from tests.http.conftest import add_user
+
+    first = start_server("--http-port", "0", data=tmp_path / "one")
+    c1 = client_for(first)
+    for method, path, body in (
+            ("PUT", "/api/exchanges/%2F/ev", b'{"type": "topic"}'),
+            ("PUT", "/api/queues/%2F/jobs", b'{"arguments": {"x-max-length": 10}}'),
+            ("POST", "/api/bindings/%2F/e/ev/q/jobs", b'{"routing_key": "a.*"}')):
+        assert c1.request(method, path, None, body).status == 201
+    exported = c1.get("/api/definitions").body
+
+    data = tmp_path / "two"
+    add_user(data, "admin", "admin-pw", "administrator")
+    add_user(data, "ops", "ops-pw")
+    second = start_server("--http-port", "0", data=data)
+    c2 = client_for(second)
+    doc = json.loads(exported)
+    doc["users"] = [{"name": "ops", "tags": "monitoring"}, {"name": "ghost", "tags": ""}]
+    doc["permissions"] = [{"user": "ops", "vhost": "/", "configure": "^$", "write": "^$",
+                           "read": ".*"}]
+    r = c2.request("POST", "/api/definitions", ("admin", "admin-pw"), json.dumps(doc).encode())
+    assert r.status == 200, r.body
+    assert r.json()["skipped_users"] == ["ghost"]
+    q = c2.get("/api/queues/%2F/jobs", ("admin", "admin-pw")).json()
+    assert q["arguments"] == {"x-max-length": 10} and q["durable"] is True
+    assert c2.get("/api/whoami", ("ops", "ops-pw")).json()["tags"] == ["monitoring"]
+    again = c2.get("/api/definitions", ("admin", "admin-pw")).json()
+    assert again["bindings"] == json.loads(exported)["bindings"]
+    # rabbitmqadmin import of the first server's export into a third, empty one
+    third = start_server("--http-port", "0", data=tmp_path / "three")
+    path = tmp_path / "defs.json"
+    path.write_bytes(exported)
+    assert subprocess.run(["rabbitmqadmin", "-H", "127.0.0.1", "-P", str(third.http_port),
+                           "import", str(path)], capture_output=True, text=True,
+                          timeout=60).returncode == 0
+    assert [x["name"] for x in client_for(third).get("/api/queues").json()] == ["jobs"]
+    bad = c2.request("POST", "/api/definitions", ("admin", "admin-pw"),
+                     b'{"queues": [{"name": "q", "vhost": "elsewhere"}]}')
+    assert bad.status == 400 and bad.json()["reason"].startswith("queues[0].vhost:")
+    assert c2.request("POST", "/api/definitions", ("ops", "ops-pw"), b"{}").status == 401

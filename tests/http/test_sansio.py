@@ -29,7 +29,7 @@ from oxiedge.http.routes import Router, health_routes
 SANS_IO = ("oxiedge.http.messages", "oxiedge.http.access", "oxiedge.http.routes",
            "oxiedge.http.api", "oxiedge.http.metrics", "oxiedge.http.bounds",
            "oxiedge.http.nodes", "oxiedge.http.writes", "oxiedge.http.definitions",
-           "oxiedge.http.local_api")
+           "oxiedge.http.local_api", "oxiedge.http.imports")
 
 
 def test_sans_io_modules_load_no_io() -> None:
@@ -392,3 +392,48 @@ def test_definitions_document() -> None:
     one = orjson.loads(_call(router, "GET", "/api/definitions/%2F").body)
     assert "users" not in one and "queues" in one
     assert _call(router, "GET", "/api/definitions/other").status == 404
+
+
+@pytest.mark.parametrize("doc, field", [
+    ({"queues": {}}, "queues: must be a list"),
+    ({"queues": [1]}, "queues[0]: must be an object"),
+    ({"queues": [{"name": 5}]}, "queues[0].name: must be a string"),
+    ({"queues": [{"name": "q", "durable": "yes"}]}, "queues[0].durable: has the wrong type"),
+    ({"exchanges": [{"name": "x"}]}, "exchanges[0].type: must be a string"),
+    ({"queues": [{"name": "q", "vhost": "prod"}]}, "queues[0].vhost:"),
+    ({"bindings": [{"source": "x", "destination": "q", "destination_type": "topic"}]},
+     "bindings[0].destination_type:"),
+    ({"permissions": [{"user": "u", "vhost": "/", "configure": ".*", "write": ".*"}]},
+     "permissions[0].read: must be a string"),
+])
+def test_definitions_import_is_checked_before_anything_changes(doc: dict[str, Any],
+                                                               field: str) -> None:
+    from oxiedge.http.imports import check
+
+    with pytest.raises(BadRequest) as refused:
+        check(doc)
+    assert refused.value.reason.startswith(field)
+
+
+def test_definitions_import_applies_in_order_and_skips_unknown_users() -> None:
+    from oxiedge.http.imports import import_routes
+
+    router, view = Router(), FakeView()
+    import_routes(router, view)
+    doc = {"users": [{"name": "alice", "tags": "administrator,policymaker"},
+                     {"name": "guest", "tags": ["administrator"]}],
+           "permissions": [{"user": "alice", "vhost": "/", "configure": ".*", "write": ".*",
+                            "read": ".*"}],
+           "exchanges": [{"name": "x", "vhost": "/", "type": "topic", "durable": True}],
+           "queues": [{"name": "q", "vhost": "/", "durable": True, "arguments": {}}],
+           "bindings": [{"source": "x", "vhost": "/", "destination": "q",
+                         "destination_type": "queue", "routing_key": "k", "arguments": {}}],
+           "policies": [{"ignored": True}]}
+    r = _call(router, "POST", "/api/definitions", orjson.dumps(doc))
+    assert r.status == 200
+    assert orjson.loads(r.body)["skipped_users"] == ["guest"]
+    assert [name for name, _ in view.calls] == ["permissions.apply", "permissions.apply",
+                                                "exchange.declare", "queue.declare",
+                                                "binding.add"]
+    assert view.calls[0][1] == {"op": "tags", "args": {"user": "alice",
+                                                       "tags": ["administrator"]}}

@@ -113,6 +113,17 @@ class Args:
 
 #: An operation's adapter: the request's arguments in, a result (rows) out; may be async.
 Adapter = Callable[[Args], Any]
+#: How a streaming operation hands on one event (awaits the front end's back-pressure).
+Emit = Callable[[Any], Awaitable[None]]
+
+
+@dataclass(frozen=True, slots=True)
+class Streamed:
+    """An answer that is a stream of events (``oxiedge sub``): the front end calls
+    ``run(emit)``, which emits each event and returns the final result (or is cancelled
+    when the front end's client goes away)."""
+
+    run: Callable[[Emit], Awaitable[Any]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,6 +143,8 @@ class Operation:
 
         def handle(raw: dict[str, Any]) -> Any:
             result = self.adapter(Args(raw))
+            if isinstance(result, Streamed):
+                return result  # (the admin server streams it)
             if isinstance(result, Awaitable):
                 return _finish(result)
             return jsonable(result)

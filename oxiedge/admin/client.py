@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import socket
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -44,3 +45,32 @@ def call(socket_path: Path, op: str, args: dict[str, Any] | None = None,
     if not reply.get("ok"):
         raise AdminError(reply.get("error", "request failed"), reply.get("kind") or "")
     return reply.get("result")
+
+
+def call_stream(socket_path: Path, op: str, args: dict[str, Any],
+                on_event: Callable[[Any], None], timeout: float | None = None) -> Any:
+    """A streaming request (``oxiedge sub``): ``on_event(event)`` for each event line as it
+    arrives, then the final result (or ``AdminError``). ``timeout``: for the whole call
+    (None: none). Closing the connection (``KeyboardInterrupt``) ends the operation."""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        try:
+            sock.connect(str(socket_path))
+        except (FileNotFoundError, ConnectionRefusedError) as exc:
+            raise ServerNotRunning(str(socket_path)) from exc
+        except PermissionError as exc:
+            raise AdminError(f"permission denied on {socket_path}") from exc
+        sock.sendall(encode({"op": op, "args": args}))
+        sock.settimeout(timeout)
+        reader = sock.makefile("rb")
+        for line in reader:
+            reply = json.loads(line)
+            if "event" in reply:
+                on_event(reply["event"])
+                continue
+            if not reply.get("ok"):
+                raise AdminError(reply.get("error", "request failed"), reply.get("kind") or "")
+            return reply.get("result")
+        raise AdminError("the server closed the admin connection without answering")
+    finally:
+        sock.close()

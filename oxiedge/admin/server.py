@@ -19,7 +19,7 @@ import trio
 
 from .. import __version__
 from ..app import App
-from ..operations import OperationError, handlers
+from ..operations import OperationError, Streamed, handlers, jsonable
 from ..sizes import parse_memory_watermark, parse_size
 from ..store import QueryError, StoreError
 from ..store.format import FORMAT_VERSION
@@ -204,6 +204,8 @@ class AdminServer:
                 result = handler(args)
                 if inspect.isawaitable(result):
                     result = await result
+                if isinstance(result, Streamed):
+                    result = await _stream(stream, result)
                 reply = {"ok": True, "result": result}
             except OperationError as exc:
                 reply = {"ok": False, "error": str(exc), "kind": exc.kind}
@@ -216,6 +218,39 @@ class AdminServer:
                 await stream.send_all(encode(reply))
             except (trio.BrokenResourceError, trio.ClosedResourceError):
                 pass
+
+
+async def _stream(stream: trio.SocketStream, streamed: Streamed) -> Any:
+    """Send each event of ``streamed`` as an ``{"event": ...}`` line; returns its result.
+    The client sends nothing after its request, so the end of its input means it went
+    away: the operation is cancelled then (``oxiedge sub`` interrupted)."""
+    result: Any = None
+    failure: Exception | None = None
+
+    async def emit(event: Any) -> None:
+        await stream.send_all(encode({"event": jsonable(event)}))
+
+    async with trio.open_nursery() as nursery:
+
+        async def watch() -> None:
+            try:
+                while await stream.receive_some(4096):
+                    pass
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                pass
+            nursery.cancel_scope.cancel()
+
+        nursery.start_soon(watch)
+        try:
+            result = jsonable(await streamed.run(emit))
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            pass  # (the client went away while an event was sent)
+        except Exception as exc:  # raised below as it is, not in the nursery's group
+            failure = exc
+        nursery.cancel_scope.cancel()
+    if failure is not None:
+        raise failure
+    return result
 
 
 async def _read_line(stream: trio.SocketStream) -> bytes:

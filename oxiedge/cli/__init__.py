@@ -30,8 +30,8 @@ from .base import (
 #: as they use the helpers above.
 COMMAND_MODULES = ("oxiedge.cli.serve", "oxiedge.cli.documents", "oxiedge.cli.ingest",
                    "oxiedge.cli.amqp", "oxiedge.cli.mqtt", "oxiedge.cli.users",
-                   "oxiedge.cli.uplink", "oxiedge.cli.tls", "oxiedge.cli.check",
-                   "oxiedge.access.cli")
+                   "oxiedge.cli.pubsub", "oxiedge.cli.uplink", "oxiedge.cli.tls",
+                   "oxiedge.cli.check", "oxiedge.access.cli")
 for _name in COMMAND_MODULES:
     importlib.import_module(_name)
 

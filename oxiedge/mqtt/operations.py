@@ -15,12 +15,17 @@ Every change is committed before the answer.
 
 from __future__ import annotations
 
+import base64
+import math
+import secrets
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import trio
 
+from oxiedge.mqtt.localclient import LocalClientError, local_client
+from oxiedge.mqtt.packets import SUBACK_FAILURE, Publish
 from oxiedge.mqtt.protocol import MqttProtocol
 from oxiedge.mqtt.session import Message
 from oxiedge.mqtt.topics import valid_topic_name
@@ -28,13 +33,17 @@ from oxiedge.operations import (
     BAD_REQUEST,
     NOT_FOUND,
     REFUSED,
+    UNAVAILABLE,
     Args,
+    Emit,
     Operation,
     OperationError,
+    Streamed,
 )
 
 if TYPE_CHECKING:
     from oxiedge.mqtt.broker import Broker
+    from oxiedge.mqtt.connection import ConnectionHost
     from oxiedge.mqtt.session import Session
 
 #: How long ``client.kick`` waits for the connection to let go of its session.
@@ -84,6 +93,30 @@ class SubscriptionRow:
     connected: bool
 
 
+@dataclass(frozen=True, slots=True)
+class Published:
+    topic: str
+    qos: int
+    retain: bool
+    bytes: int
+
+
+@dataclass(frozen=True, slots=True)
+class Received:
+    """One message a local subscriber got (``oxiedge sub``); ``payload`` in base64."""
+    topic: str
+    payload: str
+    qos: int
+    retain: bool
+
+
+@dataclass(frozen=True, slots=True)
+class SubscriptionEnded:
+    received: int
+    granted: list[int]
+    timed_out: bool  # ``timeout`` passed (before ``count`` messages, if one was given)
+
+
 def _no_session(client: str) -> OperationError:
     return OperationError(f"no MQTT session of client {client!r} (see `oxiedge sessions`)",
                           NOT_FOUND)
@@ -93,10 +126,11 @@ class MqttOperations:
     """The MQTT operations on one broker (see the module docstring)."""
 
     def __init__(self, broker: Broker, commit: Callable[[], Awaitable[None]],
-                 uptime: Callable[[], float]) -> None:
+                 uptime: Callable[[], float], host: ConnectionHost | None = None) -> None:
         self.broker = broker
         self._commit = commit
         self._uptime = uptime  # seconds since the server started
+        self.host = host  # what a local client's connection is served by (pub, sub)
 
     def _session(self, client: str) -> Session:
         s = self.broker.sessions.get(client)
@@ -175,6 +209,63 @@ class MqttOperations:
                 for s in sorted(self.broker.sessions.values(), key=lambda s: s.client_id)
                 for flt, qos in sorted(s.subs.items())]
 
+    # -- a local client (``oxiedge pub`` / ``sub``, ``localclient.py``) ---------------------
+
+    def _local(self) -> ConnectionHost:
+        if self.host is None:
+            raise OperationError("no MQTT broker to connect to", UNAVAILABLE)
+        return self.host
+
+    async def publish(self, topic: str, payload: bytes, qos: int = 0, retain: bool = False,
+                      *, client_id: str | None = None, username: str | None = None,
+                      password: bytes | None = None) -> Published:
+        """Publish as a client of this broker would (its login, permissions, bounds);
+        returns once the broker acknowledged it (QoS 1 and 2: once durable)."""
+        host = self._local()
+        cid = client_id or f"oxiedge-pub-{secrets.token_hex(4)}"
+        try:
+            async with local_client(host, cid, username=username, password=password) as c:
+                await c.publish(topic, payload, qos, retain)
+        except LocalClientError as exc:
+            raise OperationError(str(exc), REFUSED) from None
+        return Published(topic, qos, retain, len(payload))
+
+    def subscribe(self, filters: list[str], qos: int = 0, *, count: int | None = None,
+                  timeout: float | None = None, client_id: str | None = None,
+                  clean: bool = True, username: str | None = None,
+                  password: bytes | None = None) -> Streamed:
+        """Subscribe as a client would and stream what arrives: until ``count`` messages,
+        ``timeout`` seconds, or the front end goes away (a clean session ends then)."""
+        host = self._local()
+        cid = client_id or f"oxiedge-sub-{secrets.token_hex(4)}"
+
+        async def run(emit: Emit) -> SubscriptionEnded:
+            received = 0
+
+            async def deliver(p: Publish) -> None:
+                nonlocal received
+                received += 1
+                await emit(Received(p.topic, base64.b64encode(p.payload).decode(), p.qos,
+                                    p.retain))
+
+            try:
+                async with local_client(host, cid, clean=clean, username=username,
+                                        password=password) as c:
+                    granted = await c.subscribe([(f, qos) for f in filters])
+                    refused = [f for f, code in zip(filters, granted, strict=False)
+                               if code == SUBACK_FAILURE]
+                    if refused:
+                        raise OperationError(
+                            f"subscription refused by the broker: {', '.join(refused)} (not "
+                            "permitted for this user, or over a subscription bound)", REFUSED)
+                    with trio.move_on_after(math.inf if timeout is None else timeout) as t:
+                        await c.receive(deliver, count)
+            except LocalClientError as exc:
+                raise OperationError(str(exc), REFUSED) from None
+            return SubscriptionEnded(received, list(granted), t.cancelled_caught)
+
+        return Streamed(run)
+
     def operations(self) -> list[Operation]:
         """This broker's entries of the operation table (``docs/operations.md``)."""
 
@@ -194,7 +285,42 @@ class MqttOperations:
             Operation("retained.clear", "clear a topic's retained message, or all",
                       lambda a: self.clear_retained(a.optional_text("topic"), a.flag("all")),
                       writes=True),
+            Operation("mqtt.publish", "publish as a local client (payload in base64)",
+                      lambda a: self.publish(
+                          a.text("topic", required=True), _payload(a),
+                          a.integer("qos", 0, high=2), a.flag("retain"), **_login(a)),
+                      writes=True),
+            Operation("mqtt.subscribe", "subscribe as a local client: a stream of messages",
+                      lambda a: self.subscribe(
+                          _filters(a), a.integer("qos", 0, high=2), count=_count(a),
+                          timeout=a.number("timeout"), clean=a.flag("clean", True),
+                          **_login(a))),
         ]
+
+
+def _login(a: Args) -> dict[str, Any]:
+    password = a.optional_text("password")
+    return {"client_id": a.optional_text("client_id"), "username": a.optional_text("username"),
+            "password": None if password is None else password.encode()}
+
+
+def _payload(a: Args) -> bytes:
+    try:
+        return base64.b64decode(a.text("payload", ""), validate=True)
+    except ValueError:
+        raise OperationError("argument 'payload' must be base64", BAD_REQUEST) from None
+
+
+def _filters(a: Args) -> list[str]:
+    raw = a.raw.get("filters")
+    if not isinstance(raw, list) or not raw or not all(isinstance(f, str) and f for f in raw):
+        raise OperationError("argument 'filters' must be a list of topic filters", BAD_REQUEST)
+    return raw
+
+
+def _count(a: Args) -> int | None:
+    count = a.integer("count", 0, low=0)
+    return count or None
 
 
 def _end(s: Session, reason: str) -> None:

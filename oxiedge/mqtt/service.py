@@ -73,7 +73,7 @@ class MqttService:
         #: What an operator may do (delete a session, kick a client...): the admin socket's
         #: and the HTTP API's one implementation.
         self.operations = MqttOperations(self.broker, app.store.commit,
-                                         lambda: time.time() - app.started_at)
+                                         lambda: time.time() - app.started_at, self)
 
     # ----------------------------------------------------------------- bridges
     def publish_from_bridge(

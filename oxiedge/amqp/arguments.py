@@ -1,9 +1,10 @@
 """Queue and exchange arguments: which exist, their checks, and what they set on a queue.
 
 RabbitMQ's reply codes: an invalid value is 406 PRECONDITION_FAILED (the channel closes);
-an argument oxiedge does not implement (``x-max-priority``, ``x-queue-type=stream``…) is
-540 NOT_IMPLEMENTED naming it, never a silent accept.  The semantics are described in
-``docs/rabbitmq-semantics.md``.
+an argument oxiedge does not implement (``x-queue-type=stream``…) is 540 NOT_IMPLEMENTED
+naming it, never a silent accept.  The few RabbitMQ itself accepts and ignores on one node
+(:data:`IGNORED_QUEUE_ARGS`: ``x-queue-mode: lazy``…) are accepted the same way.  The
+semantics are described in ``docs/rabbitmq-semantics.md``.
 """
 
 from __future__ import annotations
@@ -33,6 +34,8 @@ def text(v: Any) -> str:
 
 OVERFLOW_MODES = ("drop-head", "reject-publish", "reject-publish-dlx")
 QUEUE_TYPES = ("classic", "quorum")
+#: Queue leader placement strategies (RabbitMQ 3.x names and 4.x's ``balanced``).
+LOCATORS = ("client-local", "balanced", "min-masters", "random", "least-leaders")
 #: RabbitMQ 4.0+ gives every quorum queue a delivery limit of 20 unless one is set.
 QUORUM_DEFAULT_DELIVERY_LIMIT = 20
 
@@ -48,6 +51,21 @@ SUPPORTED_QUEUE_ARGS: dict[str, Callable[[Any], bool]] = {
     "x-dead-letter-routing-key": _is_str,
     "x-delivery-limit": _int_at_least(-1),  # -1 = unlimited (RabbitMQ 4.0)
 }
+
+#: Arguments RabbitMQ accepts that change nothing on one node (lazy mode is ignored since
+#: 3.12; leader placement and replication only matter in a cluster): accepted with
+#: RabbitMQ's value check, kept (and shown) with the queue, and otherwise ignored.
+IGNORED_QUEUE_ARGS: dict[str, Callable[[Any], bool]] = {
+    "x-queue-mode": lambda v: _is_str(v) and text(v) in ("default", "lazy"),
+    "x-queue-version": lambda v: v in (1, 2) and not isinstance(v, bool),
+    "x-queue-master-locator": lambda v: _is_str(v) and text(v) in LOCATORS,
+    "x-queue-leader-locator": lambda v: _is_str(v) and text(v) in LOCATORS,
+    "x-quorum-initial-group-size": _int_at_least(1),
+    "x-quorum-target-group-size": _int_at_least(1),
+    "x-max-in-memory-length": _int_at_least(0),
+    "x-max-in-memory-bytes": _int_at_least(0),
+}
+SUPPORTED_QUEUE_ARGS.update(IGNORED_QUEUE_ARGS)
 
 
 def check_queue_args(where: str, arguments: dict[str, Any], *, durable: bool,

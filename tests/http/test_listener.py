@@ -87,6 +87,9 @@ def test_credentials_and_tags(users_server: ServerProcess, client_for: Any) -> N
         assert r.json() == {"error": "not_authorised", "reason": reason}
     r = c.request("GET", "/metrics", headers={"Authorization": "Bearer abc"})
     assert r.status == 401 and "Basic" in r.json()["reason"]
+    logins = _status(users_server)["logins"]
+    assert logins["failures"] >= 2  # a wrong password and an unknown user: the login path
+    assert logins["tracked_users"] >= 1  # ... and its throttle, as for MQTT and AMQP
     for user, tags in (("admin", ["administrator"]), ("watcher", ["monitoring"]),
                        ("mgmt", ["management"])):
         who = c.get("/api/whoami", (user, f"{user}-pw"))

@@ -1,57 +1,73 @@
 #!/bin/bash
-# Build the oxiedge appliance image: one command, Debian bookworm, no loop mounts.
+# Build the oxiedge appliance image: one command, Debian 13 (trixie), no loop mounts.
 #
-#   image/build.sh [--arch arm64|amd64] [--board rpi|generic] [--out DIR] [--ssh-key FILE]
-#                  [--compress]
+#   image/build.sh [--suite trixie|bookworm] [--arch arm64|amd64] [--board rpi|generic]
+#                  [--out DIR] [--ssh-key FILE] [--compress] [--16k]
 #
-#   rpi      arm64 only: Raspberry Pi 3 / 4 / Zero 2 W (Debian raspi-firmware +
-#            linux-image-arm64), MBR: vfat RASPIFIRM + ext4 RASPIROOT + ext4 OXIDATA.
+#   suite    trixie (default: Python 3.13) or bookworm (Python 3.11, no Pi 5).
+#   rpi      arm64 only: Raspberry Pi 3 / 4 / 400 / CM4 / Zero 2 W and, on trixie, Pi 5 /
+#            500 / CM5 (Debian raspi-firmware + linux-image-arm64, on trixie from
+#            trixie-backports for the Pi 5's RP1 drivers), MBR: vfat RASPIFIRM + ext4
+#            RASPIROOT + ext4 OXIDATA.
 #   generic  the same root file system for emulators: arm64 (QEMU virt) or amd64
 #            (linux-image-cloud-amd64); QEMU boots it with the kernel and initrd written
 #            next to the image (direct kernel boot).
+#   --16k    generic arm64 with Debian's 16 KiB-page kernel (linux-image-arm64-16k, the
+#            page size of Apple-silicon machines under Asahi Linux); name ends in -16k.
 #
 # Output in DIR (default image/out): NAME.img, NAME.packages.txt (Debian + Python
 # packages), NAME.build.txt (step times and sizes), NAME.vmlinuz and NAME.initrd.img
 # (for QEMU). NAME = oxiedge-BOARD-ARCH. Needs root and the tools from image/deps.sh.
 # Two builds of one commit are bit-identical. Inputs: OXIEDGE_COMMIT (default HEAD, what
 # goes into the wheel), SOURCE_DATE_EPOCH (default: that commit's time), OXIEDGE_MIRROR
-# (e.g. a snapshot archive; default: mmdebstrap's Debian default with security and
-# updates), OXIEDGE_PIP_CONSTRAINTS (pin PyPI versions), OXIEDGE_WORKTREE=1 (build the
-# working tree instead of a commit).
+# (a Debian archive URL, e.g. a snapshot; default http://deb.debian.org/debian, plus
+# debian-security), OXIEDGE_PIP_CONSTRAINTS (PyPI pins; default image/constraints.txt),
+# OXIEDGE_WORKTREE=1 (build the working tree instead of a commit).
 set -euo pipefail
 
+SUITE=trixie
 ARCH=arm64
 BOARD=rpi
 OUT=
 SSH_KEY=
 COMPRESS=0
+PAGES_16K=0
 usage() {
     sed -n '2,/^set -euo/p' "$0" | grep '^#' | sed 's/^# \{0,1\}//' >&2
     exit 2
 }
 while [ $# -gt 0 ]; do
     case "$1" in
+        --suite) SUITE=$2; shift 2 ;;
         --arch) ARCH=$2; shift 2 ;;
         --board) BOARD=$2; shift 2 ;;
         --out) OUT=$2; shift 2 ;;
         --ssh-key) SSH_KEY=$(realpath "$2"); shift 2 ;;
         --compress) COMPRESS=1; shift ;;
+        --16k) PAGES_16K=1; shift ;;
         -h|--help) usage ;;
         *) echo "unknown argument: $1" >&2; usage ;;
     esac
 done
+case "$SUITE" in trixie|bookworm) ;; *) echo "--suite must be trixie or bookworm" >&2; exit 2 ;; esac
 case "$ARCH" in arm64|amd64) ;; *) echo "--arch must be arm64 or amd64" >&2; exit 2 ;; esac
 case "$BOARD" in rpi|generic) ;; *) echo "--board must be rpi or generic" >&2; exit 2 ;; esac
 if [ "$BOARD" = rpi ] && [ "$ARCH" != arm64 ]; then
     echo "--board rpi needs --arch arm64" >&2; exit 2
+fi
+if [ "$PAGES_16K" = 1 ] && [ "$BOARD-$ARCH" != generic-arm64 ]; then
+    echo "--16k needs --arch arm64 --board generic" >&2; exit 2
 fi
 [ "$(id -u)" = 0 ] || { echo "run as root (mmdebstrap --mode=root, file ownership)" >&2; exit 1; }
 
 HERE=$(cd "$(dirname "$0")" && pwd)
 REPO=$(cd "$HERE/.." && pwd)
 OUT=$(mkdir -p "${OUT:-$HERE/out}" && cd "${OUT:-$HERE/out}" && pwd)
+# The default suite keeps the historical name; another suite is in the name.
 NAME=oxiedge-$BOARD-$ARCH
-CACHE=${OXIEDGE_IMAGE_CACHE:-$HERE/cache}/$ARCH
+[ "$SUITE" = trixie ] || NAME=$NAME-$SUITE
+[ "$PAGES_16K" = 0 ] || NAME=$NAME-16k
+CACHE=${OXIEDGE_IMAGE_CACHE:-$HERE/cache}/$SUITE-$ARCH
 COMMIT=${OXIEDGE_COMMIT:-HEAD}   # what goes into the image (git archive)
 export SOURCE_DATE_EPOCH=${SOURCE_DATE_EPOCH:-$(git -C "$REPO" log -1 --format=%ct "$COMMIT" 2>/dev/null || date +%s)}
 export LC_ALL=C.UTF-8 TZ=UTC
@@ -77,7 +93,7 @@ STEP_START=0
 step() { STEP_NAME=$1; STEP_START=$(date +%s); echo "== $1" >&2; }
 done_step() { record "step $STEP_NAME: $(( $(date +%s) - STEP_START )) s${1:+, $1}"; }
 BUILD_START=$(date +%s)
-record "build $NAME, SOURCE_DATE_EPOCH=$SOURCE_DATE_EPOCH, commit $(git -C "$REPO" rev-parse --short "$COMMIT" 2>/dev/null || echo none)"
+record "build $NAME ($SUITE), SOURCE_DATE_EPOCH=$SOURCE_DATE_EPOCH, commit $(git -C "$REPO" rev-parse --short "$COMMIT" 2>/dev/null || echo none)"
 
 # --- 0. emulation for a foreign architecture (binfmt_misc + qemu-user-static, F flag)
 if [ "$ARCH" = arm64 ] && [ "$(dpkg --print-architecture)" != arm64 ]; then
@@ -87,34 +103,33 @@ if [ "$ARCH" = arm64 ] && [ "$(dpkg --print-architecture)" != arm64 ]; then
     fi
 fi
 
-# --- 1. the project's wheel (pure Python), built from this checkout
-#     From the committed tree (git archive $OXIEDGE_COMMIT): what a commit says is what the image
-#     holds, and no stale build/ directory leaks in. OXIEDGE_WORKTREE=1 takes the working
-#     tree instead (uncommitted changes, for development).
+# --- 1. the project's wheel (pure Python), built from this checkout (image/lib/wheel.sh)
 step wheel
-mkdir -p "$WORK/src"
-if [ "${OXIEDGE_WORKTREE:-0}" = 1 ] || ! git -C "$REPO" rev-parse HEAD >/dev/null 2>&1; then
-    tar -C "$REPO" --exclude=./.venv --exclude=./build --exclude=./.git --exclude='*.egg-info' \
-        --exclude=./image/out --exclude=./image/cache --exclude=__pycache__ -cf - . \
-        | tar -C "$WORK/src" -xf -
-else
-    git -C "$REPO" archive --format=tar "$COMMIT" | tar -C "$WORK/src" -xf -
-fi
-env -u PIP_FIND_LINKS PIP_CONFIG_FILE=/dev/null \
-    python3 -m pip wheel --quiet --no-deps --disable-pip-version-check -w "$WORK/wheel" "$WORK/src"
-WHEEL=$(ls "$WORK"/wheel/oxiedge-*.whl)
+. "$HERE/lib/wheel.sh"
+WHEEL=$(project_wheel "$REPO" "$WORK")
 done_step "$(basename "$WHEEL")"
 
 # --- 2. Debian root file system
 PACKAGES=(systemd systemd-sysv systemd-timesyncd systemd-resolved udev dbus kmod
     openssh-server sudo python3 cloud-guest-utils fdisk e2fsprogs dosfstools
     iproute2 iputils-ping less nano ca-certificates openssl initramfs-tools zstd)
+# Which kernel: Debian's own everywhere. The Pi 5 family (BCM2712 with the RP1 south
+# bridge: Ethernet, USB, GPIO) needs the RP1 drivers (rp1_pci, clk-rp1, pinctrl-rp1) that
+# mainline gained after trixie's 6.12: trixie-backports' linux-image-arm64 (7.x) has them
+# and the BCM2712 device trees (docs/appliance.md, "Boards").
+KERNEL_RPI=linux-image-arm64
+if [ "$SUITE" = trixie ]; then KERNEL_RPI=linux-image-arm64/trixie-backports; fi
 case "$BOARD-$ARCH" in
-    rpi-arm64) PACKAGES+=(linux-image-arm64 raspi-firmware firmware-brcm80211 wpasupplicant)
+    rpi-arm64) PACKAGES+=("$KERNEL_RPI" raspi-firmware firmware-brcm80211 wpasupplicant)
         MODULES="ext4 vfat nls_cp437 nls_ascii mmc_block sdhci_iproc bcm2835 sdhci_pltfm
-            dwc2 xhci_pci pcie_brcmstb reset_raspberrypi usb_storage uas nvme
-            virtio_blk virtio_pci virtio_mmio" ;;
-    generic-arm64) PACKAGES+=(linux-image-arm64)
+            sdhci_brcmstb dwc2 xhci_pci pcie_brcmstb reset_raspberrypi usb_storage uas nvme
+            virtio_blk virtio_pci virtio_mmio"
+        # Pi 5 root on SD (sdhci-brcmstb, in the SoC) or on USB/NVMe behind RP1.
+        if [ "$SUITE" = trixie ]; then
+            MODULES="$MODULES pinctrl_brcmstb_bcm2712 irq_bcm2712_mip gpio_brcmstb reset_brcmstb
+                rp1_pci clk_rp1 pinctrl_rp1 dwc3 xhci_plat_hcd macb"
+        fi ;;
+    generic-arm64) if [ "$PAGES_16K" = 1 ]; then PACKAGES+=(linux-image-arm64-16k); else PACKAGES+=(linux-image-arm64); fi
         MODULES="ext4 vfat nls_cp437 nls_ascii virtio_blk virtio_pci virtio_mmio virtio_net
             nvme usb_storage uas" ;;
     generic-amd64) PACKAGES+=(linux-image-cloud-amd64)
@@ -128,8 +143,14 @@ echo MODULES=list > \"\$1/etc/initramfs-tools/conf.d/oxiedge\"
 echo COMPRESS=zstd >> \"\$1/etc/initramfs-tools/conf.d/oxiedge\"
 echo '$(echo $MODULES)' > \"\$1/etc/initramfs-tools/oxiedge-modules\"
 install -m 0755 '$HERE/lib/initramfs-hook' \"\$1/etc/initramfs-tools/hooks/oxiedge-modules\""
-mirrors=()
-if [ -n "${OXIEDGE_MIRROR:-}" ]; then mirrors=("$OXIEDGE_MIRROR"); fi
+# Sources: the suite, its updates and security, and (trixie) backports for the Pi kernel;
+# all of them stay in the image's sources for upgrades.
+MIRROR=${OXIEDGE_MIRROR:-http://deb.debian.org/debian}
+SECURITY=${OXIEDGE_SECURITY_MIRROR:-http://deb.debian.org/debian-security}
+COMPONENTS="main non-free-firmware"
+mirrors=("deb $MIRROR $SUITE $COMPONENTS" "deb $MIRROR $SUITE-updates $COMPONENTS"
+    "deb $SECURITY $SUITE-security $COMPONENTS")
+if [ "$SUITE" = trixie ]; then mirrors+=("deb $MIRROR $SUITE-backports $COMPONENTS"); fi
 # Customization runs as mmdebstrap hooks, while the chroot still has /proc, /dev and the
 # firmware bind mount (the raspi-firmware kernel hook needs them).
 CUSTOMIZE="'$HERE/customize-rootfs.sh' \"\$1\" --board $BOARD${SSH_KEY:+ --ssh-key '$SSH_KEY'}"
@@ -161,7 +182,7 @@ mmdebstrap --mode=root --variant=apt --arch="$ARCH" \
     --customize-hook="date +%s > '$WORK/t-venv'" \
     --customize-hook='umount "$1/boot/firmware"' \
     --skip=download/empty \
-    bookworm "$ROOT" "${mirrors[@]}"
+    "$SUITE" "$ROOT" "${mirrors[@]}"
 record "step rootfs (mmdebstrap, packages): $(( $(cat "$WORK/t-packages") - STEP_START )) s, $(du -sh --exclude=opt/oxiedge "$ROOT" | cut -f1) root, $(du -sh "$FIRMWARE" | cut -f1) firmware"
 record "step customize: $(( $(cat "$WORK/t-customize") - $(cat "$WORK/t-packages") )) s"
 record "step venv: $(( $(cat "$WORK/t-venv") - $(cat "$WORK/t-customize") )) s, $(du -sh "$ROOT/opt/oxiedge" | cut -f1)"
@@ -169,7 +190,7 @@ record "step venv: $(( $(cat "$WORK/t-venv") - $(cat "$WORK/t-customize") )) s, 
 # --- 4. finalize: package list, no caches/logs, clamped times
 step finalize
 {
-    echo "# $NAME: Debian packages (name version arch)"
+    echo "# $NAME: Debian $SUITE packages (name version arch), from: ${mirrors[*]}"
     dpkg-query --admindir="$ROOT/var/lib/dpkg" -W -f '${Package} ${Version} ${Architecture}\n' | sort
     echo "# Python packages in /opt/oxiedge"
     find "$ROOT/opt/oxiedge/lib" -maxdepth 3 -name '*.dist-info' -printf '%f\n' \

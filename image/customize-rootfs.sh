@@ -101,6 +101,17 @@ if [ "$BOARD" = rpi ] && [ -f "$ROOT/etc/default/raspi-firmware" ]; then
     # (the kernel hook then writes them into /boot/firmware/cmdline.txt, see build.sh)
     defaults=$ROOT/etc/default/raspi-firmware
     sed -i -e '/^#\?ROOTPART=/d' -e '/^#\?CONSOLES=/d' "$defaults"
-    printf '\n# oxiedge appliance\nROOTPART=LABEL=RASPIROOT\nCONSOLES="ttyS1,115200 tty0"\n' >> "$defaults"
+    # ttyS1: the GPIO header's UART on Pi 3/4/Zero 2 W; ttyAMA10: the Pi 5's debug UART
+    # connector (a console that does not exist on a board is ignored by the kernel).
+    printf '\n# oxiedge appliance\nROOTPART=LABEL=RASPIROOT\nCONSOLES="ttyS1,115200 ttyAMA10,115200 tty0"\n' >> "$defaults"
+    # Appended to config.txt by the kernel hook. The firmware picks the device tree by board
+    # name; the Pi 500 (BCM2712 D0 stepping) has none of its own in Debian's kernel, so it
+    # gets the Pi 5 D0 one (same SoC and RP1; docs/appliance.md, "Boards").
+    cat > "$ROOT/etc/default/raspi-firmware-custom" <<'CUSTOM'
+# oxiedge appliance (image/customize-rootfs.sh)
+[pi500]
+device_tree=bcm2712-d-rpi-5-b.dtb
+[all]
+CUSTOM
 fi
 echo "customized $ROOT for board $BOARD (oxiedge uid $OX_UID, admin uid $ADMIN_UID)"

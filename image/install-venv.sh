@@ -16,7 +16,10 @@ case "$ARCH" in
     amd64) PLATFORM=manylinux2014_x86_64 ;;
     *) echo "unsupported arch $ARCH (rocksdict has no 32-bit wheels)" >&2; exit 2 ;;
 esac
-PY=${PY_VERSION:-3.11}          # bookworm's python3
+# The target's Python minor version: read from ROOT (/usr/bin/python3 -> python3.X), else
+# PY_VERSION (bookworm 3.11, trixie 3.13).
+PY=${PY_VERSION:-$(readlink "$ROOT/usr/bin/python3" 2>/dev/null | sed -n 's/^python\(3\.[0-9]*\)$/\1/p' || true)}
+PY=${PY:-3.11}
 PYTHON=${PYTHON:-python3}       # the host interpreter that runs pip
 VENV=/opt/oxiedge
 SITE=$VENV/lib/python$PY/site-packages
@@ -24,9 +27,12 @@ SITE=$VENV/lib/python$PY/site-packages
 rm -rf "$ROOT$VENV"
 install -d "$ROOT$SITE" "$ROOT$VENV/bin"
 # Only PyPI and the given wheel: no host pip.conf (extra indexes, constraints, find-links)
-# leaks into the image. OXIEDGE_PIP_CONSTRAINTS may pin versions for a repeatable build.
+# leaks into the image. Versions are pinned by image/constraints.txt (OXIEDGE_PIP_CONSTRAINTS
+# names another file; empty: unpinned).
+HERE=$(cd "$(dirname "$0")" && pwd)
 constraints=()
-if [ -n "${OXIEDGE_PIP_CONSTRAINTS:-}" ]; then constraints=(--constraint "$OXIEDGE_PIP_CONSTRAINTS"); fi
+CONSTRAINTS=${OXIEDGE_PIP_CONSTRAINTS-$HERE/constraints.txt}
+if [ -n "$CONSTRAINTS" ]; then constraints=(--constraint "$CONSTRAINTS"); fi
 env -u PIP_FIND_LINKS -u PIP_EXTRA_INDEX_URL -u PIP_INDEX_URL -u PIP_CONSTRAINT \
     PIP_CONFIG_FILE=/dev/null \
     "$PYTHON" -m pip install --quiet --disable-pip-version-check --root-user-action=ignore "${constraints[@]}" --no-compile --no-warn-script-location \
@@ -65,10 +71,19 @@ if __name__ == "__main__":
 LAUNCHER
 chmod 0755 "$ROOT$VENV/bin/oxiedge"
 
-# Byte-code compiled on the host: the target's root is read-only for the service
-# (ProtectSystem=strict), and hash-based .pyc files keep the image reproducible.
+# Byte-code compiled ahead: the target's root is read-only for the service
+# (ProtectSystem=strict), and hash-based .pyc files keep the image reproducible. With the
+# host's interpreter when it is the same minor version, else with the target's own inside
+# ROOT (trixie's 3.13 on a bookworm host; under qemu-user for arm64: slower, same bytes).
+# (Only the host's Debian interpreter: a pyenv shim on the PATH may name a version it lacks.)
 HOST_PY=/usr/bin/python$PY
-[ -x "$HOST_PY" ] || HOST_PY=$(command -v "python$PY")
-"$HOST_PY" -m compileall -q -j 0 --invalidation-mode checked-hash \
-    -s "$ROOT" -p / "$ROOT$SITE" >/dev/null
+if [ -x "$HOST_PY" ]; then
+    "$HOST_PY" -m compileall -q -j 0 --invalidation-mode checked-hash \
+        -s "$ROOT" -p / "$ROOT$SITE" >/dev/null
+elif [ -x "$ROOT/usr/bin/python$PY" ]; then
+    chroot "$ROOT" "/usr/bin/python$PY" -m compileall -q --invalidation-mode checked-hash \
+        "$SITE" >/dev/null
+else
+    echo "no python$PY on the host or in $ROOT to compile the byte code" >&2; exit 1
+fi
 echo "installed oxiedge venv into $ROOT$VENV ($(du -sh "$ROOT$VENV" | cut -f1))"

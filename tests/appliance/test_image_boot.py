@@ -42,8 +42,12 @@ IMAGE_DIR = REPO / "image"
 # OXIEDGE_BOOT_TARGET=rpi-arm64 runs the same checks on the Raspberry Pi image, booted on
 # QEMU's arm64 "virt" machine (its build alone takes ~13 min: reuse one with
 # OXIEDGE_IMAGE_OUT). Default: the amd64 generic image, built in ~1 min.
-BOARD, ARCH = os.environ.get("OXIEDGE_BOOT_TARGET", "generic-amd64").split("-")
-NAME = f"oxiedge-{BOARD}-{ARCH}"
+# OXIEDGE_BOOT_TARGET=generic-arm64-16k: the generic arm64 image with Debian's 16 KiB-page
+# kernel. OXIEDGE_BOOT_SUITE=bookworm: the Debian 12 image (default: trixie).
+BOARD, ARCH, *VARIANT = os.environ.get("OXIEDGE_BOOT_TARGET", "generic-amd64").split("-")
+SUITE = os.environ.get("OXIEDGE_BOOT_SUITE", "trixie")
+NAME = "-".join(["oxiedge", BOARD, ARCH, *([SUITE] if SUITE != "trixie" else []), *VARIANT])
+BUILD_FLAGS = ["--suite", SUITE, *(["--16k"] if VARIANT == ["16k"] else [])]
 QEMU = {
     "amd64": (["qemu-system-x86_64", "-machine", "q35"], "ttyS0"),
     "arm64": (["qemu-system-aarch64", "-machine", "virt", "-cpu", "cortex-a72"], "ttyAMA0"),
@@ -137,7 +141,8 @@ def image(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = Path(reuse) if reuse else tmp_path_factory.mktemp("image")
     out.mkdir(parents=True, exist_ok=True)
     build = subprocess.run(
-        [str(IMAGE_DIR / "build.sh"), "--arch", ARCH, "--board", BOARD, "--out", str(out)],
+        [str(IMAGE_DIR / "build.sh"), "--arch", ARCH, "--board", BOARD, *BUILD_FLAGS,
+         "--out", str(out)],
         capture_output=True, text=True, timeout=1800, check=False,
     )
     (out / "build.log").write_text(build.stdout + build.stderr)

@@ -1,8 +1,9 @@
-"""Every runtime dependency installs on the appliance: a cp311 manylinux aarch64 wheel.
+"""Every runtime dependency installs on the appliance: manylinux aarch64 wheels for cp311
+(bookworm) and cp313 (trixie), at the versions image/constraints.txt pins.
 
-The image installs the venv from the host with `pip --platform` and binary wheels only
-(image/install-venv.sh): a dependency that needs a compiler on the Pi breaks the image.
-Needs the package index; skips cleanly when offline.
+The image and the .deb install the venv from the host with `pip --platform` and binary
+wheels only (image/install-venv.sh): a dependency that needs a compiler on the Pi breaks the
+image. Needs the package index; skips cleanly when offline.
 """
 
 from __future__ import annotations
@@ -14,7 +15,11 @@ import sys
 import tomllib
 from pathlib import Path
 
-from .conftest import REPO, skip_if_offline
+import pytest
+
+from .conftest import IMAGE, REPO, skip_if_offline
+
+CONSTRAINTS = IMAGE / "constraints.txt"
 
 
 def runtime_requirements() -> list[str]:
@@ -26,7 +31,23 @@ def canonical(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
 
 
-def test_every_runtime_dependency_has_an_aarch64_cp311_wheel(tmp_path: Path) -> None:
+def pins() -> dict[str, str]:
+    lines = (line.split("#")[0].strip() for line in CONSTRAINTS.read_text().splitlines())
+    return {canonical(name): version
+            for name, _, version in (line.partition("==") for line in lines if line)}
+
+
+def test_constraints_pin_every_runtime_dependency_exactly() -> None:
+    pinned = pins()
+    assert all(pinned.values()), "every line of image/constraints.txt is NAME==VERSION"
+    for requirement in runtime_requirements():
+        name = canonical(re.split(r"[\s<>=!~;\[]", requirement, maxsplit=1)[0])
+        assert name in pinned, f"{name} is not pinned in image/constraints.txt"
+
+
+@pytest.mark.parametrize("python", ["3.11", "3.13"])
+def test_every_runtime_dependency_has_an_aarch64_wheel(tmp_path: Path, python: str) -> None:
+    abi = "cp" + python.replace(".", "")
     requirements = runtime_requirements()
     assert requirements, "pyproject.toml lists no runtime dependency"
     env = {k: v for k, v in os.environ.items() if not k.startswith("PIP_FIND_LINKS")}
@@ -34,7 +55,8 @@ def test_every_runtime_dependency_has_an_aarch64_cp311_wheel(tmp_path: Path) -> 
     proc = subprocess.run(
         [sys.executable, "-m", "pip", "download", "--quiet", "--disable-pip-version-check",
          "--only-binary=:all:", "--platform", "manylinux2014_aarch64",
-         "--python-version", "3.11", "--implementation", "cp", "--abi", "cp311",
+         "--python-version", python, "--implementation", "cp", "--abi", abi,
+         "--constraint", str(CONSTRAINTS),
          "--retries", "2", "--timeout", "30", "-d", str(tmp_path), *requirements],
         capture_output=True, text=True, timeout=300, env=env, check=False,
     )
@@ -48,8 +70,12 @@ def test_every_runtime_dependency_has_an_aarch64_cp311_wheel(tmp_path: Path) -> 
         assert name in names, f"{requirement}: no wheel downloaded"
     for wheel in wheels:
         tags = wheel[: -len(".whl")].split("-")[-3:]
-        python, abi, plat = tags
+        tag_python, tag_abi, plat = tags
         if plat == "any":
             continue  # pure Python
         assert "aarch64" in plat and "manylinux" in plat, wheel
-        assert "cp311" in python.split(".") or abi == "abi3", wheel
+        assert abi in tag_python.split(".") or tag_abi == "abi3", wheel
+    pinned = pins()
+    for wheel in wheels:
+        name, version = wheel.split("-")[:2]
+        assert pinned.get(canonical(name)) == version, f"{wheel}: not the pinned version"

@@ -71,11 +71,12 @@ def _with_injected_fault(fn: Callable[[], object]) -> Callable[[], object]:
 
 
 class _Round:
-    __slots__ = ("done", "error")
+    __slots__ = ("done", "error", "number")
 
-    def __init__(self) -> None:
+    def __init__(self, number: int) -> None:
         self.done = trio.Event()
         self.error: BaseException | None = None
+        self.number = number  # the batch's generation (``GroupCommitter.generation``)
 
 
 class _SyncThread:
@@ -155,7 +156,12 @@ class GroupCommitter:
         self._db = db
         self._before_write = before_write
         self.batch = WriteBatch(raw_mode=True)
-        self._round = _Round()  # the round of ``batch`` (not started yet)
+        #: the generation of ``batch``: each batch gets the next number when it is created
+        self.generation = 1
+        #: every batch of this generation or older is synced (0: none yet)
+        self.synced_generation = 0
+        self._deferred = False  # ``before_write`` has work even if ``batch`` is empty
+        self._round = _Round(1)  # the round of ``batch`` (not started yet)
         self._syncing: _Round | None = None  # the round whose sync is in flight
         self._leading = False  # a commit() task waits for the sync in flight itself
         self._requested = False  # someone waits for (or kicked) the pending batch
@@ -189,7 +195,18 @@ class GroupCommitter:
 
     @property
     def pending(self) -> bool:
-        return not self.batch.is_empty()
+        return self._deferred or not self.batch.is_empty()
+
+    def defer(self) -> None:
+        """``before_write`` has operations to stage into the next round (coalesced range
+        deletes, queue counters): that round runs even if nothing else is staged."""
+        self._deferred = True
+
+    def _next_batch(self) -> None:
+        """Swap in an empty batch of the next generation (the caller holds the old one)."""
+        self.generation += 1
+        self.batch, self._round = WriteBatch(raw_mode=True), _Round(self.generation)
+        self._deferred = False
 
     def kick(self) -> None:
         """Have the staged operations committed soon, without waiting for them."""
@@ -206,7 +223,7 @@ class GroupCommitter:
             raise CommitError(f"durable writes stopped: {self._failure}") from self._failure
         if not self._running:
             raise CommitError("the group committer is not running")
-        if not self.batch.is_empty():
+        if self.pending:
             round_ = self._round
             if self._syncing is None:
                 self._start_round()
@@ -229,14 +246,16 @@ class GroupCommitter:
 
     def _start_round(self) -> None:
         """Write the pending batch (unsynced) and have the sync thread sync it."""
-        batch, round_ = self.batch, self._round
-        self.batch, self._round = WriteBatch(raw_mode=True), _Round()
         self._requested = False
+        batch, round_ = self.batch, self._round
         try:
-            if self._failure is not None:
-                raise CommitError(f"durable writes stopped: {self._failure}")
-            if self._before_write is not None:
-                self._before_write(batch)
+            try:
+                if self._failure is not None:
+                    raise CommitError(f"durable writes stopped: {self._failure}")
+                if self._before_write is not None:  # it stages into ``batch`` (not swapped)
+                    self._before_write(batch)
+            finally:
+                self._next_batch()
             count = batch.len()
             self._db.write(batch)
         except Exception as exc:
@@ -258,11 +277,12 @@ class GroupCommitter:
         if error is None:
             self.ops += self._count
             self.rounds += 1
+            self.synced_generation = round_.number
         else:
             self._fail(error)
             round_.error = error
         round_.done.set()  # only now: every waiter of the round is after its WAL sync
-        if self._requested and not self.batch.is_empty():
+        if self._requested and self.pending:
             self._start_round()
             if self._syncing is not None and self._wake is not None:
                 self._wake.set()  # nobody leads this round: the committer waits for it
@@ -322,7 +342,7 @@ class GroupCommitter:
                 with trio.CancelScope(shield=True):
                     error = await self._sync_thread.wait_done()
                 self._finish_round(error)
-            elif self._requested and not self.batch.is_empty():
+            elif self._requested and self.pending:
                 self._start_round()
             else:
                 self._requested = False
@@ -334,22 +354,24 @@ class GroupCommitter:
         Only for code without a running event loop to freeze; raises ``CommitError``.
         """
         if self._failure is not None:
-            if not self.batch.is_empty():
+            if self.pending:
                 raise CommitError(f"durable writes stopped: {self._failure}")
             return
-        batch, round_ = self.batch, self._round
-        self.batch, self._round = WriteBatch(raw_mode=True), _Round()
-        if batch.is_empty():
-            round_.done.set()
+        if not self.pending:
             return
+        batch, round_ = self.batch, self._round
         try:
-            if self._before_write is not None:
-                self._before_write(batch)
+            try:
+                if self._before_write is not None:  # it stages into ``batch`` (not swapped)
+                    self._before_write(batch)
+            finally:
+                self._next_batch()
             count = batch.len()
             self._db.write(batch)
             self._db.flush_wal(True)
             self.ops += count
             self.rounds += 1
+            self.synced_generation = round_.number
         except Exception as exc:
             self._fail(exc)
             round_.error = exc

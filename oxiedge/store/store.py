@@ -7,7 +7,6 @@ or ``store.commit_blocking()`` (CLI without a running server). See ``committer.p
 
 from __future__ import annotations
 
-import struct
 import threading
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import asynccontextmanager
@@ -20,6 +19,7 @@ from rocksdict import ReadOptions, WriteBatch
 from . import encoding as enc
 from . import format as fmt
 from . import quarantine
+from .catalog import Collection, load_catalog
 from .committer import GroupCommitter
 from .index import IndexCatalog
 from .names import StoreError, validate_collection_name
@@ -27,16 +27,6 @@ from .query import compile_filter, parse_sort, sort_docs
 from .rocks import COLUMN_FAMILIES, SMALL, MemoryProfile, existing_families, open_db
 
 ViewFn = Callable[[], Iterable[dict[str, Any]]]
-
-
-class _Collection:
-    __slots__ = ("cid", "count", "name", "next_id")
-
-    def __init__(self, name: str, cid: int, next_id: int, count: int) -> None:
-        self.name = name
-        self.cid = cid
-        self.next_id = next_id
-        self.count = count
 
 
 class Store:
@@ -53,10 +43,10 @@ class Store:
         names = [n for n in COLUMN_FAMILIES if not read_only or n in on_disk]
         self._cf = {name: self.db.get_column_family_handle(name) for name in names}
         self._cf_read = {name: self.db.get_column_family(name) for name in self._cf}
-        self._collections: dict[str, _Collection] = {}
         self._dirty: set[str] = set()
         self._views: dict[str, list[ViewFn]] = {}
-        self.committer = GroupCommitter(self.db, before_write=self._write_counters)
+        self.committer = GroupCommitter(self.db, before_write=self._before_write)
+        self._deferred: list[Callable[[], None]] = []
         self.quarantined_now = 0  # records moved aside (or skipped, read-only) by this process
         self.recent_quarantine: list[tuple[str, bytes, str]] = []
         self.quarantined_keys: set[tuple[str, bytes]] = set()
@@ -68,7 +58,9 @@ class Store:
         except fmt.StoreFormatError:
             self.close(commit=False)
             raise
-        self._load_catalog()
+        self._collections, dirty = load_catalog(self._cf_read["meta"], self._cf_read["docs"],
+                                                self.quarantine)
+        self._dirty |= dirty
         self.docs_read = 0  # documents decoded by reads (shows what an index saved)
         self.indexes = IndexCatalog(self)
         if not read_only and self.committer.pending:
@@ -107,44 +99,6 @@ class Store:
             finally:
                 nursery.cancel_scope.cancel()
 
-    # ------------------------------------------------------------------ catalog
-    def _load_catalog(self) -> None:
-        meta = self._cf_read["meta"]
-        ro = ReadOptions()
-        ro.set_iterate_upper_bound(b"d")
-        taken: set[int] = set()
-        for key, value in meta.items(from_key=b"c", read_opt=ro):
-            raw_key, raw_value = cast(bytes, key), cast(bytes, value)
-            try:
-                name = validate_collection_name(raw_key[1:].decode())
-                cid = enc.decode_doc(0, raw_value)["id"]
-                if type(cid) is not int or not 0 < cid < 1 << 32 or cid in taken:
-                    raise ValueError(f"bad collection id {cid!r}")
-            except (ValueError, KeyError, TypeError) as exc:
-                # Its documents stay where they are (the id is unknown or shared); a
-                # collection created under the same name later gets a fresh id.
-                self.quarantine("meta", raw_key, raw_value, f"collection catalog entry: {exc}")
-                continue
-            taken.add(cid)
-            raw = meta.get(enc.counters_key(cid))
-            try:
-                next_id, count = enc.decode_counters(raw) if raw is not None else (1, 0)
-            except (ValueError, struct.error) as exc:
-                self.quarantine("meta", enc.counters_key(cid), raw, f"collection counters: {exc}")
-                next_id, count = 1, sum(1 for _ in self._doc_keys(cid))
-                self._dirty.add(name)
-            # Never reuse an id: also look at the last stored key of the collection.
-            last = self._last_doc_id(cid)
-            if last is not None and last >= next_id:
-                next_id = last + 1
-            self._collections[name] = _Collection(name, cid, next_id, count)
-
-    def _doc_keys(self, cid: int) -> Iterator[bytes]:
-        ro = ReadOptions()
-        ro.set_iterate_upper_bound(enc.collection_prefix(cid + 1))
-        for key in self._cf_read["docs"].keys(from_key=enc.collection_prefix(cid), read_opt=ro):
-            yield cast(bytes, key)
-
     # ---------------------------------------------------------------- quarantine
     def has_family(self, cf: str) -> bool:
         return cf in self._cf
@@ -175,7 +129,7 @@ class Store:
             return
         self._quarantine_doc_record(c, key, cast(bytes, raw), f"{coll} document {doc_id}: {reason}")
 
-    def _quarantine_doc_record(self, c: _Collection, key: bytes, raw: bytes, reason: str) -> None:
+    def _quarantine_doc_record(self, c: Collection, key: bytes, raw: bytes, reason: str) -> None:
         if threading.get_ident() != self._owner_thread:
             self._in_owner_thread(self._quarantine_doc_record, c, key, raw, reason)
             return
@@ -185,7 +139,7 @@ class Store:
             c.count -= 1
             self._dirty.add(c.name)
 
-    def _decode(self, c: _Collection, doc_id: int, key: bytes, raw: bytes
+    def _decode(self, c: Collection, doc_id: int, key: bytes, raw: bytes
                 ) -> dict[str, Any] | None:
         try:
             doc = enc.decode_doc(doc_id, raw)
@@ -200,24 +154,12 @@ class Store:
             out["unknown_families"] = list(self.unknown_families)
         return out
 
-    def _last_doc_id(self, cid: int) -> int | None:
-        ro = ReadOptions()
-        ro.set_iterate_upper_bound(enc.collection_prefix(cid + 1))
-        for key in self._cf_read["docs"].keys(
-            backwards=True, from_key=enc.collection_prefix(cid) + b"\xff" * 8, read_opt=ro
-        ):
-            raw_key = cast(bytes, key)
-            if raw_key[:4] == enc.collection_prefix(cid):
-                return enc.doc_id_of(raw_key)
-            return None
-        return None
-
-    def _collection(self, name: str, create: bool) -> _Collection | None:
+    def _collection(self, name: str, create: bool) -> Collection | None:
         coll = self._collections.get(name)
         if coll is None and create:
             validate_collection_name(name)
             cid = max((c.cid for c in self._collections.values()), default=0) + 1
-            coll = _Collection(name, cid, 1, 0)
+            coll = Collection(name, cid, 1, 0)
             self._collections[name] = coll
             self.committer.batch.put(
                 enc.catalog_key(name), enc.encode_doc({"id": cid}), self._cf["meta"]
@@ -225,7 +167,11 @@ class Store:
             self._dirty.add(name)
         return coll
 
-    def _write_counters(self, batch: WriteBatch) -> None:
+    def _before_write(self, batch: WriteBatch) -> None:
+        """The round's last staging: what was deferred (``defer``), then the counters."""
+        deferred, self._deferred = self._deferred, []
+        for fn in deferred:
+            fn()
         meta = self._cf["meta"]
         for name in self._dirty:
             coll = self._collections.get(name)
@@ -427,6 +373,12 @@ class Store:
     def stage_delete_range(self, cf: str, start: bytes, end: bytes) -> None:
         self.committer.batch.delete_range(start, end, self._cf[cf])
 
+    def defer(self, fn: Callable[[], None]) -> None:
+        """Have ``fn`` stage its operations (once) just before the next round is written;
+        that round runs even if nothing else is staged (``qlog.py``: one per round)."""
+        self._deferred.append(fn)
+        self.committer.defer()
+
     def get_raw(self, cf: str, key: bytes) -> bytes | None:
         value = self._cf_read[cf].get(key)
         return None if value is None else bytes(value)
@@ -441,6 +393,22 @@ class Store:
         first = start if start is not None and start > prefix else prefix
         for key, value in self._cf_read[cf].items(from_key=first, read_opt=ro):
             yield cast(bytes, key), cast(bytes, value)
+
+    def iter_range(self, cf: str, start: bytes, end: bytes) -> Iterator[tuple[bytes, bytes]]:
+        """``(key, value)`` pairs of ``cf`` with ``start <= key < end``, in key order."""
+        ro = ReadOptions()
+        ro.set_iterate_upper_bound(end)
+        for key, value in self._cf_read[cf].items(from_key=start, read_opt=ro):
+            yield cast(bytes, key), cast(bytes, value)
+
+    def last_key(self, cf: str, start: bytes, end: bytes) -> bytes | None:
+        """The greatest key of ``cf`` in ``[start, end)``, or None."""
+        ro = ReadOptions()
+        ro.set_iterate_upper_bound(end)
+        for key in self._cf_read[cf].keys(backwards=True, from_key=end, read_opt=ro):
+            raw = cast(bytes, key)
+            return raw if start <= raw < end else None
+        return None
 
     def compact(self, cf: str, start: bytes | None = None, end: bytes | None = None) -> None:
         """Compact a key range (drops tombstones after a queue drained)."""

@@ -1,0 +1,466 @@
+"""One queue's messages in RocksDB, in delivery order, with a bounded window in memory.
+
+Theory of operation
+-------------------
+A queue is a run of records ``prefix + seq`` (8 bytes big-endian) in one column family, so
+key order is delivery order; the value is whatever its owner encodes (an MQTT message
+record, an AMQP message). Every record is *staged* into the group commit's batch
+(``committer.py``) by ``append``: nothing of it is acknowledged before that round's sync.
+A seq lives in exactly one of five places, in this order::
+
+    out      popped (sent), not acknowledged yet: seq -> size, in seq order
+    ready    the window: the next messages to deliver, decoded, in memory
+    disk     [disk_from, disk_to): on disk only, nothing of them in memory
+    fresh    appended beyond the window, kept in memory until their batch is synced
+    (tail)   one past the newest seq
+
+A consumer that keeps up never leaves ``ready`` (or is handed its message at once with
+``append_sent``): no read-back, no extra allocation. Messages beyond the window (an offline
+MQTT session: all of them) wait in ``fresh`` until their batch is synced and then cost
+nothing in memory but the queue's counters; they join ``disk``. When ``ready`` runs empty,
+``_read_back`` reads the next window from ``disk_from`` with one iterator (seek to the key,
+bounded by ``disk_to``: the walk starts above every tombstone of the acknowledged head)
+and sequential reads, never one ``get`` per message. Only synced records are dropped from
+memory and read back, so a delivery that must wait for its round (an MQTT QoS 2 ``Hold``)
+is never read back early.
+
+Removal: an acknowledged or dropped seq below every live seq (the usual case: in order)
+only moves ``deleted_to``; the records below it are removed with one ``delete_range`` per
+round, staged by ``_flush`` just before the round is written (``Store.defer``), together
+with the queue's metadata record ``meta_key`` = floor, tail, count, bytes (8 bytes BE
+each). An acknowledgement out of order stages a point delete at once.
+
+Recovery (``recover``) reads the metadata record, seeks to the first key at or above the
+floor and to the last key: head, tail, count and bytes without reading the backlog. A
+record missing or inconsistent with the keys found (a data dir written before this
+layout) costs one scan of the keys, once. A record that does not decode when it is read
+back is quarantined (``store.quarantine``: moved aside, counted, logged) and delivery goes
+on with the next one.
+
+Without a store (a clean MQTT session, ``--no-mqtt-persist``) the queue lives in ``ready``
+alone, with the same API and counters.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections import deque
+from collections.abc import Callable, Iterator
+from typing import Generic, Protocol, TypeVar
+
+from .encoding import prefix_end
+
+_SEQ = struct.Struct(">Q")
+_META = struct.Struct(">QQQQ")  # floor, tail, count, bytes
+#: The window of a queue whose consumer is attached: messages, bytes (whichever first).
+WINDOW = 1024
+WINDOW_BYTES = 1 << 20
+
+
+class Generations(Protocol):
+    """The batch numbers of the group committer (``GroupCommitter``)."""
+
+    generation: int  # the batch being staged now
+    synced_generation: int  # every batch up to this one is synced
+
+
+class LogStore(Protocol):
+    """What a queue log needs of ``oxiedge.store.Store``."""
+
+    @property
+    def committer(self) -> Generations: ...
+    def stage_put(self, cf: str, key: bytes, value: bytes) -> None: ...
+    def stage_delete_key(self, cf: str, key: bytes) -> None: ...
+    def stage_delete_range(self, cf: str, start: bytes, end: bytes) -> None: ...
+    def get_raw(self, cf: str, key: bytes) -> bytes | None: ...
+    def iter_range(self, cf: str, start: bytes, end: bytes) -> Iterator[tuple[bytes, bytes]]: ...
+    def last_key(self, cf: str, start: bytes, end: bytes) -> bytes | None: ...
+    def quarantine(self, cf: str, key: bytes, value: bytes | None, reason: str) -> bool: ...
+    def defer(self, fn: Callable[[], None]) -> None: ...
+
+
+class Entry(Protocol):
+    """A queued message as its owner keeps it in memory."""
+
+    @property
+    def seq(self) -> int: ...
+
+
+E = TypeVar("E", bound=Entry)
+
+
+class Codec(Protocol[E]):
+    """How the owner turns a record into its message, and what a message counts."""
+
+    def decode(self, seq: int, value: bytes) -> E | None:
+        """The message of a record read back; None: skip it (removed, counted as
+        ``skipped``); raises ValueError for a record that does not decode."""
+        ...
+
+    def size(self, item: E) -> int:
+        """What ``item`` counts in the queue's ``bytes``."""
+        ...
+
+    def raw_size(self, value: bytes) -> int:
+        """What a record counts in ``bytes`` (recovery, quarantine; never raises)."""
+        ...
+
+
+class QueueLog(Generic[E]):
+    """One queue: append, peek / pop, ack, drop the oldest, recover (module docstring)."""
+
+    __slots__ = ("_closed", "_dirty", "_end", "bytes", "cf", "codec", "count", "deleted_to",
+                 "disk_from", "disk_to", "flushed_to", "fresh", "meta_key", "out",
+                 "out_bytes", "prefix", "quarantined", "read_back", "ready", "ready_bytes",
+                 "skipped", "store", "tail", "window", "window_bytes")  # fmt: skip
+
+    def __init__(self, codec: Codec[E], store: LogStore | None = None, cf: str = "",
+                 prefix: bytes = b"", meta_key: bytes = b"", window: int = WINDOW,
+                 window_bytes: int = WINDOW_BYTES) -> None:
+        self.codec = codec
+        self.store = store
+        self.cf = cf
+        self.prefix = prefix
+        self.meta_key = meta_key
+        self._end = prefix_end(prefix) if prefix else None
+        self.window = max(1, window)
+        self.window_bytes = window_bytes
+        self.ready: deque[E] = deque()
+        self.ready_bytes = 0
+        self.disk_from = self.disk_to = 0
+        self.fresh: deque[tuple[int, E]] = deque()  # (batch generation, message)
+        self.out: dict[int, int] = {}  # seq -> size, popped and not acknowledged
+        self.out_bytes = 0
+        self.count = 0  # every live record: out + ready + disk + fresh
+        self.bytes = 0
+        self.tail = 0
+        self.deleted_to = 0  # every seq below is removed (its range delete maybe deferred)
+        self.flushed_to = 0  # ... and staged as a range delete up to here
+        self.quarantined = 0  # records read back that did not decode
+        self.skipped = 0  # records the codec refused on read-back (removed)
+        self.read_back = 0  # messages read back from disk
+        self._dirty = False
+        self._closed = False
+
+    # ------------------------------------------------------------------- sizes
+    def __len__(self) -> int:
+        """Messages waiting to be delivered (popped ones excluded)."""
+        return self.count - len(self.out)
+
+    @property
+    def queued_bytes(self) -> int:
+        return self.bytes - self.out_bytes
+
+    def key(self, seq: int) -> bytes:
+        return self.prefix + _SEQ.pack(seq)
+
+    # ------------------------------------------------------------------ append
+    def append(self, item: E, size: int, value: bytes, keep: bool = True) -> None:
+        """Queue ``item`` (seq above every other) and stage its record ``value``. ``keep``
+        False: the consumer is away, leave it to the disk once its batch is synced."""
+        self.count += 1
+        self.bytes += size
+        self.tail = item.seq + 1
+        store = self.store
+        if store is None:
+            self.ready.append(item)
+            self.ready_bytes += size
+            return
+        store.stage_put(self.cf, self.prefix + _SEQ.pack(item.seq), value)
+        if not self._dirty:
+            self._touch()
+        fresh = self.fresh
+        if (keep and not fresh and self.disk_to == self.disk_from
+                and len(self.ready) < self.window and self.ready_bytes < self.window_bytes):
+            self.ready.append(item)
+            self.ready_bytes += size
+            return
+        committer = store.committer
+        fresh.append((committer.generation, item))
+        if fresh[0][0] <= committer.synced_generation:
+            self._settle()
+
+    def append_sent(self, seq: int, size: int, value: bytes) -> None:
+        """Record a message handed to the consumer at once (nothing else was waiting)."""
+        self.count += 1
+        self.bytes += size
+        self.tail = seq + 1
+        self.out[seq] = size
+        self.out_bytes += size
+        store = self.store
+        if store is not None:
+            store.stage_put(self.cf, self.prefix + _SEQ.pack(seq), value)
+            if not self._dirty:
+                self._touch()
+
+    def _settle(self) -> None:
+        """Let go of the fresh messages whose batch is synced: they are on disk now."""
+        store = self.store
+        assert store is not None
+        synced = store.committer.synced_generation
+        fresh = self.fresh
+        while fresh and fresh[0][0] <= synced:
+            seq = fresh.popleft()[1].seq
+            if self.disk_to == self.disk_from:
+                self.disk_from = seq
+            self.disk_to = seq + 1
+
+    # -------------------------------------------------------------- delivering
+    def peek(self) -> E | None:
+        """The next message to deliver (read back from disk if need be), or None."""
+        ready = self.ready
+        if ready:
+            return ready[0]
+        if self.count == len(self.out) or self.store is None:
+            return None
+        self._refill()
+        return ready[0] if ready else None
+
+    def pop(self) -> E:
+        """Take the message ``peek`` returned: it is out until ``ack``."""
+        item = self.ready.popleft()
+        size = self.codec.size(item)
+        self.ready_bytes -= size
+        self.out[item.seq] = size
+        self.out_bytes += size
+        return item
+
+    def _refill(self) -> None:
+        if self.fresh:
+            self._settle()
+        if self.disk_to > self.disk_from:
+            self._read_back()
+            if self.ready:
+                return
+        fresh, ready = self.fresh, self.ready
+        size = self.codec.size
+        while fresh and len(ready) < self.window:  # not synced yet, but in memory
+            item = fresh.popleft()[1]
+            ready.append(item)
+            self.ready_bytes += size(item)
+
+    def _read_back(self) -> None:
+        """Read the next window from disk: one seek, sequential reads (module docstring)."""
+        store = self.store
+        assert store is not None
+        codec, ready, n, cf = self.codec, self.ready, 0, self.cf
+        width = len(self.prefix) + _SEQ.size
+        next_from = self.disk_to
+        for key, value in store.iter_range(cf, self.key(self.disk_from), self.key(self.disk_to)):
+            if len(key) != width:  # cannot come from ``append``: moved aside, not served
+                self._lost(key, value, f"queue key of {len(key)} bytes")
+                continue
+            seq = _SEQ.unpack_from(key, width - _SEQ.size)[0]
+            try:
+                item = codec.decode(seq, value)
+            except ValueError as exc:  # UnicodeDecodeError too
+                self._lost(key, value, f"queued message {seq}: {exc}")
+                continue
+            if item is None:
+                self.skipped += 1
+                self._gone(seq, codec.raw_size(value))
+                continue
+            ready.append(item)
+            self.ready_bytes += codec.size(item)
+            n += 1
+            if n >= self.window or self.ready_bytes >= self.window_bytes:
+                next_from = seq + 1
+                break
+        self.disk_from = next_from
+        self.read_back += n
+
+    def _lost(self, key: bytes, value: bytes, reason: str) -> None:
+        assert self.store is not None
+        self.store.quarantine(self.cf, key, value, reason)
+        self.quarantined += 1
+        self.count = max(0, self.count - 1)
+        self.bytes = max(0, self.bytes - self.codec.raw_size(value))
+        self._touch()
+
+    def _gone(self, seq: int, size: int) -> None:
+        """``seq`` (read back, never out) leaves the queue without being delivered."""
+        self.count = max(0, self.count - 1)
+        self.bytes = max(0, self.bytes - size)
+        self._removed(seq)
+        self._touch()
+
+    # ----------------------------------------------------------------- removal
+    def ack(self, seq: int) -> bool:
+        """The consumer is done with an out ``seq``; False if it is not out."""
+        size = self.out.pop(seq, None)
+        if size is None:
+            return False
+        self.out_bytes -= size
+        self.count -= 1
+        self.bytes = max(0, self.bytes - size)
+        if self.store is not None:
+            self._removed(seq)
+            if not self._dirty:
+                self._touch()
+        return True
+
+    def drop_oldest(self) -> E | None:
+        """Remove the oldest message not delivered yet (a bound); None if there is none."""
+        item = self.peek()
+        if item is None:
+            return None
+        self.ready.popleft()
+        size = self.codec.size(item)
+        self.ready_bytes -= size
+        self.count -= 1
+        self.bytes -= size
+        if self.store is not None:
+            self._removed(item.seq)
+            self._touch()
+        return item
+
+    def remove_where(self, doomed: Callable[[E], bool]) -> list[E]:
+        """Remove the waiting messages in memory for which ``doomed`` is true (the disk
+        part is left to the codec's ``decode`` when it is read back)."""
+        removed = [item for item in self.ready if doomed(item)]
+        if removed:
+            self.ready = deque(item for item in self.ready if not doomed(item))
+        gone = [pair for pair in self.fresh if doomed(pair[1])]
+        if gone:
+            self.fresh = deque(pair for pair in self.fresh if not doomed(pair[1]))
+            removed += [item for _gen, item in gone]
+        if not removed:
+            return removed
+        size = self.codec.size
+        self.ready_bytes = sum(size(item) for item in self.ready)
+        for item in removed:
+            self.count -= 1
+            self.bytes -= size(item)
+            if self.store is not None:
+                self._removed(item.seq)
+        self._touch()
+        return removed
+
+    def _floor(self) -> int:
+        """The smallest live seq (``tail`` when the queue is empty)."""
+        if self.out:
+            return next(iter(self.out))
+        if self.ready:
+            return self.ready[0].seq
+        if self.disk_to > self.disk_from:
+            return self.disk_from
+        if self.fresh:
+            return self.fresh[0][1].seq
+        return self.tail
+
+    def _removed(self, seq: int) -> None:
+        """Its record goes: with the run below the floor (deferred range), or alone."""
+        floor = self._floor()
+        if seq < floor:
+            if floor > self.deleted_to:
+                self.deleted_to = floor
+        else:
+            assert self.store is not None
+            self.store.stage_delete_key(self.cf, self.prefix + _SEQ.pack(seq))
+
+    def _touch(self) -> None:
+        """Have ``_flush`` run before the next round is written (once per round)."""
+        if not self._dirty and self.store is not None and not self._closed:
+            self._dirty = True
+            self.store.defer(self._flush)
+
+    def _flush(self) -> None:
+        """Stage the run removed since the last round and the metadata record."""
+        self._dirty = False
+        store = self.store
+        if self._closed or store is None:
+            return
+        if self.deleted_to > self.flushed_to:
+            store.stage_delete_range(self.cf, self.key(self.flushed_to), self.key(self.deleted_to))
+            self.flushed_to = self.deleted_to
+        # (Never negative: a quarantined record counts its raw size, a guess.)
+        store.stage_put(self.cf, self.meta_key, _META.pack(
+            self.deleted_to, self.tail, max(0, self.count), max(0, self.bytes)))
+
+    def close(self) -> None:
+        """The owner removes every record (a deleted session): stage nothing more."""
+        self._closed = True
+        self.ready.clear()
+        self.fresh.clear()
+        self.ready_bytes = 0
+
+    # ------------------------------------------------------------------- views
+    def newest_in_memory(self) -> E | None:
+        """The newest waiting message if it is in memory (None: on disk, or none)."""
+        if self.fresh:
+            return self.fresh[-1][1]
+        if self.disk_to > self.disk_from:
+            return None
+        return self.ready[-1] if self.ready else None
+
+    def __iter__(self) -> Iterator[E]:
+        """The waiting messages in order, disk ones decoded (admin and tests; changes
+        nothing: a record that does not decode is left for the read-back to quarantine)."""
+        yield from list(self.ready)
+        store = self.store
+        if store is not None and self.disk_to > self.disk_from:
+            width = len(self.prefix) + _SEQ.size
+            for key, value in store.iter_range(self.cf, self.key(self.disk_from),
+                                               self.key(self.disk_to)):
+                if len(key) != width:
+                    continue
+                try:
+                    item = self.codec.decode(_SEQ.unpack_from(key, width - _SEQ.size)[0], value)
+                except ValueError:
+                    continue
+                if item is not None:
+                    yield item
+        yield from [item for _gen, item in self.fresh]
+
+    # ---------------------------------------------------------------- recovery
+    def recover(self) -> None:
+        """Find this queue's head, tail, count and bytes on disk (module docstring); every
+        record found is waiting on disk afterwards."""
+        store = self.store
+        assert store is not None and self._end is not None
+        meta: tuple[int, int, int, int] | None = None
+        raw = store.get_raw(self.cf, self.meta_key)
+        if raw is not None and len(raw) == _META.size:
+            meta = _META.unpack(raw)
+        elif raw is not None:
+            store.quarantine(self.cf, self.meta_key, raw, f"queue counters of {len(raw)} bytes")
+        width = len(self.prefix) + _SEQ.size
+        floor = meta[0] if meta is not None else 0
+        head = next(iter(store.iter_range(self.cf, self.key(floor), self._end)), None)
+        last = store.last_key(self.cf, self.prefix, self._end) if head is not None else None
+        first_seq = last_seq = -1
+        if head is not None and last is not None and len(head[0]) == len(last) == width:
+            first_seq = _SEQ.unpack_from(head[0], width - _SEQ.size)[0]
+            last_seq = _SEQ.unpack_from(last, width - _SEQ.size)[0]
+        if meta is not None and (
+                (head is None and meta[2] == 0)
+                or (first_seq >= floor and 0 <= last_seq < meta[1]
+                    and 0 < meta[2] <= last_seq - first_seq + 1)):
+            self.tail, self.count, self.bytes = meta[1], meta[2], meta[3]
+        else:
+            first_seq, last_seq = self._scan()
+            self.tail = max(last_seq + 1, meta[1] if meta is not None else 0)
+            self._touch()
+        if self.count:
+            self.disk_from, self.disk_to = first_seq, last_seq + 1
+            self.deleted_to = self.flushed_to = first_seq
+        else:
+            self.deleted_to = self.flushed_to = self.tail
+
+    def _scan(self) -> tuple[int, int]:
+        """Count every record (no usable metadata); ``(first seq, last seq)``, -1 if none."""
+        store = self.store
+        assert store is not None and self._end is not None
+        width = len(self.prefix) + _SEQ.size
+        first = last = -1
+        self.count = self.bytes = 0
+        for key, value in store.iter_range(self.cf, self.prefix, self._end):
+            if len(key) != width:
+                store.quarantine(self.cf, key, value, f"queue key of {len(key)} bytes")
+                continue
+            seq = _SEQ.unpack_from(key, width - _SEQ.size)[0]
+            first = seq if first < 0 else first
+            last = seq
+            self.count += 1
+            self.bytes += self.codec.raw_size(value)
+        return first, last

@@ -15,13 +15,12 @@ from __future__ import annotations
 
 import itertools
 import secrets
-from collections import deque
 from collections.abc import Callable, Iterable
 from typing import Any
 
 from oxiedge.mqtt import persist
 from oxiedge.mqtt.packets import SUBACK_FAILURE
-from oxiedge.mqtt.persist import CF, RawStore
+from oxiedge.mqtt.persist import RawStore
 from oxiedge.mqtt.replay import RetainedReplay
 from oxiedge.mqtt.retain import Retained, RetainedStore
 from oxiedge.mqtt.router import (
@@ -31,7 +30,7 @@ from oxiedge.mqtt.router import (
     Router,
     filter_levels,
 )
-from oxiedge.mqtt.session import Hold, Limits, Message, Outlet, Pending, Session, Stats
+from oxiedge.mqtt.session import Hold, Limits, Outlet, Session, Stats
 from oxiedge.mqtt.topics import TopicTrie, topic_filter_problem, topic_limit_problem
 from oxiedge.staged import Fanout
 
@@ -116,7 +115,7 @@ class Broker:
             return 0, 0
         max_owner = 0
         pending = 0
-        for rs in persist.load_sessions(store, self.limits.queue_limit):
+        for rs in persist.load_sessions(store):
             s = Session(rs.client_id, False, rs.owner, self.limits, self.stats, store)
             s.user = rs.user
             if rs.user is not None and self.reader_for is not None:
@@ -126,21 +125,16 @@ class Broker:
                 s.subs[flt] = qos
                 self.router.subscriptions.add(flt, s, qos)
                 self.router.levels += filter_levels(flt)
-            for seq, qos, retain, topic, payload in rs.messages:
-                # Possibly sent before the restart: re-deliveries carry DUP (MQTT-3.3.1-1).
-                m = Message(topic, payload)
-                s.queue.append(Pending(seq, m, qos, retain, True))
-                s.queue_bytes += len(payload) + len(m.topic_b)
-            before = s.dropped
+            # Counters, head and tail only: the messages stay on disk until delivered.
+            s.queue.recover()
+            while len(s.queue) > self.limits.queue_limit:  # a lowered --mqtt-queue-limit
+                s.drop_oldest()
             s.trim_queue_bytes()  # a lowered --mqtt-queue-bytes: drop (and delete) the oldest
-            pending -= s.dropped - before
             for seq in rs.rel:
                 s.rel[persist.packet_id_of(seq)] = seq
             s.recover_qos2(rs.rx2)
-            s.next_seq = rs.next_seq
-            s.dropped += rs.surplus
-            self.stats.dropped += rs.surplus
-            pending += len(rs.messages)
+            s.next_seq = max(s.queue.tail, rs.next_seq)
+            pending += len(s.queue)
             self.sessions[s.client_id] = s
         self.router.clear_routes()
         self._owners = itertools.count(max_owner + 1)
@@ -228,6 +222,7 @@ class Broker:
     # ---------------------------------------------------------------- permissions
     def set_acl(self, s: Session, acl: Any) -> None:
         """The client now attached to ``s`` reads with ``acl`` (``access.Grants``)."""
+        s.queue.codec.reader = None  # (``drop_unreadable`` sets it when the rules apply)
         if s.acl is not acl:
             s.acl = acl
             if self.router.acl_active:
@@ -242,26 +237,18 @@ class Broker:
         acl = s.acl
         if not self.router.acl_active or acl is None or not (s.queue or s.inflight):
             return 0
-        dropped: list[Pending] = []
-        keep: deque[Pending] = deque()
-        for p in s.queue:
-            # A held delivery belongs to a commit round still open: it stays, its release
-            # path expects it (routed this very burst, under the current rules).
-            if p.held or acl.may_read(p.msg.topic):
-                keep.append(p)
-            else:
-                dropped.append(p)
-                s.queue_bytes -= len(p.msg.payload) + len(p.msg.topic_b)
-        if dropped:
-            s.queue = keep
+        # A held delivery belongs to a commit round still open: it stays, its release
+        # path expects it (routed this very burst, under the current rules). The part of
+        # the queue on disk is checked when it is read back (``PendingCodec.reader``).
+        dropped = len(s.queue.remove_where(
+            lambda p: not p.held and not acl.may_read(p.msg.topic)))
+        s.queue.codec.reader = acl
         for pid, p in list(s.inflight.items()):
             if not acl.may_read(p.msg.topic):
                 del s.inflight[pid]
-                dropped.append(p)
-        if s.store is not None:
-            for p in dropped:
-                s.store.stage_delete_key(CF, persist.msg_key(s.owner_b, p.seq))
-        return len(dropped)
+                s.queue.ack(p.seq)
+                dropped += 1
+        return dropped
 
     def acl_changed(self, active: bool) -> None:
         """The permission rules changed: cached routes were filtered by the old ones."""
@@ -365,7 +352,7 @@ class Broker:
                 replay.filter = None
                 replay.topics = []
                 continue
-            if conn.out_bytes >= out_limit or (s.queue and not s.queue[-1].held):
+            if conn.out_bytes >= out_limit or s.queue.waiting():
                 # The writer calls again once the buffer drained / acks came back. (Held
                 # QoS 2 copies wait for their commit, not for the window: go on.)
                 break

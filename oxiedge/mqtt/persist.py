@@ -15,6 +15,8 @@ key                          value                                              
 ``r`` owner seq              empty: PUBREC received, PUBCOMP awaited (``rel``)   ``rel``
 ``x`` owner packet id (H)    arrival number (Q; empty before 2026-12): inbound   ``rx2``
                              QoS 2 received, PUBREL awaited
+``c`` owner                  the queue's counters (``store/qlog.py``): floor,    ``session``
+                             tail, count, bytes (Q each)                         (``queued``)
 ``t`` topic (UTF-8)          QoS (B), payload                                    ``retain``
 ==========================  ==================================================  ==========
 
@@ -41,13 +43,13 @@ documents for ``oxiedge find``.
 from __future__ import annotations
 
 import base64
-from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from oxiedge.mqtt.topics import topic_filter_problem
 from oxiedge.store.encoding import prefix_end
+from oxiedge.store.qlog import LogStore
 
 CF = "mqtt"
 SESSION = b"s"
@@ -55,20 +57,17 @@ MSG = b"m"
 REL = b"r"
 RX2 = b"x"
 RETAIN = b"t"
+COUNT = b"c"
 
 _Q = 8  # bytes of owner / seq
 
 
-class RawStore(Protocol):
-    """The part of ``oxiedge.store.Store`` this module uses."""
+class RawStore(LogStore, Protocol):
+    """The part of ``oxiedge.store.Store`` the MQTT broker uses (``LogStore``: its queues)."""
 
-    def stage_put(self, cf: str, key: bytes, value: bytes) -> None: ...
-    def stage_delete_key(self, cf: str, key: bytes) -> None: ...
-    def stage_delete_range(self, cf: str, start: bytes, end: bytes) -> None: ...
     def iter_raw(
         self, cf: str, prefix: bytes = b"", start: bytes | None = None
     ) -> Iterator[tuple[bytes, bytes]]: ...
-    def quarantine(self, cf: str, key: bytes, value: bytes | None, reason: str) -> bool: ...
 
 
 def packet_id_of(seq: int) -> int:
@@ -86,6 +85,10 @@ def msg_key(owner_b: bytes, seq: int) -> bytes:
 
 def rel_key(owner_b: bytes, seq: int) -> bytes:
     return REL + owner_b + seq.to_bytes(_Q, "big")
+
+
+def count_key(owner_b: bytes) -> bytes:
+    return COUNT + owner_b
 
 
 def rx2_key(owner_b: bytes, packet_id: int) -> bytes:
@@ -186,16 +189,21 @@ def check_session(key: bytes, value: bytes) -> tuple[str, int, dict[str, int], s
     return client_id, owner, subs, user
 
 
-def check_msg(key: bytes, value: bytes) -> tuple[int, int, bool, str, bytes]:
-    """``(seq, qos, retain, topic, payload)`` of a message record, validated."""
-    if len(key) != 1 + 2 * _Q:
-        raise ValueError(f"message key of {len(key)} bytes")
+def check_msg_value(value: bytes) -> tuple[int, bool, str, bytes]:
+    """``(qos, retain, topic, payload)`` of a message record's value, validated."""
     if len(value) < 3 or 3 + int.from_bytes(value[1:3], "big") > len(value):
         raise ValueError("message header does not match its length")
     qos, retain, topic, payload = decode_msg(value)
     _check_qos(qos)
     _check_topic(topic)
-    return int.from_bytes(key[1 + _Q :], "big"), qos, retain, topic, payload
+    return qos, retain, topic, payload
+
+
+def check_msg(key: bytes, value: bytes) -> tuple[int, int, bool, str, bytes]:
+    """``(seq, qos, retain, topic, payload)`` of a message record, validated."""
+    if len(key) != 1 + 2 * _Q:
+        raise ValueError(f"message key of {len(key)} bytes")
+    return (int.from_bytes(key[1 + _Q :], "big"), *check_msg_value(value))
 
 
 def check_retained(key: bytes, value: bytes) -> tuple[str, int, bytes]:
@@ -227,7 +235,8 @@ def _owners(store: RawStore, kind: bytes) -> set[int]:
 
 def _quarantine_orphans(store: RawStore, known: set[int]) -> None:
     """Move aside the records of owners without a session (theirs was quarantined)."""
-    for kind, what in ((MSG, "message"), (REL, "PUBREL obligation"), (RX2, "inbound QoS 2")):
+    for kind, what in ((MSG, "message"), (REL, "PUBREL obligation"), (RX2, "inbound QoS 2"),
+                       (COUNT, "queue counters")):
         for owner in _owners(store, kind) - known:
             for key, value in store.iter_raw(CF, kind + owner_bytes(owner)):
                 store.quarantine(CF, bytes(key), bytes(value),
@@ -238,6 +247,7 @@ def stage_delete_session(store: RawStore, client_id: str, owner: int) -> None:
     """Stage removal of a session and every record it owns."""
     ob = owner_bytes(owner)
     store.stage_delete_key(CF, session_key(client_id))
+    store.stage_delete_key(CF, count_key(ob))
     for kind in (MSG, REL, RX2):
         end = prefix_end(kind + ob)
         assert end is not None  # the kind byte is never 0xff
@@ -246,29 +256,26 @@ def stage_delete_session(store: RawStore, client_id: str, owner: int) -> None:
 
 @dataclass
 class RecoveredSession:
-    """A persistent session as found on disk."""
+    """A persistent session as found on disk (its queued messages stay there: the
+    session's ``SessionQueue.recover`` reads only their counters, head and tail)."""
 
     client_id: str
     owner: int
     subs: dict[str, int]
     user: str | None = None  # "" anonymous; None: not recorded (a format-1 record)
-    # (seq, qos, retain, topic, payload) in seq order, at most the queue bound
-    messages: list[tuple[int, int, bool, str, bytes]] = field(default_factory=list)
     rel: list[int] = field(default_factory=list)  # seqs awaiting PUBCOMP
     # inbound packet id awaiting PUBREL -> its arrival number (``rx2_value``; 0 if unknown)
     rx2: dict[int, int] = field(default_factory=dict)
-    surplus: int = 0  # message records over the bound, deleted on recovery
 
     @property
     def next_seq(self) -> int:
-        last = max([m[0] for m in self.messages[-1:]] + self.rel[-1:], default=-1)
-        return last + 1
+        """One past the newest PUBREL obligation (the queue knows its own tail)."""
+        return self.rel[-1] + 1 if self.rel else 0
 
 
-def load_sessions(store: RawStore, queue_limit: int | None) -> list[RecoveredSession]:
-    """Read every persistent session; with ``queue_limit``, keep only the newest messages
-    of each and stage the deletion of the older surplus (caller commits). Without it only
-    quarantine moves are staged (``view_documents`` reads a live store this way)."""
+def load_sessions(store: RawStore) -> list[RecoveredSession]:
+    """Read every persistent session record with its QoS 2 state (not its messages).
+    Only quarantine moves are staged (``view_documents`` reads a live store this way)."""
     out: list[RecoveredSession] = []
     bad_session = False
     for key, value in store.iter_raw(CF, SESSION):
@@ -280,22 +287,6 @@ def load_sessions(store: RawStore, queue_limit: int | None) -> list[RecoveredSes
             continue
         rs = RecoveredSession(client_id, owner, subs, user)
         ob = owner_bytes(owner)
-        kept: deque[tuple[bytes, bytes]] = deque(maxlen=queue_limit)
-        total = 0
-        first_key: bytes | None = None
-        for mkey, mval in store.iter_raw(CF, MSG + ob):
-            if first_key is None:
-                first_key = bytes(mkey)
-            kept.append((bytes(mkey), bytes(mval)))
-            total += 1
-        if kept and total > len(kept) and first_key is not None:
-            rs.surplus = total - len(kept)
-            store.stage_delete_range(CF, first_key, kept[0][0])
-        for mkey, mval in kept:
-            try:
-                rs.messages.append(check_msg(mkey, mval))
-            except ValueError as exc:
-                _quarantine(store, mkey, mval, f"message of session {client_id!r}", exc)
         for rkey, rval in store.iter_raw(CF, REL + ob):
             if len(rkey) == 1 + 2 * _Q:
                 rs.rel.append(int.from_bytes(rkey[1 + _Q :], "big"))
@@ -355,15 +346,21 @@ def _payload_fields(payload: bytes) -> dict[str, Any]:
 
 def view_documents(store: RawStore) -> Iterator[dict[str, Any]]:
     """Every MQTT record on disk in document shape (the ``_mqtt`` view)."""
-    for rs in load_sessions(store, None):  # no bound: stages nothing
+    for rs in load_sessions(store):
+        messages = []
+        for mkey, mval in store.iter_raw(CF, MSG + owner_bytes(rs.owner)):
+            try:
+                messages.append(check_msg(mkey, mval))
+            except ValueError as exc:
+                _quarantine(store, mkey, mval, f"message of session {rs.client_id!r}", exc)
         doc: dict[str, Any] = {"_kind": "session", "client": rs.client_id, "owner": rs.owner,
-                               "subscriptions": len(rs.subs), "queued": len(rs.messages)}
+                               "subscriptions": len(rs.subs), "queued": len(messages)}
         if rs.user is not None:  # a format-1 record does not know its user
             doc["user"] = rs.user or None  # anonymous: null
         yield doc
         for flt, qos in rs.subs.items():
             yield {"_kind": "sub", "client": rs.client_id, "filter": flt, "qos": qos}
-        for seq, qos, retain, topic, payload in rs.messages:
+        for seq, qos, retain, topic, payload in messages:
             yield {"_kind": "msg", "client": rs.client_id, "seq": seq, "topic": topic,
                    "qos": qos, "retain": retain, **_payload_fields(payload)}  # fmt: skip
         for seq in rs.rel:

@@ -7,6 +7,10 @@ QoS 1/2 take this path::
     inflight (sent, PUBACK/PUBREC awaited; window ``max_inflight``) -> rel (PUBREL sent,
     PUBCOMP awaited)
 
+The queue is a ``SessionQueue`` (``queue.py``, a store-level queue log): a durable session
+keeps a bounded window of it in memory and the rest on disk only, so an offline session's
+backlog costs its counters, not its messages.
+
 Every queued/in-flight message of a durable session has a record ``(owner, seq)`` on
 disk from the moment it is routed (staged in the publisher's commit round) until the
 subscriber's PUBACK/PUBREC deletes it. QoS 0 deliveries go straight to the connection and
@@ -25,16 +29,18 @@ Nothing here awaits: the connection task owns the I/O and the commits.
 
 from __future__ import annotations
 
-from collections import deque
 from typing import TYPE_CHECKING, Protocol
 
 from oxiedge.mqtt import persist
 from oxiedge.mqtt.bounds import Limits, Stats
 from oxiedge.mqtt.encode import encode_publish, encode_pubrel
 from oxiedge.mqtt.persist import CF, packet_id_of
+from oxiedge.mqtt.queue import Message, Pending, Reader, SessionQueue
 
 if TYPE_CHECKING:
     from oxiedge.mqtt.replay import RetainedReplay
+
+__all__ = ["Hold", "Limits", "Message", "Outlet", "Pending", "Reader", "Session", "Stats"]
 
 
 class Outlet(Protocol):
@@ -43,44 +49,6 @@ class Outlet(Protocol):
     out_bytes: int
 
     def write(self, data: bytes) -> None: ...
-
-
-class Reader(Protocol):
-    """The read check of a session's client (``oxiedge.access.grants.Grants``)."""
-
-    def may_read(self, topic: str) -> bool: ...
-
-
-class Message:
-    """One published message, shared by every session it is delivered to."""
-
-    __slots__ = ("payload", "qos0", "topic", "topic_b")
-
-    def __init__(self, topic: str, payload: bytes, topic_b: bytes | None = None) -> None:
-        self.topic = topic
-        self.topic_b = topic.encode("utf-8") if topic_b is None else topic_b
-        self.payload = payload
-        self.qos0: bytes | None = None  # the QoS 0 PUBLISH bytes, encoded once for fan-out
-
-    def qos0_bytes(self) -> bytes:
-        raw = self.qos0
-        if raw is None:
-            raw = self.qos0 = encode_publish(self.topic_b, self.payload)
-        return raw
-
-
-class Pending:
-    """A message owed to one session at QoS 1 or 2."""
-
-    __slots__ = ("dup", "held", "msg", "qos", "retain", "seq")
-
-    def __init__(self, seq: int, msg: Message, qos: int, retain: bool, dup: bool) -> None:
-        self.seq = seq
-        self.msg = msg
-        self.qos = qos
-        self.retain = retain
-        self.dup = dup
-        self.held = False  # True: its commit round is still open (see ``Hold``)
 
 
 class Hold:
@@ -135,7 +103,6 @@ class Session:
         "owner",
         "owner_b",
         "queue",
-        "queue_bytes",
         "rel",
         "replay",
         "rx2",
@@ -163,8 +130,8 @@ class Session:
         self.stats = stats
         self.store = store  # None: nothing of this session goes to disk
         self.subs: dict[str, int] = {}
-        self.queue: deque[Pending] = deque()
-        self.queue_bytes = 0  # topic + payload bytes of ``queue`` (--mqtt-queue-bytes)
+        # Messages not sent yet, and (durable) the records of those in flight.
+        self.queue = SessionQueue(store, self.owner_b)
         # Retained messages still owed to new subscriptions (MQTT-3.8.4-3), sent at the
         # pace of the output buffer and the in-flight window: see ``RetainedReplay``.
         self.replay: RetainedReplay | None = None
@@ -210,7 +177,10 @@ class Session:
         p = Pending(seq, msg, qos, retain, False)
         store = self.store
         queue, limits, conn = self.queue, self.limits, self.conn
-        if not queue and hold is None and conn is not None:
+        size = len(msg.payload) + len(msg.topic_b)
+        value = b"" if store is None else persist.encode_msg(qos, retain, msg.topic_b,
+                                                             msg.payload)  # fmt: skip
+        if hold is None and conn is not None and queue.count == len(queue.out):
             # Nothing queued (the common case): what ``pump`` does with a queue of this one
             # message, without queueing it. Where ``pump`` would wait, it is queued below.
             inflight, rel = self.inflight, self.rel
@@ -218,23 +188,14 @@ class Session:
             if (len(inflight) + len(rel) < limits.max_inflight
                     and conn.out_bytes < limits.out_limit
                     and pid not in inflight and pid not in rel):  # fmt: skip
-                if store is not None:
-                    store.stage_put(CF, persist.msg_key(self.owner_b, seq),
-                                    persist.encode_msg(qos, retain, msg.topic_b, msg.payload))
+                queue.append_sent(seq, size, value)
                 self._send(conn, p, pid)
                 return store is not None
         if len(queue) >= limits.queue_limit:
-            self._drop_oldest()
-        queue.append(p)
-        self.queue_bytes += len(msg.payload) + len(msg.topic_b)
-        if self.queue_bytes > limits.queue_bytes:
+            self.drop_oldest()
+        queue.append(p, size, value, conn is not None)
+        if queue.bytes - queue.out_bytes > limits.queue_bytes:
             self.trim_queue_bytes()
-        if store is not None:
-            store.stage_put(
-                CF,
-                persist.msg_key(self.owner_b, seq),
-                persist.encode_msg(qos, retain, msg.topic_b, msg.payload),
-            )
         if hold is not None:
             p.held = True
             hold.pending.append((self, p))
@@ -242,11 +203,16 @@ class Session:
             self.pump()
         return store is not None
 
+    @property
+    def queue_bytes(self) -> int:
+        """Topic + payload bytes of the messages not sent yet (--mqtt-queue-bytes)."""
+        return self.queue.queued_bytes
+
     def trim_queue_bytes(self) -> None:
         """Drop the oldest queued messages until the queue fits ``queue_bytes`` again;
         the newest message is always kept (one message never exceeds the packet bound)."""
-        while self.queue_bytes > self.limits.queue_bytes and len(self.queue) > 1:
-            self._drop_oldest()
+        while self.queue.queued_bytes > self.limits.queue_bytes and len(self.queue) > 1:
+            self.drop_oldest()
             self.stats.dropped_queue_bytes += 1
 
     def send_qos0(self, data: bytes) -> None:
@@ -260,33 +226,31 @@ class Session:
         else:
             self.stats.dropped_qos0 += 1
 
-    def _drop_oldest(self) -> None:
-        old = self.queue.popleft()
-        self.queue_bytes -= len(old.msg.payload) + len(old.msg.topic_b)
-        self.dropped += 1
-        self.stats.dropped += 1
-        if self.store is not None:
-            self.store.stage_delete_key(CF, persist.msg_key(self.owner_b, old.seq))
+    def drop_oldest(self) -> None:
+        """Drop the oldest message not sent yet (a queue bound), counted."""
+        if self.queue.drop_oldest() is not None:
+            self.dropped += 1
+            self.stats.dropped += 1
 
     def pump(self) -> None:
         """Send queued messages while the in-flight window and the output buffer allow."""
         conn = self.conn
         queue = self.queue
-        if conn is None or not queue:
+        if conn is None or queue.count == len(queue.out):
             return
         inflight, rel, limits = self.inflight, self.rel, self.limits
-        while queue and len(inflight) + len(rel) < limits.max_inflight:
+        while len(inflight) + len(rel) < limits.max_inflight:
             if conn.out_bytes >= limits.out_limit:
                 return  # the writer calls pump() again once the buffer drained
-            p = queue[0]
+            p = queue.peek()  # (a window read back from disk when the memory part is empty)
+            if p is None:
+                return
             if p.held:
                 return  # its round is still open; ``Hold.release`` pumps again
             pid = packet_id_of(p.seq)
             if pid in inflight or pid in rel:
                 return  # a 65535-old message is still unacknowledged: wait for it
-            queue.popleft()
-            msg = p.msg
-            self.queue_bytes -= len(msg.payload) + len(msg.topic_b)
+            queue.pop()
             self._send(conn, p, pid)
 
     def _send(self, conn: Outlet, p: Pending, pid: int) -> None:
@@ -323,12 +287,11 @@ class Session:
         if p is None or p.qos != 1:
             return False  # unknown id: ignore (a late ack after take-over/re-send)
         del self.inflight[pid]
-        store = self.store
-        if store is not None:
-            store.stage_delete_key(CF, persist.msg_key(self.owner_b, p.seq))
-        if self.queue:
+        queue = self.queue
+        queue.ack(p.seq)  # (a durable record goes with the round's acknowledged run)
+        if queue.count != len(queue.out):
             self.pump()
-        return store is not None
+        return self.store is not None
 
     def on_pubrec(self, pid: int) -> bool:
         """PUBREC: the message becomes a PUBREL obligation (4.3.3); True if the transition
@@ -340,8 +303,8 @@ class Session:
             return False
         del self.inflight[pid]
         self.rel[pid] = p.seq
+        self.queue.ack(p.seq)  # its ``m`` record goes in the same round as ``r`` comes
         if self.store is not None:
-            self.store.stage_delete_key(CF, persist.msg_key(self.owner_b, p.seq))
             self.store.stage_put(CF, persist.rel_key(self.owner_b, p.seq), b"")
         return self.store is not None
 
@@ -414,6 +377,7 @@ class Session:
 
     def stage_delete(self) -> None:
         """Stage the removal of everything this session has on disk."""
+        self.queue.close()
         if self.store is not None:
             persist.stage_delete_session(self.store, self.client_id, self.owner)
 

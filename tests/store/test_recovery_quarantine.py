@@ -32,6 +32,7 @@ from tests.conftest import run_cli
 from tests.mqtt.rawclient import RawSession
 
 QUEUED = 5
+READ_BACK = 0  # index in ``corrupt``'s list of the message record met only on read-back
 
 
 def amqp(port: int | None) -> pika.BlockingConnection:
@@ -106,14 +107,18 @@ def corrupt(db: Path) -> list[tuple[str, bytes]]:
     put("mqtt", mqtt_persist.session_key("lost-session"), b"\x00\x01")
     lost = mqtt_persist.owner_bytes(owners["lost-session"])
     bad += [("mqtt", k) for k, _ in store.iter_raw("mqtt", mqtt_persist.MSG + lost)]
+    bad += [("mqtt", k) for k, _ in store.iter_raw("mqtt", mqtt_persist.count_key(lost))]
     # sub: a subscription no client could have made
     put("mqtt", mqtt_persist.session_key("bad-sub"),
         mqtt_persist.encode_session(owners["bad-sub"], {"a/#/b": 1}))
     bad_sub = mqtt_persist.owner_bytes(owners["bad-sub"])
     bad += [("mqtt", k) for k, _ in store.iter_raw("mqtt", mqtt_persist.MSG + bad_sub)]
-    # msg: the first queued message of "good", QoS 3 and a topic length past the end
+    bad += [("mqtt", k) for k, _ in store.iter_raw("mqtt", mqtt_persist.count_key(bad_sub))]
+    # msg: the first queued message of "good", QoS 3 and a topic length past the end (met
+    # when the queue is read back, not at start-up: a restart does not read the backlog)
     first_msg = next(k for k, _ in store.iter_raw("mqtt", mqtt_persist.MSG + good))
-    put("mqtt", first_msg, b"\x03\xff\xffab")
+    store.stage_put("mqtt", first_msg, b"\x03\xff\xffab")
+    bad.insert(READ_BACK, ("mqtt", first_msg))
     # rel / rx2: keys of the wrong length, packet id 0
     put("mqtt", mqtt_persist.rel_key(good, 7) + b"?", b"")
     put("mqtt", mqtt_persist.rx2_key(good, 0), b"")
@@ -185,7 +190,10 @@ def test_corrupt_records_of_every_kind_are_quarantined_and_the_rest_served(
 
     again = start_server(data=srv.data)
     lines = [ln for ln in again.log_lines if ln.startswith("recovery: quarantined ")]
+    read_back = bad[READ_BACK]  # the "good" session's message: met when it is read back
     for cf, key in bad[:-1]:
+        if (cf, key) == read_back:
+            continue
         assert any(f"quarantined {cf} record {key!r}" in ln for ln in lines), (
             cf, key, "\n".join(again.log_lines))
     assert again.line("store: column family 'from_the_future' is not used") is not None
@@ -193,7 +201,7 @@ def test_corrupt_records_of_every_kind_are_quarantined_and_the_rest_served(
     assert summary is not None
     st = status(again)["store"]
     quarantine = st["quarantine"]
-    assert quarantine["records"] == len(set(bad)) - 1 == quarantine["this_run"], quarantine
+    assert quarantine["records"] == len(set(bad)) - 2 == quarantine["this_run"], quarantine
     assert quarantine["unknown_families"] == ["from_the_future"]
     assert quarantine["latest"] and st["format_version"] == FORMAT_VERSION
 
@@ -209,6 +217,7 @@ def test_corrupt_records_of_every_kind_are_quarantined_and_the_rest_served(
         got.append(msg.payload)
     assert got == [b"m%d" % i for i in range(1, QUEUED)]
     sub.disconnect()
+    assert again.line(f"recovery: quarantined mqtt record {read_back[1]!r}") is not None
     fresh = RawSession(again.mqtt_port)
     fresh.connect("lost-session", clean=False)  # session present = 0
     fresh.subscribe(1, ("state/#", 1))

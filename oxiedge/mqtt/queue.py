@@ -1,0 +1,108 @@
+"""What one session owes at QoS 1/2, as a queue log (``oxiedge/store/qlog.py``).
+
+A durable session's queue is the run of its ``m`` records (``persist.py``: key ``m`` + owner
++ seq, so key order is delivery order), with its counters in the ``c`` record. Messages in
+memory are ``Pending``; an offline session's messages stay on disk only (``keep`` False)
+once their round is synced, and are read back a window at a time when its client is
+attached again. A restart reads no message: ``SessionQueue.recover`` reads the counters,
+the head and the tail. A clean session (or ``--no-mqtt-persist``) queues in memory.
+
+Re-deliveries carry DUP (MQTT-3.3.1-1): a message in memory knows whether it was sent; a
+message read back was not sent by this run, but may have been before a restart, so every
+seq below the tail found at recovery is read back with DUP set.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from oxiedge.mqtt import persist
+from oxiedge.mqtt.encode import encode_publish
+from oxiedge.store.qlog import WINDOW, WINDOW_BYTES, LogStore, QueueLog
+
+
+class Message:
+    """One published message, shared by every session it is delivered to."""
+
+    __slots__ = ("payload", "qos0", "topic", "topic_b")
+
+    def __init__(self, topic: str, payload: bytes, topic_b: bytes | None = None) -> None:
+        self.topic = topic
+        self.topic_b = topic.encode("utf-8") if topic_b is None else topic_b
+        self.payload = payload
+        self.qos0: bytes | None = None  # the QoS 0 PUBLISH bytes, encoded once for fan-out
+
+    def qos0_bytes(self) -> bytes:
+        raw = self.qos0
+        if raw is None:
+            raw = self.qos0 = encode_publish(self.topic_b, self.payload)
+        return raw
+
+
+class Pending:
+    """A message owed to one session at QoS 1 or 2."""
+
+    __slots__ = ("dup", "held", "msg", "qos", "retain", "seq")
+
+    def __init__(self, seq: int, msg: Message, qos: int, retain: bool, dup: bool) -> None:
+        self.seq = seq
+        self.msg = msg
+        self.qos = qos
+        self.retain = retain
+        self.dup = dup
+        self.held = False  # True: its commit round is still open (see ``session.Hold``)
+
+
+class Reader(Protocol):
+    """The read check of a session's client (``oxiedge.access.grants.Grants``)."""
+
+    def may_read(self, topic: str) -> bool: ...
+
+
+class PendingCodec:
+    """``m`` records <-> ``Pending``; a queue counts topic + payload bytes."""
+
+    __slots__ = ("dup_below", "reader")
+
+    def __init__(self) -> None:
+        self.dup_below = 0  # seqs below: possibly sent before a restart (DUP)
+        # Set once a client whose read rules apply is attached: a message it may not read
+        # is dropped when it is read back (``Broker.drop_unreadable`` did the memory part).
+        self.reader: Reader | None = None
+
+    def decode(self, seq: int, value: bytes) -> Pending | None:
+        _seq, qos, retain, topic, payload = persist.check_msg(persist.MSG + bytes(16), value)
+        reader = self.reader
+        if reader is not None and not reader.may_read(topic):
+            return None
+        return Pending(seq, Message(topic, payload), qos, retain, seq < self.dup_below)
+
+    def size(self, item: Pending) -> int:
+        return len(item.msg.payload) + len(item.msg.topic_b)
+
+    def raw_size(self, value: bytes) -> int:
+        return max(0, len(value) - 3)
+
+
+class SessionQueue(QueueLog[Pending]):
+    """The queue of one session (module docstring)."""
+
+    __slots__ = ()
+
+    codec: PendingCodec
+
+    def __init__(self, store: LogStore | None, owner_b: bytes) -> None:
+        super().__init__(PendingCodec(), store, persist.CF, persist.MSG + owner_b,
+                         persist.count_key(owner_b), WINDOW, WINDOW_BYTES)
+
+    def recover(self) -> None:
+        super().recover()
+        self.codec.dup_below = self.tail
+
+    def waiting(self) -> bool:
+        """A message waits for the in-flight window (one held for its commit round, in
+        memory at the tail, does not count: it waits for the commit)."""
+        if not len(self):
+            return False
+        newest = self.newest_in_memory()
+        return newest is None or not newest.held

@@ -38,7 +38,7 @@ back is quarantined (``store.quarantine``: moved aside, counted, logged) and del
 on with the next one.
 
 Without a store (a clean MQTT session, ``--no-mqtt-persist``) the queue lives in ``ready``
-alone, with the same API and counters.
+alone, with the same API; a message leaves it when it is popped (nothing is ``out``).
 """
 
 from __future__ import annotations
@@ -182,16 +182,17 @@ class QueueLog(Generic[E]):
 
     def append_sent(self, seq: int, size: int, value: bytes) -> None:
         """Record a message handed to the consumer at once (nothing else was waiting)."""
+        self.tail = seq + 1
+        store = self.store
+        if store is None:
+            return  # in memory only: nothing to remove when it is acknowledged
         self.count += 1
         self.bytes += size
-        self.tail = seq + 1
         self.out[seq] = size
         self.out_bytes += size
-        store = self.store
-        if store is not None:
-            store.stage_put(self.cf, self.prefix + _SEQ.pack(seq), value)
-            if not self._dirty:
-                self._touch()
+        store.stage_put(self.cf, self.prefix + _SEQ.pack(seq), value)
+        if not self._dirty:
+            self._touch()
 
     def _settle(self) -> None:
         """Let go of the fresh messages whose batch is synced: they are on disk now."""
@@ -221,6 +222,10 @@ class QueueLog(Generic[E]):
         item = self.ready.popleft()
         size = self.codec.size(item)
         self.ready_bytes -= size
+        if self.store is None:  # in memory only: it leaves the queue now
+            self.count -= 1
+            self.bytes -= size
+            return item
         self.out[item.seq] = size
         self.out_bytes += size
         return item
@@ -289,14 +294,13 @@ class QueueLog(Generic[E]):
         """The consumer is done with an out ``seq``; False if it is not out."""
         size = self.out.pop(seq, None)
         if size is None:
-            return False
+            return False  # (in memory only: nothing is out, popped messages are gone)
         self.out_bytes -= size
         self.count -= 1
-        self.bytes = max(0, self.bytes - size)
-        if self.store is not None:
-            self._removed(seq)
-            if not self._dirty:
-                self._touch()
+        self.bytes -= size
+        self._removed(seq)
+        if not self._dirty:
+            self._touch()
         return True
 
     def drop_oldest(self) -> E | None:

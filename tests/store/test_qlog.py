@@ -257,7 +257,7 @@ class QueueModel(RuleBasedStateMachine):
         q = self.q
         assert [(i.seq, i.payload) for i in q] == list(self.waiting)
         assert len(q) == len(self.waiting)
-        assert q.count == len(self.waiting) + len(self.out)
+        assert q.count == len(self.waiting) + len(self.out)  # (a store: popped ones count)
         assert q.bytes == sum(len(p) for _, p in self.waiting) + sum(map(len, self.out.values()))
 
 

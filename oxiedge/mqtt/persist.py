@@ -167,7 +167,8 @@ def _check_qos(qos: int) -> int:
     return qos
 
 
-def _check_topic(topic: str) -> str:
+def check_topic(topic: str) -> str:
+    """``topic`` if a message may carry it, else ValueError."""
     if not topic or "+" in topic or "#" in topic or "\0" in topic:
         raise ValueError(f"invalid topic {topic!r}")
     return topic
@@ -195,7 +196,7 @@ def check_msg_value(value: bytes) -> tuple[int, bool, str, bytes]:
         raise ValueError("message header does not match its length")
     qos, retain, topic, payload = decode_msg(value)
     _check_qos(qos)
-    _check_topic(topic)
+    check_topic(topic)
     return qos, retain, topic, payload
 
 
@@ -209,7 +210,7 @@ def check_msg(key: bytes, value: bytes) -> tuple[int, int, bool, str, bytes]:
 def check_retained(key: bytes, value: bytes) -> tuple[str, int, bytes]:
     if not value:
         raise ValueError("empty retained record")
-    return _check_topic(bytes(key[1:]).decode("utf-8")), _check_qos(value[0]), bytes(value[1:])
+    return check_topic(bytes(key[1:]).decode("utf-8")), _check_qos(value[0]), bytes(value[1:])
 
 
 def _quarantine(store: RawStore, key: bytes, value: bytes | None, what: str,

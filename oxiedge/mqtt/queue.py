@@ -20,6 +20,8 @@ from oxiedge.mqtt import persist
 from oxiedge.mqtt.encode import encode_publish
 from oxiedge.store.qlog import WINDOW, WINDOW_BYTES, LogStore, QueueLog
 
+_TOPICS_MAX = 256  # topics a session queue remembers as checked (then forgotten at once)
+
 
 class Message:
     """One published message, shared by every session it is delivered to."""
@@ -62,23 +64,41 @@ class Reader(Protocol):
 class PendingCodec:
     """``m`` records <-> ``Pending``; a queue counts topic + payload bytes."""
 
-    __slots__ = ("dup_below", "reader")
+    __slots__ = ("_topics", "dup_below", "reader")
 
     def __init__(self) -> None:
         self.dup_below = 0  # seqs below: possibly sent before a restart (DUP)
         # Set once a client whose read rules apply is attached: a message it may not read
         # is dropped when it is read back (``Broker.drop_unreadable`` did the memory part).
         self.reader: Reader | None = None
+        # Topics read back, checked once (a backlog holds a few topics many times): the
+        # raw topic -> (topic, the raw topic every message of it shares).
+        self._topics: dict[bytes, tuple[str, bytes]] = {}
 
     def decode(self, seq: int, value: bytes) -> Pending | None:
-        _seq, qos, retain, topic, payload = persist.check_msg(persist.MSG + bytes(16), value)
+        """``persist.check_msg_value`` with the topic checked once per topic."""
+        if len(value) < 3:
+            raise ValueError("message header does not match its length")
+        flags = value[0]
+        end = 3 + ((value[1] << 8) | value[2])
+        if end > len(value) or flags & 3 == 3:
+            raise ValueError(f"message header does not match its length (flags {flags})")
+        raw = value[3:end]
+        known = self._topics.get(raw)
+        if known is None:
+            if len(self._topics) >= _TOPICS_MAX:
+                self._topics.clear()
+            known = self._topics[raw] = (persist.check_topic(raw.decode("utf-8")), raw)
+        topic, topic_b = known
         reader = self.reader
         if reader is not None and not reader.may_read(topic):
             return None
-        return Pending(seq, Message(topic, payload), qos, retain, seq < self.dup_below)
+        return Pending(seq, Message(topic, value[end:], topic_b), flags & 3, bool(flags & 4),
+                       seq < self.dup_below)
 
     def size(self, item: Pending) -> int:
-        return len(item.msg.payload) + len(item.msg.topic_b)
+        msg = item.msg
+        return len(msg.payload) + len(msg.topic_b)
 
     def raw_size(self, value: bytes) -> int:
         return max(0, len(value) - 3)

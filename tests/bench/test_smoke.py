@@ -184,3 +184,15 @@ def test_uplink_bench_forwards_every_message(tmp_path: Path) -> None:
         (p, s) for p in ("oxiedge", "mosquitto") for s in ("live", "backlog")}
     for r in runs:
         assert r["missing"] == 0 and r["unique"] == 2000 and not r["error"], r
+
+
+@pytest.mark.timeout(120)
+def test_backlog_bench_runs() -> None:
+    """``python -m bench.backlog`` end to end with a tiny backlog (fill, SIGKILL, drain)."""
+    out = subprocess.run([sys.executable, "-m", "bench.backlog", "--messages", "500"],
+                         cwd=REPO, capture_output=True, text=True, timeout=110)
+    assert out.returncode == 0, out.stdout + out.stderr
+    line = next(x for x in out.stdout.splitlines() if x.startswith("{"))
+    r = json.loads(line)
+    assert r["filled"] == r["drained"] == 500, r
+    assert r["recovered"] == ["MQTT persistence on - recovered 1 sessions, 500 pending messages"]

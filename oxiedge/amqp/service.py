@@ -25,6 +25,7 @@ import trio
 from oxiedge.amqp import persist, recovery, spec
 from oxiedge.amqp.broker import Broker
 from oxiedge.amqp.connection import AmqpConnection
+from oxiedge.amqp.messageops import AmqpMessageOps
 from oxiedge.amqp.operations import AmqpOperations
 from oxiedge.amqp.ports import ConnectionLimits
 from oxiedge.amqp.protocol import AmqpProtocol
@@ -74,6 +75,7 @@ class AmqpService:
         #: HTTP API's one implementation.
         self.operations = AmqpOperations(self.broker, lambda: list(self.connections),
                                          self.counters)
+        self.message_ops = AmqpMessageOps(self.broker, cfg.amqp_max_message_size, app.alarms)
         self._recovered = (0, 0)
         self._input_since_sample = 0
         self.broker.on_queue_expired = self._queue_expired
@@ -165,6 +167,7 @@ class AmqpService:
             "exchanges": lambda args: self.exchange_rows(),
             "bindings": lambda args: self.broker.bindings(),
             **handlers(self.operations.operations()),
+            **handlers(self.message_ops.operations()),
         }
 
     def status(self) -> dict[str, Any]:

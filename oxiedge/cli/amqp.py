@@ -1,5 +1,6 @@
 """The AMQP verbs: ``queue declare|delete|purge``, ``exchange declare|delete``, ``binding
-add|remove``, ``connections``, ``connection close``, ``channels``, ``consumers``.
+add|remove``, ``connections``, ``connection close``, ``channels``, ``consumers``,
+``publish``, ``get``.
 
 Each is one operation of the running server (``amqp/operations.py``): the broker's own
 declaration paths, answered once durable. Names follow rabbitmqadmin and rabbitmqctl.
@@ -7,8 +8,11 @@ declaration paths, answered once durable. Names follow rabbitmqadmin and rabbitm
 
 from __future__ import annotations
 
+import base64
 import json
 import re
+import sys
+from pathlib import Path
 from typing import Annotated, Any
 
 import typer
@@ -207,3 +211,67 @@ def channels(data: DataOpt = None, as_json: JsonOpt = False) -> None:
 def consumers(data: DataOpt = None, as_json: JsonOpt = False) -> None:
     """AMQP consumers: queue, tag, connection, channel, ack required, prefetch, unacked."""
     _print_rows(_live(data, "consumers", {}), as_json, "consumers")
+
+
+# -- messages -----------------------------------------------------------------------------
+
+@app.command()
+def publish(
+    routing_key: Annotated[str, typer.Option("--routing-key", "-k", help="routing key (for the default exchange: the queue's name)")] = "",  # noqa: E501
+    exchange: Annotated[str, typer.Option("--exchange", "-e", help="exchange [default: the default exchange]")] = "",  # noqa: E501
+    message: Annotated[str | None, typer.Option("-m", "--message", help="the body (text)")] = None,
+    file: Annotated[Path | None, typer.Option("-f", "--file", help="send this file's contents")] = None,  # noqa: E501
+    stdin: Annotated[bool, typer.Option("-s", "--stdin", help="send all of stdin")] = False,
+    transient: Annotated[bool, typer.Option("--transient", help="delivery mode 1 (not persistent)")] = False,  # noqa: E501
+    header: Annotated[list[str] | None, typer.Option("--header", help="a header KEY=VALUE (repeatable; typed as --arg)")] = None,  # noqa: E501
+    prop: Annotated[list[str] | None, typer.Option("--property", "-p", help="a property NAME=VALUE, e.g. content_type=application/json (repeatable)")] = None,  # noqa: E501
+    data: DataOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Publish an AMQP message (as rabbitmqadmin publish): returns once it is on disk, and
+    says whether it was routed."""
+    given = [x for x in (message is not None, file is not None, stdin) if x]
+    if len(given) > 1:
+        _fail("give one of -m MESSAGE, -f FILE or -s (stdin)", 2)
+    if file is not None:
+        try:
+            body = file.read_bytes()
+        except OSError as exc:
+            _fail(f"cannot read {file}: {exc.strerror or exc}", 2)
+    else:
+        body = sys.stdin.buffer.read() if stdin else (message or "").encode()
+    properties: dict[str, Any] = parse_arguments(prop)
+    for name in ("content_type", "content_encoding", "correlation_id", "reply_to",
+                 "expiration", "message_id", "type", "user_id", "app_id", "cluster_id"):
+        if name in properties:  # (short strings even when they look like numbers)
+            properties[name] = str(properties[name])
+    if header:
+        properties["headers"] = parse_arguments(header)
+    result = _live(data, "amqp.publish", {
+        "exchange": exchange, "routing_key": routing_key, "persistent": not transient,
+        "payload": base64.b64encode(body).decode(), "properties": properties})
+    where = f"exchange '{exchange}'" if exchange else "the default exchange"
+    outcome = "routed" if result["routed"] else "NOT routed (no queue matched)"
+    if result["refused"]:
+        outcome += "; refused by a full queue (x-overflow=reject-publish)"
+    _print_result(result, as_json, f"published {len(body)} bytes to {where} with key "
+                                   f"'{routing_key}': {outcome}")
+
+
+@app.command()
+def get(
+    queue: Annotated[str, typer.Argument(help="queue name")],
+    count: Annotated[int, typer.Option("--count", "-c", min=1, max=10_000, help="how many messages")] = 1,  # noqa: E501
+    ack: Annotated[bool, typer.Option("--ack", help="remove them (default: put them back, marked redelivered)")] = False,  # noqa: E501
+    data: DataOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Show messages from the head of a queue (as rabbitmqadmin get); --ack removes them."""
+    rows = _live(data, "amqp.get", {"queue": queue, "count": count, "ack": ack})
+    for row in rows:
+        raw = base64.b64decode(row.pop("payload"))
+        try:
+            row["payload"] = raw.decode()
+        except UnicodeDecodeError:
+            row["payload"], row["payload_encoding"] = base64.b64encode(raw).decode(), "base64"
+    _print_rows(rows, as_json, f"messages of {queue}")

@@ -139,3 +139,33 @@ def test_without_a_server(tmp_path: object, verb: tuple[str, ...]) -> None:
 
     res = run_cli(tmp_path, *verb)  # type: ignore[arg-type]
     assert res.returncode == 1 and "start it with `oxiedge serve`" in " ".join(res.stderr.split())
+
+
+def test_delete_cancels_consumers_and_headers_bindings(server: ServerProcess) -> None:
+    server.cli("queue", "declare", "lights", "--transient")
+    server.cli("exchange", "declare", "match", "-t", "headers", "--transient")
+    server.cli("binding", "add", "match", "lights", "--arg", "x-match=all",
+               "--arg", "color=red", "--arg", "level=3")
+    assert "x-match" in _refused(server, "binding", "add", "match", "lights",
+                                 "--arg", "x-match=some")  # the broker's 406 check
+    with _amqp(server) as conn:
+        ch = conn.channel()
+        ch.confirm_delivery()
+        ch.basic_publish("match", "", b"on", pika.BasicProperties(
+            headers={"color": "red", "level": 3}))
+        ch.basic_publish("match", "", b"off", pika.BasicProperties(
+            headers={"color": "red", "level": "3"}))  # a string is not the integer 3
+        (row,) = [r for r in _rows(server.cli("queues", "--json")) if r["name"] == "lights"]
+        assert row["ready"] == 1 and row["durable"] is False
+        cancelled: list[str] = []
+        ch.add_on_cancel_callback(lambda frame: cancelled.append(frame.method.consumer_tag))
+        tag = ch.basic_consume("lights", lambda c, m, p, b: c.basic_ack(m.delivery_tag))
+        conn.process_data_events(time_limit=0.5)
+        server.cli("binding", "remove", "match", "lights", "--arg", "x-match=all",
+                   "--arg", "color=red", "--arg", "level=3")
+        assert "deleted" in server.cli("queue", "delete", "lights").stdout
+        deadline = 50
+        while not cancelled and deadline:
+            conn.process_data_events(time_limit=0.1)
+            deadline -= 1
+        assert cancelled == [tag]  # basic.cancel, as for a client's queue.delete

@@ -105,6 +105,9 @@ def _request(data: Path | None, op: str, args: dict[str, Any],
                   "pass --data")
     except AdminError as exc:
         _fail(str(exc), _exit_code(exc))
+    except TimeoutError:
+        _fail(f"the server on {cfg.data} did not answer in time (busy, or blocked by a "
+              "resource alarm: see `oxiedge check alarms`)")
     store = _open_store(cfg, write)
     try:
         return offline(store)

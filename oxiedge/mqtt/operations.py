@@ -222,6 +222,9 @@ class MqttOperations:
         """Publish as a client of this broker would (its login, permissions, bounds);
         returns once the broker acknowledged it (QoS 1 and 2: once durable)."""
         host = self._local()
+        alarms = host.app.alarms
+        if alarms.blocked:  # (a client would wait, unanswered, until it clears)
+            raise OperationError(f"publishers are held by a resource alarm: {alarms.reason}")
         cid = client_id or f"oxiedge-pub-{secrets.token_hex(4)}"
         try:
             async with local_client(host, cid, username=username, password=password) as c:

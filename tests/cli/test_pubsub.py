@@ -107,6 +107,11 @@ def test_pub_qos1_is_on_disk_when_it_returns(server: ServerProcess) -> None:
 
 
 def test_refusals_are_the_brokers(server: ServerProcess) -> None:
+    server.cli("limits", "--disk-free-limit", "1000TB")  # publishers held: told at once
+    assert "held by a resource alarm: low on disk" in _refused(server, "pub", "-t", "a", "-m",
+                                                               "x", "-q", "1")
+    assert "held by a resource alarm" in _refused(server, "publish", "-k", "a", "-m", "x")
+    server.cli("limits", "--disk-free-limit", "1MB")
     assert "wildcard in topic name" in _refused(server, "pub", "-t", "a/+", "-m", "x", "-q",
                                                 "1")
     assert "exactly one of -m" in _refused(server, "pub", "-t", "a", code=2)

@@ -30,6 +30,9 @@ CACHE_ENTRIES = 4
 MAX_AUTHORIZATION = 1024
 
 READ_TAGS = frozenset({"administrator", "monitoring", "management"})
+#: The stored hashes oxiedge verifies (``auth.py``, ``access/mosquitto.py``): its own PBKDF2,
+#: Mosquitto 2's ``$7$`` and Mosquitto 1's ``$6$``.
+HASH_PREFIXES = ("pbkdf2_sha256$", "$7$", "$6$")
 
 
 class Need(enum.Enum):

@@ -4,18 +4,19 @@ The whole document is checked before anything changes: it must be a JSON object 
 sections are lists of objects with the fields RabbitMQ writes, every object in vhost ``/``;
 the first problem is a 400 naming the field (``queues[3].name: must be a string``). Then it
 is applied in RabbitMQ's order through the broker's operations (docs/operations.md):
-permissions and topic permissions, exchanges, queues, bindings - each one durable before
-the next, and an object that exists alike is left as it is. Users are not created: a
-user of the document that exists here gets its tags; one that does not is listed in the
-answer's ``skipped_users`` (add it with ``oxiedge user add``: importing password hashes is
-not built). ``parameters``, ``policies`` and the like are ignored, as oxiedge has none.
+users, permissions and topic permissions, exchanges, queues, bindings - each durable before
+the next, and an object that exists alike is left as it is. A user that exists here gets
+its tags (its password stays); a new one is added with its stored hash when oxiedge can
+verify that hash (an oxiedge export, or Mosquitto's), else listed in the answer's
+``skipped_users`` (RabbitMQ's own hashes: add those users with ``oxiedge user add``).
+``parameters``, ``policies`` and the like are ignored, as oxiedge has none.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from .access import Need, Principal
+from .access import HASH_PREFIXES, Need, Principal
 from .messages import BadRequest, Request, Response, json_response
 from .routes import BrokerView, Router
 from .writes import body_object
@@ -83,11 +84,16 @@ def import_routes(router: Router, broker: BrokerView) -> None:
             raise BadRequest(f"vhost {args[0]!r} not found", 404, "Object Not Found")
         doc = check(body_object(req))
         known = {u["name"] for u in broker.users()}
-        done: dict[str, Any] = {"skipped_users": []}
+        done: dict[str, Any] = {"added_users": [], "skipped_users": []}
         for u in doc["users"]:
+            stored = u.get("password_hash")
             if u["name"] not in known:
-                done["skipped_users"].append(u["name"])
-            elif "tags" in u:
+                if not isinstance(stored, str) or not stored.startswith(HASH_PREFIXES):
+                    done["skipped_users"].append(u["name"])  # RabbitMQ's hashes: not ours
+                    continue
+                await broker.put_user(u["name"], None, stored)
+                done["added_users"].append(u["name"])
+            if "tags" in u:
                 tags = [t for t in _tags(u["tags"]) if t in KNOWN_TAGS] or ["none"]
                 await broker.operate("permissions.apply", {
                     "op": "tags", "args": {"user": u["name"], "tags": tags}})

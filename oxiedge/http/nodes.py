@@ -1,10 +1,13 @@
-"""The management API's node, health-check, user and permission reads (sans-IO).
+"""The management API's nodes, health checks, users and permissions (sans-IO).
 
 RabbitMQ's shapes: ``/api/nodes`` (one node), ``/api/health/checks/...`` (``200
 {"status": "ok"}`` or ``503 {"status": "failed", "reason": ...}``), ``/api/aliveness-test/%2F``,
-``/api/users`` and ``/api/permissions`` (administrator only, as in RabbitMQ; a user's password
-hash is not served). oxiedge is one node with one vhost, so the cluster-wide and the local
-checks are the same, and ``node-is-quorum-critical`` is always fine.
+``/api/users``, ``/api/permissions`` and ``/api/topic-permissions`` (administrator only, as in
+RabbitMQ; a user's password hash is not served): read, and written with ``PUT`` / ``DELETE``
+(the password file and ``DATA/permissions.json``, as ``oxiedge user add|remove`` and
+``oxiedge permissions set|clear`` change them). oxiedge is one node with one vhost, so the
+cluster-wide and the local checks are the same, and ``node-is-quorum-critical`` is always
+fine.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from typing import Any
 from .access import Need, Principal
 from .messages import BadRequest, Request, Response, json_response, not_found
 from .routes import BrokerView, Router
+from .writes import body_object
 
 VHOST = "/"
 #: Protocol names RabbitMQ's protocol-listener check accepts -> oxiedge's endpoint key.
@@ -63,6 +67,25 @@ def _alarms(broker: BrokerView) -> list[dict[str, str]]:
     for name in (alarms.get("other_alarms") or {}):
         out.append({"node": broker.node, "resource": str(name)})
     return out
+
+
+#: The tags oxiedge knows; a user's other RabbitMQ tags are refused by name.
+TAGS = ("administrator", "monitoring", "management")
+
+
+def _tag_list(raw: Any) -> list[str]:
+    """RabbitMQ's ``tags``: a comma-separated string or a list."""
+    if isinstance(raw, list):
+        tags = [str(t).strip() for t in raw if str(t).strip()]
+    elif isinstance(raw, str):
+        tags = [t.strip() for t in raw.split(",") if t.strip()]
+    else:
+        raise BadRequest("tags: must be a string or a list")
+    unknown = [t for t in tags if t not in TAGS]
+    if unknown:
+        raise BadRequest(f"tags: {', '.join(unknown)} unknown (oxiedge knows "
+                         f"{', '.join(TAGS)})")
+    return tags
 
 
 def node_routes(router: Router, broker: BrokerView) -> None:
@@ -159,6 +182,108 @@ def user_routes(router: Router, broker: BrokerView) -> None:
         rows = [r for r in permission_rows(broker, args[1]) if r["vhost"] == args[0]]
         return json_response(rows[0]) if rows else not_found()
 
+    async def put_user(req: Request, _who: Principal, args: tuple[str, ...]) -> Response:
+        name = args[0]
+        if not name or ":" in name or name.strip() != name:
+            raise BadRequest("name: a user name is non-empty, without ':' or surrounding "
+                             "spaces")
+        body = body_object(req)
+        password, stored = body.get("password"), body.get("password_hash")
+        if password is not None and not isinstance(password, str):
+            raise BadRequest("password: must be a string")
+        if stored is not None and not isinstance(stored, str):
+            raise BadRequest("password_hash: must be a string")
+        if not password and not stored:
+            raise BadRequest("password: give password or password_hash")
+        tags = _tag_list(body.get("tags", ""))
+        added = await broker.put_user(name, password.encode() if password else None,
+                                      None if password else stored)
+        await broker.operate("permissions.apply", {"op": "tags", "args": {
+            "user": name, "tags": tags or ["none"]}})
+        return Response(201) if added else Response(204)
+
+    async def delete_user(_req: Request, _who: Principal, args: tuple[str, ...]) -> Response:
+        await broker.delete_user(args[0])
+        return Response(204)
+
+    def _known(name: str) -> None:
+        if not any(u["name"] == name for u in broker.users()):
+            raise BadRequest(f"user {name!r} does not exist", 404, "Object Not Found")
+
+    async def put_permission(req: Request, _who: Principal, args: tuple[str, ...]
+                             ) -> Response:
+        _vhost(args[0])
+        _known(args[1])
+        body = body_object(req)
+        perms = {}
+        for op in ("configure", "write", "read"):
+            if not isinstance(body.get(op), str):
+                raise BadRequest(f"{op}: must be a string (a regular expression)")
+            perms[op] = body[op]
+        existed = bool(permission_rows(broker, args[1]))
+        await broker.operate("permissions.apply", {"op": "set", "args": {
+            "user": args[1], "vhost": VHOST, **perms}})
+        return Response(204) if existed else Response(201)
+
+    async def delete_permission(_req: Request, _who: Principal, args: tuple[str, ...]
+                                ) -> Response:
+        _vhost(args[0])
+        if not permission_rows(broker, args[1]):
+            raise BadRequest(f"user {args[1]!r} has no permissions in vhost '/'", 404,
+                             "Object Not Found")
+        await broker.operate("permissions.apply", {"op": "clear", "args": {
+            "user": args[1], "vhost": VHOST}})
+        return Response(204)
+
+    def topic_rows(user: str | None) -> list[dict[str, Any]]:
+        rows = []
+        for name, entry in sorted(broker.permissions().items()):
+            if user is not None and name != user:
+                continue
+            for vhost, exchanges in sorted((entry.get("topics") or {}).items()):
+                for exchange, p in sorted(exchanges.items()):
+                    rows.append({"user": name, "vhost": vhost, "exchange": exchange,
+                                 "write": p.get("write", ""), "read": p.get("read", "")})
+        return rows
+
+    def topic_permissions(_req: Request, _who: Principal, args: tuple[str, ...]
+                          ) -> Response:
+        if args:
+            _vhost(args[0])
+            _known(args[1])
+        return json_response(topic_rows(args[1] if args else None))
+
+    async def put_topic_permission(req: Request, _who: Principal, args: tuple[str, ...]
+                                   ) -> Response:
+        _vhost(args[0])
+        _known(args[1])
+        body = body_object(req)
+        for field in ("exchange", "write", "read"):
+            if not isinstance(body.get(field), str):
+                raise BadRequest(f"{field}: must be a string")
+        await broker.operate("permissions.apply", {"op": "set_topic", "args": {
+            "user": args[1], "vhost": VHOST, "exchange": body["exchange"],
+            "write": body["write"], "read": body["read"]}})
+        return Response(204)
+
+    async def delete_topic_permission(_req: Request, _who: Principal, args: tuple[str, ...]
+                                      ) -> Response:
+        _vhost(args[0])
+        if not topic_rows(args[1]):
+            raise BadRequest(f"user {args[1]!r} has no topic permissions in vhost '/'", 404,
+                             "Object Not Found")
+        await broker.operate("permissions.apply", {"op": "clear_topic", "args": {
+            "user": args[1], "vhost": VHOST}})
+        return Response(204)
+
+    router.add("PUT", "/api/users/*", Need.ADMIN, put_user)
+    router.add("DELETE", "/api/users/*", Need.ADMIN, delete_user)
+    router.add("PUT", "/api/permissions/*/*", Need.ADMIN, put_permission)
+    router.add("DELETE", "/api/permissions/*/*", Need.ADMIN, delete_permission)
+    router.add("GET", "/api/topic-permissions", Need.ADMIN, topic_permissions)
+    router.add("GET", "/api/topic-permissions/*/*", Need.ADMIN, topic_permissions)
+    router.add("PUT", "/api/topic-permissions/*/*", Need.ADMIN, put_topic_permission)
+    router.add("DELETE", "/api/topic-permissions/*/*", Need.ADMIN, delete_topic_permission)
     router.add("GET", "/api/users", Need.ADMIN, users)
     router.add("GET", "/api/users/*", Need.ADMIN, user)
     router.add("GET", "/api/users/*/permissions", Need.ADMIN, user_permissions)

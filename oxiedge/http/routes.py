@@ -79,6 +79,14 @@ class BrokerView(Protocol):
         JSON ``args``; its JSON result. Raises ``OperationError`` (``unavailable`` when the
         broker that has it is off)."""
 
+    async def put_user(self, name: str, password: bytes | None, password_hash: str | None
+                       ) -> bool:
+        """Add the user ``name`` or change its password (hashed here, or a stored hash
+        taken as it is); True if it was added. ``OperationError`` for a bad hash."""
+
+    async def delete_user(self, name: str) -> None:
+        """Remove the user and its permissions, ACLs and tags (``not_found`` if none)."""
+
     def may(self, user: Principal, op: str, name: str) -> bool:
         """RabbitMQ's resource check of ``user``'s permissions: ``op`` (configure, write,
         read) on the queue or exchange ``name`` in vhost ``/``."""

@@ -11,13 +11,16 @@ import socket
 from collections.abc import Callable
 from typing import Any
 
+import trio
+
 from ..access.grants import Grants
 from ..admin.protocol import AdminError
 from ..admin.server import StatusPart, server_status
 from ..app import App
-from ..operations import BAD_REQUEST, UNAVAILABLE, OperationError
+from ..auth import hash_password, read_user_file, write_user_file
+from ..operations import BAD_REQUEST, NOT_FOUND, UNAVAILABLE, OperationError
 from ..tls import TlsManager
-from .access import Principal
+from .access import HASH_PREFIXES, Principal
 from .api import api_routes
 from .credentials import Credentials
 from .definitions import definition_routes
@@ -51,6 +54,10 @@ class ServerView:
         self.handlers = handlers
         self.parts = parts
         self.ready = False  # set by server.py when it logs "oxiedge ready"
+        # One writer of the password file at a time (as the CLI, it rewrites it whole), and
+        # one password hashed at a time for the API (PBKDF2: never on the event loop).
+        self._user_file = trio.Lock()
+        self._hashing = trio.CapacityLimiter(1)
         self.node = f"oxiedge@{socket.gethostname()}"
         self.cluster = app.config.device_id or self.node
 
@@ -124,6 +131,51 @@ class ServerView:
         except (AdminError, ValueError, KeyError, TypeError) as exc:  # (the older handlers
             raise OperationError(str(exc), BAD_REQUEST) from None  # refuse with these)
         return result
+
+    async def put_user(self, name: str, password: bytes | None, password_hash: str | None
+                       ) -> bool:
+        path = self.app.users.path
+        if path is None:
+            raise OperationError("this server has no password file", UNAVAILABLE)
+        if password_hash is not None:
+            if not password_hash.startswith(HASH_PREFIXES):
+                raise OperationError("password_hash: not a hash oxiedge can verify (oxiedge's "
+                                     "pbkdf2_sha256$..., Mosquitto's $7$ or $6$)", BAD_REQUEST)
+            encoded = password_hash
+        else:
+            assert password is not None
+            encoded = await trio.to_thread.run_sync(hash_password, password,
+                                                    limiter=self._hashing)
+
+        def write() -> bool:
+            users = read_user_file(path)
+            added = name not in users
+            users[name] = encoded
+            write_user_file(path, users)  # atomic, fsynced: off the event loop
+            return added
+
+        async with self._user_file:
+            added = await trio.to_thread.run_sync(write)
+            self.app.users.reload()
+        return added
+
+    async def delete_user(self, name: str) -> None:
+        path = self.app.users.path
+        if path is None:
+            raise OperationError("this server has no password file", UNAVAILABLE)
+
+        def write() -> bool:
+            users = read_user_file(path)
+            if users.pop(name, None) is None:
+                return False
+            write_user_file(path, users)
+            return True
+
+        async with self._user_file:
+            if not await trio.to_thread.run_sync(write):
+                raise OperationError(f"no user {name!r}", NOT_FOUND)
+            self.app.users.reload()
+        await self.operate("permissions.apply", {"op": "forget", "args": {"user": name}})
 
     def may(self, user: Principal, op: str, name: str) -> bool:
         who = None if user.anonymous else user.name

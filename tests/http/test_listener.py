@@ -297,7 +297,8 @@ READ_PATHS = ["/metrics", "/metrics/per-object", "/api/whoami", "/api/overview",
               "/api/mqtt/subscriptions", "/api/mqtt/retained", "/api/oxiedge/ingest",
               "/api/oxiedge/uplinks", "/api/oxiedge/uplinks/status"]
 ADMIN_PATHS = ["/api/users", "/api/users/admin", "/api/users/admin/permissions",
-               "/api/permissions", "/api/definitions", "/api/definitions/%2F"]
+               "/api/permissions", "/api/definitions", "/api/definitions/%2F",
+               "/api/topic-permissions"]
 
 
 def test_every_path_for_every_role(users_server: ServerProcess, client_for: Any) -> None:

@@ -78,6 +78,16 @@ def test_rabbitmqadmin_manages_oxiedge(users_server: ServerProcess, tmp_path: Pa
     _admin(srv, "delete", "queue", "name=jobs")
     _admin(srv, "delete", "exchange", "name=events")
     assert _rows(srv, "queues") == []
+    _admin(srv, "declare", "user", "name=dana", "password=dana-pw", "tags=monitoring")
+    _admin(srv, "declare", "permission", "vhost=/", "user=dana", "configure=^$", "write=.*",
+           "read=.*")
+    assert {"user": "dana", "configure": "^$"}.items() <= next(
+        p for p in _rows(srv, "permissions") if p["user"] == "dana").items()
+    assert [q["name"] for q in _rows(srv, "queues")] == []
+    assert _admin(srv, "list", "queues", user=("dana", "dana-pw")).returncode == 0
+    _admin(srv, "delete", "permission", "vhost=/", "user=dana")
+    _admin(srv, "delete", "user", "name=dana")
+    assert "dana" not in {u["name"] for u in _rows(srv, "users")}
     # A monitoring user may list but not declare; a wrong password gets nothing.
     assert _admin(srv, "list", "queues", user=("watcher", "watcher-pw")).returncode == 0
     refused = _admin(srv, "declare", "queue", "name=x", user=("watcher", "watcher-pw"),
@@ -101,7 +111,9 @@ def test_definitions_round_trip_and_rabbitmqadmin_import(start_server: Any, tmp_
             ("PUT", "/api/queues/%2F/jobs", b'{"arguments": {"x-max-length": 10}}'),
             ("POST", "/api/bindings/%2F/e/ev/q/jobs", b'{"routing_key": "a.*"}')):
         assert c1.request(method, path, None, body).status == 201
-    exported = c1.get("/api/definitions").body
+    assert c1.request("PUT", "/api/users/boss", None,
+                      b'{"password": "boss-pw", "tags": "administrator"}').status == 201
+    exported = c1.get("/api/definitions", ("boss", "boss-pw")).body
 
     data = tmp_path / "two"
     add_user(data, "admin", "admin-pw", "administrator")
@@ -109,12 +121,15 @@ def test_definitions_round_trip_and_rabbitmqadmin_import(start_server: Any, tmp_
     second = start_server("--http-port", "0", data=data)
     c2 = client_for(second)
     doc = json.loads(exported)
-    doc["users"] = [{"name": "ops", "tags": "monitoring"}, {"name": "ghost", "tags": ""}]
+    assert [u["name"] for u in doc["users"]] == ["boss"]
+    doc["users"] += [{"name": "ops", "tags": "monitoring"},
+                     {"name": "ghost", "tags": "", "password_hash": "a RabbitMQ hash"}]
     doc["permissions"] = [{"user": "ops", "vhost": "/", "configure": "^$", "write": "^$",
                            "read": ".*"}]
     r = c2.request("POST", "/api/definitions", ("admin", "admin-pw"), json.dumps(doc).encode())
     assert r.status == 200, r.body
-    assert r.json()["skipped_users"] == ["ghost"]
+    assert (r.json()["added_users"], r.json()["skipped_users"]) == (["boss"], ["ghost"])
+    assert c2.get("/api/whoami", ("boss", "boss-pw")).json()["tags"] == ["administrator"]
     q = c2.get("/api/queues/%2F/jobs", ("admin", "admin-pw")).json()
     assert q["arguments"] == {"x-max-length": 10} and q["durable"] is True
     assert c2.get("/api/whoami", ("ops", "ops-pw")).json()["tags"] == ["monitoring"]
@@ -127,7 +142,9 @@ def test_definitions_round_trip_and_rabbitmqadmin_import(start_server: Any, tmp_
     assert subprocess.run(["rabbitmqadmin", "-H", "127.0.0.1", "-P", str(third.http_port),
                            "import", str(path)], capture_output=True, text=True,
                           timeout=60).returncode == 0
-    assert [x["name"] for x in client_for(third).get("/api/queues").json()] == ["jobs"]
+    c3 = client_for(third)  # the import added boss: no more anonymous access there
+    assert c3.get("/api/queues").status == 401
+    assert [x["name"] for x in c3.get("/api/queues", ("boss", "boss-pw")).json()] == ["jobs"]
     bad = c2.request("POST", "/api/definitions", ("admin", "admin-pw"),
                      b'{"queues": [{"name": "q", "vhost": "elsewhere"}]}')
     assert bad.status == 400 and bad.json()["reason"].startswith("queues[0].vhost:")

@@ -169,6 +169,19 @@ class FakeView:
             raise OperationError("NOT_FOUND - no queue 'missing' in vhost '/'", NOT_FOUND)
         return {"created": True, "routing_key": args.get("routing_key", ""), "changed": True}
 
+    async def put_user(self, name: str, password: bytes | None, password_hash: str | None
+                       ) -> bool:
+        self.calls.append(("put_user", {"name": name, "password": password,
+                                        "password_hash": password_hash}))
+        return name != "alice"
+
+    async def delete_user(self, name: str) -> None:
+        from oxiedge.operations import NOT_FOUND, OperationError
+
+        if name not in ("alice", "bob"):
+            raise OperationError(f"no user {name!r}", NOT_FOUND)
+        self.calls.append(("delete_user", {"name": name}))
+
     def may(self, user: Principal, op: str, name: str) -> bool:
         return not name.startswith("secret")
 
@@ -421,7 +434,8 @@ def test_definitions_import_applies_in_order_and_skips_unknown_users() -> None:
     router, view = Router(), FakeView()
     import_routes(router, view)
     doc = {"users": [{"name": "alice", "tags": "administrator,policymaker"},
-                     {"name": "guest", "tags": ["administrator"]}],
+                     {"name": "guest", "tags": ["administrator"],
+                      "password_hash": "kI3GCqW5JLMJa4iX1lo7X4D6XbYqlLgxIs30+P6tENUV2POR"}],
            "permissions": [{"user": "alice", "vhost": "/", "configure": ".*", "write": ".*",
                             "read": ".*"}],
            "exchanges": [{"name": "x", "vhost": "/", "type": "topic", "durable": True}],
@@ -431,9 +445,41 @@ def test_definitions_import_applies_in_order_and_skips_unknown_users() -> None:
            "policies": [{"ignored": True}]}
     r = _call(router, "POST", "/api/definitions", orjson.dumps(doc))
     assert r.status == 200
-    assert orjson.loads(r.body)["skipped_users"] == ["guest"]
+    assert orjson.loads(r.body)["skipped_users"] == ["guest"]  # a RabbitMQ hash
     assert [name for name, _ in view.calls] == ["permissions.apply", "permissions.apply",
                                                 "exchange.declare", "queue.declare",
                                                 "binding.add"]
     assert view.calls[0][1] == {"op": "tags", "args": {"user": "alice",
                                                        "tags": ["administrator"]}}
+
+
+@pytest.mark.parametrize("method, target, body, status, start", [
+    ("PUT", "/api/users/carol", b'{"password": "pw", "tags": "monitoring"}', 201, None),
+    ("PUT", "/api/users/alice", b'{"password_hash": "pbkdf2_sha256$1$a$b"}', 204, None),
+    ("PUT", "/api/users/carol", b'{"tags": "monitoring"}', 400, "password:"),
+    ("PUT", "/api/users/carol", b'{"password": 5}', 400, "password:"),
+    ("PUT", "/api/users/carol", b'{"password": "pw", "tags": "policymaker"}', 400, "tags:"),
+    ("PUT", "/api/users/a%3Ab", b'{"password": "pw"}', 400, "name:"),
+    ("DELETE", "/api/users/bob", b"", 204, None),
+    ("DELETE", "/api/users/nobody", b"", 404, "no user"),
+    ("PUT", "/api/permissions/%2F/bob", b'{"configure": ".*", "write": ".*", "read": ".*"}',
+     204, None),
+    ("PUT", "/api/permissions/%2F/alice", b'{"configure": ".*", "write": ".*", "read": ".*"}',
+     201, None),
+    ("PUT", "/api/permissions/%2F/alice", b'{"configure": ".*"}', 400, "write:"),
+    ("PUT", "/api/permissions/%2F/ghost", b"{}", 404, "user 'ghost'"),
+    ("DELETE", "/api/permissions/%2F/bob", b"", 204, None),
+    ("DELETE", "/api/permissions/%2F/alice", b"", 404, "user 'alice' has no"),
+    ("PUT", "/api/topic-permissions/%2F/bob", b'{"exchange": "amq.topic", "write": "^a",'
+     b' "read": "^a"}', 204, None),
+    ("PUT", "/api/topic-permissions/%2F/bob", b'{"write": "^a", "read": "^a"}', 400,
+     "exchange:"),
+])
+def test_user_and_permission_writes(method: str, target: str, body: bytes, status: int,
+                                    start: str | None) -> None:
+    router, _view = _node_router()
+    r = _call(router, method, target, body)
+    assert r.status == status, r.body
+    if start is not None:
+        reason = orjson.loads(r.body)["reason"]
+        assert reason.startswith(start) or start in reason

@@ -128,3 +128,51 @@ def test_connections_channels_consumers_and_close(users_server: ServerProcess,
     while c.get("/api/connections", ADMIN).json() and time.monotonic() < deadline:
         time.sleep(0.1)
     assert c.get("/api/connections", ADMIN).json() == []
+
+
+def test_users_and_permissions_through_the_api(users_server: ServerProcess,
+                                               client_for: Any) -> None:
+    c = client_for(users_server)
+    assert c.request("PUT", "/api/users/carol", ADMIN,
+                     b'{"password": "carol-pw", "tags": "monitoring"}').status == 201
+    assert c.get("/api/whoami", ("carol", "carol-pw")).json() == {
+        "name": "carol", "tags": ["monitoring"]}
+    assert c.request("PUT", "/api/users/carol", ("watcher", "watcher-pw"),
+                     b'{"password": "x"}').status == 401
+    # a new password applies at once; the old one fails (the per-connection cache too)
+    assert c.request("PUT", "/api/users/carol", ADMIN,
+                     b'{"password": "new-pw", "tags": ""}').status == 204
+    assert c.get("/api/whoami", ("carol", "carol-pw")).json()["reason"] == "Login failed"
+    # the new password logs in; without a tag carol may not use the API
+    assert c.get("/api/whoami", ("carol", "new-pw")).json()["reason"] == "Not management user"
+    # permissions: AMQP clients are held to them at once
+    perms = b'{"configure": "^carol-", "write": ".*", "read": ".*"}'
+    assert c.request("PUT", "/api/permissions/%2F/carol", ADMIN, perms).status == 201
+    conn = _amqp(users_server, ("carol", "new-pw"))
+    ch = conn.channel()
+    ch.queue_declare("carol-q")
+    with pytest.raises(pika.exceptions.ChannelClosedByBroker) as refused:
+        ch.queue_declare("other-q")
+    assert refused.value.reply_code == 403
+    conn.close()
+    assert c.get("/api/permissions/%2F/carol", ADMIN).json()["configure"] == "^carol-"
+    assert c.request("PUT", "/api/topic-permissions/%2F/carol", ADMIN,
+                     b'{"exchange": "amq.topic", "write": "^carol\\\\.", "read": ".*"}'
+                     ).status == 204
+    assert c.get("/api/topic-permissions/%2F/carol", ADMIN).json()[0]["exchange"] == \
+        "amq.topic"
+    assert c.request("DELETE", "/api/topic-permissions/%2F/carol", ADMIN).status == 204
+    assert c.request("DELETE", "/api/permissions/%2F/carol", ADMIN).status == 204
+    assert c.request("DELETE", "/api/permissions/%2F/carol", ADMIN).status == 404
+    # a stored hash from elsewhere (another oxiedge's definitions export) is taken as it is
+    hashed = c.get("/api/definitions", ADMIN).json()["users"]
+    watcher_hash = next(u["password_hash"] for u in hashed if u["name"] == "watcher")
+    body = json.dumps({"password_hash": watcher_hash, "tags": "monitoring"}).encode()
+    assert c.request("PUT", "/api/users/twin", ADMIN, body).status == 201
+    assert c.get("/api/whoami", ("twin", "watcher-pw")).status == 200
+    bad = c.request("PUT", "/api/users/twin", ADMIN, b'{"password_hash": "abc"}')
+    assert bad.status == 400 and bad.json()["reason"].startswith("password_hash:")
+    assert c.request("DELETE", "/api/users/carol", ADMIN).status == 204
+    assert c.get("/api/whoami", ("carol", "new-pw")).json()["reason"] == "Login failed"
+    assert c.request("DELETE", "/api/users/carol", ADMIN).status == 404
+    assert "carol" not in users_server.cli("user", "list").stdout

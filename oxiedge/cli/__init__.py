@@ -4,7 +4,8 @@ Every command except ``serve`` talks to the running server over the admin socket
 dir, and works directly on the data dir when no server runs. Listings print a rich table, or
 one JSON object per line with ``--json``.
 
-One module per verb group; ``base.py`` holds the typer apps and what the groups share. The
+One module per verb group; ``base.py`` holds the typer apps and what the groups share;
+``reference.py`` writes ``docs/cli.md`` from the commands' help. The
 modules register their commands when imported, in the order ``oxiedge --help`` lists them.
 """
 

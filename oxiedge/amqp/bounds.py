@@ -1,7 +1,8 @@
 """One connection's bounds (issue 14: one client cannot exhaust the broker): open channels,
-the live queues it created, its consumers; and the broker-wide queue count, checked by the
-connection that declares.  Each refusal is counted in the service's counters and worded as
-RabbitMQ words it (clients and their test suites compare the texts).
+the live queues it created, its consumers, what one of its transactions holds; and the
+broker-wide queue count, checked by the connection that declares.  Each refusal is counted
+(the service's counters; ``tx_limit_refused`` the broker's) and worded as RabbitMQ words
+it (clients and their test suites compare the texts).
 """
 
 from __future__ import annotations
@@ -29,13 +30,16 @@ class ConnectionBounds:
 
     def __init__(self, channels: Mapping[int, HasConsumers], broker: Broker,
                  counters: dict[str, int], *, channel_max: int, max_consumers: int,
-                 max_queues: int) -> None:
+                 max_queues: int, tx_max_messages: int = 10_000,
+                 tx_max_bytes: int = 64 << 20) -> None:
         self._channels = channels  # the connection's open channels (read, never changed)
         self._broker = broker
         self._counters = counters
         self.channel_max = channel_max  # lowered to the client's at connection.open
         self.max_consumers = max_consumers
         self.max_queues = max_queues
+        self.tx_max_messages = tx_max_messages  # held by one transaction (transaction.py)
+        self.tx_max_bytes = tx_max_bytes
         #: Queues this connection created (live ones count toward ``max_queues``).
         self.created_queues: set[Queue] = set()
 
@@ -78,3 +82,16 @@ class ConnectionBounds:
             raise AmqpError(PRECONDITION_FAILED,
                             f"limit of {self.max_consumers} consumers per connection is "
                             "reached", 60, 20)
+
+    def check_tx(self, held: int, held_bytes: int) -> None:
+        """Before a transaction holds one more publish or settlement: 406 past the
+        messages or bytes one transaction may hold (``transaction.py``)."""
+        if held <= self.tx_max_messages and held_bytes <= self.tx_max_bytes:
+            return
+        self._broker.counters["tx_limit_refused"] += 1
+        if held > self.tx_max_messages:
+            what = f"{self.tx_max_messages} messages"
+        else:
+            what = f"{self.tx_max_bytes} bytes"
+        raise AmqpError(PRECONDITION_FAILED,
+                        f"transaction limit of {what} is reached; commit more often", 90, 20)

@@ -110,7 +110,8 @@ class Broker(PublishPath):
                          "delivered": 0, "acked": 0, "requeued": 0, "discarded": 0,
                          "persisted": 0, "confirmed": 0, "nacked_confirms": 0,
                          "exchange_limit_refused": 0, "binding_limit_refused": 0,
-                         "arguments_limit_refused": 0}
+                         "arguments_limit_refused": 0, "tx_commits": 0, "tx_rollbacks": 0,
+                         "tx_limit_refused": 0}
         #: ``--amqp-max-exchanges`` / ``--amqp-max-queues`` / ``--amqp-max-bindings`` /
         #: ``--amqp-max-arguments-bytes`` (set by the service; the queue count is checked
         #: by the declaring connection)

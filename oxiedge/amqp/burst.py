@@ -15,6 +15,7 @@ from oxiedge.amqp.actions import COMMIT, Steps
 from oxiedge.amqp.codec import Command, encode_basic_ack, encode_content
 from oxiedge.amqp.constants import ACCESS_REFUSED, NO_ROUTE, NOT_FOUND, NOT_IMPLEMENTED
 from oxiedge.amqp.errors import AmqpError
+from oxiedge.amqp.transaction import HeldPublish
 from oxiedge.staged import COMMIT as STAGED  # the bus result bit (not the COMMIT action)
 from oxiedge.staged import REFUSED, RETURNED
 
@@ -83,6 +84,11 @@ class PublishBurst:
         if conn.perms.active:
             authz.check_publish(conn, x, m.routing_key)
         self.published += 1
+        if ch.tx is not None:  # a transactional channel: held until tx.commit
+            ch.tx.hold_publish(HeldPublish(x, m.routing_key, cmd.properties or b"\x00\x00",
+                                           cmd.body or b"", cmd.delivery_mode == 2,
+                                           cmd.expiration, m.mandatory))
+            return
         confirm = ch.confirm
         if confirm:
             ch.publish_seq += 1

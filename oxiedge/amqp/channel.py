@@ -24,10 +24,11 @@ from typing import TYPE_CHECKING
 
 from oxiedge.amqp import spec
 from oxiedge.amqp.codec import encode_content, encode_method
-from oxiedge.amqp.constants import NOT_IMPLEMENTED
+from oxiedge.amqp.constants import NOT_IMPLEMENTED, PRECONDITION_FAILED
 from oxiedge.amqp.consumers import ConsumerSet
 from oxiedge.amqp.errors import AmqpError
 from oxiedge.amqp.settlement import KICK, UNSYNCED, Settlement
+from oxiedge.amqp.transaction import Transaction
 
 if TYPE_CHECKING:
     from oxiedge.amqp.broker import Broker
@@ -67,6 +68,9 @@ class Channel:
         self.settlement = Settlement(self.broker, self.consumers, conn.unacked_limit)
         self.prefetch = 0  # basic.qos global=false: applies to consumers created later
         self.confirm = False
+        #: tx.select: the transaction holding this channel's publishes and settlements
+        #: (``transaction.py``); None for a channel that is not transactional.
+        self.tx: Transaction | None = None
         self.publish_seq = 0
         self.closing = False  # we sent channel.close and wait for close-ok
         self.last_queue = ""  # the queue last declared on this channel (spec 1.7.2.3)
@@ -78,6 +82,8 @@ class Channel:
         """The channel is gone: cancel its consumers, requeue its unacked messages;
         returns flags."""
         self.closing = True
+        if self.tx is not None:
+            self.tx.rollback()  # an uncommitted transaction leaves no trace
         flags = self.consumers.release()
         return flags | self.settlement.release()
 
@@ -151,9 +157,15 @@ class Channel:
         return flags
 
     def on_nack(self, m: spec.BasicNack) -> int:
+        if self.tx is not None:
+            self.tx.hold_settlement(m.delivery_tag, m.multiple, m.requeue)
+            return 0
         return self.settlement.nack(m.delivery_tag, m.multiple, m.requeue)
 
     def on_reject(self, m: spec.BasicReject) -> int:
+        if self.tx is not None:
+            self.tx.hold_settlement(m.delivery_tag, False, m.requeue)
+            return 0
         return self.settlement.nack(m.delivery_tag, False, m.requeue)
 
     def on_recover(self, m: spec.BasicRecover | spec.BasicRecoverAsync) -> int:
@@ -165,14 +177,41 @@ class Channel:
                                                spec.BasicRecoverOk()))
 
     def on_confirm_select(self, m: spec.ConfirmSelect) -> int:
+        if self.tx is not None:  # (RabbitMQ's words)
+            raise AmqpError(PRECONDITION_FAILED, "cannot switch from tx to confirm mode",
+                            m.CLASS_ID, m.METHOD_ID)
         self.confirm = True
         if not m.nowait:
             self.reply(spec.ConfirmSelectOk())
         return 0
 
-    def on_tx(self, m: spec.Method) -> int:
-        raise AmqpError(NOT_IMPLEMENTED, "transactions (tx.select) are not implemented",
-                        m.CLASS_ID, m.METHOD_ID, hard=True)
+    # -- the tx class (transaction.py) ---------------------------------------------------
+
+    def on_tx_select(self, m: spec.TxSelect) -> int:
+        if self.confirm:
+            raise AmqpError(PRECONDITION_FAILED, "cannot switch from confirm to tx mode",
+                            m.CLASS_ID, m.METHOD_ID)
+        if self.tx is None:
+            self.tx = Transaction(self.settlement, self.conn.bounds)
+        self.reply(spec.TxSelectOk())
+        return 0
+
+    def on_tx_commit(self, m: spec.TxCommit) -> AfterCommit | int:
+        staged = self._transaction(m).commit(self.conn, self.number)
+        # commit-ok only once the round holding what the commit staged is synced.
+        return after(staged, lambda: self.reply(spec.TxCommitOk()))
+
+    def on_tx_rollback(self, m: spec.TxRollback) -> int:
+        self._transaction(m).rollback()
+        self.broker.counters["tx_rollbacks"] += 1
+        self.reply(spec.TxRollbackOk())
+        return 0
+
+    def _transaction(self, m: spec.Method) -> Transaction:
+        if self.tx is None:
+            raise AmqpError(PRECONDITION_FAILED, "channel is not transactional",
+                            m.CLASS_ID, m.METHOD_ID)
+        return self.tx
 
 
 def _nothing() -> None:

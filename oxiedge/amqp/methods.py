@@ -141,7 +141,7 @@ _HANDLERS: dict[type[spec.Method], Any] = {
     spec.BasicRecover: Channel.on_recover,
     spec.BasicRecoverAsync: Channel.on_recover,
     spec.ConfirmSelect: Channel.on_confirm_select,
-    spec.TxSelect: Channel.on_tx,
-    spec.TxCommit: Channel.on_tx,
-    spec.TxRollback: Channel.on_tx,
+    spec.TxSelect: Channel.on_tx_select,
+    spec.TxCommit: Channel.on_tx_commit,
+    spec.TxRollback: Channel.on_tx_rollback,
 }

@@ -39,6 +39,10 @@ class ConnectionLimits:
     max_queues: int = 1000  # live queues one connection created
     #: Unacked deliveries per channel never exceed this, prefetch or not.
     unacked_limit: int = 100_000
+    #: What one transaction may hold (``transaction.py``): publishes plus settled tags,
+    #: and the held publishes' bytes (--amqp-tx-max-messages / --amqp-tx-max-bytes).
+    tx_max_messages: int = 10_000
+    tx_max_bytes: int = 64 << 20
 
 
 class Outlet(Protocol):

@@ -154,7 +154,8 @@ class AmqpProtocol(LoopSide):
         self.channels = self.table.open
         self.bounds = ConnectionBounds(
             self.channels, broker, counters, channel_max=limits.channel_max,
-            max_consumers=limits.max_consumers, max_queues=limits.max_queues)
+            max_consumers=limits.max_consumers, max_queues=limits.max_queues,
+            tx_max_messages=limits.tx_max_messages, tx_max_bytes=limits.tx_max_bytes)
         self.exclusive_queues: dict[str, Queue] = {}
         self.opened = False  # the handshake completed
         self.closed = False  # channels released; nothing more is handled
@@ -329,6 +330,9 @@ class AmqpProtocol(LoopSide):
                                 self._outlet.deliver_now()
                         else:
                             ack: Any = ev.method
+                            if ch.tx is not None:  # held until tx.commit
+                                ch.tx.hold_settlement(ack.delivery_tag, ack.multiple, None)
+                                continue
                             flags = ch.settlement.ack(ack.delivery_tag, ack.multiple)
                             if flags:
                                 self._staged = True

@@ -63,7 +63,8 @@ class AmqpService:
             max_message_size=cfg.amqp_max_message_size,
             max_consumers=cfg.amqp_max_consumers_per_connection,
             max_queues=cfg.amqp_max_queues_per_connection,
-            unacked_limit=cfg.amqp_queue_limit)
+            unacked_limit=cfg.amqp_queue_limit, tx_max_messages=cfg.amqp_tx_max_messages,
+            tx_max_bytes=cfg.amqp_tx_max_bytes)
         self.connections: set[AmqpConnection] = set()
         self.counters = {"connections_total": 0, "connections_closed": 0,
                          "connection_errors": 0, "connections_dropped": 0,

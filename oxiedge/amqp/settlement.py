@@ -4,8 +4,9 @@ the release of a closing channel (everything back to its queues).
 
 :class:`Settlement` owns the delivery tags, the map of unacked deliveries and the channel's
 ``global`` prefetch (basic.qos global=true limits the channel's unacked count as a whole).
-Every settlement of a channel goes through it (``Channel.settlement``), so a transaction can
-stand in front of it and hold acks until its commit.  A settled delivery gives credit back
+Every settlement of a channel goes through it (``Channel.settlement``); a transactional
+channel's acks, nacks and rejects are held by its ``transaction.Transaction`` and reach it
+at the commit (:meth:`Settlement.settle`).  A settled delivery gives credit back
 to its consumer: its queue (or, past a channel-wide bound, every queue the channel consumes
 from) dispatches again.
 
@@ -94,14 +95,8 @@ class Settlement:
         """basic.ack: delete the durable records by (queue, seq); returns flags."""
         if not multiple:
             return self._ack_one(tag)
-        broker = self._broker
         was_capped, settled, touched = self._take(tag, multiple)
-        flags = 0
-        for queue, msg, _consumer in settled:
-            if msg.stored:
-                broker.forget(queue, msg)
-                flags = KICK | UNSYNCED
-        broker.counters["acked"] += len(settled)
+        flags = self._forget_acked(settled)
         self._dispatch_after(was_capped, touched)
         return flags
 
@@ -122,6 +117,26 @@ class Settlement:
             flags = KICK | UNSYNCED
         broker.counters["acked"] += 1
         self._dispatch_after(was_capped, () if credited is None else (credited,))
+        return flags
+
+    def settle(self, tags: list[int], requeue: bool | None) -> int:
+        """Settle exactly ``tags``: acked (``requeue`` None), else rejected with
+        ``requeue``; returns flags.  A transaction's commit (``transaction.py``), which
+        checked the tags when it held them; one no longer unacked (a ``basic.recover``
+        came in between) is skipped."""
+        unacked = self.unacked
+        was_capped = len(unacked) >= self.limit
+        settled = [unacked.pop(t) for t in tags if t in unacked]
+        touched: set[Queue] = set()
+        for entry in settled:
+            queue = self._settle(entry)
+            if queue is not None:
+                touched.add(queue)
+        if requeue is None:
+            flags = self._forget_acked(settled)
+        else:
+            flags = self._settle_rejected(settled, requeue)
+        self._dispatch_after(was_capped, touched)
         return flags
 
     def nack(self, tag: int, multiple: bool, requeue: bool) -> int:
@@ -196,6 +211,17 @@ class Settlement:
         consumer.unacked -= 1
         self.global_unacked -= 1
         return queue
+
+    def _forget_acked(self, settled: list[Unacked]) -> int:
+        """Acked deliveries: their durable records are deleted; returns flags."""
+        broker = self._broker
+        flags = 0
+        for queue, msg, _consumer in settled:
+            if msg.stored:
+                broker.forget(queue, msg)
+                flags = KICK | UNSYNCED
+        broker.counters["acked"] += len(settled)
+        return flags
 
     def _dispatch_after(self, was_capped: bool, touched: Iterable[Queue]) -> None:
         if self.global_prefetch or was_capped:

@@ -99,6 +99,20 @@ class AmqpSettings:
         limits=Bound("AMQP", "consumers per connection",
                      "`basic.consume` gets channel error 406",
                      "`amqp.consumer_limit_refused`"))
+    amqp_tx_max_messages: int = option(
+        count(1), "10000",
+        "most publishes plus settled deliveries one AMQP transaction holds; more get 406",
+        limits=Bound("AMQP", "publishes and settled deliveries one transaction holds",
+                     "the `basic.publish` / `basic.ack` / `nack` / `reject` past it gets channel "
+                     "error 406; the transaction is dropped with the channel",
+                     "`amqp.tx_limit_refused`"))
+    amqp_tx_max_bytes: int = option(
+        size(), "64MiB",
+        "body and property bytes of the publishes one AMQP transaction holds; more get 406",
+        limits=Bound("AMQP", "bytes of the publishes one transaction holds",
+                     "the `basic.publish` past it gets channel error 406; the transaction is "
+                     "dropped with the channel",
+                     "`amqp.tx_limit_refused`"))
     amqp_preauth_max_size: int = option(
         size(4096), "64KiB",
         "largest AMQP frame before the login completes (connection.start-ok), bytes",

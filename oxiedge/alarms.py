@@ -41,7 +41,6 @@ from typing import Any
 import trio
 
 from . import sizes
-from .net.blocked import COUNTERS as BLOCKED_COUNTERS
 
 Listener = Callable[[bool, str], None]
 
@@ -212,6 +211,4 @@ class ResourceAlarms:
             "other_alarms": dict(self.external),
             "alarms_fired": self.fired,
             "malloc_trims": self.trims,
-            # blocked connections whose peer hung up meanwhile (``net.blocked``)
-            **BLOCKED_COUNTERS,
         }

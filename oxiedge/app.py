@@ -14,6 +14,7 @@ from .config import Config
 from .connections import ConnectionLimits
 from .login import Logins
 from .lograte import LineBudget
+from .net.blocked import BlockedWatch
 from .service import Service
 from .store import Store
 
@@ -49,6 +50,9 @@ class App:
     # The lines for connections the broker ended, MQTT and AMQP together (``lograte``).
     close_lines: LineBudget = field(default_factory=LineBudget)
     alarms: ResourceAlarms = field(init=False)
+    # Blocked publishers' watch for their peer hanging up (``net.blocked``), given to
+    # every transport; its counters join the alarms' in ``oxiedge status``.
+    blocked: BlockedWatch = field(init=False)
     connections: ConnectionLimits = field(init=False)
     logins: Logins = field(init=False)
 
@@ -56,6 +60,7 @@ class App:
         config = self.config
         self.alarms = ResourceAlarms(config.data, config.memory_high_watermark,
                                      config.disk_free_limit, self.log)
+        self.blocked = BlockedWatch(self.alarms.wait_unblocked, config.blocked_keepalive)
         self.connections = ConnectionLimits(config.max_connections,
                                             config.max_connections_per_source, self.log)
         self.logins = Logins(self.users, config.login_hash_threads, config.login_delay_max,

@@ -32,8 +32,7 @@ from .config import Config, ConfigError
 from .ingest.routes import Route, parse_routes
 from .ingest.step import Ingest
 from .mqtt.service import MqttService
-from .net import blocked
-from .net.hot import hot_loop
+from .net.hot import HotLoopOff, hot_loop_state
 from .store import Store, StoreFormatError, StoreLockedError
 from .tls import TlsConfigError, TlsListener, TlsManager, TlsSettings
 from .topicmap import EXCHANGE
@@ -230,19 +229,23 @@ async def _serve_app(app: App, tls: TlsManager | None, routes: list[Route],
 
 
 def _tune_transport(app: App, parts: Parts) -> None:
-    """The transport loop's settings: the blocked keep-alive, the hot loop's busy-poll
-    (and its ``oxiedge status`` section)."""
+    """The hot loop: whether it is on (logged, and its ``oxiedge status`` section either
+    way) and its busy-poll. (The blocked keep-alive is the ``BlockedWatch``'s, ``App``.)"""
     config, log = app.config, app.log
-    blocked.set_keepalive(config.blocked_keepalive)
-    hot = hot_loop()
-    if hot is None:
+    hot = hot_loop_state()
+    parts.status["hot_loop"] = hot
+    if isinstance(hot, HotLoopOff):
+        if hot.chosen:
+            log.info("hot loop off: %s", hot.reason)
+        else:  # the appliance loses speed it was measured with: loud
+            log.warning("hot loop off: %s", hot.reason)
         if config.busy_poll_us:
-            log.warning("--busy-poll-us %d ignored: no hot loop (OXIEDGE_HOT_LOOP=0, or a"
-                        " trio or platform it does not know)", config.busy_poll_us)
+            log.warning("--busy-poll-us %d ignored: no hot loop (%s)", config.busy_poll_us,
+                        hot.reason)
         return
+    log.info("hot loop on")
     committer = app.store.committer
     hot.busy_poll(config.busy_poll_us, lambda: committer.sync_started is not None)
-    parts.status["hot_loop"] = hot
     if config.busy_poll_us:
         log.info("busy-poll on - up to %d µs before the event loop sleeps", config.busy_poll_us)
 

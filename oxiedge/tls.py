@@ -21,7 +21,6 @@ trio's own :class:`trio.SSLStream` over the stdlib ``ssl`` module (no extra depe
 from __future__ import annotations
 
 import logging
-import socket
 import ssl
 import time
 from collections.abc import Callable
@@ -30,6 +29,8 @@ from pathlib import Path
 from typing import Any
 
 import trio
+
+from oxiedge.net.sockets import transport_socket
 
 VERIFY_MODES = {"none": ssl.CERT_NONE, "optional": ssl.CERT_OPTIONAL,
                 "required": ssl.CERT_REQUIRED}
@@ -123,14 +124,6 @@ def cert_identity(cert: dict[str, Any] | None) -> str | None:
         if kind in ("DNS", "email") and value:
             return str(value)
     return None
-
-
-def transport_socket(stream: trio.abc.Stream) -> socket.socket | trio.socket.SocketType | None:
-    """The TCP socket under a plain or a TLS stream (peer name, TCP_NODELAY)."""
-    inner = stream.transport_stream if isinstance(stream, trio.SSLStream) else stream
-    sock = getattr(inner, "socket", None)
-    # A trio.SocketStream's socket is a trio.socket.SocketType, not a socket.socket.
-    return sock if isinstance(sock, (socket.socket, trio.socket.SocketType)) else None
 
 
 def peer_name(stream: trio.abc.Stream) -> str:

@@ -5,7 +5,7 @@
 Drives real ``MqttProtocol`` objects the way ``tests/mqtt/test_protocol.py``'s ``Peer``
 does (a real ``Broker`` on a real ``Store`` in a temporary directory, an empty ``Bus`` as
 ``server.py`` wires one, a fake outlet that records bytes and reports them sent the way
-``oxiedge.net.loop.Transport`` does, calling ``on_sent``), one message per read as a
+``oxiedge.net.output.Output`` does, calling ``on_sent``), one message per read as a
 latency client sends them. No socket, no trio task switch: what is timed is the protocol,
 the handlers, the router, the session and the codecs, plus a few lines of harness.
 

@@ -132,7 +132,7 @@ def server_status(app: App, parts: dict[str, StatusPart] | None = None) -> dict[
             "format_version": FORMAT_VERSION,
             "quarantine": app.store.quarantine_status(),
         },
-        "alarms": app.alarms.status(),
+        "alarms": {**app.alarms.status(), **app.blocked.status()},
         "connections": {**app.connections.status(),
                         "close_lines_suppressed": app.close_lines.suppressed_total},
         "logins": app.logins.status(),

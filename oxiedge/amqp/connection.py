@@ -67,16 +67,15 @@ class AmqpConnection:
         # Above HIGH_WATER unsent bytes the reader stops reading (a client that publishes
         # but never reads its confirms) and queues skip this connection's consumers.
         self.transport = Transport(stream, app.store, pause_at=HIGH_WATER,
-                                   authenticate=app.logins.check,
-                                   wait_unblocked=app.alarms.wait_unblocked)
+                                   authenticate=app.logins.check, blocked=app.blocked)
         self.proto = AmqpProtocol(
-            service.broker, self.transport, service.limits, service.counters, app.permissions,
+            service.broker, self.transport.output, service.limits, service.counters,
+            app.permissions,
             service.server_properties(),
             clock=trio.lowlevel.current_clock().current_time,  # (= trio.current_time)
             handshake_deadline=handshake_deadline, alarms=app.alarms,
             note_input=lambda size: service.note_publisher_input(size, app.alarms),
             peer=peer, tls_identity=tls_identity, on_opened=self._opened, log=self.log)
-        self.transport.protocol = self.proto
         self._nursery: trio.Nursery | None = None
         self._forced = False  # cancelled by the server's shutdown
         self._finished = trio.Event()  # the transport loop has ended
@@ -147,18 +146,18 @@ class AmqpConnection:
             self._nursery.start_soon(self._heartbeats)
 
     async def _heartbeats(self) -> None:
-        proto, transport = self.proto, self.transport
+        proto, output = self.proto, self.transport.output
         interval = proto.heartbeat / 2
-        seen = transport.writes
+        seen = output.writes
         while not proto.closed:  # none after close-ok, while the socket lingers
             await trio.sleep(interval)
             # Nothing written for a whole interval (the count of writes did not move;
             # cheaper on the send path than a timestamp per write): a heartbeat.
-            if transport.writes == seen and not proto.closed:
+            if output.writes == seen and not proto.closed:
                 proto.send(HEARTBEAT_FRAME)
-                seen = transport.writes + 1  # (the heartbeat's own write is no traffic)
+                seen = output.writes + 1  # (the heartbeat's own write is no traffic)
             else:
-                seen = transport.writes
+                seen = output.writes
 
     def _report(self) -> None:
         """One log line and one counter for every connection that did not close cleanly."""

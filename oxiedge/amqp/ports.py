@@ -46,7 +46,7 @@ class ConnectionLimits:
 
 
 class Outlet(Protocol):
-    """The transport as the protocol sees it (``oxiedge.net.loop.Transport``)."""
+    """The connection's output as the protocol sees it (``oxiedge.net.output.Output``)."""
 
     out_bytes: int
 

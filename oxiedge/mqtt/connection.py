@@ -49,10 +49,10 @@ class Connection:
         # without bound: above this many buffered bytes the reader stops reading.
         self.transport = Transport(stream, app.store, pause_at=4 * service.limits.out_limit,
                                    authenticate=service.authenticate,
-                                   wait_unblocked=app.alarms.wait_unblocked)  # fmt: skip
+                                   blocked=app.blocked)  # fmt: skip
         self.protocol = MqttProtocol(
             service.broker,
-            self.transport,
+            self.transport.output,
             max_packet_size=service.max_packet_size,
             max_connect_size=service.max_connect_size,
             connect_timeout=service.connect_timeout,
@@ -62,7 +62,6 @@ class Connection:
             clock=trio.lowlevel.current_clock().current_time,  # (= trio.current_time)
             tls_identity=tls_identity,
         )
-        self.transport.protocol = self.protocol
 
     @property
     def client_id(self) -> str:

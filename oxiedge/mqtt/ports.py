@@ -6,7 +6,7 @@ from typing import Any, Protocol
 
 
 class Outlet(Protocol):
-    """The transport as the protocol sees it (``oxiedge.net.loop.Transport``)."""
+    """The connection's output as the protocol sees it (``oxiedge.net.output.Output``)."""
 
     out_bytes: int
     protocol: Any

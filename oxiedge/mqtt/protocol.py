@@ -20,8 +20,9 @@ staged: a barrier. A burst that needs no commit has its replies go out at once
 (``NEED_DATA`` then ``data_to_send()``: one write from the reading task).
 
 Deliveries (other connections' publishes, re-sends, retained replays) are written
-straight into the transport's buffer (``Session.conn`` is the ``Outlet``, the
-transport), never through this object: the fan-out path costs no extra call.
+straight into the connection's output buffer (``Session.conn`` is the ``Outlet``, the
+transport's ``net.output.Output``), never through this object: the fan-out path costs no
+extra call.
 
 Rules: the first packet must be CONNECT (MQTT-3.1.0-1), a second one is a violation
 (MQTT-3.1.0-2); keep-alive is 1.5x the client's value (MQTT-3.1.2-24); the will is

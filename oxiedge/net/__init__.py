@@ -8,28 +8,40 @@ Two halves, split so the protocols never see trio or a socket:
 
 ``net.hot`` (trio internals)
     The hot loop: parked plain-TCP connections served inline in trio's I/O wait (an
-    instrument), so a burst that needs no await costs no task wake-up.
+    instrument), so a burst that needs no await costs no task wake-up. A connection and
+    the loop share one ``Seat``; ``hot_loop_state()`` says whether the loop is on, or why not.
 
 ``net.blocked`` (trio)
     A connection held by a resource alarm (``BLOCKED``): waits for the alarm to clear
     while it watches the socket, so a peer that hangs up or vanishes meanwhile ends the
     connection at once (its session, queues and will with it), with keep-alive probes
-    (``--blocked-keepalive``) for a peer that went silent.
+    (``--blocked-keepalive``) for a peer that went silent. One ``BlockedWatch`` per
+    server (its settings and counters), given to every transport.
+
+``net.output`` (trio)
+    ``Output``: one connection's output side, the one place every byte to the client
+    passes: the buffer, the writer task, the direct sends, ``out_bytes`` for
+    back-pressure, and the hook where a framing (WebSocket) goes.
 
 ``net.loop`` (trio)
     ``Transport``: owns one ``trio.abc.Stream`` (TCP, ``trio.SSLStream`` for TLS, a
-    WebSocket stream later), the reader and writer tasks, the end-of-burst commit,
-    back-pressure, deadlines and the close.
+    WebSocket stream later), the reader task, the end-of-burst commit, deadlines and the
+    close; its ``output`` is an ``Output``.
+
+``net.written``, ``net.sockets``
+    The connections a running burst wrote to; the socket under a plain or TLS stream.
+
+``net`` imports only ``net``, the standard library and trio: it knows no protocol, no
+configuration and no process wiring (``tests/core/test_architecture.py``).
 
 How a protocol plugs in
 -----------------------
 ::
 
     transport = Transport(stream, store, pause_at=4 * out_limit,
-                          authenticate=logins.check, wait_unblocked=alarms.wait_unblocked)
-    proto = MyProtocol(..., outlet=transport)      # sans-IO, no trio import
-    transport.protocol = proto                     # who owns this transport (take-over)
-    await transport.run(proto)                     # returns when the connection ended
+                          authenticate=logins.check, blocked=app.blocked)  # a BlockedWatch
+    proto = MyProtocol(..., outlet=transport.output)   # sans-IO, no trio import
+    await transport.run(proto)   # (output.protocol = proto); returns when the connection ended
 
 The loop calls, on the protocol object (``StreamProtocol``):
 
@@ -47,8 +59,8 @@ The loop calls, on the protocol object (``StreamProtocol``):
                  task is cancelled meanwhile ``commit_cancelled()`` (re-raised)
   ``KICK``       ``store.kick()`` (staged work nobody waits for)
   ``CHECKPOINT`` ``await trio.sleep(0)`` (a long burst lets others run)
-  ``BLOCKED``    ``await wait_unblocked()`` (resource alarm; ``net.blocked`` ends
-                 the wait if the peer goes), then ``unblocked()``
+  ``BLOCKED``    ``await blocked.wait(stream)`` (resource alarm; ``net.blocked``
+                 ends the wait if the peer goes), then ``unblocked()``
   ``Authenticate(user, password)``  ``await authenticate(...)`` (a thread), then
                  ``authenticated(ok)``
   ``Close(reason)``  stop reading; flush what was written (``CLOSE_FLUSH_TIMEOUT``)
@@ -59,10 +71,11 @@ The loop calls, on the protocol object (``StreamProtocol``):
   ``connection_closed()`` once at the very end (return True to kick).
 
 The protocol writes anything that is not a burst reply (deliveries, re-sends,
-heartbeats, a refusing CONNACK) with ``transport.write(data)`` (never blocks, keeps
-order), reads ``transport.out_bytes`` (buffered + in transit) for its own bounds and
-``transport.writable``; ``transport.abort()`` ends the connection from outside (a
-session take-over); ``transport.writes`` (a count of writes) serves idle heartbeats.
+heartbeats, a refusing CONNACK) with ``output.write(data)`` (never blocks, keeps
+order), reads ``output.out_bytes`` (buffered + in transit) for its own bounds and
+``output.writable``; ``output.abort()`` (or ``transport.abort()``) ends the connection
+from outside (a session take-over); ``output.writes`` (a count of writes) serves idle
+heartbeats; ``output.protocol`` is the protocol that owns the connection.
 
 A protocol is tested without a socket: feed bytes, step ``next_action()``, answer the
 actions, compare ``data_to_send()`` and what it wrote to its outlet with exact bytes

@@ -8,7 +8,7 @@ kernel, unread, so TCP pushes back on the client. But a connection that is not r
 does not see its peer go either - ``recv`` returning ``b""`` is the only way a reader
 learns of a FIN - so a client that hung up (or died) while blocked used to linger until
 the alarm cleared: its connection slot (``--max-connections``, per source), channels,
-exclusive queues, MQTT session and will with it. ``wait_blocked`` awaits the alarm and,
+exclusive queues, MQTT session and will with it. ``BlockedWatch.wait`` awaits the alarm and,
 at the same time, watches the socket for the hang-up **without reading it**:
 
 * **The watch.** A small epoll of its own holds the socket for ``EPOLLRDHUP |
@@ -56,7 +56,9 @@ TLS: ``trio.SSLStream`` wraps a ``SocketStream``; the watch uses that socket (th
 the kernel's, under the TLS records; the unread count is of encrypted bytes). A stream
 without any socket (an in-memory stream in tests) only awaits the alarm.
 
-Counted in ``COUNTERS`` (``oxiedge status``, section ``alarms``).
+One ``BlockedWatch`` per server (built with the resource alarms, ``oxiedge.app``) holds
+the keep-alive setting and the counters (``oxiedge status``, section ``alarms``); each
+transport is given it (``net.loop.Transport``).
 """
 
 from __future__ import annotations
@@ -75,7 +77,7 @@ import trio
 from trio.lowlevel import wait_readable
 
 from oxiedge.net.hot import RECV_SIZE
-from oxiedge.tls import transport_socket
+from oxiedge.net.sockets import transport_socket
 
 #: Unread input a hung-up blocked peer may leave for the protocol to handle (one read);
 #: more is discarded unprocessed and the connection ends as lost.
@@ -83,7 +85,7 @@ HANGUP_INPUT_MAX = RECV_SIZE
 #: Seconds between two looks at the socket where there is no epoll (or no descriptor).
 HANGUP_POLL_INTERVAL = 1.0
 #: TCP keep-alive while blocked: (first probe after idle s, interval s, probes);
-#: ``--blocked-keepalive`` / ``OXIEDGE_BLOCKED_KEEPALIVE`` sets it (``set_keepalive``).
+#: ``--blocked-keepalive`` / ``OXIEDGE_BLOCKED_KEEPALIVE`` sets a server's (``BlockedWatch``).
 BLOCKED_KEEPALIVE = (60, 20, 3)
 
 
@@ -92,68 +94,80 @@ _EPOLL_HANGUP = (getattr(select, "EPOLLRDHUP", 0) | getattr(select, "EPOLLHUP", 
 _POLL_HANGUP = getattr(select, "POLLRDHUP", 0) | select.POLLHUP | select.POLLERR
 _ERROR = getattr(select, "EPOLLERR", select.POLLERR)  # (the same bit on Linux)
 
-#: Process-wide, shown by ``ResourceAlarms.status()``.
-COUNTERS = {
-    "blocked_hangups": 0,  # blocked connections whose peer hung up or vanished
-    "blocked_hangups_discarded": 0,  # ... of which the unread input was discarded
-    "blocked_discarded_bytes": 0,  # that input, in bytes
-    "blocked_connections": 0,  # a gauge: connections waiting for an alarm to clear now
-}
 
+class BlockedWatch:
+    """Blocked connections' watch for their peer (see the module docstring): one per
+    server, given to every transport. ``wait_unblocked`` awaits the alarms' end;
+    ``keepalive`` is ``--blocked-keepalive`` (first probe after idle s, interval s, probes)."""
 
-async def wait_blocked(wait_unblocked: Callable[[], Awaitable[None]],
-                       stream: trio.abc.Stream) -> bool:
-    """Await ``wait_unblocked()`` while watching the peer (see the module docstring).
+    def __init__(self, wait_unblocked: Callable[[], Awaitable[None]],
+                 keepalive: tuple[int, int, int] = BLOCKED_KEEPALIVE) -> None:
+        self.wait_unblocked = wait_unblocked
+        #: (level, option, value) set on a blocked socket
+        self.keepalive_options = _keepalive_options(keepalive)
+        self.counters = {
+            "blocked_hangups": 0,  # blocked connections whose peer hung up or vanished
+            "blocked_hangups_discarded": 0,  # ... of which the unread input was discarded
+            "blocked_discarded_bytes": 0,  # that input, in bytes
+            "blocked_connections": 0,  # a gauge: connections waiting for an alarm now
+        }
 
-    Returns False when the alarm cleared, True when the peer hung up leaving at most
-    ``HANGUP_INPUT_MAX`` bytes unread (the caller reads them as if unblocked, and waits
-    for no alarm again); raises ``trio.BrokenResourceError`` when the peer is gone and
-    the connection must end as lost."""
-    COUNTERS["blocked_connections"] += 1
-    try:
-        return await _wait_blocked(wait_unblocked, stream)
-    finally:
-        COUNTERS["blocked_connections"] -= 1
+    def status(self) -> dict[str, int]:
+        """The counters (``oxiedge status`` shows them with the alarms')."""
+        return dict(self.counters)
 
+    async def wait(self, stream: trio.abc.Stream) -> bool:
+        """Await the alarms' end while watching the peer (see the module docstring).
 
-async def _wait_blocked(wait_unblocked: Callable[[], Awaitable[None]],
-                        stream: trio.abc.Stream) -> bool:
-    sock = transport_socket(stream)
-    if sock is None:
-        await wait_unblocked()
-        return False
-    fd = sock.fileno()
-    seen = 0  # the hang-up events, once the watch saw them
-    async with trio.open_nursery() as nursery:
+        Returns False when the alarm cleared, True when the peer hung up leaving at most
+        ``HANGUP_INPUT_MAX`` bytes unread (the caller reads them as if unblocked, and waits
+        for no alarm again); raises ``trio.BrokenResourceError`` when the peer is gone and
+        the connection must end as lost."""
+        counters = self.counters
+        counters["blocked_connections"] += 1
+        try:
+            return await self._wait(stream)
+        finally:
+            counters["blocked_connections"] -= 1
 
-        async def watch() -> None:
-            nonlocal seen
-            try:
-                seen = await _wait_hangup(fd)
-            except OSError:
-                return  # (cannot watch: only the alarm ends the wait, as before)
+    async def _wait(self, stream: trio.abc.Stream) -> bool:
+        sock = transport_socket(stream)
+        if sock is None:
+            await self.wait_unblocked()
+            return False
+        fd = sock.fileno()
+        seen = 0  # the hang-up events, once the watch saw them
+        async with trio.open_nursery() as nursery:
+
+            async def watch() -> None:
+                nonlocal seen
+                try:
+                    seen = await _wait_hangup(fd)
+                except OSError:
+                    return  # (cannot watch: only the alarm ends the wait, as before)
+                nursery.cancel_scope.cancel()
+
+            nursery.start_soon(watch)
+            with _keepalive(sock, self.keepalive_options):
+                await self.wait_unblocked()
             nursery.cancel_scope.cancel()
-
-        nursery.start_soon(watch)
-        with _keepalive(sock):
-            await wait_unblocked()
-        nursery.cancel_scope.cancel()
-    if not seen:
-        return False
-    COUNTERS["blocked_hangups"] += 1
-    if seen & _ERROR:
-        err = sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
+        if not seen:
+            return False
+        counters = self.counters
+        counters["blocked_hangups"] += 1
+        if seen & _ERROR:
+            err = sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
+            raise trio.BrokenResourceError(
+                "peer gone while blocked by a resource alarm: "
+                + (os.strerror(err) if err else "hang-up"))
+        unread = _unread(fd)
+        if unread <= HANGUP_INPUT_MAX:
+            return True
+        counters["blocked_hangups_discarded"] += 1
+        counters["blocked_discarded_bytes"] += unread
         raise trio.BrokenResourceError(
-            "peer gone while blocked by a resource alarm: "
-            + (os.strerror(err) if err else "hang-up"))
-    unread = _unread(fd)
-    if unread <= HANGUP_INPUT_MAX:
-        return True
-    COUNTERS["blocked_hangups_discarded"] += 1
-    COUNTERS["blocked_discarded_bytes"] += unread
-    raise trio.BrokenResourceError(
-        f"peer closed while blocked by a resource alarm; its {unread} unread bytes "
-        "were discarded")
+            f"peer closed while blocked by a resource alarm; its {unread} unread bytes "
+            "were discarded")
 
 
 async def _wait_hangup(fd: int) -> int:
@@ -205,22 +219,12 @@ def _keepalive_options(setting: tuple[int, int, int]) -> list[tuple[int, int, in
     return options
 
 
-#: (level, option, value) set on a blocked socket
-KEEPALIVE_OPTIONS = _keepalive_options(BLOCKED_KEEPALIVE)
-
-
-def set_keepalive(setting: tuple[int, int, int]) -> None:
-    """``--blocked-keepalive``: the keep-alive of blocks from now on (the server, once)."""
-    global KEEPALIVE_OPTIONS
-    KEEPALIVE_OPTIONS = _keepalive_options(setting)
-
-
 @contextmanager
-def _keepalive(sock: Any) -> Iterator[None]:
+def _keepalive(sock: Any, options: list[tuple[int, int, int]]) -> Iterator[None]:
     """TCP keep-alive probes on ``sock`` for the block; the previous settings after."""
     saved: list[tuple[int, int, int]] = []
     try:
-        for level, option, value in KEEPALIVE_OPTIONS:
+        for level, option, value in options:
             saved.append((level, option, sock.getsockopt(level, option)))
             sock.setsockopt(level, option, value)
     except OSError:

@@ -20,7 +20,7 @@ runs ``serve_inline`` right there: read, hand the bytes to the protocol, do the
 actions that need no await (replies, deliveries, ``SEND``, ``KICK``). A descriptor stays
 registered across messages (no re-arm). An action that needs an await (a commit, a login,
 a checkpoint, back-pressure, the close) ends the inline part: the descriptor leaves the
-loop and the parked task is woken to go on with that action (``Transport._hand_off``).
+loop and the parked task is woken to go on with that action (``Seat.hand_off``).
 
 The loop returns to trio as soon as trio has something to do: its own epoll is ready
 (other sockets, the commit thread's eventfd, signals and ``run_sync_soon`` through its
@@ -48,24 +48,31 @@ Attributes of trio's run loop that are not public API (``_trio_internals``): the
 object of its I/O manager and ``force_wakeup``, its run queue, ``waiting_for_idle`` and
 the autojump threshold. Where any is missing (another trio version, a kqueue platform)
 or ``OXIEDGE_HOT_LOOP=0`` is set, ``hot_loop()`` returns None and every reader waits in
-trio (``wait_readable``) as before. An unexpected error inside the loop turns it off for
-the rest of the run and wakes every parked task, which then waits in trio: the loop can
-cost speed, never a connection.
+trio (``wait_readable``) as before; ``hot_loop_state()`` says why (start-up logs ``hot
+loop on`` or ``hot loop off: REASON``, ``oxiedge status`` shows it). ``pyproject.toml``
+bounds trio below its next minor version: raise the bound once these tests pass on it.
+An unexpected error inside the loop turns it off for the rest of the run and wakes every
+parked task, which then waits in trio: the loop can cost speed, never a connection.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import os
 import select
+import sys
 import time
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 import trio
 
 from oxiedge.net.actions import NEED_DATA, StreamProtocol, run_until_await
-from oxiedge.net.written import Written, flush_written
+from oxiedge.net.written import flush_written
+
+if TYPE_CHECKING:
+    from oxiedge.net.output import Output
 
 log = logging.getLogger("oxiedge")
 
@@ -81,58 +88,93 @@ class Raise:
         self.exc = exc
 
 
-class Transport(Protocol):
-    """A connection's transport as the hot loop sees it (``net.loop.Transport``)."""
+class Seat:
+    """A connection's place in the hot loop, owned by its transport (``net.loop``): all the
+    loop and the transport share. The transport parks here (``park``) and reads what the
+    loop handed back (``pending``); the loop serves the connection through it
+    (``serve_inline``) and hands it back (``hand_off``)."""
 
-    protocol: StreamProtocol | None
-    store: Any
-    out_bytes: int
-    pause_at: int
-    _parked_fd: int  # the descriptor it parked
-    _armed: float  # the deadline of the scope its reader waits in
-    _written: Written
+    __slots__ = ("_hot", "_woken", "armed", "fd", "output", "pending", "protocol")
 
-    def send_now(self, data: bytes) -> None: ...
+    def __init__(self, output: Output) -> None:
+        self.protocol: StreamProtocol | None = None  # (set when the transport runs)
+        self.output = output
+        self.fd = -1  # the descriptor, while parked
+        self.armed = math.inf  # the deadline of the scope the reader parked under
+        #: the action the reader task goes on with, once the loop handed it back
+        self.pending: object = None
+        self._hot: HotLoop | None = None
+        self._woken: trio.Event | None = None
 
-    def _hand_off(self, action: object) -> None: ...
+    async def park(self, hot: HotLoop, fd: int, armed: float) -> None:
+        """Wait for input in the hot loop instead of trio; returns once the loop handed
+        the connection back (``pending`` says what to do next)."""
+        self._woken = woken = trio.Event()
+        self._hot, self.fd, self.armed = hot, fd, armed
+        hot.park(self, fd)
+        try:
+            await woken.wait()
+        finally:
+            self.leave()
+
+    def leave(self) -> None:
+        """Out of the loop (also before the descriptor is closed, or on an abort)."""
+        fd = self.fd
+        if fd >= 0:
+            self.fd = -1
+            hot = self._hot
+            if hot is not None:
+                hot.unpark(fd)
+
+    def hand_off(self, action: object) -> None:
+        """The inline part ends (``serve_inline``): the reader task goes on with
+        ``action`` (None: just wait for input in trio)."""
+        self.pending = NEED_DATA if action is None else action
+        self.leave()
+        woken = self._woken
+        if woken is not None:
+            self._woken = None
+            woken.set()
 
 
-def serve_inline(transport: Transport) -> None:
+def serve_inline(seat: Seat) -> None:
     """The hot loop found input on a parked connection: one burst, inline, as far as it
     needs no await.
 
     The reader's steps (``Transport._perform``): read, ``receive_data``, actions until
     ``NEED_DATA``, what the burst wrote to other connections first, then this one's
-    replies. What needs an await is handed back to the reader task (``_hand_off``)."""
-    proto = transport.protocol
+    replies. What needs an await is handed back to the reader task (``hand_off``)."""
+    proto = seat.protocol
     assert proto is not None
     try:
-        got = os.read(transport._parked_fd, RECV_SIZE)
+        got = os.read(seat.fd, RECV_SIZE)
     except BlockingIOError:
         return  # (a spurious wake-up)
     except OSError as exc:
-        transport._hand_off(Raise(exc))
+        seat.hand_off(Raise(exc))
         return
-    written = transport._written
+    output = seat.output
+    written = output.written
     written.in_burst = True
     try:
         proto.receive_data(got)
-        action = run_until_await(proto, transport.send_now, transport.store.kick)
+        action = run_until_await(proto, output.send_now, output.kick)
         flush_written(written)
         if action is not NEED_DATA:
-            transport._hand_off(action)
+            seat.hand_off(action)
             return
         data = proto.data_to_send()
         if data:
-            transport.send_now(data)
-        if transport.out_bytes > transport.pause_at or proto.deadline < transport._armed:
-            transport._hand_off(NEED_DATA)  # wait for the output / re-arm: the task
+            output.send_now(data)
+        if output.out_bytes > output.pause_at or proto.deadline < seat.armed:
+            seat.hand_off(NEED_DATA)  # wait for the output / re-arm: the task
     except BaseException as exc:  # raised in the reader task, as without the loop
         flush_written(written)
-        transport._hand_off(Raise(exc))
+        seat.hand_off(Raise(exc))
 
 
 _ENV = "OXIEDGE_HOT_LOOP"
+_HAS_EPOLL = hasattr(select, "epoll")  # (Linux; trio uses kqueue elsewhere)
 #: The busy-poll spins only while more than this share of recent waits ended within one
 #: spin (``_spin_then_poll``), each wait weighing ``_HIT_WEIGHT`` in the moving average:
 #: a request-answer run qualifies after a few waits; a link whose waits alternate between
@@ -173,7 +215,7 @@ class HotLoop(trio.abc.Instrument):
         self._ep.register(self._trio_fd, select.EPOLLIN)
         self._runq = runner.runq
         self._wake_trio: Callable[[], None] = runner.io_manager.force_wakeup
-        self.parked: dict[int, Transport] = {}
+        self.parked: dict[int, Seat] = {}
         self.broken = False
         self.served = 0  # connections served inline (a count for tests and probes)
         self.spin = 0.0  # the busy-poll's longest spin, seconds (``busy_poll``; 0 = off)
@@ -188,13 +230,17 @@ class HotLoop(trio.abc.Instrument):
         self._syncing = syncing or _never
 
     def status(self) -> dict[str, Any]:
-        """``oxiedge status`` → ``hot_loop``: bursts served inline, and the busy-poll."""
-        return {"parked": len(self.parked), "served_inline": self.served,
+        """``oxiedge status`` → ``hot_loop``: on (or failed), bursts served inline, and
+        the busy-poll."""
+        state: dict[str, Any] = {"on": not self.broken}
+        if self.broken:
+            state["reason"] = "failed (see the log); connections wait in trio"
+        return {**state, "parked": len(self.parked), "served_inline": self.served,
                 "busy_poll_us": round(self.spin * 1e6), "busy_polls": self.spins}
 
-    def park(self, transport: Transport, fd: int) -> None:
+    def park(self, seat: Seat, fd: int) -> None:
         self._ep.register(fd, select.EPOLLIN)
-        self.parked[fd] = transport
+        self.parked[fd] = seat
 
     def unpark(self, fd: int) -> None:
         if self.parked.pop(fd, None) is not None:
@@ -219,10 +265,10 @@ class HotLoop(trio.abc.Instrument):
             # trio has work already (serve what is ready, then let it run), or a test's
             # wait_all_tasks_blocked / autojump clock needs trio's own wait to run out.
             for fd, _ in poll(0):
-                transport = parked.get(fd)
-                if transport is not None:
+                seat = parked.get(fd)
+                if seat is not None:
                     self.served += 1
-                    serve_inline(transport)
+                    serve_inline(seat)
             if timeout > 0 and runq:
                 self._wake_trio()
             return
@@ -236,10 +282,10 @@ class HotLoop(trio.abc.Instrument):
                 if fd == trio_fd:
                     back = True
                     continue
-                transport = parked.get(fd)
-                if transport is not None:
+                seat = parked.get(fd)
+                if seat is not None:
                     self.served += 1
-                    serve_inline(transport)
+                    serve_inline(seat)
             if back:
                 return  # trio's own epoll is ready: its wait returns at once
             if runq or not parked:
@@ -289,9 +335,9 @@ class HotLoop(trio.abc.Instrument):
 
     def _shut_down(self) -> None:
         self.broken = True
-        for fd, transport in list(self.parked.items()):
+        for fd, seat in list(self.parked.items()):
             self.unpark(fd)
-            transport._hand_off(None)
+            seat.hand_off(None)
         self._ep.close()
 
     def after_run(self) -> None:
@@ -299,31 +345,49 @@ class HotLoop(trio.abc.Instrument):
             self._ep.close()
 
 
-class _Off:
-    """The RunVar's value when this run has no hot loop."""
+class HotLoopOff:
+    """The RunVar's value when this run has no hot loop: why (``oxiedge status``)."""
+
+    def __init__(self, reason: str, chosen: bool = False) -> None:
+        self.reason = reason
+        self.chosen = chosen  # the operator's choice (OXIEDGE_HOT_LOOP=0), not a limit
+
+    def status(self) -> dict[str, Any]:
+        return {"on": False, "reason": self.reason}
 
 
-_HOT: trio.lowlevel.RunVar[HotLoop | _Off] = trio.lowlevel.RunVar("oxiedge_hot_loop")
+_HOT: trio.lowlevel.RunVar[HotLoop | HotLoopOff] = trio.lowlevel.RunVar("oxiedge_hot_loop")
 
 
 def hot_loop() -> HotLoop | None:
     """This run's hot loop (installed on first use), or None when there is none."""
-    try:
-        hot = _HOT.get()
-    except LookupError:
-        hot = _install()
-        _HOT.set(hot)
-    if type(hot) is _Off or hot.broken:  # type: ignore[union-attr]
+    hot = hot_loop_state()
+    if type(hot) is HotLoopOff or hot.broken:  # type: ignore[union-attr]
         return None
     return hot  # type: ignore[return-value]
 
 
-def _install() -> HotLoop | _Off:
-    if os.environ.get(_ENV, "1").strip().lower() in ("0", "off", "no", "false"):
-        return _Off()
+def hot_loop_state() -> HotLoop | HotLoopOff:
+    """This run's hot loop (installed on first use; ``broken`` once it failed), or why
+    there is none. Either one's ``status()`` is ``oxiedge status`` → ``hot_loop``."""
+    try:
+        return _HOT.get()
+    except LookupError:
+        hot = _install()
+        _HOT.set(hot)
+        return hot
+
+
+def _install() -> HotLoop | HotLoopOff:
+    setting = os.environ.get(_ENV, "1").strip()
+    if setting.lower() in ("0", "off", "no", "false"):
+        return HotLoopOff(f"{_ENV}={setting}", chosen=True)
+    if not _HAS_EPOLL:
+        return HotLoopOff(f"no epoll on this platform ({sys.platform}; Linux only)")
     runner = _trio_internals()
     if runner is None:
-        return _Off()
+        return HotLoopOff(f"trio {trio.__version__} lacks the run-loop internals it uses"
+                          " (a trio version it was not tested with)")
     hot = HotLoop(runner)
     trio.lowlevel.add_instrument(hot)
     return hot

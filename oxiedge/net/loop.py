@@ -11,19 +11,15 @@ that waits for nothing goes out from the reader itself, in the same wake-up, wit
 write for the whole burst (``send_now``: a direct non-blocking ``os.write`` when nothing
 is buffered or in transit, so nothing can be overtaken; the rest goes to the writer).
 
-The *writer* owns the send side. Everything else (deliveries from other connections'
-publishes, re-sends, heartbeats) is appended with ``write`` (never blocks, keeps order)
-and coalesced into one ``send_all`` per wake-up; after each send the protocol hears
-``on_sent()`` so it can refill (the MQTT in-flight window, a retained replay).
+The output side is its own object (``net.output.Output``, the protocol's ``Outlet``):
+the buffer and the *writer* task that sends everything that is not a burst reply
+(deliveries, re-sends, heartbeats), the direct sends, and ``out_bytes`` (buffered + in
+transit), the back-pressure signal: the reader stops reading while it is over ``pause_at``
+(a peer that sends but never reads cannot make us buffer its replies without limit).
 Deliveries that a reader's burst wrote to *other* connections go out from that reader
 too, at the end of its burst and before its own replies (``flush_written``: one direct
-write per connection touched, under the same nothing-in-transit rule), so a delivery
-waits neither for the subscriber's writer task nor for the publisher's PUBACK; the
-writer sends whatever that left.
-``out_bytes`` (buffered + in transit) is the back-pressure signal: protocols hold back
-deliveries while it is over their bound, and the reader stops reading while it is over
-``pause_at`` (a peer that sends but never reads cannot make us buffer its replies
-without limit; TCP then pushes back on it).
+write per connection touched), so a delivery waits neither for the subscriber's writer
+task nor for the publisher's PUBACK.
 
 Reading: a plain socket is read with ``os.read`` on its (non-blocking) descriptor and
 ``wait_readable`` only when nothing is there; trio's socket wrappers (error translation,
@@ -31,7 +27,7 @@ two context managers, the failed first ``recv``) cost more than the rest of a sm
 Input taken at once still passes one scheduling point, as trio's own ``recv`` does. When
 nothing is there, the reader parks its descriptor in the hot loop (``net.hot``) instead of
 waiting in trio: bursts that need no await are then served inline, in the event loop's
-own wait, and the reader task wakes only for what needs it (``_pending``).
+own wait, and the reader task wakes only for what needs it (``Seat.pending``).
 
 Deadlines are the protocol's (``deadline``, in ``trio.current_time()``): the CONNECT or
 handshake deadline, the keep-alive or heartbeat window. The loop applies it to the wait
@@ -53,8 +49,8 @@ Closing: on ``Close`` (or the peer gone, or ``abort``) the reader stops, the wri
 ``connection_closed()`` and the stream is closed forcefully in a shielded scope.
 
 Which stream: anything ``trio.abc.Stream`` — a ``trio.SocketStream`` (plain TCP, the
-only one with the direct-write shortcut), a ``trio.SSLStream`` (TLS, see ``tls.py``), a
-WebSocket stream later.
+only one with the direct read and write shortcuts), a ``trio.SSLStream`` (TLS, see
+``tls.py``), a WebSocket stream later (its framing goes in ``Output``).
 """
 
 from __future__ import annotations
@@ -77,9 +73,10 @@ from oxiedge.net.actions import (
     StreamProtocol,
     run_until_await,
 )
-from oxiedge.net.blocked import wait_blocked
-from oxiedge.net.hot import RECV_SIZE, HotLoop, Raise, hot_loop
-from oxiedge.net.written import Written, current_written, flush_written
+from oxiedge.net.blocked import BlockedWatch
+from oxiedge.net.hot import RECV_SIZE, Raise, Seat, hot_loop
+from oxiedge.net.output import LOST, Output
+from oxiedge.net.written import Written, flush_written
 
 CLOSE_FLUSH_TIMEOUT = 5.0  # seconds to flush final replies on a close
 #: Streams without a file descriptor (TLS): the reader sends a burst's replies itself
@@ -88,9 +85,6 @@ CLOSE_FLUSH_TIMEOUT = 5.0  # seconds to flush final replies on a close
 #: send (one TLS record instead of several: sending after every read cost ~15 % more
 #: broker CPU per PUBACK in the pipelined QoS 1 scenario over TLS).
 DIRECT_READ_MAX = 4096
-
-_LOST = (trio.BrokenResourceError, trio.ClosedResourceError, OSError)
-
 
 #: ``_perform``'s answer when the reader must re-enter in a fresh cancel scope with no
 #: input to hand over (the hot loop already gave it to the protocol).
@@ -106,7 +100,9 @@ class Committer(Protocol):
 
 
 class Transport:
-    """One connection's stream, buffers and tasks (the protocol's ``Outlet``)."""
+    """One connection: its stream, the reader, the end-of-burst commit, deadlines and the
+    close; its output side is ``output`` (``net.output.Output``: the protocol's ``Outlet``),
+    its place in the hot loop ``net.hot.Seat``."""
 
     def __init__(
         self,
@@ -115,204 +111,40 @@ class Transport:
         *,
         pause_at: int,
         authenticate: Callable[[str | None, bytes | None], Awaitable[bool]] | None = None,
-        wait_unblocked: Callable[[], Awaitable[None]] | None = None,
+        blocked: BlockedWatch | None = None,
     ) -> None:
         self.stream = stream
         self.store = store
-        self.protocol: StreamProtocol | None = None
-        self.out_bytes = 0  # buffered + in transit
-        self.pause_at = pause_at  # the reader waits while out_bytes is above this
-        self.writes = 0  # direct writes and sends so far (idle heartbeats: any change)
-        self._authenticate = authenticate
-        self._wait_unblocked = wait_unblocked
-        self._out: list[bytes] = []
-        self._wake = trio.Event()
-        self._drained: trio.Event | None = None
-        self._sending = False  # a send_all is in progress (bytes in transit)
-        self._reader_sending = False  # ... and the reader does it (``_send_direct``)
-        self._closing = False  # the reader ended: the writer exits once the buffer is empty
-        self._listed = False  # in the running reader's list (it sends the buffer, Written)
-        self._written = current_written()
-        self._scope = trio.CancelScope()  # (no deadline: cancelled only by ``_cancel``)
-        self._cancelled = False  # ``_scope.cancel_called``, without its clock read
-        # The hot loop (``net.hot``): while the reader is parked there, its descriptor,
-        # the scope deadline it parked under, and the action it hands back on waking.
-        self._hot: HotLoop | None = None
-        self._parked_fd = -1
-        self._armed = math.inf
-        self._unparked: trio.Event | None = None
-        self._pending: object = None
-        self._hung_up = False  # the peer hung up while blocked: no alarm holds it again
         sock = getattr(stream, "socket", None)
-        self._fd = sock.fileno() if sock is not None else -1  # -1: no direct writes
-
-    # -------------------------------------------------------------------- output
-    def write(self, data: bytes) -> None:
-        """Queue bytes for the writer task (never blocks, keeps order)."""
-        self._out.append(data)
-        self.out_bytes += len(data)
-        written = self._written
-        if written.in_burst and self._fd >= 0:
-            if not self._listed:  # the running reader sends it before it awaits
-                self._listed = True
-                written.items.append(self)
-        else:
-            self._wake.set()
-
-    def flush(self) -> None:
-        """Send the buffer from the calling task with one non-blocking write if the writer
-        has nothing in transit (order is kept); what the socket does not take, or all of
-        it while a send is in transit, is left to the writer (woken here)."""
-        if not self._out:
-            return
-        if self._sending or self._fd < 0 or self._cancelled:
-            self._wake.set()  # in transit or no direct write: the writer sends it
-            return
-        chunks, self._out = self._out, []
-        data = chunks[0] if len(chunks) == 1 else b"".join(chunks)
-        try:
-            n = os.write(self._fd, data)
-        except OSError:
-            n = 0  # full (EAGAIN) or broken: the writer waits or meets the error
-        if n < len(data):
-            self._out.insert(0, data[n:] if n else data)
-            self._wake.set()  # the writer sends the rest
-        if n:
-            self._sent(n)
-
-    def deliver_now(self) -> None:
-        """Send what the running burst wrote to other connections so far, now (the
-        protocol calls it after the last packet of its input: a delivery then does not
-        wait for the end-of-burst processing). Its later writes are listed again."""
-        written = self._written
-        if written.items and written.in_burst:
-            flush_written(written)
-            written.in_burst = True
-
-    def _sent(self, n: int) -> None:
-        self.writes += 1
-        self.out_bytes -= n
-        drained = self._drained
-        if drained is not None and self.out_bytes <= self.pause_at:
-            drained.set()
-        proto = self.protocol
-        if proto is not None and proto.on_sent():
-            self.store.kick()
-
-    def send_now(self, data: bytes) -> None:
-        """Send from the calling task when nothing is buffered or in transit (nothing can
-        be overtaken): one non-blocking write; what the socket does not take, and
-        everything when the writer is busy, goes through the writer."""
-        if not self._out and not self._sending and self._fd >= 0 \
-                and not self._cancelled:
-            try:
-                n = os.write(self._fd, data)  # the socket is non-blocking (trio)
-            except OSError:
-                n = 0  # full (EAGAIN) or broken: the writer waits or meets the error
-            if n:
-                self.writes += 1
-            if n == len(data):
-                return
-            data = data[n:]
-        self.write(data)
-
-    async def _send_direct(self, data: bytes) -> None:
-        """A stream without a file descriptor (TLS, WebSocket): the reading task sends a
-        small burst's replies itself when nothing is buffered or in transit, instead of
-        waking the writer (one task hop less per round trip). The writer waits meanwhile."""
-        self._sending = self._reader_sending = True
-        self.out_bytes += len(data)
-        try:
-            await self.stream.send_all(data)
-        finally:
-            self._sending = self._reader_sending = False
-            self.out_bytes -= len(data)
-        self.writes += 1
-        if self._out:
-            self._wake.set()  # what others wrote meanwhile
+        self._fd = sock.fileno() if sock is not None else -1  # -1: read with receive_some
+        self.output = Output(stream, self._fd, pause_at=pause_at, kick=store.kick,
+                             end=self._end)
+        self._seat = Seat(self.output)
+        self._authenticate = authenticate
+        self._blocked = blocked
+        self._scope = trio.CancelScope()  # (no deadline: cancelled only by ``_end``)
+        self._hung_up = False  # the peer hung up while blocked: no alarm holds it again
 
     def abort(self) -> None:
         """End the connection now (e.g. a session take-over): unsent bytes are dropped."""
-        self._out.clear()
-        self._leave_hot_loop()
-        self._cancel()
+        self.output.abort()
 
-    def _cancel(self) -> None:
-        self._cancelled = True
+    def _end(self) -> None:
+        """Stop the reader (``Output.abort``, or the writer found the peer gone)."""
+        self._seat.leave()
         self._scope.cancel()
 
     @property
-    def writable(self) -> bool:
-        """Under the read pause bound (AMQP: consumers are skipped while not)."""
-        return self.out_bytes <= self.pause_at
-
-    async def wait_drained(self) -> None:
-        """Return once ``out_bytes`` is back under ``pause_at``."""
-        while self.out_bytes > self.pause_at:
-            self._drained = trio.Event()
-            await self._drained.wait()
-        self._drained = None
-
-    async def _writer(self) -> None:
-        stream = self.stream
-        proto = self.protocol
-        assert proto is not None
-        try:
-            while True:
-                await self._wake.wait()
-                self._wake = trio.Event()
-                if self._reader_sending:
-                    continue  # one send at a time: the reader wakes us when it is done
-                while self._out:
-                    chunks, self._out = self._out, []
-                    data = chunks[0] if len(chunks) == 1 else b"".join(chunks)
-                    self._sending = True
-                    await stream.send_all(data)
-                    self._sending = False
-                    self._sent(len(data))
-                if self._closing:
-                    return
-        except _LOST as exc:
-            # The peer is gone: end the reader too.
-            proto.connection_lost(f"connection lost: {exc}")
-            self._leave_hot_loop()
-            self._cancel()
-
-    # ------------------------------------------------------------------ hot loop
-    async def _park(self, hot: HotLoop, fd: int, armed: float) -> None:
-        """Wait for input in the hot loop instead of trio; returns once the loop handed
-        the connection back (``_pending`` says what to do next)."""
-        self._unparked = woken = trio.Event()
-        self._hot, self._parked_fd, self._armed = hot, fd, armed
-        hot.park(self, fd)
-        try:
-            await woken.wait()
-        finally:
-            self._leave_hot_loop()
-
-    def _leave_hot_loop(self) -> None:
-        fd = self._parked_fd
-        if fd >= 0:
-            self._parked_fd = -1
-            hot = self._hot
-            if hot is not None:
-                hot.unpark(fd)
-
-    def _hand_off(self, action: object) -> None:
-        """The hot loop's inline part ends (``hot.serve_inline``): the reader task goes on
-        with ``action`` (None: just wait for input in trio)."""
-        self._pending = NEED_DATA if action is None else action
-        self._leave_hot_loop()
-        woken = self._unparked
-        if woken is not None:
-            self._unparked = None
-            woken.set()
+    def parked(self) -> bool:
+        """The reader waits in the hot loop (``net.hot``)."""
+        return self._seat.fd >= 0
 
     # ---------------------------------------------------------------------- life
     async def run(self, proto: StreamProtocol) -> None:
         """Serve ``proto`` over the stream until the connection ends; never raises for
         network errors (the protocol hears about them)."""
-        self.protocol = proto
+        output = self.output
+        output.protocol = self._seat.protocol = proto
         try:
             with self._scope:
                 async with trio.open_nursery() as nursery:
@@ -320,18 +152,17 @@ class Transport:
 
                     async def writer() -> None:
                         try:
-                            await self._writer()
+                            await output.run_writer()
                         finally:
                             writer_done.set()
 
                     nursery.start_soon(writer)
                     try:
                         await self._reader(proto)
-                    except _LOST as exc:
+                    except LOST as exc:
                         proto.connection_lost(f"connection lost: {exc}")
                     # Flush what is written (final acks, a refusing CONNACK), bounded.
-                    self._closing = True
-                    self._wake.set()
+                    output.finish()
                     with trio.move_on_after(CLOSE_FLUSH_TIMEOUT):
                         await writer_done.wait()
                     nursery.cancel_scope.cancel()
@@ -342,6 +173,7 @@ class Transport:
             finally:
                 # No direct write after this: the closed fd's number may be reused at once.
                 self._fd = -1
+                output.detach()
                 with trio.CancelScope(shield=True):
                     await trio.aclose_forcefully(self.stream)
 
@@ -371,7 +203,7 @@ class Transport:
 
     async def _actions(self, proto: StreamProtocol, scope: trio.CancelScope,
                        resume: bool, carry: bytes | bytearray | None) -> bytes | bytearray | None:
-        written = self._written
+        written = self.output.written
         try:
             return await self._perform(proto, scope, written, resume, carry)
         finally:
@@ -388,8 +220,8 @@ class Transport:
         # The scope's deadline is finite only while the reader waits for input (the
         # output to drain, then the read): it is cleared before any other await, which
         # no deadline may cut (a commit, a held publisher, a login check).
-        stream, store = self.stream, self.store
-        send_now, kick = self.send_now, store.kick
+        stream, store, output, seat = self.stream, self.store, self.output, self._seat
+        send_now, kick = output.send_now, output.kick
         fd = self._fd
         inf = math.inf
         armed = scope.deadline
@@ -404,15 +236,15 @@ class Transport:
             written.in_burst = True
             proto.receive_data(carry)
         while True:
-            if resume and self._pending is None:
+            if resume and seat.pending is None:
                 resume = False  # back to the read wait the stale deadline interrupted
             else:
                 resume = False
-                action = self._pending
+                action = seat.pending
                 if action is None:
                     action = run_until_await(proto, send_now, kick)
                 else:  # handed back by the hot loop
-                    self._pending = None
+                    seat.pending = None
                     if type(action) is Raise:
                         raise action.exc
                 if action is not NEED_DATA:
@@ -440,11 +272,11 @@ class Transport:
                     elif action is BLOCKED:
                         awaited = True
                         flush_written(written)
-                        if self._wait_unblocked is not None and not self._hung_up:
+                        blocked = self._blocked
+                        if blocked is not None and not self._hung_up:
                             # Also watches for the peer hanging up (``net.blocked``);
                             # True: it did, its last input is read as if unblocked.
-                            self._hung_up = await wait_blocked(self._wait_unblocked,
-                                                               stream)
+                            self._hung_up = await blocked.wait(stream)
                         written.in_burst = True
                         proto.unblocked()
                     elif type(action) is Authenticate:
@@ -464,22 +296,21 @@ class Transport:
                 # subscribers is the latency that counts; its PUBACK or confirm follows
                 # in the same wake-up), then this connection's replies.
                 flush_written(written)
-                if data and not (fd < 0 and small_read and not self._out
-                                 and not self._sending):
+                if data and (fd >= 0 or not small_read or output.busy):
                     send_now(data)
                     data = b""
                 if data:  # no file descriptor (TLS): the reader sends, under the deadline
                     deadline = proto.deadline
                     if deadline != armed:
                         scope.deadline = armed = deadline
-                    await self._send_direct(data)
+                    await output.send_direct(data)
             # The read wait: the protocol's deadline applies (also to a peer that stops
             # reading our replies), set only when it moved earlier than the scope's.
             deadline = proto.deadline
             if deadline < armed:
                 scope.deadline = armed = deadline
-            if self.out_bytes > self.pause_at:
-                await self.wait_drained()
+            if output.out_bytes > output.pause_at:
+                await output.wait_drained()
             got: bytes | bytearray
             if fd >= 0:
                 # A plain socket: read it directly (trio's socket wrappers cost more than
@@ -491,7 +322,7 @@ class Transport:
                     if hot is not None and not awaited and not hot.broken:
                         # Wait in the hot loop: it serves the input inline and hands
                         # back only what needs this task (``_pending``).
-                        await self._park(hot, fd, armed)
+                        await seat.park(hot, fd, armed)
                         if scope.cancel_called:
                             return _NO_INPUT  # (handled in a fresh scope)
                         continue

@@ -1,4 +1,5 @@
-"""Connections written to during the running reader's burst (``net.loop``, ``net.hot``).
+"""Connections written to during the running reader's burst (``net.loop``, ``net.hot``,
+``net.output``).
 
 What a burst writes to *other* connections (deliveries) is only listed while the burst's
 synchronous part runs; the reader (or the hot loop) sends every listed buffer before it
@@ -13,9 +14,9 @@ import trio
 
 
 class Flushable(Protocol):
-    """A transport as the list sees it (``net.loop.Transport``)."""
+    """A connection's output as the list sees it (``net.output.Output``)."""
 
-    _listed: bool
+    listed: bool
 
     def flush(self) -> None: ...
 
@@ -55,7 +56,7 @@ def flush_written(written: Written) -> None:
     while items:  # (a refill by ``on_sent`` lists its connection again)
         pending = items[:]
         items.clear()
-        for transport in pending:
-            transport._listed = False
-            transport.flush()
+        for output in pending:
+            output.listed = False
+            output.flush()
     written.in_burst = False

@@ -75,4 +75,4 @@ def test_busy_poll_ignored_without_the_hot_loop(start_server: Any) -> None:
         sess.publish("bp/x", b"x", 1, pid=7)
     finally:
         sess.close()
-    assert "hot_loop" not in json.loads(srv.cli("status", "--json").stdout)
+    assert _hot_loop_status(srv) == {"on": False, "reason": "OXIEDGE_HOT_LOOP=0"}

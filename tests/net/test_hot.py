@@ -25,7 +25,7 @@ def the_loop() -> HotLoop:
 async def parked(transport: Transport) -> None:
     """Wait until the reader waits in the hot loop."""
     with trio.fail_after(5):
-        while transport._parked_fd < 0:
+        while not transport.parked:
             await trio.sleep(0.001)
 
 
@@ -45,11 +45,11 @@ async def test_bursts_are_served_inline_and_awaits_handed_back(store: Store) -> 
         await parked(transport)
         before = hot.served
         assert await exchange(client, b"a\nb\n", b"B\n") == b"A\nB\n"
-        assert hot.served > before and transport._parked_fd >= 0  # inline, still parked
+        assert hot.served > before and transport.parked  # inline, still parked
         # A commit and a login need the reader task: handed back. After a burst that
         # needed an await the reader waits in trio; after one that needed none it parks.
         assert await exchange(client, b"commit\nlogin\n", b"welcome\n") == b"committed\nwelcome\n"
-        assert transport._parked_fd == -1
+        assert not transport.parked
         assert await exchange(client, b"c\n", b"C\n") == b"C\n"  # read by the task
         await parked(transport)
         served = hot.served
@@ -173,7 +173,7 @@ async def test_abort_while_parked(store: Store) -> None:
     async with trio.open_nursery() as nursery:
         nursery.start_soon(transport.run, proto)
         await parked(transport)
-        fd = transport._parked_fd
+        fd = server.socket.fileno()
         transport.abort()
         assert fd not in the_loop().parked  # out of the loop before the task even runs
         with trio.fail_after(5):
@@ -231,7 +231,7 @@ async def test_the_off_switch(store: Store, monkeypatch: pytest.MonkeyPatch) -> 
         nursery.start_soon(transport.run, Lines(transport))
         assert await exchange(client, b"a\ncommit\nlogin\n", b"welcome\n") \
             == b"A\ncommitted\nwelcome\n"
-        assert transport._parked_fd == -1
+        assert not transport.parked
         nursery.cancel_scope.cancel()
 
 

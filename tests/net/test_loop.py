@@ -51,7 +51,7 @@ class Lines:
             if line == b"login":
                 return Authenticate("u", b"pw")
             if line == b"big":
-                self.transport.write(b"x" * 1000)
+                self.transport.output.write(b"x" * 1000)
             elif line == b"bye":
                 self.out.append(b"bye\n")
                 self.closing = Close("bye")
@@ -229,7 +229,7 @@ async def test_the_reader_pauses_while_the_output_is_over_its_bound(store: Store
         nursery.start_soon(transport.run, proto)
         await client.send_all(b"big\n")
         await trio.testing.wait_all_tasks_blocked()
-        assert transport.out_bytes == 1000  # unread by the client: in transit
+        assert transport.output.out_bytes == 1000  # unread by the client: in transit
         nursery.start_soon(client.send_all, b"more\n")
         await trio.testing.wait_all_tasks_blocked()
         assert "data b'more\\n'" not in proto.events  # the server does not read meanwhile
@@ -237,8 +237,8 @@ async def test_the_reader_pauses_while_the_output_is_over_its_bound(store: Store
         assert await read_until(client, b"MORE\n") == b"MORE\n"  # it reads again
         await trio.testing.wait_all_tasks_blocked()
         # on_sent after the writer's send; the reply to "more" went from the reader itself
-        # (no file descriptor here, as with TLS: ``_send_direct``)
-        assert transport.out_bytes == 0 and proto.sent == 1
+        # (no file descriptor here, as with TLS: ``Output.send_direct``)
+        assert transport.output.out_bytes == 0 and proto.sent == 1
         nursery.cancel_scope.cancel()
 
 
@@ -249,7 +249,7 @@ async def test_abort_ends_the_connection_and_drops_unsent_bytes(store: Store) ->
     async with trio.open_nursery() as nursery:
         nursery.start_soon(transport.run, proto)
         await trio.testing.wait_all_tasks_blocked()
-        transport.write(b"never sent")
+        transport.output.write(b"never sent")
         transport.abort()
         assert await read_until(client, None) == b""
     assert proto.events == ["closed"]
@@ -278,8 +278,8 @@ async def test_deliver_now_sends_other_connections_output_mid_burst(store: Store
         def next_action(self) -> object:
             if b"fwd\n" in self.buf:
                 self.buf = self.buf.replace(b"fwd\n", b"", 1)
-                subscriber.write(b"delivery\n")
-                publisher.deliver_now()
+                subscriber.output.write(b"delivery\n")
+                publisher.output.deliver_now()
                 raw = b_client.socket  # type: ignore[attr-defined]
                 try:
                     seen.append(raw._sock.recv(100, socket.MSG_DONTWAIT))

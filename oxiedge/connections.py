@@ -22,7 +22,7 @@ from typing import Any
 
 import trio
 
-from .net.sockets import transport_socket
+from .tls import transport_socket
 
 #: The source address of the connection the current task serves ("" outside a connection).
 PEER: ContextVar[str] = ContextVar("oxiedge_peer", default="")

@@ -17,6 +17,7 @@ from typing import Annotated, Any
 
 import typer
 
+from . import complete
 from .base import DataOpt, JsonOpt, _fail, _live, _print_result, _print_rows, app
 
 queue_app = typer.Typer(no_args_is_help=True, help="Declare, delete and purge AMQP queues.")
@@ -83,7 +84,7 @@ def queue_declare(
 
 @queue_app.command("delete")
 def queue_delete(
-    name: Annotated[str, typer.Argument(help="queue name")],
+    name: Annotated[str, typer.Argument(help="queue name", autocompletion=complete.queues)],
     if_unused: Annotated[bool, typer.Option("--if-unused", help="only if it has no consumers")] = False,  # noqa: E501
     if_empty: Annotated[bool, typer.Option("--if-empty", help="only if it has no ready messages")] = False,  # noqa: E501
     data: DataOpt = None,
@@ -98,7 +99,7 @@ def queue_delete(
 
 @queue_app.command("purge")
 def queue_purge(
-    name: Annotated[str, typer.Argument(help="queue name")],
+    name: Annotated[str, typer.Argument(help="queue name", autocompletion=complete.queues)],
     data: DataOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
@@ -130,7 +131,8 @@ def exchange_declare(
 
 @exchange_app.command("delete")
 def exchange_delete(
-    name: Annotated[str, typer.Argument(help="exchange name")],
+    name: Annotated[str, typer.Argument(help="exchange name",
+                                        autocompletion=complete.exchanges)],
     if_unused: Annotated[bool, typer.Option("--if-unused", help="only if nothing is bound from it")] = False,  # noqa: E501
     data: DataOpt = None,
     as_json: JsonOpt = False,
@@ -142,8 +144,10 @@ def exchange_delete(
 
 # -- bindings -----------------------------------------------------------------------------
 
-SourceArg = Annotated[str, typer.Argument(help="the exchange messages come from")]
-DestArg = Annotated[str, typer.Argument(help="the queue (or, with --to-exchange, exchange)")]
+SourceArg = Annotated[str, typer.Argument(help="the exchange messages come from",
+                                          autocompletion=complete.exchanges)]
+DestArg = Annotated[str, typer.Argument(help="the queue (or, with --to-exchange, exchange)",
+                                        autocompletion=complete.queues)]
 KeyOpt = Annotated[str, typer.Option("--routing-key", "-k", help="routing (binding) key")]
 ToExchangeOpt = Annotated[bool, typer.Option(
     "--to-exchange", help="the destination is an exchange (exchange-to-exchange binding)")]
@@ -191,7 +195,7 @@ def connections(data: DataOpt = None, as_json: JsonOpt = False) -> None:
 
 @connection_app.command("close")
 def connection_close(
-    name: Annotated[str, typer.Argument(help="the connection's name (host:port) as `oxiedge connections` lists it")],  # noqa: E501
+    name: Annotated[str, typer.Argument(help="the connection's name (host:port) as `oxiedge connections` lists it", autocompletion=complete.connections)],  # noqa: E501
     reason: Annotated[str, typer.Option("--reason", help="what the client is told")] = "closed by the administrator",  # noqa: E501
     data: DataOpt = None,
     as_json: JsonOpt = False,
@@ -260,7 +264,7 @@ def publish(
 
 @app.command()
 def get(
-    queue: Annotated[str, typer.Argument(help="queue name")],
+    queue: Annotated[str, typer.Argument(help="queue name", autocompletion=complete.queues)],
     count: Annotated[int, typer.Option("--count", "-c", min=1, max=10_000, help="how many messages")] = 1,  # noqa: E501
     ack: Annotated[bool, typer.Option("--ack", help="remove them (default: put them back, marked redelivered)")] = False,  # noqa: E501
     data: DataOpt = None,

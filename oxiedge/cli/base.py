@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 
 app = typer.Typer(
     no_args_is_help=True,
-    add_completion=False,
+    add_completion=True,  # --install-completion; names from the server: complete.py
     help="oxiedge: MQTT + AMQP broker appliance with acknowledgements that mean on disk.",
 )
 ingest_app = typer.Typer(no_args_is_help=True, help="MQTT topics stored as documents.")

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from . import complete
 from .base import (
     DataOpt,
     JsonOpt,
@@ -37,7 +38,8 @@ def collections(data: DataOpt = None, as_json: JsonOpt = False) -> None:
 
 @app.command()
 def find(
-    collection: Annotated[str, typer.Argument(help="collection name")],
+    collection: Annotated[str, typer.Argument(help="collection name",
+                                              autocompletion=complete.collections)],
     filter: Annotated[str | None, typer.Argument(help='JSON filter, e.g. \'{"value": {"$gte": 25}}\'')] = None,  # noqa: E501
     sort: Annotated[str | None, typer.Option("--sort", help="field[,field]; -field for descending")] = None,  # noqa: E501
     limit: Annotated[int | None, typer.Option("--limit", min=0)] = None,

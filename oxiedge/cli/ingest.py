@@ -7,6 +7,7 @@ from typing import Annotated
 
 import typer
 
+from . import complete
 from .base import (
     DataOpt,
     JsonOpt,
@@ -66,7 +67,8 @@ def ingest_list(data: DataOpt = None, as_json: JsonOpt = False) -> None:
 
 # ---------------------------------------------------------------------- index
 _INDEXES = "oxiedge.ingest.indexes"
-CollArg = Annotated[str, typer.Argument(help="collection name")]
+CollArg = Annotated[str, typer.Argument(help="collection name",
+                                        autocompletion=complete.collections)]
 FieldArg = Annotated[str, typer.Argument(help="field path, e.g. value or room.name")]
 
 

@@ -12,6 +12,7 @@ from typing import Annotated
 
 import typer
 
+from . import complete
 from .base import DataOpt, JsonOpt, _fail, _live, _print_result, _print_rows, _request, app
 from .documents import offline_view
 
@@ -23,7 +24,8 @@ app.add_typer(session_app, name="session")
 app.add_typer(client_app, name="client")
 app.add_typer(retained_app, name="retained")
 
-ClientArg = Annotated[str, typer.Argument(help="the client id")]
+ClientArg = Annotated[str, typer.Argument(help="the client id",
+                                          autocompletion=complete.clients)]
 
 
 @app.command()

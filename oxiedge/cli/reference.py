@@ -22,6 +22,11 @@ Generated from the commands' own help by `python -m oxiedge.cli.reference > docs
 (a test fails when it drifts). Every command but `serve` talks to the running server over
 `DATA/admin.sock`; listings also read a stopped server's data dir. What each operation does
 on the server, and its exit codes, is in [operations.md](operations.md).
+
+`oxiedge --install-completion` installs shell completion (bash, zsh, fish, PowerShell),
+including the names of queues, exchanges, MQTT clients, AMQP connections, collections and
+uplinks from the running server (asked with a 1 s timeout) and of users from the password
+file.
 """
 #: Commands whose options are documented elsewhere (a usage line only here).
 USAGE_ONLY = {"serve": "its options are the settings: README's option table and limits.md"}

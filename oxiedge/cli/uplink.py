@@ -9,6 +9,7 @@ from typing import Annotated, Any
 
 import typer
 
+from . import complete
 from .base import (
     DataOpt,
     JsonOpt,
@@ -23,7 +24,7 @@ from .base import (
 )
 
 _UPLINKS = "oxiedge.uplink.manager"
-NameArg = Annotated[str, typer.Argument(help="uplink name")]
+NameArg = Annotated[str, typer.Argument(help="uplink name", autocompletion=complete.uplinks)]
 
 
 @uplink_app.command("add")
@@ -85,7 +86,8 @@ def uplink_list(data: DataOpt = None, as_json: JsonOpt = False) -> None:
 
 
 @uplink_app.command("status")
-def uplink_status(name: Annotated[str | None, typer.Argument(help="one uplink")] = None,
+def uplink_status(name: Annotated[str | None, typer.Argument(
+                      help="one uplink", autocompletion=complete.uplinks)] = None,
                   data: DataOpt = None, as_json: JsonOpt = False) -> None:
     """Connection state, backlog, lag, rate and last error of each uplink."""
     result = _request(data, "uplink.status", {"name": name} if name else {},

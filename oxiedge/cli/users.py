@@ -12,6 +12,7 @@ import typer
 from ..admin.client import ServerNotRunning, call
 from ..admin.protocol import AdminError
 from ..config import Config
+from . import complete
 from .base import DataOpt, JsonOpt, PwFileOpt, _config, _fail, _print_line, _print_rows, user_app
 
 
@@ -60,7 +61,9 @@ def user_add(
 
 
 @user_app.command("remove")
-def user_remove(name: str, data: DataOpt = None, password_file: PwFileOpt = None) -> None:
+def user_remove(name: Annotated[str, typer.Argument(help="user name",
+                                                    autocompletion=complete.users)],
+                data: DataOpt = None, password_file: PwFileOpt = None) -> None:
     """Remove a user."""
     from ..access import cli as access_cli
     from ..auth import read_user_file, write_user_file

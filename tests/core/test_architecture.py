@@ -22,15 +22,6 @@ PACKAGE = Path(__file__).resolve().parents[2] / "oxiedge"
 SIZE_EXEMPT = {"oxiedge.amqp.spec": "generated from the AMQP 0-9-1 spec by tools/"}
 #: "No module over ~500 lines" (issue 15).
 MAX_LINES = 500
-#: Modules still over MAX_LINES (at most the former bound, 520) while the split that brings
-#: them under it is under way, with that work; reported like PENDING once not needed.
-SIZE_PENDING: dict[str, str] = {}
-
-#: Import edges a layering rule below refuses but that are still on main while the split
-#: that removes them is under way ("importer -> imported"). Each entry names the work that
-#: removes it. An entry no longer needed is reported (a skip naming it, not a failure, so
-#: the split that removes the edge lands green): then delete it here.
-PENDING: dict[str, str] = {}
 
 
 @cache
@@ -162,6 +153,12 @@ def test_codecs_and_protocol_objects_load_no_io(module: str) -> None:
     assert out.stdout.split() == []
 
 
+def test_sans_io_list_is_the_documented_one() -> None:
+    """Every module checked as sans-IO is named in docs/architecture.md's rule."""
+    doc = (PACKAGE.parent / "docs" / "architecture.md").read_text()
+    assert [m for m in SANS_IO if f"`{m.removeprefix('oxiedge.')}`" not in doc] == []
+
+
 def test_store_imports_no_protocol() -> None:
     protocol_packages = ("oxiedge.mqtt", "oxiedge.amqp", "oxiedge.bridge", "oxiedge.uplink",
                          "oxiedge.ingest", "oxiedge.net", "oxiedge.admin")
@@ -169,27 +166,14 @@ def test_store_imports_no_protocol() -> None:
     assert sorted(m for m in loaded if m.startswith(protocol_packages)) == []
 
 
-def _sizes() -> dict[str, int]:
-    return {name: len(path.read_text().splitlines()) for name, path in modules().items()}
-
-
 def test_modules_are_small() -> None:
-    sizes = _sizes()
-    assert {n: s for n, s in sizes.items() if s > MAX_LINES and n not in SIZE_EXEMPT
-            and not (n in SIZE_PENDING and s <= 520)} == {}
-
-
-def test_size_pending_entries_are_still_needed() -> None:
-    sizes = _sizes()
-    stale = sorted(n for n in SIZE_PENDING if sizes.get(n, 0) <= MAX_LINES)
-    if stale:
-        pytest.skip(f"delete from SIZE_PENDING, now within {MAX_LINES} lines: {stale}")
+    sizes = {name: len(path.read_text().splitlines()) for name, path in modules().items()}
+    assert {n: s for n, s in sizes.items() if s > MAX_LINES and n not in SIZE_EXEMPT} == {}
 
 
 # ------------------------------------------------------------------ layering rules
-# Each rule yields the import edges that break it, as "importer -> imported"; an edge named
-# in PENDING is tolerated (see test_pending_entries_are_still_needed). Every import counts,
-# inside functions and under TYPE_CHECKING too (``imports()``).
+# Each rule yields the import edges that break it, as "importer -> imported". Every import
+# counts, inside functions and under TYPE_CHECKING too (``imports()``).
 
 def _in(module: str, *packages: str) -> bool:
     """Whether ``module`` is one of ``packages`` or inside one of them."""
@@ -297,12 +281,4 @@ RULES = {"net imports only net": net_outside_net,
 
 @pytest.mark.parametrize("rule", RULES)
 def test_layering_rule(rule: str) -> None:
-    assert sorted(set(RULES[rule]()) - set(PENDING)) == []
-
-
-def test_pending_entries_are_still_needed() -> None:
-    """An entry whose edge is gone must leave PENDING (so the rule is whole again)."""
-    broken = set().union(*(set(find()) for find in RULES.values()))
-    stale = sorted(set(PENDING) - broken)
-    if stale:
-        pytest.skip(f"delete from PENDING, the edge is gone: {stale}")
+    assert sorted(set(RULES[rule]())) == []

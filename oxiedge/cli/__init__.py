@@ -29,10 +29,10 @@ from .base import (
 #: document and broker views, version; the groups themselves are added in base.py); the
 #: permission and ACL verbs (`oxiedge permissions|acl`, `user import-mosquitto`) come last,
 #: as they use the helpers above.
-COMMAND_MODULES = ("oxiedge.cli.serve", "oxiedge.cli.documents", "oxiedge.cli.ingest",
-                   "oxiedge.cli.amqp", "oxiedge.cli.mqtt", "oxiedge.cli.users",
-                   "oxiedge.cli.pubsub", "oxiedge.cli.uplink", "oxiedge.cli.tls",
-                   "oxiedge.cli.check", "oxiedge.access.cli")
+COMMAND_MODULES = ("oxiedge.cli.serve", "oxiedge.cli.documents", "oxiedge.cli.status",
+                   "oxiedge.cli.ingest", "oxiedge.cli.amqp", "oxiedge.cli.mqtt",
+                   "oxiedge.cli.users", "oxiedge.cli.pubsub", "oxiedge.cli.uplink",
+                   "oxiedge.cli.tls", "oxiedge.cli.check", "oxiedge.access.cli")
 for _name in COMMAND_MODULES:
     importlib.import_module(_name)
 

@@ -1,6 +1,6 @@
 """Documents and broker state: ``collections``, ``find``, the broker views (``queues``,
 ``exchanges``, ``bindings``; ``sessions`` and ``retained`` are in ``mqtt.py``), ``limits``,
-``status``, ``version``."""
+``version`` (``status`` is in ``status.py``)."""
 
 from __future__ import annotations
 
@@ -16,9 +16,7 @@ from . import complete
 from .base import (
     DataOpt,
     JsonOpt,
-    _config,
     _fail,
-    _print_pairs,
     _print_rows,
     _request,
     app,
@@ -121,23 +119,6 @@ def limits(
         sys.stdout.write(json.dumps(result) + "\n")
         return
     _print_rows([result], False, "resource alarms")
-
-
-@app.command()
-def status(data: DataOpt = None, as_json: JsonOpt = False) -> None:
-    """Health, counters and bounds of the running server (or of the data dir)."""
-
-    def offline(store: Any) -> dict[str, Any]:
-        return {"server": "not running", "data": str(_config(data).data),
-                "collections": len(store.list_collections()),
-                "store": {"quarantine": store.quarantine_status()}}
-
-    result = _request(data, "status", {}, offline)
-    if as_json:
-        sys.stdout.write(json.dumps(result, default=str) + "\n")
-        return
-    _print_pairs(result, "oxiedge status")
-
 
 
 @app.command()

@@ -61,5 +61,5 @@ def test_refused_documents_are_stored_as_text_and_survive_sigkill(start_server: 
     res = server.cli("find", "deep", '{"_ingest_fallback": {"$exists": true}}', "--json")
     assert len(res.stdout.splitlines()) == 4
     assert json.loads(server.cli("status", "--json").stdout)["ingest"]["fallback"] == 0
-    table = server.cli("status").stdout
+    table = server.cli("status", "--all").stdout
     assert "ingest.fallback" in table

@@ -40,7 +40,7 @@ def test_watermark_is_a_fraction_of_the_cgroup_limit(start_server: Any, tmp_path
     line = srv.line("memory watermark")
     assert line is not None and "300.0 MiB" in line and "WARNING" not in line, line
     # The human table shows the source too.
-    assert "memory_limit_source" in srv.cli("status").stdout
+    assert "memory_limit_source" in srv.cli("status", "--all").stdout
     # An absolute watermark above the limit is taken, with a loud start-up warning.
     srv.stop()
     srv2 = start_server("--memory-high-watermark", "400MB", env={"OXIEDGE_CGROUP_ROOT": str(root)},

@@ -11,6 +11,11 @@ from oxiedge.mqtt.topics import DEFAULT_MAX_TOPIC_LENGTH, DEFAULT_MAX_TOPIC_LEVE
 #: forgotten (``Session._forget_oldest_qos2``). Far above a client's in-flight window (paho
 #: and mosquitto_pub keep 20 messages in flight), so only ids a client abandoned go.
 MAX_QOS2_PENDING = 1024
+#: The queue of a session that keeps it in memory (a clean session, ``--no-mqtt-persist``)
+#: holds at most this many messages / topic + payload bytes, whatever the flags allow: the
+#: flags' disk-sized defaults are for the durable sessions, whose queues are on disk.
+MEMORY_QUEUE_LIMIT = 4096
+MEMORY_QUEUE_BYTES = 4 << 20
 
 
 class Stats:
@@ -73,9 +78,9 @@ class Limits:
     """Bounds shared by all sessions (defaults: ``oxiedge.config``; docs/limits.md)."""
 
     __slots__ = ("max_inflight", "max_qos2_pending", "max_sessions", "max_subscription_levels",
-                 "max_subscriptions", "max_topic_length", "max_topic_levels", "out_limit",
-                 "queue_bytes", "queue_limit", "retained_bytes", "retained_max",
-                 "session_expiry")  # fmt: skip
+                 "max_subscriptions", "max_topic_length", "max_topic_levels",
+                 "memory_queue_bytes", "memory_queue_limit", "out_limit", "queue_bytes",
+                 "queue_limit", "retained_bytes", "retained_max", "session_expiry")  # fmt: skip
 
     def __init__(
         self,
@@ -96,6 +101,9 @@ class Limits:
     ) -> None:
         self.queue_limit = queue_limit  # queued (not yet sent) messages per session
         self.queue_bytes = queue_bytes  # their topic + payload bytes per session
+        # The same for a queue kept in memory (a clean session): capped (MEMORY_QUEUE_*).
+        self.memory_queue_limit = min(queue_limit, MEMORY_QUEUE_LIMIT)
+        self.memory_queue_bytes = min(queue_bytes, MEMORY_QUEUE_BYTES)
         self.max_inflight = max_inflight  # sent, unacknowledged (incl. PUBREL pending)
         self.out_limit = out_limit  # connection output buffer bytes before we hold back
         self.max_subscriptions = max_subscriptions  # filters per session

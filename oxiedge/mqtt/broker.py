@@ -127,7 +127,7 @@ class Broker:
                 self.router.levels += filter_levels(flt)
             # Counters, head and tail only: the messages stay on disk until delivered.
             s.queue.recover()
-            while len(s.queue) > self.limits.queue_limit:  # a lowered --mqtt-queue-limit
+            while len(s.queue) > s.max_queued:  # a lowered --mqtt-queue-limit
                 s.drop_oldest()
             s.trim_queue_bytes()  # a lowered --mqtt-queue-bytes: drop (and delete) the oldest
             for seq in rs.rel:

@@ -236,6 +236,8 @@ class MqttService:
             # The bounds (docs/limits.md); each one's counter is in the counters above.
             queue_limit=lim.queue_limit,
             queue_bytes_limit=lim.queue_bytes,
+            memory_queue_limit=lim.memory_queue_limit,  # a clean session's queue (in memory)
+            memory_queue_bytes_limit=lim.memory_queue_bytes,
             max_inflight=lim.max_inflight,
             max_packet_size=self.max_packet_size,
             max_connect_size=self.max_connect_size,

@@ -98,6 +98,8 @@ class Session:
         "dropped",
         "inflight",
         "limits",
+        "max_queued",
+        "max_queued_bytes",
         "next_seq",
         "offline_since",
         "owner",
@@ -130,8 +132,12 @@ class Session:
         self.stats = stats
         self.store = store  # None: nothing of this session goes to disk
         self.subs: dict[str, int] = {}
-        # Messages not sent yet, and (durable) the records of those in flight.
+        # Messages not sent yet, and (durable) the records of those in flight. Its bounds:
+        # disk-sized for a durable session, capped for one kept in memory (bounds.py).
         self.queue = SessionQueue(store, self.owner_b)
+        self.max_queued = limits.queue_limit if store is not None else limits.memory_queue_limit
+        self.max_queued_bytes = (limits.queue_bytes if store is not None
+                                 else limits.memory_queue_bytes)  # fmt: skip
         # Retained messages still owed to new subscriptions (MQTT-3.8.4-3), sent at the
         # pace of the output buffer and the in-flight window: see ``RetainedReplay``.
         self.replay: RetainedReplay | None = None
@@ -191,10 +197,10 @@ class Session:
                 queue.append_sent(seq, size, value)
                 self._send(conn, p, pid)
                 return store is not None
-        if len(queue) >= limits.queue_limit:
+        if len(queue) >= self.max_queued:
             self.drop_oldest()
         queue.append(p, size, value, conn is not None)
-        if queue.bytes - queue.out_bytes > limits.queue_bytes:
+        if queue.bytes - queue.out_bytes > self.max_queued_bytes:
             self.trim_queue_bytes()
         if hold is not None:
             p.held = True
@@ -211,7 +217,7 @@ class Session:
     def trim_queue_bytes(self) -> None:
         """Drop the oldest queued messages until the queue fits ``queue_bytes`` again;
         the newest message is always kept (one message never exceeds the packet bound)."""
-        while self.queue.queued_bytes > self.limits.queue_bytes and len(self.queue) > 1:
+        while self.queue.queued_bytes > self.max_queued_bytes and len(self.queue) > 1:
             self.drop_oldest()
             self.stats.dropped_queue_bytes += 1
 

@@ -28,18 +28,25 @@ class MqttSettings:
                      "refused from the fixed header; connection closed",
                      "`mqtt.protocol_errors`"))
     mqtt_queue_limit: int = option(
-        count(), "4096",
-        "messages queued per MQTT session before the oldest is dropped",
+        count(), "10000000",
+        "messages queued per MQTT session before the oldest is dropped (a persistent "
+        "session's queue is on disk; a clean session keeps at most 4096 in memory)",
         limits=Bound("MQTT", "messages queued per session",
                      "oldest dropped (memory and disk)",
-                     "`mqtt.dropped`"))
+                     "`mqtt.dropped`",
+                     default="10000000 (a persistent session's queue is on disk, a window of "
+                             "1024 in memory while connected; a clean session's queue is in "
+                             "memory: at most 4096, `MEMORY_QUEUE_LIMIT`)"))
     mqtt_queue_bytes: int = option(
-        size(), "4MiB",
-        "topic + payload bytes queued per MQTT session before the oldest is dropped",
+        size(), "1GiB",
+        "topic + payload bytes queued per MQTT session before the oldest is dropped (a clean "
+        "session keeps at most 4MiB in memory)",
         limits=Bound("MQTT", "bytes queued per session",
                      "oldest dropped (the newest is kept); also applied at recovery",
                      "`mqtt.dropped_queue_bytes` (gauge `mqtt.queued_bytes`)",
-                     default="4MiB (topic + payload)"))
+                     default="1GiB (topic + payload, on disk; a window of 1 MiB in memory "
+                             "while connected; a clean session: at most 4MiB in memory, "
+                             "`MEMORY_QUEUE_BYTES`)"))
     mqtt_retained_max: int = option(
         count(0), "10000",
         "most retained MQTT messages (topics); more are delivered but not retained",

@@ -12,7 +12,7 @@ def test_defaults_match_the_contract() -> None:
     assert cfg.data == Path("oxiedge-data")
     assert (cfg.bind, cfg.mqtt_port, cfg.amqp_port) == ("127.0.0.1", 1883, 5672)
     assert cfg.mqtt_persist is True and cfg.ingest == []
-    assert cfg.mqtt_queue_limit == 4096 and cfg.mqtt_max_packet_size == 1 << 20
+    assert cfg.mqtt_queue_limit == 10_000_000 and cfg.mqtt_max_packet_size == 1 << 20
     assert cfg.users_path == Path("oxiedge-data/passwd")
     assert cfg.busy_poll_us == 0
     assert Config.resolve({}, env={"OXIEDGE_BUSY_POLL_US": "50"}).busy_poll_us == 50

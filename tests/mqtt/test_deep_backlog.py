@@ -129,3 +129,19 @@ def test_sigkill_while_a_deep_backlog_is_drained_and_refilled(start_mqtt: Start)
     assert again == before[len(before) - len(again):], "only the last acked ones come again"
     assert set(acked) <= set(before) | set(after), "nothing acknowledged is lost"
     assert len(before) >= 6000 and len(acked) >= 21_000 and len(after) > 5000  # deep still
+
+
+def test_a_clean_session_keeps_a_memory_sized_queue(store: Store) -> None:
+    """The disk-sized default bounds a persistent session; a clean one, whose queue is in
+    memory, stops at MEMORY_QUEUE_LIMIT (oldest dropped, counted)."""
+    from oxiedge.mqtt.bounds import MEMORY_QUEUE_LIMIT
+
+    b = Broker(store, Limits(10_000_000, queue_bytes=1 << 30))
+    clean, _, _ = b.open_session("clean", clean=True)
+    durable, _, _ = b.open_session("durable", clean=False)
+    for s in (clean, durable):
+        b.subscribe(s, [("m/#", 1)])
+    for i in range(MEMORY_QUEUE_LIMIT + 10):
+        b.route("m/x", i.to_bytes(4, "big"), 1, False)
+    assert len(clean.queue) == MEMORY_QUEUE_LIMIT and clean.dropped == 10
+    assert len(durable.queue) == MEMORY_QUEUE_LIMIT + 10 and durable.dropped == 0

@@ -323,7 +323,7 @@ async def _start(app: App, parts: Parts, nursery: trio.Nursery, handlers: dict[s
     else:
         handlers["tls.reload"] = lambda _args: {
             "reloaded": False, "error": "no TLS port is configured (--mqtt-tls-port, "
-            "--amqp-tls-port)"}
+            "--amqp-tls-port, --http-tls-port)"}
     log.info("%s", uplinks.startup_line())
     http = await _start_http(app, parts, nursery, handlers)
     admin = AdminServer(app, handlers, config.admin_socket, admin_socket_mode(config.data))

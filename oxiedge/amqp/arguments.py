@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from oxiedge.amqp.constants import NOT_IMPLEMENTED, PRECONDITION_FAILED
 from oxiedge.amqp.errors import AmqpError
+from oxiedge.amqp.selection import SingleActive
 
 if TYPE_CHECKING:
     from oxiedge.amqp.queues import Queue
@@ -50,6 +51,9 @@ SUPPORTED_QUEUE_ARGS: dict[str, Callable[[Any], bool]] = {
     "x-dead-letter-exchange": _is_str,
     "x-dead-letter-routing-key": _is_str,
     "x-delivery-limit": _int_at_least(-1),  # -1 = unlimited (RabbitMQ 4.0)
+    # 0 is accepted (a plain queue), as RabbitMQ's check does; priority.py
+    "x-max-priority": lambda v: _int_at_least(0)(v) and v <= 255,
+    "x-single-active-consumer": lambda v: isinstance(v, bool),  # selection.py
 }
 
 #: Arguments RabbitMQ accepts that change nothing on one node (lazy mode is ignored since
@@ -126,6 +130,8 @@ def configure_queue(q: Queue, queue_limit: int, queue_bytes: int | None = None) 
     # Plain queues keep the lean publish path (connection._publish); a byte cap with
     # drop-head needs nothing there (ByteLimitedQueue.enqueue drops the head itself).
     q.plain = q.message_ttl is None and not q.reject_publish
+    if a.get("x-single-active-consumer") is True:
+        q.selector = SingleActive()
 
 
 def check_exchange_args(where: str, arguments: dict[str, Any]) -> str | None:

@@ -34,8 +34,9 @@ from oxiedge.amqp.exchanges import (
     exchange_binding_row,
     x_match_error,
 )
+from oxiedge.amqp.priority import queue_class
 from oxiedge.amqp.publish import PublishPath
-from oxiedge.amqp.queues import ByteLimitedQueue, Queue, QueuedMessage
+from oxiedge.amqp.queues import Queue, QueuedMessage
 from oxiedge.amqp.tablecost import table_cost
 from oxiedge.amqp.timers import Clock, QueueTimers, wall_clock
 from oxiedge.staged import TopicEntry
@@ -126,7 +127,7 @@ class Broker(PublishPath):
         """Create and register a queue (declare, recovery); its arguments configure it."""
         byte_limited = self.queue_bytes is not None or \
             "x-max-length-bytes" in (kw.get("arguments") or {})
-        cls = ByteLimitedQueue if byte_limited else Queue
+        cls = queue_class(kw.get("arguments"), byte_limited)
         q = cls(name, qid, limit=self.queue_limit, on_drop=self._dropped,
                 on_expire=self._expired, on_unused=self._unused, timers=self.timers, **kw)
         args.configure_queue(q, self.queue_limit, self.queue_bytes)

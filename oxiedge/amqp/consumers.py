@@ -14,11 +14,16 @@ from __future__ import annotations
 
 import secrets
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from oxiedge.amqp import spec
 from oxiedge.amqp.codec import encode_deliver
-from oxiedge.amqp.constants import ACCESS_REFUSED, NOT_ALLOWED, NOT_IMPLEMENTED
+from oxiedge.amqp.constants import (
+    ACCESS_REFUSED,
+    NOT_ALLOWED,
+    NOT_IMPLEMENTED,
+    PRECONDITION_FAILED,
+)
 from oxiedge.amqp.errors import AmqpError
 from oxiedge.amqp.fields import encode_shortstr
 from oxiedge.amqp.queues import QueueConsumer, QueuedMessage
@@ -49,12 +54,12 @@ class ConsumerChannel(Protocol):
 class Consumer:
     """A basic.consume subscription of one channel to one queue."""
 
-    __slots__ = ("channel", "exclusive", "no_ack", "prefetch", "queue", "settlement", "tag",
-                 "tag_shortstr", "unacked")
+    __slots__ = ("channel", "exclusive", "no_ack", "prefetch", "priority", "queue",
+                 "settlement", "tag", "tag_shortstr", "unacked")
 
     def __init__(
         self, tag: str, channel: ConsumerChannel, queue: Queue, no_ack: bool, exclusive: bool,
-        prefetch: int,
+        prefetch: int, priority: int = 0,
     ) -> None:
         self.tag = tag
         self.tag_shortstr = encode_shortstr(tag)  # (encoded once: it is in every delivery)
@@ -65,6 +70,7 @@ class Consumer:
         self.exclusive = exclusive
         self.prefetch = prefetch  # 0 = unlimited (basic.qos global=false at consume time)
         self.unacked = 0
+        self.priority = priority  # x-priority (selection.py)
 
     def has_credit(self) -> bool:
         """May this consumer take one more delivery now?"""
@@ -111,6 +117,24 @@ class Consumer:
             ch.reply(spec.BasicCancel(self.tag, True))
 
 
+#: Consumer arguments RabbitMQ accepts that mean nothing on one node.
+IGNORED_CONSUMER_ARGS = ("x-cancel-on-ha-failover",)
+
+
+def consumer_priority(arguments: dict[str, Any]) -> int:
+    """The ``x-priority`` of ``basic.consume`` arguments (0 when absent); 406 for a value
+    that is not an integer, 540 for an argument oxiedge does not implement."""
+    for key in arguments:
+        if key != "x-priority" and key not in IGNORED_CONSUMER_ARGS:
+            raise AmqpError(NOT_IMPLEMENTED, f"consumer argument '{key}' is not implemented",
+                            hard=True)
+    priority = arguments.get("x-priority", 0)
+    if not isinstance(priority, int) or isinstance(priority, bool):
+        raise AmqpError(PRECONDITION_FAILED,
+                        f"invalid arg 'x-priority' for basic.consume: {priority!r}", 60, 20)
+    return priority
+
+
 def server_cancel(consumer: QueueConsumer) -> None:
     """``Broker.delete_queue``'s callback for each consumer of the deleted queue."""
     consumer.server_cancelled()
@@ -138,10 +162,7 @@ class ConsumerSet:
     def consume(self, queue: Queue, m: spec.BasicConsume, prefetch: int) -> Consumer:
         """basic.consume on ``queue``: the new consumer, registered with the queue (the
         caller replies, then dispatches the queue)."""
-        if m.arguments:
-            raise AmqpError(NOT_IMPLEMENTED,
-                            f"consumer argument '{next(iter(m.arguments))}' is not implemented",
-                            hard=True)
+        priority = consumer_priority(m.arguments) if m.arguments else 0
         tag = m.consumer_tag or "amq.ctag-" + secrets.token_urlsafe(16)
         if tag in self._by_tag:
             raise AmqpError(NOT_ALLOWED, f"attempt to reuse consumer tag '{tag}'", hard=True)
@@ -149,9 +170,10 @@ class ConsumerSet:
             raise AmqpError(ACCESS_REFUSED,
                             f"queue '{queue.name}' in vhost '/' in exclusive use")
         self._channel.conn.bounds.check_consumer_limit()
-        consumer = Consumer(tag, self._channel, queue, m.no_ack, m.exclusive, prefetch)
+        consumer = Consumer(tag, self._channel, queue, m.no_ack, m.exclusive, prefetch,
+                            priority)
         self._by_tag[tag] = consumer
-        queue.consumers.append(consumer)
+        queue.add_consumer(consumer)
         queue.had_consumer = True
         return consumer
 

@@ -32,8 +32,9 @@ _I = struct.Struct(">I")
 
 HEADERS = 0x2000
 EXPIRATION = 0x0100
+PRIORITY = 0x0800
 #: Flag bits in wire order with the shape of their field: shortstr, table, octet, 8 octets.
-_FIELDS = ((0x8000, "s"), (0x4000, "s"), (HEADERS, "t"), (0x1000, "o"), (0x0800, "o"),
+_FIELDS = ((0x8000, "s"), (0x4000, "s"), (HEADERS, "t"), (0x1000, "o"), (PRIORITY, "o"),
            (0x0400, "s"), (0x0200, "s"), (EXPIRATION, "s"), (0x0080, "s"), (0x0040, "q"),
            (0x0020, "s"), (0x0010, "s"), (0x0008, "s"), (0x0004, "s"))
 
@@ -124,6 +125,23 @@ def expiration_of(raw: bytes) -> str | None:
         if flags & bit:
             off += 1 + raw[off]
     return raw[off + 1 : off + 1 + raw[off]].decode("utf-8", "replace")
+
+
+def priority_of(raw: bytes) -> int:
+    """The ``priority`` property (an octet) of raw properties that :func:`scan_properties`
+    already validated; 0 when absent (RabbitMQ's reading)."""
+    flags = _H.unpack_from(raw, 0)[0]
+    if not flags & PRIORITY:
+        return 0
+    off = 2
+    for bit in (0x8000, 0x4000):
+        if flags & bit:
+            off += 1 + raw[off]
+    if flags & HEADERS:
+        off += 4 + _I.unpack_from(raw, off)[0]
+    if flags & 0x1000:
+        off += 1
+    return raw[off]
 
 
 def headers_of(raw: bytes) -> dict[str, Raw]:

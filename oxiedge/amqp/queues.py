@@ -26,7 +26,10 @@ from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
+from oxiedge.amqp.selection import RankedSelection, SingleActive, insert_ranked
+
 if TYPE_CHECKING:
+    from oxiedge.amqp.selection import Selector
     from oxiedge.amqp.timers import QueueTimers
 
 
@@ -61,6 +64,7 @@ class QueueConsumer(Protocol):
     """What a queue needs of a consumer (``consumers.Consumer`` is the one there is)."""
 
     exclusive: bool
+    priority: int  # x-priority (selection.py)
 
     def has_credit(self) -> bool:
         """May it take one more delivery now (prefetch, paused channel, full socket)?"""
@@ -117,6 +121,7 @@ class Queue:
         "ready_bytes",
         "reject_publish",
         "rejected",
+        "selector",
         "sources",
         "timer_at",
         "timers",
@@ -174,6 +179,9 @@ class Queue:
         self.dead_lettered = 0
         self.ready: deque[QueuedMessage] = deque()
         self.consumers: list[QueueConsumer] = []
+        #: Picks the consumer of each message when it is not round-robin: consumer
+        #: priorities, single active consumer (``selection.py``).
+        self.selector: Selector | None = None
         #: names of the exchanges with a binding to this queue (kept by ``Exchange``)
         self.sources: set[str] = set()
         self.next_seq = 1
@@ -325,6 +333,9 @@ class Queue:
             return
         self._dispatching = True
         try:
+            if self.selector is not None:
+                self._dispatch_selected(self.selector)
+                return
             ready = self.ready
             consumers = self.consumers
             count_bytes = self.max_bytes is not None
@@ -350,6 +361,35 @@ class Queue:
             self._dispatching = False
             if self.ttl_seen:
                 self.arm()
+
+    def _dispatch_selected(self, selector: Selector) -> None:
+        """``dispatch`` with the consumer of each message picked by ``selector``."""
+        ready = self.ready
+        consumers = self.consumers
+        while ready and consumers:
+            consumer = selector.pick(consumers)
+            if consumer is None:
+                return  # an ack, a drain or a new consumer calls us again
+            msg = ready.popleft()
+            if self.max_bytes is not None:
+                self.ready_bytes -= len(msg.body)
+            if msg.expires and msg is not self._fresh and msg.expires <= self.clock():
+                self._expire(msg)
+                continue
+            self.delivered += 1
+            consumer.deliver(msg)
+
+    def add_consumer(self, consumer: QueueConsumer) -> None:
+        """A new consumer: last in turn; by priority where consumers have priorities."""
+        if type(self.selector) is SingleActive:
+            self.consumers.append(consumer)  # registration order decides who is active
+            return
+        if self.selector is None:
+            if not consumer.priority:
+                self.consumers.append(consumer)
+                return
+            self.selector = RankedSelection()
+        insert_ranked(self.consumers, consumer)
 
     def _expire(self, msg: QueuedMessage) -> None:
         self.expired += 1

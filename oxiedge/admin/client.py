@@ -15,11 +15,16 @@ class ServerNotRunning(ConnectionError):
     """No server answers on the data dir's admin socket."""
 
 
+#: Seconds ``call`` waits for an answer unless told otherwise (``oxiedge --timeout``).
+DEFAULT_TIMEOUT = 60.0
+
+
 def call(socket_path: Path, op: str, args: dict[str, Any] | None = None,
-         timeout: float = 60.0) -> Any:
-    """Send one request; return its result or raise ``AdminError`` / ``ServerNotRunning``."""
+         timeout: float | None = None) -> Any:
+    """Send one request; return its result or raise ``AdminError`` / ``ServerNotRunning``
+    (``TimeoutError`` after ``timeout`` seconds, default :data:`DEFAULT_TIMEOUT`)."""
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    sock.settimeout(timeout)
+    sock.settimeout(DEFAULT_TIMEOUT if timeout is None else timeout)
     try:
         try:
             sock.connect(str(socket_path))

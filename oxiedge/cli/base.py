@@ -57,6 +57,23 @@ class _LazyConsole:
 out = _LazyConsole(soft_wrap=True)
 err = _LazyConsole(stderr=True)
 
+class Settings:
+    """The options every command takes (``oxiedge --timeout S --quiet COMMAND``)."""
+
+    quiet = False
+
+
+@app.callback()
+def _every_command(
+    timeout: Annotated[float, typer.Option("--timeout", envvar="OXIEDGE_TIMEOUT", min=0.1, help="seconds to wait for the server's answer")] = 60.0,  # noqa: E501
+    quiet: Annotated[bool, typer.Option("--quiet", help="print no confirmations (listings and results still print)")] = False,  # noqa: E501
+) -> None:
+    from ..admin import client
+
+    client.DEFAULT_TIMEOUT = timeout
+    Settings.quiet = quiet
+
+
 DataOpt = Annotated[Path | None, typer.Option("--data", help="data dir [env: OXIEDGE_DATA; default ./oxiedge-data]")]  # noqa: E501
 JsonOpt = Annotated[bool, typer.Option("--json", help="one JSON object per line")]
 
@@ -98,7 +115,7 @@ def _request(data: Path | None, op: str, args: dict[str, Any],
     """Ask the running server; without one, run ``offline(store)`` on the data dir."""
     cfg = _config(data)
     try:
-        return call(cfg.admin_socket, op, args)
+        return _call_waiting(cfg.admin_socket, op, args)
     except ServerNotRunning:
         if offline is None:
             _fail(f"no server is running on {cfg.data}: start it with `oxiedge serve` or "
@@ -106,8 +123,8 @@ def _request(data: Path | None, op: str, args: dict[str, Any],
     except AdminError as exc:
         _fail(str(exc), _exit_code(exc))
     except TimeoutError:
-        _fail(f"the server on {cfg.data} did not answer in time (busy, or blocked by a "
-              "resource alarm: see `oxiedge check alarms`)")
+        _fail(f"the server on {cfg.data} did not answer within --timeout (busy, or blocked "
+              "by a resource alarm: see `oxiedge check alarms`)")
     store = _open_store(cfg, write)
     try:
         return offline(store)
@@ -115,6 +132,38 @@ def _request(data: Path | None, op: str, args: dict[str, Any],
         _fail(str(exc))
     finally:
         store.close()
+
+
+#: After this long without an answer, a terminal gets a spinner while the command waits.
+SPINNER_AFTER_S = 0.5
+
+
+def _call_waiting(path: Path, op: str, args: dict[str, Any]) -> Any:
+    """``call``, with a spinner on a terminal's stderr while a busy server keeps it waiting
+    (the call runs in a thread; the main thread draws)."""
+    if not sys.stderr.isatty():
+        return call(path, op, args)
+    import threading
+
+    box: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            box["result"] = call(path, op, args)
+        except BaseException as exc:  # handed to the main thread as it is
+            box["error"] = exc
+
+    worker = threading.Thread(target=run, daemon=True)
+    worker.start()
+    worker.join(SPINNER_AFTER_S)
+    if worker.is_alive():
+        from rich.console import Console
+
+        with Console(stderr=True).status(f"waiting for the server ({op}) ..."):
+            worker.join()
+    if "error" in box:
+        raise box["error"]
+    return box.get("result")
 
 
 def _exit_code(exc: AdminError) -> int:
@@ -175,6 +224,13 @@ def _print_rows(rows: list[dict[str, Any]], as_json: bool, title: str | None = N
 
 
 def _print_line(text: str) -> None:
+    """A confirmation (``--quiet`` drops it)."""
+    if not Settings.quiet:
+        out.print(text, highlight=False, markup=False)
+
+
+def _print_text(text: str) -> None:
+    """Output that is the command's result (``--quiet`` keeps it)."""
     out.print(text, highlight=False, markup=False)
 
 

@@ -75,7 +75,12 @@ def render(app: typer.Typer) -> str:
     root = typer.main.get_command(app)
     out = [HEADER]
     for path, cmd in _walk(root, ["oxiedge"]):
-        if len(path) == 1:
+        if len(path) == 1:  # the options every command takes: oxiedge --timeout 5 CMD
+            rows = [r for p in cmd.params if (r := _param_row(p)) is not None]
+            out.append("## Options of every command\n\n```\noxiedge [OPTIONS] COMMAND "
+                       "[ARGS]...\n```\n")
+            out.append("| option | what | default |\n| --- | --- | --- |")
+            out.append("\n".join(rows) + "\n")
             continue
         out.append(f"## `{' '.join(path)}`\n")
         out.append(f"```\n{_usage(path, cmd)}\n```\n")

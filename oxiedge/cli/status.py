@@ -10,7 +10,7 @@ from typing import Annotated, Any
 
 import typer
 
-from .base import DataOpt, JsonOpt, _config, _print_line, _print_pairs, _request, app
+from .base import DataOpt, JsonOpt, _config, _print_pairs, _print_text, _request, app
 
 
 def _uptime(seconds: float) -> str:
@@ -97,4 +97,4 @@ def status(
     else:
         width = max(len(section) for section, _ in summary(result))
         for section, line in summary(result):
-            _print_line(f"{section:<{width}}  {line}")
+            _print_text(f"{section:<{width}}  {line}")

@@ -29,3 +29,19 @@ def test_sections_all_and_offline(server: ServerProcess) -> None:
 def test_neither_server_nor_data(tmp_path: Path) -> None:
     res = run_cli(tmp_path / "none", "status")
     assert res.returncode == 1 and "no oxiedge data" in res.stderr
+
+
+def test_timeout_and_quiet_on_every_command(server: ServerProcess) -> None:
+    import os
+    import signal
+
+    assert server.cli("--quiet", "queue", "declare", "q").stdout == ""
+    assert "q" in server.cli("--quiet", "queues").stdout  # a listing is the result
+    assert server.proc is not None
+    os.kill(server.proc.pid, signal.SIGSTOP)
+    try:
+        res = server.cli("--timeout", "1", "queues", check=False)
+    finally:
+        os.kill(server.proc.pid, signal.SIGCONT)
+    assert res.returncode == 1 and "did not answer within --timeout" in " ".join(
+        res.stderr.split())

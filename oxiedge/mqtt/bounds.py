@@ -29,11 +29,15 @@ class Stats:
         "connect_too_large",
         "connections",
         "connections_total",
+        "disconnects_sent",
         "dropped",
         "dropped_qos0",
         "dropped_queue_bytes",
+        "dropped_too_large",
+        "expired",
         "messages_in",
         "messages_out",
+        "payload_format_invalid",
         "protocol_errors",
         "qos2_ids_forgotten",
         "retained_refused",
@@ -57,8 +61,12 @@ class Stats:
         self.dropped = 0  # queued messages dropped at a queue bound (oldest first)
         self.dropped_qos0 = 0  # QoS 0 deliveries skipped on a full output buffer
         self.dropped_queue_bytes = 0  # of ``dropped``: those dropped at --mqtt-queue-bytes
+        self.disconnects_sent = 0  # MQTT 5 DISCONNECTs the broker sent (with a reason)
+        self.dropped_too_large = 0  # MQTT 5: over the client's Maximum Packet Size, not sent
+        self.expired = 0  # MQTT 5: messages past their Message Expiry Interval, not sent
         self.messages_in = 0  # PUBLISH accepted (clients, wills, bridges)
         self.messages_out = 0  # PUBLISH sent (re-sends included)
+        self.payload_format_invalid = 0  # MQTT 5: refused with 0x99 (not UTF-8)
         self.protocol_errors = 0
         self.qos2_ids_forgotten = 0  # inbound QoS 2 ids dropped at MAX_QOS2_PENDING (oldest)
         self.retained_refused = 0  # retained messages not kept (--mqtt-retained-max/-bytes)

@@ -18,7 +18,12 @@ from typing import TYPE_CHECKING
 
 from oxiedge.access.grants import Grants
 from oxiedge.mqtt.codec import PacketTooLarge, ProtocolError, TopicTooLong, encode
+from oxiedge.mqtt.connect5 import TOPIC_ALIAS_MAXIMUM, Connect5Terms, refusal
+from oxiedge.mqtt.encode5 import encode5
+from oxiedge.mqtt.forward5 import Peer5
+from oxiedge.mqtt.handlers5 import Handlers5
 from oxiedge.mqtt.packets import Connack, ConnackCode, Connect, PacketType, Will, first_byte
+from oxiedge.mqtt.packets5 import Connack5, Connect5, Will5
 from oxiedge.mqtt.topics import topic_limit_problem
 from oxiedge.net.actions import KICK, Authenticate
 
@@ -26,7 +31,7 @@ if TYPE_CHECKING:
     from oxiedge.access.rules import PermissionStore
     from oxiedge.mqtt.bounds import Limits
     from oxiedge.mqtt.broker import Broker
-    from oxiedge.mqtt.codec import Decoder
+    from oxiedge.mqtt.codec5 import Decoder5
     from oxiedge.mqtt.handlers import Handlers
     from oxiedge.mqtt.ports import Outlet
     from oxiedge.mqtt.session import Session
@@ -54,11 +59,13 @@ class ConnectStep:
     broker: Broker
     outlet: Outlet
     limits: Limits
-    decoder: Decoder
+    decoder: Decoder5
     max_packet_size: int
     deadline: float
     session: Session | None
-    will: Will | None
+    will: Will | Will5 | None
+    level: int
+    _h5: Handlers5 | None
     client_id: str
     tls_identity: str | None
     username: str | None
@@ -83,11 +90,11 @@ class ConnectStep:
                 # MQTT-3.1.0-1: no need to wait for the body of a non-CONNECT.
                 raise ProtocolError("first packet is not CONNECT (MQTT-3.1.0-1)")
             try:
-                first = decoder.next_packet()
+                first = decoder.next_connect()
             except PacketTooLarge:
                 self.broker.stats.connect_too_large += 1
                 raise
-        if not isinstance(first, Connect):
+        if not isinstance(first, (Connect, Connect5)):
             raise ProtocolError("first packet is not CONNECT (MQTT-3.1.0-1)")
         self.deadline = math.inf  # a slow login or disk is not the client's delay
         keep_alive = yield from self._connect(first)
@@ -95,18 +102,39 @@ class ConnectStep:
         decoder.mqtt31 = first.protocol_level == 3
         return keep_alive
 
-    def _connect(self, pkt: Connect) -> Generator[object, None, int]:
-        broker, write = self.broker, self.outlet.write
-        if (pkt.protocol_name, pkt.protocol_level) not in (("MQTT", 4), ("MQIsdp", 3)):
-            write(_connack(ConnackCode.UNACCEPTABLE_PROTOCOL_VERSION))  # MQTT-3.1.2-2
+    def _refuse(self, code: int) -> None:
+        """Write the CONNACK that refuses the connection (3.1.1 ``code``; MQTT 5: its
+        reason code, 3.2.2.2)."""
+        if self.level == 5:
+            self.outlet.write(encode5(Connack5(refusal(code))))
+        else:
+            self.outlet.write(_connack(code))
+
+    def _connect(self, pkt: Connect | Connect5) -> Generator[object, None, int]:
+        broker = self.broker
+        if (pkt.protocol_name, pkt.protocol_level) not in (("MQTT", 4), ("MQIsdp", 3),
+                                                           ("MQTT", 5)):
+            self._refuse(ConnackCode.UNACCEPTABLE_PROTOCOL_VERSION)  # MQTT-3.1.2-2
             raise CloseConnection(f"unsupported protocol level {pkt.protocol_level}",
                                   abnormal=False)
+        terms = None
+        if isinstance(pkt, Connect5):
+            self.level = 5
+            terms = Connect5Terms.of(pkt, self.limits.session_expiry)
+            if pkt.properties.authentication_method is not None:
+                # Enhanced authentication (4.12): no method is supported.
+                self.outlet.write(encode5(Connack5(0x8C)))
+                raise CloseConnection("unsupported authentication method", abnormal=False)
+            clean = pkt.clean_start
+        else:
+            clean = pkt.clean_session
         client_id = pkt.client_id
+        assigned = None
         if not client_id:
-            if not pkt.clean_session:
-                write(_connack(ConnackCode.IDENTIFIER_REJECTED))  # MQTT-3.1.3-8
+            if not clean and terms is None:
+                self._refuse(ConnackCode.IDENTIFIER_REJECTED)  # MQTT-3.1.3-8
                 raise CloseConnection("empty client id with clean_session=0", abnormal=False)
-            client_id = broker.assign_client_id()  # MQTT-3.1.3-6
+            client_id = assigned = broker.assign_client_id()  # MQTT-3.1.3-6
         self.client_id = client_id
         will = pkt.will
         if will is not None:
@@ -123,14 +151,14 @@ class ConnectStep:
             if not self._ok:
                 broker.stats.auth_failures += 1
                 # 3.2.2.3: 4 = bad user name or password, 5 = not authorized (none given).
-                write(_connack(ConnackCode.BAD_USERNAME_OR_PASSWORD if pkt.username is not None
-                               else ConnackCode.NOT_AUTHORIZED))  # fmt: skip
+                self._refuse(ConnackCode.BAD_USERNAME_OR_PASSWORD if pkt.username is not None
+                             else ConnackCode.NOT_AUTHORIZED)  # fmt: skip
                 raise CloseConnection("authentication failed", abnormal=False)
             self.username = pkt.username
         self.grants = Grants(self._perms, self.username, client_id)
         if not broker.session_room(client_id):
             broker.stats.sessions_refused += 1
-            write(_connack(ConnackCode.SERVER_UNAVAILABLE))  # 3.2.2.3
+            self._refuse(ConnackCode.SERVER_UNAVAILABLE)  # 3.2.2.3
             raise CloseConnection(f"--mqtt-max-sessions ({self.limits.max_sessions}) reached",
                          abnormal=False)  # fmt: skip
         old = broker.sessions.get(client_id)
@@ -141,14 +169,16 @@ class ConnectStep:
             broker.stats.takeovers += 1
             other = getattr(conn, "protocol", None)
             if isinstance(other, ConnectStep):
-                if not old.clean and not pkt.clean_session and other.will is not None:
+                if not old.clean and not clean and other.will is not None:
                     # A persistent session taken over by a persistent one continues: its
                     # will is not published (Mosquitto 2; MQTT 5 does the same).
                     other.will = None
                     broker.stats.wills_skipped += 1
                 other.take_over()
-        s, present, staged = broker.open_session(client_id, pkt.clean_session,
-                                                 self.username or "")
+        if terms is None:
+            s, present, staged = broker.open_session(client_id, clean, self.username or "")
+        else:
+            s, present, staged = self._open_session5(client_id, clean, terms)
         # CONNACK waits for a commit when it depends on one: the session record (new, or
         # a clean session replacing a durable one) exists before CONNACK; a resumed
         # durable session may have state that an earlier connection staged in a round
@@ -167,8 +197,12 @@ class ConnectStep:
         self.session = self._h.session = s
         self._h.grants = self.grants
         self.will = pkt.will
-        # MQTT 3.1 (level 3) has no session-present flag: that byte is reserved there.
-        write(_connack(ConnackCode.ACCEPTED, present and pkt.protocol_level == 4))
+        if terms is None:
+            # MQTT 3.1 (level 3) has no session-present flag: that byte is reserved there.
+            self.outlet.write(_connack(ConnackCode.ACCEPTED, present and pkt.protocol_level == 4))
+            s.peer, s.window = None, self.limits.max_inflight
+        else:
+            self._accept5(s, present, terms, assigned)
         s.conn = self.outlet
         s.offline_since = None  # attached: no session expiry (Broker.expire_sessions)
         broker.set_acl(s, self.grants)
@@ -179,3 +213,37 @@ class ConnectStep:
                 yield KICK
         s.resend()
         return pkt.keep_alive
+
+    def _open_session5(self, client_id: str, clean_start: bool, terms: Connect5Terms
+                       ) -> tuple[Session, bool, bool]:  # fmt: skip
+        """``Broker.open_session`` for MQTT 5: Clean Start discards what existed (3.1.2.4),
+        the Session Expiry Interval decides whether the session outlives the connection
+        (0: it ends with it, 3.1.2.11.2)."""
+        broker = self.broker
+        durable = terms.session_expiry > 0
+        staged = False
+        old = broker.sessions.get(client_id)
+        if old is not None and clean_start and durable:
+            broker.discard_session(old)  # a new durable session replaces it
+            staged = old.store is not None
+        s, present, more = broker.open_session(client_id, not durable and
+                                               (clean_start or old is None), self.username or "")
+        return s, present, staged or more
+
+    def _accept5(self, s: Session, present: bool, terms: Connect5Terms,
+                 assigned: str | None) -> None:  # fmt: skip
+        """CONNACK of an MQTT 5 connection; the session learns its client's limits."""
+        if not terms.session_expiry:
+            # A resumed durable session ends with this connection (3.1.2.11.2). Set only
+            # now that it is ours: the connection that left it may still be closing.
+            s.clean = True
+        s.expiry = terms.session_expiry
+        h5 = self._h5 = Handlers5(self._h, self._perms, alias_max=TOPIC_ALIAS_MAXIMUM,
+                                  receive_max=self.limits.max_qos2_pending,
+                                  session_expiry=terms.session_expiry)  # fmt: skip
+        self.outlet.write(encode5(terms.connack(
+            present, assigned=assigned, receive_maximum=h5.receive_max,
+            max_packet_size=self.max_packet_size)))
+        s.peer = Peer5(self.broker.stats, receive_maximum=terms.receive_maximum,
+                       max_packet=terms.max_packet)
+        s.window = min(self.limits.max_inflight, terms.receive_maximum)

@@ -169,7 +169,7 @@ class Handlers:
     def _on_subscribe(self, p: Subscribe) -> bool:
         s = self.session
         assert s is not None
-        codes, accepted, staged = self._subscribe(s, p.topics)
+        codes, accepted, staged = self.subscribe_filters(s, p.topics)
         if staged:
             self.need_commit = True
         # encode() writes the remaining length as a varint: > 125 filters need 2 bytes.
@@ -196,7 +196,7 @@ class Handlers:
         codes: list[int] = []
         resulting: dict[str, int] = {}
         for chunk in _steps(list(p.topics)):
-            part, res, staged = self._subscribe(s, chunk)
+            part, res, staged = self.subscribe_filters(s, chunk)
             codes += part
             for flt, qos in res:
                 resulting.pop(flt, None)  # MQTT-3.8.4-3 across the steps too
@@ -208,7 +208,7 @@ class Handlers:
         if resulting:
             self.after_burst.append((s, list(resulting.items())))
 
-    def _subscribe(self, s: Session, topics: Any
+    def subscribe_filters(self, s: Session, topics: Any
                    ) -> tuple[list[int], list[tuple[str, int]], bool]:
         grants = self.grants
         if self._perms.active and grants is not None:

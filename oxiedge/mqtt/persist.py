@@ -10,14 +10,15 @@ key                          value                                              
 ``s`` client id (UTF-8)      owner (Q), then the user entry (a zero length (H),  ``session``
                              then user len (H), user; empty = anonymous), then   + ``sub``
                              per subscription: len (H), filter, granted QoS (B)
-``m`` owner seq              flags (B: QoS bits 0-1, retain bit 2), topic len    ``msg``
-                             (H), topic, payload
+``m`` owner seq              flags (B: QoS bits 0-1, retain bit 2, MQTT 5 bit    ``msg``
+                             3), topic len (H), topic, [MQTT 5: expiry deadline
+                             (Q, ms), property block], payload
 ``r`` owner seq              empty: PUBREC received, PUBCOMP awaited (``rel``)   ``rel``
 ``x`` owner packet id (H)    arrival number (Q; empty before 2026-12): inbound   ``rx2``
                              QoS 2 received, PUBREL awaited
 ``c`` owner                  the queue's counters (``store/qlog.py``): floor,    ``session``
                              tail, count, bytes (Q each)                         (``queued``)
-``t`` topic (UTF-8)          QoS (B), payload                                    ``retain``
+``t`` topic (UTF-8)          QoS (B; MQTT 5 bit 3), [MQTT 5 part], payload      ``retain``
 ==========================  ==================================================  ==========
 
 Recovery never crash-loops: a record that does not decode (``check_*`` below: lengths,
@@ -110,17 +111,39 @@ def retain_key(topic: str) -> bytes:
     return RETAIN + topic.encode("utf-8")
 
 
+#: Message flag bit 3: an MQTT 5 message - after the topic its expiry deadline (Q, wall-clock
+#: milliseconds, 0 = none) and its property block (``forward5.Message5.record``).
+MSG_V5 = 8
+
+
 def encode_msg(qos: int, retain: bool, topic_b: bytes, payload: bytes) -> bytes:
     return (
         bytes((qos | (4 if retain else 0),)) + len(topic_b).to_bytes(2, "big") + topic_b + payload
     )
 
 
+def v5_part_end(value: bytes, off: int) -> int:
+    """Where the MQTT 5 part (deadline, property block) starting at ``off`` ends."""
+    n, shift, off = 0, 0, off + _Q
+    while True:
+        byte = value[off]
+        off += 1
+        n |= (byte & 0x7F) << shift
+        shift += 7
+        if not byte & 0x80 or shift > 21:
+            break
+    if off + n > len(value):
+        raise ValueError("MQTT 5 property block does not fit the record")
+    return off + n
+
+
 def decode_msg(value: bytes) -> tuple[int, bool, str, bytes]:
-    """``(qos, retain, topic, payload)`` of a message record."""
+    """``(qos, retain, topic, payload)`` of a message record (an MQTT 5 one's properties
+    skipped: ``forward5.message_of`` reads them)."""
     flags = value[0]
     end = 3 + int.from_bytes(value[1:3], "big")
-    return flags & 3, bool(flags & 4), value[3:end].decode("utf-8"), bytes(value[end:])
+    start = v5_part_end(value, end) if flags & MSG_V5 else end
+    return flags & 3, bool(flags & 4), value[3:end].decode("utf-8"), bytes(value[start:])
 
 
 def encode_session(owner: int, subs: dict[str, int], user: str | None = None) -> bytes:
@@ -210,7 +233,10 @@ def check_msg(key: bytes, value: bytes) -> tuple[int, int, bool, str, bytes]:
 def check_retained(key: bytes, value: bytes) -> tuple[str, int, bytes]:
     if not value:
         raise ValueError("empty retained record")
-    return check_topic(bytes(key[1:]).decode("utf-8")), _check_qos(value[0]), bytes(value[1:])
+    """``(topic, QoS byte, rest)``: with ``MSG_V5`` set in the QoS byte the rest starts
+    with the MQTT 5 part (``forward5.message_of``)."""
+    _check_qos(value[0] & ~MSG_V5)
+    return check_topic(bytes(key[1:]).decode("utf-8")), value[0], bytes(value[1:])
 
 
 def _quarantine(store: RawStore, key: bytes, value: bytes | None, what: str,
@@ -322,13 +348,23 @@ def session_summaries(store: RawStore) -> Iterator[tuple[str, dict[str, int], in
         yield client_id, subs, queued, rel
 
 
-def load_retained(store: RawStore) -> Iterator[tuple[str, int, bytes]]:
-    """``(topic, qos, payload)`` of every retained message."""
+def load_retained_records(store: RawStore) -> Iterator[tuple[str, int, bytes]]:
+    """``(topic, QoS byte, rest)`` of every retained message (``check_retained``)."""
     for key, value in store.iter_raw(CF, RETAIN):
         try:
             yield check_retained(key, value)
         except ValueError as exc:
             _quarantine(store, key, value, "retained message", exc)
+
+
+def load_retained(store: RawStore) -> Iterator[tuple[str, int, bytes]]:
+    """``(topic, qos, payload)`` of every retained message (listings)."""
+    for topic, flags, rest in load_retained_records(store):
+        try:
+            start = v5_part_end(rest, 0) if flags & MSG_V5 else 0
+        except (ValueError, IndexError):
+            continue  # (``RetainedStore.load`` quarantines it)
+        yield topic, flags & 3, rest[start:]
 
 
 # ------------------------------------------------------------------ document views

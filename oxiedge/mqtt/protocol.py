@@ -32,15 +32,20 @@ published when the connection ends without DISCONNECT (MQTT-3.1.2-8, MQTT-3.14.4
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Callable, Generator
 
 from oxiedge.access.grants import Grants
 from oxiedge.access.rules import PermissionStore
 from oxiedge.lograte import clip
 from oxiedge.mqtt.broker import Broker
-from oxiedge.mqtt.codec import Decoder, ProtocolError, TopicTooLong
+from oxiedge.mqtt.codec import ProtocolError, TopicTooLong
+from oxiedge.mqtt.codec5 import Decoder5
 from oxiedge.mqtt.connect import CloseConnection, ConnectStep
+from oxiedge.mqtt.encode5 import encode_disconnect5
+from oxiedge.mqtt.forward5 import forwarded
 from oxiedge.mqtt.handlers import STEP_FILTERS, Handlers
+from oxiedge.mqtt.handlers5 import Handlers5
 from oxiedge.mqtt.packets import (
     PacketType,
     Subscribe,
@@ -48,7 +53,9 @@ from oxiedge.mqtt.packets import (
     Will,
     first_byte,
 )
+from oxiedge.mqtt.packets5 import Will5
 from oxiedge.mqtt.ports import Alarms, Log, Outlet
+from oxiedge.mqtt.reasons import ReasonCode
 from oxiedge.mqtt.session import Session
 from oxiedge.net.actions import (
     BLOCKED,
@@ -94,12 +101,15 @@ class MqttProtocol(ConnectStep):
         self.max_packet_size = max_packet_size
         # Before CONNECT is accepted only a small packet is buffered (--mqtt-max-connect-size):
         # unauthenticated sockets cannot hold --mqtt-max-packet-size each.
-        self.decoder = Decoder(min(max_connect_size, max_packet_size),
-                               limits.max_topic_levels, limits.max_topic_length)  # fmt: skip
+        # One decoder for both levels: ``next_connect`` reads CONNECT of any level, then
+        # ``_serve`` binds ``next_item`` (3.1.1) or ``next_item5`` once (``codec5.py``).
+        self.decoder = Decoder5(min(max_connect_size, max_packet_size),
+                                limits.max_topic_levels, limits.max_topic_length)  # fmt: skip
+        self.level = 4  # the CONNECT's protocol level (3, 4 or 5) once it was read
         self.clock = clock
         self.deadline = clock() + connect_timeout
         self.session: Session | None = None
-        self.will: Will | None = None
+        self.will: Will | Will5 | None = None
         self.client_id = ""
         self.close_reason = ""
         # The broker ended it (a protocol error, the keep-alive, no CONNECT in time, a
@@ -116,6 +126,7 @@ class MqttProtocol(ConnectStep):
         self._log = log
         # The packet handlers and the state of the current burst (``handlers.py``).
         self._h = Handlers(broker, perms)
+        self._h5: Handlers5 | None = None  # MQTT 5's, composed with ``_h`` (``connect.py``)
         self._ready = b""  # replies that may go now (``data_to_send``)
         self._abnormal = False
         self._eof = False
@@ -196,7 +207,12 @@ class MqttProtocol(ConnectStep):
                 self._perms.counters["mqtt_wills_denied"] += 1
             else:
                 broker.stats.wills += 1
-                kick = broker.route(will.topic, will.payload, will.qos, will.retain)
+                if isinstance(will, Will5):
+                    kick = broker.router.route5(will.topic, will.payload, will.qos, will.retain,
+                                                will.topic.encode(),
+                                                *forwarded(will.properties, time.time()))
+                else:
+                    kick = broker.route(will.topic, will.payload, will.qos, will.retain)
         if s is not None and ours and s.clean:
             broker.discard_session(s)  # MQTT-3.1.2-6: ends with the connection
         elif s is not None and ours:
@@ -213,7 +229,15 @@ class MqttProtocol(ConnectStep):
         """Another CONNECT with our client id won (MQTT-3.1.4-2): end this connection.
         Unsent deliveries stay with the session (in-flight ones are re-sent on the new
         connection); none of them may still leave through this one."""
+        self.disconnect5(ReasonCode.SESSION_TAKEN_OVER)
         self.end("session taken over")
+
+    def disconnect5(self, code: int) -> None:
+        """MQTT 5: tell the client why the broker ends the connection (4.13.1), sent now
+        when nothing is buffered before it (``end`` drops unsent bytes)."""
+        if self.level == 5 and self.session is not None:
+            self.broker.stats.disconnects_sent += 1
+            self.outlet.send_now(encode_disconnect5(code))
 
     def end(self, reason: str) -> None:
         """The broker ends this connection now (a take-over, an operator's ``oxiedge client
@@ -234,6 +258,11 @@ class MqttProtocol(ConnectStep):
             self.ended_by_broker = exc.by_broker
             self.close_reason = str(exc)
         except ProtocolError as exc:
+            if self.level == 5 and self.session is not None:
+                self._ready = b""
+                self._h.replies.clear()
+                self.broker.stats.disconnects_sent += 1
+                self.outlet.write(encode_disconnect5(exc.reason_code))
             self.ended_by_broker = True
             stats.protocol_errors += 1
             if isinstance(exc, TopicTooLong):
@@ -262,6 +291,9 @@ class MqttProtocol(ConnectStep):
             if self.session is None:
                 self.broker.stats.connect_timeouts += 1
                 raise CloseConnection("no CONNECT in time", abnormal=False, by_broker=True)
+            if self.level == 5:
+                self.broker.stats.disconnects_sent += 1
+                self.outlet.write(encode_disconnect5(ReasonCode.KEEP_ALIVE_TIMEOUT))
             raise CloseConnection(f"keep-alive timeout ({self._keep_alive}s x 1.5)", by_broker=True)
         if self.session is None:
             raise CloseConnection("closed before CONNECT", abnormal=False)
@@ -286,6 +318,10 @@ class MqttProtocol(ConnectStep):
         handlers = h.table()
         decoder = self.decoder
         next_item, on_publish, on_puback = decoder.next_item, h.on_publish, h.on_puback
+        h5 = self._h5
+        if h5 is not None:  # MQTT 5: the branch on the level, once per connection
+            handlers = h5.table()
+            next_item, on_publish = decoder.next_item5, h5.on_publish  # type: ignore[assignment]
         deliver_now = self.outlet.deliver_now
         replies = h.replies
         alarms, clock, router = self._alarms, self.clock, self.broker.router
@@ -330,7 +366,7 @@ class MqttProtocol(ConnectStep):
                 if handler(item):
                     break  # DISCONNECT: nothing after it is processed
             if h.disconnected:
-                self.will = None  # MQTT-3.14.4-3: discard the will
+                self._disconnected()
             # (``router.hold``'s lists tested directly: ``Hold.__bool__`` is a call)
             hold = router.hold
             if h.need_commit or h.kick or h.after_burst or hold.pending or hold.qos0:
@@ -344,7 +380,7 @@ class MqttProtocol(ConnectStep):
                 self.deadline = inf
                 if self._ready:
                     yield SEND  # the burst before DISCONNECT is answered in full
-                raise CloseConnection("client sent DISCONNECT", abnormal=False)
+                raise CloseConnection("client sent DISCONNECT", abnormal=self.will is not None)
             if budget != BURST_SLICE or sliced or self.deadline == inf:
                 # A complete packet restarts the keep-alive, as in Mosquitto; bytes of
                 # an unfinished one do not (MQTT-3.1.2-24: a client that dribbles a
@@ -376,6 +412,18 @@ class MqttProtocol(ConnectStep):
                 self.broker.stats.blocked += 1
                 yield BLOCKED
                 self.deadline = clock() + window
+
+    def _disconnected(self) -> None:
+        """The client sent DISCONNECT: its will is discarded (MQTT-3.14.4-3) unless an
+        MQTT 5 client asked for it (0x04); MQTT 5 may change the session's expiry."""
+        h5 = self._h5
+        if h5 is None or not h5.keep_will:
+            self.will = None
+        s = self.session
+        if h5 is not None and s is not None and s.expiry is not None:
+            s.expiry = h5.session_expiry
+            if not h5.session_expiry:
+                s.clean = True  # ends with this connection (3.1.2.11.2)
 
     def _end_burst(self) -> Generator[object, None, None]:
         broker, h = self.broker, self._h

@@ -17,28 +17,10 @@ from __future__ import annotations
 from typing import Protocol
 
 from oxiedge.mqtt import persist
-from oxiedge.mqtt.encode import encode_publish
+from oxiedge.mqtt.message import Message, message_of
 from oxiedge.store.qlog import WINDOW, WINDOW_BYTES, LogStore, QueueLog
 
 _TOPICS_MAX = 256  # topics a session queue remembers as checked (then forgotten at once)
-
-
-class Message:
-    """One published message, shared by every session it is delivered to."""
-
-    __slots__ = ("payload", "qos0", "topic", "topic_b")
-
-    def __init__(self, topic: str, payload: bytes, topic_b: bytes | None = None) -> None:
-        self.topic = topic
-        self.topic_b = topic.encode("utf-8") if topic_b is None else topic_b
-        self.payload = payload
-        self.qos0: bytes | None = None  # the QoS 0 PUBLISH bytes, encoded once for fan-out
-
-    def qos0_bytes(self) -> bytes:
-        raw = self.qos0
-        if raw is None:
-            raw = self.qos0 = encode_publish(self.topic_b, self.payload)
-        return raw
 
 
 class Pending:
@@ -93,8 +75,11 @@ class PendingCodec:
         reader = self.reader
         if reader is not None and not reader.may_read(topic):
             return None
-        return Pending(seq, Message(topic, value[end:], topic_b), flags & 3, bool(flags & 4),
-                       seq < self.dup_below)
+        if flags & persist.MSG_V5:  # an MQTT 5 message with its properties
+            msg: Message = message_of(topic, topic_b, value, end)
+        else:
+            msg = Message(topic, value[end:], topic_b)
+        return Pending(seq, msg, flags & 3, bool(flags & 4), seq < self.dup_below)
 
     def size(self, item: Pending) -> int:
         msg = item.msg

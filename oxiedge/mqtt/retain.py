@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from oxiedge.mqtt import persist
+from oxiedge.mqtt.message import Message5, message_of
 from oxiedge.mqtt.persist import CF, RawStore
 from oxiedge.mqtt.session import Limits, Message, Stats
 from oxiedge.mqtt.topics import RetainedTrie
@@ -46,10 +47,18 @@ class RetainedStore(RetainedTrie[Retained]):
         """Recovery: load the retained records."""
         if self.store is None:
             return
-        for topic, qos, payload in persist.load_retained(self.store):
+        for topic, qos, payload in persist.load_retained_records(self.store):
             # Kept even over the retained bounds (they were accepted under other settings);
             # the bounds apply to new retained topics.
             m = Message(topic, payload)
+            if qos & persist.MSG_V5:  # an MQTT 5 message: its properties come along
+                try:
+                    m = message_of(topic, m.topic_b, payload, 0)
+                except ValueError as exc:
+                    self.store.quarantine(CF, persist.retain_key(topic), bytes((qos,)) + payload,
+                                          f"retained message: {exc}")  # fmt: skip
+                    continue
+                qos &= 3
             self.set(topic, Retained(m, qos))
             self.bytes += len(m.topic_b) + len(payload)
 
@@ -80,7 +89,9 @@ class RetainedStore(RetainedTrie[Retained]):
         self.set(msg.topic, Retained(msg, qos))  # MQTT-3.3.1-5: replaces
         self.bytes += size - old_size
         if store is not None:
-            store.stage_put(CF, persist.retain_key(msg.topic), bytes((qos,)) + msg.payload)
+            value = (bytes((qos,)) + msg.payload if type(msg) is not Message5
+                     else bytes((qos | persist.MSG_V5,)) + msg.body())  # fmt: skip
+            store.stage_put(CF, persist.retain_key(msg.topic), value)
             return True
         return False
 

@@ -25,6 +25,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from oxiedge.mqtt.message import Message5
+from oxiedge.mqtt.properties import NO_PROPERTIES, Properties
 from oxiedge.mqtt.retain import RetainedStore
 from oxiedge.mqtt.session import Hold, Message, Session, Stats
 from oxiedge.mqtt.topics import TopicTrie
@@ -156,6 +158,42 @@ class Router:
                                            payload, qos, retain):
             staged = True
         # ---- end of the destinations outside MQTT ---------------------------------------
+        return staged
+
+    def route5(
+        self,
+        topic: str,
+        payload: bytes,
+        qos: int,
+        retain: bool,
+        topic_b: bytes,
+        props: Properties,
+        expires_at: float | None,
+    ) -> bool:
+        """``route`` for a PUBLISH from an MQTT 5 client: ``props`` are the properties its
+        subscribers get (``forward5.forwarded``), ``expires_at`` its wall-clock deadline.
+        Without either it is ``route`` (3.1.1 subscribers share one QoS 0 frame; its own
+        frame is an MQTT 5 one, so it is never passed on as theirs)."""
+        if props is NO_PROPERTIES and expires_at is None:
+            return self.route(topic, payload, qos, retain, None, topic_b)
+        self.stats.messages_in += 1
+        staged = False
+        route = self.routes.get(topic)
+        if route is None:
+            route = self._route_of(topic)
+        if route or retain:
+            msg = Message5(topic, payload, topic_b, props, expires_at)
+            if retain:
+                staged = self.retained.keep(msg, qos)
+            hold = self.hold if qos == 2 else None
+            for s, granted in route:
+                if s.deliver(msg, granted if granted < qos else qos, False, hold):
+                    staged = True
+            if hold is not None:
+                self.held()
+        bus = self.bus
+        if bus is not None and bus.fan_out(MQTT, topic, payload, qos, retain):
+            staged = True
         return staged
 
     def _route_of(self, topic: str) -> Route:

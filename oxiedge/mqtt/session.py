@@ -40,7 +40,7 @@ from oxiedge.mqtt.queue import Message, Pending, Reader, SessionQueue
 if TYPE_CHECKING:
     from oxiedge.mqtt.replay import RetainedReplay
 
-__all__ = ["Hold", "Limits", "Message", "Outlet", "Pending", "Reader", "Session", "Stats"]
+__all__ = ["Hold", "Limits", "Message", "Outlet", "Peer", "Pending", "Reader", "Session", "Stats"]
 
 
 class Outlet(Protocol):
@@ -49,6 +49,13 @@ class Outlet(Protocol):
     out_bytes: int
 
     def write(self, data: bytes) -> None: ...
+
+
+class Peer(Protocol):
+    """An MQTT 5 client's side of the session (``forward5.Peer5``)."""
+
+    def publish(self, msg: Message, qos: int, retain: bool, dup: bool,
+                pid: int | None) -> bytes | None: ...
 
 
 class Hold:
@@ -96,6 +103,7 @@ class Session:
         "client_id",
         "conn",
         "dropped",
+        "expiry",
         "inflight",
         "limits",
         "max_queued",
@@ -104,6 +112,7 @@ class Session:
         "offline_since",
         "owner",
         "owner_b",
+        "peer",
         "queue",
         "rel",
         "replay",
@@ -113,6 +122,7 @@ class Session:
         "store",
         "subs",
         "user",
+        "window",
     )
 
     def __init__(
@@ -149,6 +159,15 @@ class Session:
         self.next_seq = 0
         self.dropped = 0
         self.conn: Outlet | None = None
+        # The attached client's MQTT 5 side (``forward5.Peer5``: how its PUBLISHes are
+        # encoded, its limits); None for MQTT 3.1.1, whose path stays as it was.
+        self.peer: Peer | None = None
+        # MQTT 5: the Session Expiry Interval its client set (seconds); None for 3.1.1,
+        # whose sessions follow --mqtt-session-expiry.
+        self.expiry: int | None = None
+        # Messages in flight at most: ``max_inflight``, or the MQTT 5 client's Receive
+        # Maximum when lower (MQTT-3.3.4-9).
+        self.window = limits.max_inflight
         # When its last client left (the broker's monotonic clock); None while a client is
         # attached or not yet noticed offline (recovered: the first expiry sweep sets it).
         self.offline_since: float | None = None
@@ -168,8 +187,15 @@ class Session:
         if qos == 0:
             conn = self.conn
             if conn is not None:
-                data = (msg.qos0_bytes() if not retain
-                        else encode_publish(msg.topic_b, msg.payload, 0, True))  # fmt: skip
+                peer = self.peer
+                if peer is None:
+                    data = (msg.qos0_bytes() if not retain
+                            else encode_publish(msg.topic_b, msg.payload, 0, True))  # fmt: skip
+                else:
+                    got = peer.publish(msg, 0, retain, False, None)
+                    if got is None:
+                        return False  # expired or over the client's Maximum Packet Size
+                    data = got
                 if hold is not None:
                     hold.qos0.append((self, data))
                 elif conn.out_bytes < self.limits.out_limit:
@@ -184,14 +210,13 @@ class Session:
         store = self.store
         queue, limits, conn = self.queue, self.limits, self.conn
         size = len(msg.payload) + len(msg.topic_b)
-        value = b"" if store is None else persist.encode_msg(qos, retain, msg.topic_b,
-                                                             msg.payload)  # fmt: skip
+        value = b"" if store is None else msg.record(qos, retain)
         if hold is None and conn is not None and queue.count == len(queue.out):
             # Nothing queued (the common case): what ``pump`` does with a queue of this one
             # message, without queueing it. Where ``pump`` would wait, it is queued below.
             inflight, rel = self.inflight, self.rel
             pid = packet_id_of(seq)
-            if (len(inflight) + len(rel) < limits.max_inflight
+            if (len(inflight) + len(rel) < self.window
                     and conn.out_bytes < limits.out_limit
                     and pid not in inflight and pid not in rel):  # fmt: skip
                 queue.append_sent(seq, size, value)
@@ -245,7 +270,7 @@ class Session:
         if conn is None or queue.count == len(queue.out):
             return
         inflight, rel, limits = self.inflight, self.rel, self.limits
-        while len(inflight) + len(rel) < limits.max_inflight:
+        while len(inflight) + len(rel) < self.window:
             if conn.out_bytes >= limits.out_limit:
                 return  # the writer calls pump() again once the buffer drained
             p = queue.peek()  # (a window read back from disk when the memory part is empty)
@@ -261,9 +286,18 @@ class Session:
 
     def _send(self, conn: Outlet, p: Pending, pid: int) -> None:
         """Send ``p`` as packet ``pid``; it is in flight until acknowledged."""
-        self.inflight[pid] = p
         msg = p.msg
-        conn.write(encode_publish(msg.topic_b, msg.payload, p.qos, p.retain, p.dup, pid))
+        peer = self.peer
+        if peer is None:
+            data = encode_publish(msg.topic_b, msg.payload, p.qos, p.retain, p.dup, pid)
+        else:
+            got = peer.publish(msg, p.qos, p.retain, p.dup, pid)
+            if got is None:  # expired or too large: as if acknowledged (MQTT-3.1.2-25)
+                self._forget(p)
+                return
+            data = got
+        self.inflight[pid] = p
+        conn.write(data)
         p.dup = True  # any later send is a re-delivery (MQTT-3.3.1-1)
         self.stats.messages_out += 1
 
@@ -283,7 +317,18 @@ class Session:
                 conn.write(encode_pubrel(pid))
             else:
                 m = p.msg
-                conn.write(encode_publish(m.topic_b, m.payload, p.qos, p.retain, True, pid))
+                peer = self.peer
+                if peer is None:
+                    conn.write(encode_publish(m.topic_b, m.payload, p.qos, p.retain, True, pid))
+                else:
+                    # (a QoS 1/2 message once sent is re-sent even if expired since:
+                    # the client may hold its packet id, MQTT-4.4.0-1)
+                    data = peer.publish(m, p.qos, p.retain, True, pid)
+                    if data is None:
+                        del self.inflight[pid]
+                        self._forget(p)
+                        continue
+                    conn.write(data)
                 self.stats.messages_out += 1
         self.pump()
 
@@ -298,6 +343,11 @@ class Session:
         if queue.count != len(queue.out):
             self.pump()
         return self.store is not None
+
+    def _forget(self, p: Pending) -> None:
+        """A message that is not sent (expired, too large for the client) counts as
+        delivered: its record goes."""
+        self.queue.ack(p.seq)
 
     def on_pubrec(self, pid: int) -> bool:
         """PUBREC: the message becomes a PUBREL obligation (4.3.3); True if the transition

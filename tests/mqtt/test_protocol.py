@@ -166,7 +166,7 @@ async def connected(broker: Broker, store: Store, clock: Clock, client_id: str =
 CONNECT_CASES = [
     # (CONNECT, passwords or None = anonymous allowed, bytes out, close reason or None)
     (Connect("a"), None, b"\x20\x02\x00\x00", None),
-    (Connect("a", protocol_level=5), None, b"\x20\x02\x00\x01", "unsupported protocol level 5"),
+    (Connect("a", protocol_level=6), None, b"\x20\x02\x00\x01", "unsupported protocol level 6"),
     (Connect("", clean_session=False), None, b"\x20\x02\x00\x02",
      "empty client id with clean_session=0"),
     (Connect("a", username="u", password=b"bad"), {"u": b"good"}, b"\x20\x02\x00\x04",

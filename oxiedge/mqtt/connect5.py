@@ -1,0 +1,81 @@
+"""What differs in an MQTT 5 CONNECT (3.1, 3.2), sans-IO: the pieces ``ConnectStep`` uses
+when the protocol level is 5.
+
+- ``Connect5Terms``: what the client asked for and the broker grants - the Session Expiry
+  Interval (capped by ``--mqtt-session-expiry``; 0 ends the session with the connection),
+  the client's Receive Maximum and Maximum Packet Size (they bound what the broker sends
+  it), and the CONNACK properties that announce what this broker does (3.2.2.3): its
+  Receive Maximum, Maximum Packet Size and Topic Alias Maximum, an Assigned Client
+  Identifier for an empty one, and that Subscription Identifiers and Shared Subscriptions
+  are not available (yet). Retain, QoS 2 and wildcards are available: their properties are
+  left out, which means exactly that.
+- ``refusal``: the MQTT 5 reason code of a refused CONNECT, from the 3.1.1 one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from oxiedge.mqtt.packets import ConnackCode
+from oxiedge.mqtt.packets5 import Connack5, Connect5
+from oxiedge.mqtt.properties import Properties
+from oxiedge.mqtt.reasons import ReasonCode as RC
+
+#: Topic Aliases one MQTT 5 client may set towards the broker (per connection, 3.3.2.3.4).
+TOPIC_ALIAS_MAXIMUM = 64
+#: The Session Expiry Interval meaning "never expires" (3.1.2.11.2).
+NEVER = 0xFFFFFFFF
+
+_REFUSALS = {
+    ConnackCode.UNACCEPTABLE_PROTOCOL_VERSION: RC.UNSUPPORTED_PROTOCOL_VERSION,
+    ConnackCode.IDENTIFIER_REJECTED: RC.CLIENT_IDENTIFIER_NOT_VALID,
+    ConnackCode.SERVER_UNAVAILABLE: RC.QUOTA_EXCEEDED,  # --mqtt-max-sessions
+    ConnackCode.BAD_USERNAME_OR_PASSWORD: RC.BAD_USER_NAME_OR_PASSWORD,
+    ConnackCode.NOT_AUTHORIZED: RC.NOT_AUTHORIZED,
+}
+
+
+def refusal(code: int) -> int:
+    """The MQTT 5 CONNACK reason for a 3.1.1 return code (3.2.2.2)."""
+    return _REFUSALS[ConnackCode(code)]
+
+
+@dataclass(frozen=True, slots=True)
+class Connect5Terms:
+    """The terms of one MQTT 5 connection (see the module docstring)."""
+
+    session_expiry: int  # seconds; 0: the session ends with the connection
+    capped: bool  # the broker granted less than asked: CONNACK says so (3.2.2.3.2)
+    receive_maximum: int  # the client's: in-flight PUBLISHes to it at most
+    max_packet: int  # the client's Maximum Packet Size
+    topic_alias_maximum: int  # the client's: aliases the broker may use towards it
+
+    @classmethod
+    def of(cls, pkt: Connect5, cap: int | None) -> Connect5Terms:
+        """The terms of ``pkt`` under the broker's ``--mqtt-session-expiry`` (``cap``)."""
+        props = pkt.properties
+        asked = props.session_expiry_interval or 0
+        granted = asked
+        if cap is not None and (asked == NEVER or asked > cap):
+            granted = cap
+        return cls(
+            session_expiry=granted,
+            capped=granted != asked,
+            receive_maximum=props.receive_maximum or 65535,
+            max_packet=props.maximum_packet_size or (1 << 28),
+            topic_alias_maximum=props.topic_alias_maximum or 0,
+        )
+
+    def connack(self, present: bool, *, assigned: str | None, receive_maximum: int,
+                max_packet_size: int) -> Connack5:  # fmt: skip
+        """The CONNACK that accepts the connection, announcing the broker's side."""
+        props = Properties(
+            session_expiry_interval=self.session_expiry if self.capped else None,
+            assigned_client_identifier=assigned,
+            receive_maximum=receive_maximum,
+            topic_alias_maximum=TOPIC_ALIAS_MAXIMUM,
+            maximum_packet_size=max_packet_size,
+            subscription_identifier_available=0,
+            shared_subscription_available=0,
+        )
+        return Connack5(0, present, props)

@@ -1,0 +1,107 @@
+"""MQTT 5 properties on their way from a publisher to the subscribers, sans-IO.
+
+Theory of operation
+-------------------
+A PUBLISH from an MQTT 5 client may carry properties the broker forwards unchanged
+(3.3.2.3: Payload Format Indicator, Content Type, Response Topic, Correlation Data, User
+Properties, in their order and with duplicates) and some it must not forward: the Topic
+Alias belongs to one connection and one direction (3.3.2.3.4), Subscription Identifiers
+are the subscriber's (3.3.4), and the Message Expiry Interval is forwarded reduced by the
+time the message waited (MQTT-3.3.2-6). ``forwarded`` keeps the first kind and turns the
+interval into an absolute wall-clock deadline, so the clock also runs while the broker is
+down: a stored message read back after a restart expires on time.
+
+``message.Message5`` is a ``Message`` with those properties, their block encoded once
+(``block``), and the deadline. A message from an MQTT 3.1.1 client, a will, a bridge or
+the bus is a plain ``Message``: an MQTT 5 subscriber gets it with an empty property block.
+
+``Peer5`` is what the session knows of its MQTT 5 client: it encodes every PUBLISH to
+it (``publish``) - the remaining Message Expiry Interval, the client's Subscription
+Identifiers, its Maximum Packet Size (MQTT-3.1.2-24: a PUBLISH that would exceed it is not
+sent, counted, and the message counts as delivered) - and knows its Receive Maximum. A
+3.1.1 session has none (``Session.peer`` is None) and takes none of this path.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from oxiedge.mqtt.bounds import Stats
+from oxiedge.mqtt.encode5 import NO_PROPERTY_BYTES, encode_publish5
+from oxiedge.mqtt.message import Message, Message5
+from oxiedge.mqtt.packets import PacketType
+from oxiedge.mqtt.properties import NO_PROPERTIES, Properties, encode_properties
+
+_PUBLISH = PacketType.PUBLISH
+
+#: Wall-clock seconds (time.time): a message's deadline survives a restart.
+WallClock = Callable[[], float]
+
+
+def forwarded(props: Properties, now: float) -> tuple[Properties, float | None]:
+    """The properties a subscriber receives of a publisher's ``props`` (without the
+    Topic Alias, Subscription Identifiers and Message Expiry Interval) and the message's
+    absolute expiry deadline on the wall clock (None: it does not expire)."""
+    expiry = props.message_expiry_interval
+    if props.topic_alias is None and expiry is None and not props.subscription_identifiers:
+        return props, None
+    kept = props._replace(topic_alias=None, message_expiry_interval=None,
+                          subscription_identifiers=())  # fmt: skip
+    if kept == NO_PROPERTIES:
+        kept = NO_PROPERTIES  # (the shared one: compared by identity on the hot paths)
+    return kept, (None if expiry is None else now + expiry)
+
+
+def expired(msg: Message, now: float) -> bool:
+    """Whether ``msg`` must not be delivered any more (MQTT-3.3.2-5)."""
+    return type(msg) is Message5 and msg.expired(now)
+
+
+class Peer5:
+    """A session's MQTT 5 client, as its deliveries need it (see the module docstring)."""
+
+    __slots__ = ("clock", "max_packet", "receive_maximum", "stats", "sub_ids")
+
+    def __init__(self, stats: Stats, *, receive_maximum: int = 65535,
+                 max_packet: int = 1 << 28, clock: WallClock = time.time) -> None:  # fmt: skip
+        self.stats = stats
+        self.receive_maximum = receive_maximum  # the client's (3.1.2.11.3)
+        self.max_packet = max_packet  # the client's Maximum Packet Size (3.1.2.11.4)
+        self.clock = clock
+        # filter -> Subscription Identifier of that subscription (3.8.2.1.2)
+        self.sub_ids: dict[str, int] = {}
+
+    def publish(self, msg: Message, qos: int, retain: bool, dup: bool,
+                pid: int | None, ids: tuple[int, ...] = ()) -> bytes | None:  # fmt: skip
+        """The PUBLISH of ``msg`` for this client, or None: expired (MQTT-3.3.2-5) or
+        over the client's Maximum Packet Size (MQTT-3.1.2-25); both are counted and
+        the caller treats the message as delivered."""
+        if type(msg) is Message5:
+            exp = msg.expires_at
+            if exp is None and not ids:
+                block = msg.block
+            else:
+                now = self.clock()
+                if exp is not None and exp <= now:
+                    self.stats.expired += 1
+                    return None
+                props = msg.props
+                if exp is not None:
+                    props = props._replace(message_expiry_interval=msg.remaining(now))
+                if ids:
+                    props = props._replace(subscription_identifiers=ids)
+                block = encode_properties(props, _PUBLISH)
+        elif ids:
+            block = encode_properties(Properties(subscription_identifiers=ids), _PUBLISH)
+        else:
+            block = NO_PROPERTY_BYTES
+        data = encode_publish5(msg.topic_b, msg.payload, qos, retain, dup, pid, block)
+        if len(data) > self.max_packet:
+            self.stats.dropped_too_large += 1
+            return None
+        return data
+
+    def fits(self, data: bytes) -> bool:
+        """Whether a packet fits the client's Maximum Packet Size."""
+        return len(data) <= self.max_packet

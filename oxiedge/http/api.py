@@ -12,13 +12,14 @@ RabbitMQ's page object). A bad value is a 400 naming the parameter.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 from urllib.parse import quote
 
 from .. import __version__
 from .access import Need, Principal
 from .messages import (
+    JSON_SLICE,
     BadRequest,
     Request,
     Response,
@@ -91,14 +92,20 @@ def _sort_key(value: Any) -> tuple[int, Any]:
 _WHOLE_LIST = ("name", "sort", "columns", "page", "page_size")
 
 
-def list_answer(request: Request, rows: list[dict[str, Any]],
-                convert: Callable[[dict[str, Any]], dict[str, Any]]) -> Response:
+async def list_answer(request: Request, rows: list[dict[str, Any]],
+                      convert: Callable[[dict[str, Any]], dict[str, Any]],
+                      pause: Callable[[], Awaitable[None]]) -> Response:
     """The answer of a list endpoint. Without a filter, sort, projection or page, each slice
     of ``rows`` is converted as it is sent (a long list never holds the event loop); with
-    one, the list is made first (:func:`list_query`) and streamed when long."""
+    one, the rows are converted a slice at a time with ``pause`` (a turn of the event loop)
+    between slices, then filtered and sorted at once (:func:`list_query`) and streamed."""
     if not any(key in request.query for key in _WHOLE_LIST):
         return json_list_response(rows, convert)
-    found = list_query(request, [convert(r) for r in rows])
+    items: list[dict[str, Any]] = []
+    for start in range(0, len(rows), JSON_SLICE):
+        items.extend(convert(r) for r in rows[start:start + JSON_SLICE])
+        await pause()
+    found = list_query(request, items)
     return json_list_response(found) if isinstance(found, list) else json_response(found)
 
 
@@ -181,10 +188,11 @@ def api_routes(router: Router, broker: BrokerView) -> None:
                           "path": "/"}],
         })
 
-    def queues(req: Request, _who: Principal, args: tuple[str, ...]) -> Response:
+    async def queues(req: Request, _who: Principal, args: tuple[str, ...]) -> Response:
         if args:
             _vhost(args[0])
-        return list_answer(req, rows("queues"), lambda r: queue_json(r, broker.node))
+        return await list_answer(req, rows("queues"), lambda r: queue_json(r, broker.node),
+                                 broker.pause)
 
     def queue(_req: Request, _who: Principal, args: tuple[str, ...]) -> Response:
         _vhost(args[0])
@@ -193,10 +201,10 @@ def api_routes(router: Router, broker: BrokerView) -> None:
                 return json_response(queue_json(r, broker.node))
         return not_found()
 
-    def exchanges(req: Request, _who: Principal, args: tuple[str, ...]) -> Response:
+    async def exchanges(req: Request, _who: Principal, args: tuple[str, ...]) -> Response:
         if args:
             _vhost(args[0])
-        return list_answer(req, rows("exchanges"), exchange_json)
+        return await list_answer(req, rows("exchanges"), exchange_json, broker.pause)
 
     def exchange(_req: Request, _who: Principal, args: tuple[str, ...]) -> Response:
         _vhost(args[0])
@@ -206,10 +214,10 @@ def api_routes(router: Router, broker: BrokerView) -> None:
                 return json_response(exchange_json(r))
         return not_found()
 
-    def bindings(req: Request, _who: Principal, args: tuple[str, ...]) -> Response:
+    async def bindings(req: Request, _who: Principal, args: tuple[str, ...]) -> Response:
         if args:
             _vhost(args[0])
-        return list_answer(req, rows("bindings"), binding_json)
+        return await list_answer(req, rows("bindings"), binding_json, broker.pause)
 
     def vhosts(_req: Request, _who: Principal, _args: tuple[str, ...]) -> Response:
         return json_response([{"name": VHOST, "description": "the one vhost",

@@ -87,6 +87,9 @@ class BrokerView(Protocol):
     async def delete_user(self, name: str) -> None:
         """Remove the user and its permissions, ACLs and tags (``not_found`` if none)."""
 
+    async def pause(self) -> None:
+        """Let the event loop serve others for a turn (between slices of a long answer)."""
+
     def may(self, user: Principal, op: str, name: str) -> bool:
         """RabbitMQ's resource check of ``user``'s permissions: ``op`` (configure, write,
         read) on the queue or exchange ``name`` in vhost ``/``."""

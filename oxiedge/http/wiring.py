@@ -177,6 +177,9 @@ class ServerView:
             self.app.users.reload()
         await self.operate("permissions.apply", {"op": "forget", "args": {"user": name}})
 
+    async def pause(self) -> None:
+        await trio.sleep(0)
+
     def may(self, user: Principal, op: str, name: str) -> bool:
         who = None if user.anonymous else user.name
         return Grants(self.app.permissions, who).amqp(op, name)

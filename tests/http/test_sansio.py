@@ -182,6 +182,9 @@ class FakeView:
             raise OperationError(f"no user {name!r}", NOT_FOUND)
         self.calls.append(("delete_user", {"name": name}))
 
+    async def pause(self) -> None:
+        return None
+
     def may(self, user: Principal, op: str, name: str) -> bool:
         return not name.startswith("secret")
 
@@ -251,6 +254,26 @@ def test_api_bad_queries_are_400_naming_the_field(query: str, field: str) -> Non
     r = _call(router, "GET", f"/api/queues?{query}")
     assert r.status == 400
     assert orjson.loads(r.body)["reason"].startswith(f"{field}:")
+
+
+def test_whole_list_queries_convert_in_slices_between_pauses() -> None:
+    from oxiedge.http.api import list_answer
+    from oxiedge.http.messages import JSON_SLICE
+
+    pauses: list[int] = []
+
+    async def pause() -> None:
+        pauses.append(1)
+
+    rows = [{"name": f"q{i:04d}"} for i in range(2 * JSON_SLICE + 1)]
+    coro = list_answer(Request.parse("GET", "/x?sort=name&sort_reverse=true", {}), rows,
+                       dict, pause)
+    try:
+        coro.send(None)
+    except StopIteration as done:
+        r = done.value
+    assert len(pauses) == 3
+    assert orjson.loads(b"".join(r.chunks))[0] == {"name": f"q{2 * JSON_SLICE:04d}"}
 
 
 def test_list_query_without_paging_returns_the_list() -> None:

@@ -54,6 +54,7 @@ SUPPORTED_QUEUE_ARGS: dict[str, Callable[[Any], bool]] = {
     # 0 is accepted (a plain queue), as RabbitMQ's check does; priority.py
     "x-max-priority": lambda v: _int_at_least(0)(v) and v <= 255,
     "x-single-active-consumer": lambda v: isinstance(v, bool),  # selection.py
+    "x-consumer-timeout": _int_at_least(1),  # ms, acktimeout.py
 }
 
 #: Arguments RabbitMQ accepts that change nothing on one node (lazy mode is ignored since
@@ -130,6 +131,8 @@ def configure_queue(q: Queue, queue_limit: int, queue_bytes: int | None = None) 
     # Plain queues keep the lean publish path (connection._publish); a byte cap with
     # drop-head needs nothing there (ByteLimitedQueue.enqueue drops the head itself).
     q.plain = q.message_ttl is None and not q.reject_publish
+    if "x-consumer-timeout" in a:
+        q.consumer_timeout_ms = int(a["x-consumer-timeout"])
     if a.get("x-single-active-consumer") is True:
         q.selector = SingleActive()
 

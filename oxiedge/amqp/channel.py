@@ -23,6 +23,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from oxiedge.amqp import spec
+from oxiedge.amqp.acktimeout import DeliveryMarks
 from oxiedge.amqp.codec import encode_content, encode_method
 from oxiedge.amqp.constants import NOT_IMPLEMENTED, PRECONDITION_FAILED
 from oxiedge.amqp.consumers import ConsumerSet
@@ -73,6 +74,8 @@ class Channel:
         self.tx: Transaction | None = None
         self.publish_seq = 0
         self.closing = False  # we sent channel.close and wait for close-ok
+        #: When its deliveries were first seen unacked (the acknowledgement timeout).
+        self.delivery_marks = DeliveryMarks()
         self.last_queue = ""  # the queue last declared on this channel (spec 1.7.2.3)
 
     def reply(self, method: spec.Method) -> None:

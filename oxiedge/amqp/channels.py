@@ -61,10 +61,10 @@ class ChannelTable:
         self._conn.send(encode_method(ch.number, spec.ChannelCloseOk()))
         return flags
 
-    def fail(self, ch: Channel, exc: AmqpError, m: spec.Method) -> int:
+    def fail(self, ch: Channel, exc: AmqpError, m: spec.Method | None) -> int:
         """A channel exception while handling ``m``: channel.close is sent, the channel
         released; returns flags.  A hard error (a connection exception) is raised."""
-        if not exc.class_id:
+        if not exc.class_id and m is not None:
             exc.class_id, exc.method_id = m.CLASS_ID, m.METHOD_ID
         if exc.hard:
             raise exc

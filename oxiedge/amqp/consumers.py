@@ -55,11 +55,11 @@ class Consumer:
     """A basic.consume subscription of one channel to one queue."""
 
     __slots__ = ("channel", "exclusive", "no_ack", "prefetch", "priority", "queue",
-                 "settlement", "tag", "tag_shortstr", "unacked")
+                 "settlement", "tag", "tag_shortstr", "timeout_ms", "unacked")
 
     def __init__(
         self, tag: str, channel: ConsumerChannel, queue: Queue, no_ack: bool, exclusive: bool,
-        prefetch: int, priority: int = 0,
+        prefetch: int, priority: int = 0, timeout_ms: int | None = None,
     ) -> None:
         self.tag = tag
         self.tag_shortstr = encode_shortstr(tag)  # (encoded once: it is in every delivery)
@@ -71,6 +71,7 @@ class Consumer:
         self.prefetch = prefetch  # 0 = unlimited (basic.qos global=false at consume time)
         self.unacked = 0
         self.priority = priority  # x-priority (selection.py)
+        self.timeout_ms = timeout_ms  # x-consumer-timeout (acktimeout.py)
 
     def has_credit(self) -> bool:
         """May this consumer take one more delivery now?"""
@@ -121,18 +122,24 @@ class Consumer:
 IGNORED_CONSUMER_ARGS = ("x-cancel-on-ha-failover",)
 
 
-def consumer_priority(arguments: dict[str, Any]) -> int:
-    """The ``x-priority`` of ``basic.consume`` arguments (0 when absent); 406 for a value
-    that is not an integer, 540 for an argument oxiedge does not implement."""
+def consumer_arguments(arguments: dict[str, Any]) -> tuple[int, int | None]:
+    """The ``x-priority`` (0 when absent) and ``x-consumer-timeout`` (ms, None when
+    absent) of ``basic.consume`` arguments; 406 for a value that is not an integer (or a
+    timeout below 1), 540 for an argument oxiedge does not implement."""
     for key in arguments:
-        if key != "x-priority" and key not in IGNORED_CONSUMER_ARGS:
+        if key not in ("x-priority", "x-consumer-timeout") and key not in IGNORED_CONSUMER_ARGS:
             raise AmqpError(NOT_IMPLEMENTED, f"consumer argument '{key}' is not implemented",
                             hard=True)
     priority = arguments.get("x-priority", 0)
-    if not isinstance(priority, int) or isinstance(priority, bool):
-        raise AmqpError(PRECONDITION_FAILED,
-                        f"invalid arg 'x-priority' for basic.consume: {priority!r}", 60, 20)
-    return priority
+    timeout = arguments.get("x-consumer-timeout")
+    for key, value, low in (("x-priority", priority, None), ("x-consumer-timeout", timeout, 1)):
+        if value is None:
+            continue
+        if not isinstance(value, int) or isinstance(value, bool) or \
+                (low is not None and value < low):
+            raise AmqpError(PRECONDITION_FAILED,
+                            f"invalid arg '{key}' for basic.consume: {value!r}", 60, 20)
+    return priority, timeout
 
 
 def server_cancel(consumer: QueueConsumer) -> None:
@@ -162,7 +169,7 @@ class ConsumerSet:
     def consume(self, queue: Queue, m: spec.BasicConsume, prefetch: int) -> Consumer:
         """basic.consume on ``queue``: the new consumer, registered with the queue (the
         caller replies, then dispatches the queue)."""
-        priority = consumer_priority(m.arguments) if m.arguments else 0
+        priority, timeout_ms = consumer_arguments(m.arguments) if m.arguments else (0, None)
         tag = m.consumer_tag or "amq.ctag-" + secrets.token_urlsafe(16)
         if tag in self._by_tag:
             raise AmqpError(NOT_ALLOWED, f"attempt to reuse consumer tag '{tag}'", hard=True)
@@ -171,7 +178,7 @@ class ConsumerSet:
                             f"queue '{queue.name}' in vhost '/' in exclusive use")
         self._channel.conn.bounds.check_consumer_limit()
         consumer = Consumer(tag, self._channel, queue, m.no_ack, m.exclusive, prefetch,
-                            priority)
+                            priority, timeout_ms)
         self._by_tag[tag] = consumer
         queue.add_consumer(consumer)
         queue.had_consumer = True

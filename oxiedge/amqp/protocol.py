@@ -90,6 +90,7 @@ if TYPE_CHECKING:
     from oxiedge.access.grants import Grants
     from oxiedge.access.rules import PermissionStore
     from oxiedge.amqp.broker import Broker
+    from oxiedge.amqp.channel import Channel
 
 __all__ = ["CLOSE_OK_FRAME", "COMMIT", "NEED_DATA", "SEND", "AmqpProtocol", "Authenticate",
            "Close", "ConnectionLimits"]
@@ -200,6 +201,12 @@ class AmqpProtocol(LoopSide):
     def note_staged(self) -> None:
         """A delivery (run in another task) staged a durable delete for this connection."""
         self._staged = True
+
+    def fail_channel(self, ch: Channel, exc: AmqpError) -> None:
+        """A channel exception from outside a step (``acktimeout.py``): channel.close goes
+        out now, the channel is released (its unacked back to their queues)."""
+        if not self.closed and not ch.closing and self.table.fail(ch, exc, None):
+            self.store.kick()
 
     def release(self) -> None:
         """Channels die (unacked back to their queues), exclusive queues are deleted."""

@@ -89,6 +89,7 @@ class Queue:
         "arguments",
         "auto_delete",
         "clock",
+        "consumer_timeout_ms",
         "consumers",
         "dead_lettered",
         "deleted",
@@ -182,6 +183,7 @@ class Queue:
         #: Picks the consumer of each message when it is not round-robin: consumer
         #: priorities, single active consumer (``selection.py``).
         self.selector: Selector | None = None
+        self.consumer_timeout_ms: int | None = None  # x-consumer-timeout (acktimeout.py)
         #: names of the exchanges with a binding to this queue (kept by ``Exchange``)
         self.sources: set[str] = set()
         self.next_seq = 1

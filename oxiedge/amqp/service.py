@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 import trio
 
 from oxiedge.amqp import persist, recovery, spec
+from oxiedge.amqp.acktimeout import AckTimeouts
 from oxiedge.amqp.broker import Broker
 from oxiedge.amqp.connection import AmqpConnection
 from oxiedge.amqp.messageops import AmqpMessageOps
@@ -52,6 +53,9 @@ class AmqpService:
         cfg = app.config
         self.broker = Broker(app.store, cfg.amqp_queue_limit, cfg.amqp_queue_bytes)
         self.broker.max_exchanges = cfg.amqp_max_exchanges
+        #: The delivery acknowledgement timeout (``acktimeout.py``), swept by ``run``.
+        self.ack_timeouts = AckTimeouts(cfg.amqp_consumer_timeout, self.broker.clock,
+                                        self.broker.counters)
         self.broker.max_bindings = cfg.amqp_max_bindings
         self.broker.max_arguments_bytes = cfg.amqp_max_arguments_bytes
         self.broker.max_queues = cfg.amqp_max_queues
@@ -126,10 +130,18 @@ class AmqpService:
         """Accept connections on ``listeners`` until cancelled."""
         async with trio.open_nursery() as nursery:
             await nursery.start(self.broker.timers.run)
+            nursery.start_soon(self._sweep_ack_timeouts)
             for listener in listeners:
                 nursery.start_soon(trio.serve_listeners,
                                    self.app.connections.guard(self._handle, "AMQP"), [listener])
             task_status.started()
+
+    async def _sweep_ack_timeouts(self) -> None:
+        """Close channels holding a delivery past its acknowledgement timeout."""
+        sweep = self.ack_timeouts
+        while True:
+            await trio.sleep(sweep.interval)
+            sweep.sweep([c.proto for c in self.connections])
 
     async def _handle(self, stream: trio.abc.Stream) -> None:
         # ONE deadline for the whole handshake, TLS included (issue 16): a client that
@@ -200,6 +212,7 @@ class AmqpService:
             "max_consumers_per_connection": cfg.amqp_max_consumers_per_connection,
             "preauth_max_size": cfg.amqp_preauth_max_size,
             "handshake_timeout_s": cfg.amqp_handshake_timeout,
+            "consumer_timeout_s": cfg.amqp_consumer_timeout,
             **b.counters,
             **self.counters,
         }

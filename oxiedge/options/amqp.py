@@ -99,6 +99,15 @@ class AmqpSettings:
         limits=Bound("AMQP", "consumers per connection",
                      "`basic.consume` gets channel error 406",
                      "`amqp.consumer_limit_refused`"))
+    amqp_consumer_timeout: float = option(
+        seconds(0), "1800",
+        "seconds a delivery may stay unacked before its AMQP channel is closed (0 = off)",
+        limits=Bound("AMQP", "time a delivery may stay unacked (RabbitMQ's `consumer_timeout`)",
+                     "its channel is closed with 406 PRECONDITION_FAILED `delivery acknowledgement"
+                     " on channel N timed out...`, its unacked messages requeued; per queue or "
+                     "consumer: `x-consumer-timeout` (ms)",
+                     "`amqp.consumer_timeouts`",
+                     default="1800 (30 minutes, RabbitMQ's default)"))
     amqp_tx_max_messages: int = option(
         count(1), "10000",
         "most publishes plus settled deliveries one AMQP transaction holds; more get 406",

@@ -246,9 +246,9 @@ def test_protocol_modules_import_no_trio() -> None:
     import ast
 
     root = Path(__file__).resolve().parents[2] / "oxiedge" / "amqp"
-    for name in ("actions", "bounds", "burst", "channel", "channels", "codec", "consumers",
-                 "handshake", "methods", "ports", "protocol", "publish", "queues",
-                 "settlement", "streaming"):
+    for name in ("acktimeout", "actions", "bounds", "burst", "channel", "channels", "codec",
+                 "consumers", "handshake", "methods", "ports", "priority", "protocol",
+                 "publish", "queues", "selection", "settlement", "streaming", "transaction"):
         tree = ast.parse((root / f"{name}.py").read_text())
         imported = {alias.name.split(".")[0] for node in ast.walk(tree)
                     if isinstance(node, ast.Import) for alias in node.names}

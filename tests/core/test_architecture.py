@@ -136,6 +136,7 @@ SANS_IO = ["oxiedge.mqtt.codec", "oxiedge.mqtt.bodies", "oxiedge.mqtt.encode",
            "oxiedge.amqp.streaming", "oxiedge.amqp.bounds", "oxiedge.amqp.ports",
            "oxiedge.amqp.channel", "oxiedge.amqp.consumers", "oxiedge.amqp.settlement",
            "oxiedge.amqp.channels", "oxiedge.amqp.transaction",
+           "oxiedge.amqp.acktimeout",
            "oxiedge.net.actions",
            "oxiedge.uplink.amqp_client", "oxiedge.uplink.amqp_handshake"]
 IO_MODULES = ("trio", "socket", "ssl", "asyncio", "rocksdict", "oxiedge.store.committer")

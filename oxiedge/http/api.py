@@ -219,6 +219,21 @@ def api_routes(router: Router, broker: BrokerView) -> None:
             _vhost(args[0])
         return await list_answer(req, rows("bindings"), binding_json, broker.pause)
 
+    def object_bindings(kind: str, side: str) -> Any:
+        """``/api/queues/%2F/Q/bindings`` (``side`` destination) and
+        ``/api/exchanges/%2F/X/bindings/source|destination``."""
+        def answer(_req: Request, _who: Principal, args: tuple[str, ...]) -> Response:
+            _vhost(args[0])
+            name = "" if kind == "exchange" and args[1] == "amq.default" else args[1]
+            known = {r.get("name") for r in rows(f"{kind}s")}
+            if name not in known:
+                return not_found()
+            found = [b for b in map(binding_json, rows("bindings"))
+                     if b[side] == name
+                     and (side == "source" or b["destination_type"] == kind)]
+            return json_list_response(found)
+        return answer
+
     def vhosts(_req: Request, _who: Principal, _args: tuple[str, ...]) -> Response:
         return json_response([{"name": VHOST, "description": "the one vhost",
                                "tags": [], "tracing": False}])
@@ -232,5 +247,14 @@ def api_routes(router: Router, broker: BrokerView) -> None:
     router.add("GET", "/api/exchanges", Need.READ, exchanges)
     router.add("GET", "/api/exchanges/*", Need.READ, exchanges)
     router.add("GET", "/api/exchanges/*/*", Need.READ, exchange)
+    router.add("GET", "/api/queues/*/*/bindings", Need.READ,
+               object_bindings("queue", "destination"))
+    router.add("GET", "/api/exchanges/*/*/bindings/source", Need.READ,
+               object_bindings("exchange", "source"))
+    router.add("GET", "/api/exchanges/*/*/bindings/destination", Need.READ,
+               object_bindings("exchange", "destination"))
+    router.add("GET", "/api/cluster-name", Need.READ,
+               lambda _r, _w, _a: json_response({"name": broker.cluster}))
+    router.add("GET", "/api/extensions", Need.READ, lambda _r, _w, _a: json_response([]))
     router.add("GET", "/api/bindings", Need.READ, bindings)
     router.add("GET", "/api/bindings/*", Need.READ, bindings)

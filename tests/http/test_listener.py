@@ -295,7 +295,9 @@ READ_PATHS = ["/metrics", "/metrics/per-object", "/api/whoami", "/api/overview",
               "/api/health/checks/protocol-listener/amqp", "/api/aliveness-test/%2F",
               "/api/connections", "/api/channels", "/api/consumers", "/api/mqtt/sessions",
               "/api/mqtt/subscriptions", "/api/mqtt/retained", "/api/oxiedge/ingest",
-              "/api/oxiedge/uplinks", "/api/oxiedge/uplinks/status"]
+              "/api/oxiedge/uplinks", "/api/oxiedge/uplinks/status", "/api/cluster-name",
+              "/api/extensions", "/api/exchanges/%2F/amq.topic/bindings/source",
+              "/api/exchanges/%2F/amq.topic/bindings/destination"]
 ADMIN_PATHS = ["/api/users", "/api/users/admin", "/api/users/admin/permissions",
                "/api/permissions", "/api/definitions", "/api/definitions/%2F",
                "/api/topic-permissions"]

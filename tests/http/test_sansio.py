@@ -506,3 +506,24 @@ def test_user_and_permission_writes(method: str, target: str, body: bytes, statu
     if start is not None:
         reason = orjson.loads(r.body)["reason"]
         assert reason.startswith(start) or start in reason
+
+
+def test_object_bindings_and_small_reads() -> None:
+    router, view = Router(), FakeView()
+    api_routes(router, view)
+    view.queue_rows = [{"name": "q"}]
+    view.rows = lambda kind: {  # type: ignore[method-assign]
+        "queues": [{"name": "q"}], "exchanges": [{"name": "x"}, {"name": "y"}],
+        "bindings": [{"exchange": "", "queue": "q", "routing_key": "q"},
+                     {"exchange": "x", "queue": "q", "routing_key": "k"},
+                     {"exchange": "x", "queue": None, "destination_exchange": "y",
+                      "routing_key": ""}]}.get(kind)
+    qb = orjson.loads(_call(router, "GET", "/api/queues/%2F/q/bindings").body)
+    assert [(b["source"], b["routing_key"]) for b in qb] == [("", "q"), ("x", "k")]
+    src = orjson.loads(_call(router, "GET", "/api/exchanges/%2F/x/bindings/source").body)
+    assert [b["destination"] for b in src] == ["q", "y"]
+    dst = orjson.loads(_call(router, "GET", "/api/exchanges/%2F/y/bindings/destination").body)
+    assert [b["source"] for b in dst] == ["x"]
+    assert _call(router, "GET", "/api/queues/%2F/nope/bindings").status == 404
+    assert orjson.loads(_call(router, "GET", "/api/cluster-name").body) == {"name": "test"}
+    assert orjson.loads(_call(router, "GET", "/api/extensions").body) == []

@@ -527,3 +527,12 @@ def test_object_bindings_and_small_reads() -> None:
     assert _call(router, "GET", "/api/queues/%2F/nope/bindings").status == 404
     assert orjson.loads(_call(router, "GET", "/api/cluster-name").body) == {"name": "test"}
     assert orjson.loads(_call(router, "GET", "/api/extensions").body) == []
+
+
+def test_h11_loads_only_when_the_listener_starts() -> None:
+    code = ("import sys\n"
+            "import oxiedge.server, oxiedge.http.wiring, oxiedge.http.listener\n"
+            "print('h11' in sys.modules)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True).stdout.strip()
+    assert out == "False"

@@ -59,6 +59,8 @@ class Broker:
         # (user, client id) -> the read check of that client (``access.Grants``), for the
         # sessions recovered at start-up: their offline deliveries follow the read rules.
         self.reader_for: Callable[[str, str], Any] | None = None
+        # An offline MQTT 5 session has a deadline of its own (``expire_sessions``).
+        self.deadlines = False
 
     # The router's state under the names the service, the status and the tests know.
     @property
@@ -107,9 +109,10 @@ class Broker:
         self.router.acl_active = active
 
     # ------------------------------------------------------------------ recovery
-    def recover(self) -> tuple[int, int]:
+    def recover(self, wall: float = 0.0) -> tuple[int, int]:
         """Load durable state (stages deletion of queue surplus); returns
-        ``(sessions, pending messages)`` for the start-up log line."""
+        ``(sessions, pending messages)`` for the start-up log line. ``wall``: now on the
+        wall clock (MQTT 5 session deadlines)."""
         store = self.store
         if store is None:
             return 0, 0
@@ -118,6 +121,10 @@ class Broker:
         for rs in persist.load_sessions(store):
             s = Session(rs.client_id, False, rs.owner, self.limits, self.stats, store)
             s.user = rs.user
+            if rs.expiry is not None:  # MQTT 5: its own interval; connected at the crash:
+                interval, deadline = rs.expiry  # its expiry starts now
+                s.expiry = interval
+                s.expires_at = deadline if deadline is not None else wall + interval
             if rs.user is not None and self.reader_for is not None:
                 s.acl = self.reader_for(rs.user, rs.client_id)
             max_owner = max(max_owner, rs.owner)
@@ -194,7 +201,7 @@ class Broker:
         self.router.clear_routes()
         s.stage_delete()
 
-    def expire_sessions(self, now: float) -> list[Session]:
+    def expire_sessions(self, now: float, wall: float = 0.0) -> list[Session]:
         """Discard the persistent sessions offline for ``limits.session_expiry`` seconds
         at ``now`` (the clock ``offline_since`` is on) and stage the removal of their
         records; returns them (the caller commits, counts and logs).
@@ -202,13 +209,22 @@ class Broker:
         A session no sweep has seen offline yet (recovered at start-up) starts its clock
         now: a restart renews every offline session's lease, as RabbitMQ renews queue
         leases, so a wrong wall clock at boot (a Pi without a real-time clock) can never
-        expire a session early. A session whose CONNECT awaits its commit is left alone."""
+        expire a session early. A session whose CONNECT awaits its commit is left alone.
+
+        An MQTT 5 session ends at its own deadline on the wall clock (``wall``), which ran
+        while the broker was down (its client asked for that interval, 3.1.2.11.2)."""
         expiry = self.limits.session_expiry
-        if expiry is None:
-            return []
         expired: list[Session] = []
+        self.deadlines = False
         for s in self.sessions.values():
             if s.clean or s.conn is not None or s.client_id in self.connecting:
+                continue
+            if s.expiry is not None:
+                if s.expires_at is not None and wall >= s.expires_at:
+                    expired.append(s)
+                self.deadlines = True
+                continue
+            if expiry is None:
                 continue
             since = s.offline_since
             if since is None:

@@ -201,8 +201,10 @@ class ConnectStep:
             # MQTT 3.1 (level 3) has no session-present flag: that byte is reserved there.
             self.outlet.write(_connack(ConnackCode.ACCEPTED, present and pkt.protocol_level == 4))
             s.peer, s.window = None, self.limits.max_inflight
-        else:
-            self._accept5(s, present, terms, assigned)
+            if s.expiry is not None and s.set_expiry(None, None):
+                yield KICK  # (an MQTT 5 session resumed by 3.1.1: --mqtt-session-expiry)
+        elif self._accept5(s, present, terms, assigned):
+            yield KICK  # its expiry record says "connected"
         s.conn = self.outlet
         s.offline_since = None  # attached: no session expiry (Broker.expire_sessions)
         broker.set_acl(s, self.grants)
@@ -231,13 +233,13 @@ class ConnectStep:
         return s, present, staged or more
 
     def _accept5(self, s: Session, present: bool, terms: Connect5Terms,
-                 assigned: str | None) -> None:  # fmt: skip
-        """CONNACK of an MQTT 5 connection; the session learns its client's limits."""
+                 assigned: str | None) -> bool:  # fmt: skip
+        """CONNACK of an MQTT 5 connection; the session learns its client's limits and
+        its expiry (True: its record was staged)."""
         if not terms.session_expiry:
             # A resumed durable session ends with this connection (3.1.2.11.2). Set only
             # now that it is ours: the connection that left it may still be closing.
             s.clean = True
-        s.expiry = terms.session_expiry
         h5 = self._h5 = Handlers5(self._h, self._perms, alias_max=TOPIC_ALIAS_MAXIMUM,
                                   receive_max=self.limits.max_qos2_pending,
                                   session_expiry=terms.session_expiry)  # fmt: skip
@@ -247,3 +249,4 @@ class ConnectStep:
         s.peer = Peer5(self.broker.stats, receive_maximum=terms.receive_maximum,
                        max_packet=terms.max_packet)
         s.window = min(self.limits.max_inflight, terms.receive_maximum)
+        return s.set_expiry(terms.session_expiry, None)

@@ -19,6 +19,8 @@ key                          value                                              
 ``c`` owner                  the queue's counters (``store/qlog.py``): floor,    ``session``
                              tail, count, bytes (Q each)                         (``queued``)
 ``t`` topic (UTF-8)          QoS (B; MQTT 5 bit 3), [MQTT 5 part], payload      ``retain``
+``e`` owner                  MQTT 5 session: Session Expiry Interval (I, s),     ``session``
+                             deadline (Q, wall-clock ms; 0 while connected)
 ==========================  ==================================================  ==========
 
 Recovery never crash-loops: a record that does not decode (``check_*`` below: lengths,
@@ -59,6 +61,7 @@ REL = b"r"
 RX2 = b"x"
 RETAIN = b"t"
 COUNT = b"c"
+EXPIRY = b"e"
 
 _Q = 8  # bytes of owner / seq
 
@@ -90,6 +93,24 @@ def rel_key(owner_b: bytes, seq: int) -> bytes:
 
 def count_key(owner_b: bytes) -> bytes:
     return COUNT + owner_b
+
+
+def expiry_key(owner_b: bytes) -> bytes:
+    return EXPIRY + owner_b
+
+
+def encode_expiry(interval: int, deadline: float | None) -> bytes:
+    """An ``e`` record: the interval and the wall-clock deadline (None: connected)."""
+    ms = 0 if deadline is None else max(1, round(deadline * 1000))
+    return interval.to_bytes(4, "big") + ms.to_bytes(_Q, "big")
+
+
+def decode_expiry(value: bytes) -> tuple[int, float | None]:
+    """``(interval, deadline or None)`` of an ``e`` record; ValueError if it is not one."""
+    if len(value) != 4 + _Q:
+        raise ValueError(f"expiry record of {len(value)} bytes")
+    ms = int.from_bytes(value[4:], "big")
+    return int.from_bytes(value[:4], "big"), (ms / 1000 if ms else None)
 
 
 def rx2_key(owner_b: bytes, packet_id: int) -> bytes:
@@ -275,6 +296,7 @@ def stage_delete_session(store: RawStore, client_id: str, owner: int) -> None:
     ob = owner_bytes(owner)
     store.stage_delete_key(CF, session_key(client_id))
     store.stage_delete_key(CF, count_key(ob))
+    store.stage_delete_key(CF, expiry_key(ob))
     for kind in (MSG, REL, RX2):
         end = prefix_end(kind + ob)
         assert end is not None  # the kind byte is never 0xff
@@ -293,6 +315,8 @@ class RecoveredSession:
     rel: list[int] = field(default_factory=list)  # seqs awaiting PUBCOMP
     # inbound packet id awaiting PUBREL -> its arrival number (``rx2_value``; 0 if unknown)
     rx2: dict[int, int] = field(default_factory=dict)
+    # MQTT 5: (Session Expiry Interval, wall-clock deadline or None: it was connected)
+    expiry: tuple[int, float | None] | None = None
 
     @property
     def next_seq(self) -> int:
@@ -327,6 +351,12 @@ def load_sessions(store: RawStore) -> list[RecoveredSession]:
             else:
                 _quarantine(store, xkey, xval, f"inbound QoS 2 state of {client_id!r}",
                             ValueError(f"key of {len(xkey)} bytes, packet id {pid}"))
+        raw = store.get_raw(CF, expiry_key(ob))
+        if raw is not None:
+            try:
+                rs.expiry = decode_expiry(raw)
+            except ValueError as exc:
+                _quarantine(store, expiry_key(ob), raw, f"session expiry of {client_id!r}", exc)
         out.append(rs)
     if bad_session:
         _quarantine_orphans(store, {rs.owner for rs in out})

@@ -217,6 +217,10 @@ class MqttProtocol(ConnectStep):
             broker.discard_session(s)  # MQTT-3.1.2-6: ends with the connection
         elif s is not None and ours:
             s.offline_since = self.clock()  # its --mqtt-session-expiry runs from now
+            if s.expiry is not None:
+                broker.deadlines = True  # (the expiry sweep checks every second now)
+                if s.set_expiry(s.expiry, time.time() + s.expiry):
+                    kick = True  # MQTT 5: its deadline on disk (the clock runs while down)
         return kick
 
     def _detach(self) -> None:

@@ -111,7 +111,7 @@ class MqttService:
         if not self.persist:
             self._lines = ["MQTT persistence off - sessions live in memory only"]
             return
-        sessions, pending = self.broker.recover()
+        sessions, pending = self.broker.recover(time.time())
         if self.app.store.committer.pending:
             await self.app.store.commit()  # queue surplus removed on disk (bound)
         self._lines = [
@@ -132,8 +132,7 @@ class MqttService:
         """Accept connections until cancelled."""
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self.release_held)
-            if self.limits.session_expiry is not None:
-                nursery.start_soon(self.expire_sessions)
+            nursery.start_soon(self.expire_sessions)
             await nursery.start(trio.serve_listeners,
                                 self.app.connections.guard(self._handle, "MQTT"), listeners)
             task_status.started()
@@ -165,12 +164,18 @@ class MqttService:
 
     async def expire_sessions(self) -> None:
         """Delete the persistent sessions offline longer than ``--mqtt-session-expiry``
-        (``Broker.expire_sessions``), checked every tenth of it (1 s to 60 s)."""
+        (``Broker.expire_sessions``), checked every tenth of it (1 s to 60 s), and MQTT 5
+        sessions at their own deadline (checked every second while one is offline)."""
         expiry = self.limits.session_expiry
-        assert expiry is not None
-        interval = min(60.0, max(1.0, expiry / 10))
+        interval = 60.0 if expiry is None else min(60.0, max(1.0, expiry / 10))
+        due = trio.current_time()
         while True:
-            expired = self.broker.expire_sessions(trio.current_time())
+            now = trio.current_time()
+            if now < due and not self.broker.deadlines:
+                await trio.sleep(1.0)  # (an MQTT 5 session may go offline meanwhile)
+                continue
+            due = now + interval
+            expired = self.broker.expire_sessions(now, time.time())
             if expired:
                 # Logged once the deletion is durable (a crash before it brings them back,
                 # with their full expiry: nothing the log said was deleted reappears).
@@ -181,18 +186,20 @@ class MqttService:
                     return
                 self.broker.stats.sessions_expired += len(expired)  # counted once durable
                 self._log_expired(expired, expiry)
-            await trio.sleep(interval)
+            await trio.sleep(1.0)
 
-    def _log_expired(self, expired: list[Session], expiry: int) -> None:
+    def _log_expired(self, expired: list[Session], expiry: int | None) -> None:
         """One info line per sweep: who expired and what was lost with them (queued and
         unacknowledged messages; a QoS 2 one awaiting PUBCOMP was received already)."""
         lost = sum(len(s.queue) + len(s.inflight) for s in expired)
         names = ", ".join(clip(s.client_id) for s in expired[:EXPIRED_NAMED])
         if len(expired) > EXPIRED_NAMED:
             names += f" and {len(expired) - EXPIRED_NAMED} more"
+        over = "their expiry" if expiry is None or any(s.expiry is not None for s in expired) \
+            else format_duration(expiry)
         self.app.log.info("MQTT: %d persistent session%s offline over %s expired (%s); %d "
                           "undelivered message%s deleted with them", len(expired),
-                          "" if len(expired) == 1 else "s", format_duration(expiry),
+                          "" if len(expired) == 1 else "s", over,
                           names, lost, "" if lost == 1 else "s")  # fmt: skip
 
     async def _handle(self, stream: trio.abc.Stream) -> None:

@@ -103,6 +103,7 @@ class Session:
         "client_id",
         "conn",
         "dropped",
+        "expires_at",
         "expiry",
         "inflight",
         "limits",
@@ -165,6 +166,9 @@ class Session:
         # MQTT 5: the Session Expiry Interval its client set (seconds); None for 3.1.1,
         # whose sessions follow --mqtt-session-expiry.
         self.expiry: int | None = None
+        # ... and when it ends (wall clock: it runs while the broker is down); None while
+        # its client is connected.
+        self.expires_at: float | None = None
         # Messages in flight at most: ``max_inflight``, or the MQTT 5 client's Receive
         # Maximum when lower (MQTT-3.3.4-9).
         self.window = limits.max_inflight
@@ -430,6 +434,20 @@ class Session:
                 persist.session_key(self.client_id),
                 persist.encode_session(self.owner, self.subs, self.user),
             )
+
+    def set_expiry(self, interval: int | None, deadline: float | None) -> bool:
+        """MQTT 5: the session's expiry interval (None: back to 3.1.1's rule) and wall-clock
+        deadline (None: connected); True if its ``e`` record was staged."""
+        self.expiry, self.expires_at = interval, deadline
+        store = self.store
+        if store is None or self.clean:
+            return False
+        key = persist.expiry_key(self.owner_b)
+        if interval is None:
+            store.stage_delete_key(CF, key)
+        else:
+            store.stage_put(CF, key, persist.encode_expiry(interval, deadline))
+        return True
 
     def stage_delete(self) -> None:
         """Stage the removal of everything this session has on disk."""

@@ -123,3 +123,41 @@ def test_sigkill_keeps_properties_expiry_and_qos2_of_stored_messages(start_mqtt:
     assert isinstance(retained, Publish5) and retained.retain
     assert (retained.topic, retained.properties) == ("k5/kept", PROPS)
     sub.close()
+
+
+def test_session_expiry_runs_while_the_broker_is_down(start_mqtt: Start) -> None:
+    srv = start_mqtt()
+    for cid, interval in (("short", 2), ("long", 3600)):
+        c = Raw5(srv.mqtt_port)
+        c.connect(cid, props=Properties(session_expiry_interval=interval))
+        c.send(Subscribe5(1, (Subscription("se/#", 1),)))
+        assert c.next() == Suback5(1, (1,))
+        c.send(Disconnect5())
+        c.close()
+    time.sleep(0.5)  # (the DISCONNECTs handled, the deadlines committed)
+    gone = time.time()
+    srv.kill()
+    time.sleep(max(0.0, gone + 2.5 - time.time()))  # "short" ends while nothing runs
+    srv.start()
+    time.sleep(1.5)  # one sweep
+    short = Raw5(srv.mqtt_port)
+    assert not short.connect("short", clean_start=False).session_present
+    long = Raw5(srv.mqtt_port)
+    assert long.connect("long", clean_start=False).session_present
+    short.close()
+    long.close()
+
+
+def test_session_expiry_interval_of_an_offline_session(start_mqtt: Start) -> None:
+    srv = start_mqtt()
+    c = Raw5(srv.mqtt_port)
+    c.connect("soon", props=Properties(session_expiry_interval=1))
+    c.send(Subscribe5(1, (Subscription("so/#", 1),)))
+    assert c.next() == Suback5(1, (1,))
+    c.close()  # no DISCONNECT: the interval still applies
+    time.sleep(2.5)
+    again = Raw5(srv.mqtt_port)
+    assert not again.connect("soon", clean_start=False).session_present
+    srv.wait_for_line("MQTT: 1 persistent session offline over their expiry expired ('soon')",
+                      timeout=10)
+    again.close()

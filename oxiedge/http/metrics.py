@@ -330,14 +330,19 @@ def render(snap: Snapshot) -> str:
     return out.text()
 
 
-#: (family, help, queue-row key or a function of the row)
-_PER_QUEUE: tuple[tuple[str, str, str], ...] = (
-    ("rabbitmq_queue_messages_ready", "Messages ready to be delivered to consumers", "ready"),
-    ("rabbitmq_queue_messages_unacked", "Messages delivered to consumers but not yet "
-     "acknowledged", "unacked"),
-    ("rabbitmq_queue_messages", "Sum of ready and unacknowledged messages - total queue depth",
-     "messages"),
-    ("rabbitmq_queue_consumers", "Consumers on a queue", "consumers"),
+#: (family, type, help, queue-row key; ``messages`` is ready + unacked)
+_PER_QUEUE: tuple[tuple[str, str, str, str], ...] = (
+    ("rabbitmq_queue_messages_ready", "gauge", "Messages ready to be delivered to consumers",
+     "ready"),
+    ("rabbitmq_queue_messages_unacked", "gauge", "Messages delivered to consumers but not "
+     "yet acknowledged", "unacked"),
+    ("rabbitmq_queue_messages", "gauge", "Sum of ready and unacknowledged messages - total "
+     "queue depth", "messages"),
+    ("rabbitmq_queue_consumers", "gauge", "Consumers on a queue", "consumers"),
+    ("rabbitmq_queue_messages_published_total", "counter", "Total number of messages "
+     "published to queues", "published"),
+    ("rabbitmq_queue_messages_delivered_total", "counter", "Total number of messages "
+     "delivered from a queue (oxiedge: every delivery and basic.get)", "delivered"),
 )
 
 
@@ -353,8 +358,8 @@ def render_per_object(queues: list[dict[str, Any]], chunk: int = 250) -> Iterato
     """The per-queue families of ``/metrics/per-object``, ``chunk`` queues per piece (the
     caller yields to the event loop between pieces)."""
     vhost = _escape(VHOST)
-    for name, help_text, key in _PER_QUEUE:
-        yield f"# HELP {name} {help_text}\n# TYPE {name} gauge\n"
+    for name, kind, help_text, key in _PER_QUEUE:
+        yield f"# HELP {name} {help_text}\n# TYPE {name} {kind}\n"
         for start in range(0, len(queues), chunk):
             lines = []
             for row in queues[start:start + chunk]:

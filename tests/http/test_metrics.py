@@ -93,7 +93,7 @@ def test_each_family_once_with_help_and_type() -> None:
 def test_per_object_escapes_queue_names_and_comes_in_pieces() -> None:
     queues = [{"name": f"q{i}", "ready": i} for i in range(1200)]
     pieces = list(render_per_object(queues, chunk=500))
-    assert len(pieces) == 4 * (1 + 3)  # four families, a header and three slices each
+    assert len(pieces) == 6 * (1 + 3)  # six families, a header and three slices each
     text = "".join(render_per_object(_snapshot().queues))
     assert 'rabbitmq_queue_messages{vhost="/",queue="odd \\"name\\"\\\\x"} 3' in text
 

@@ -347,6 +347,11 @@ async def _start_http(app: App, parts: Parts, nursery: trio.Nursery,
     from .http.wiring import build
 
     server, view = build(app, handlers, parts.status, parts.tls)
+    if parts.mqtt is not None:  # MQTT over WebSocket at /mqtt and /ws (docs/http.md)
+        from .ws.endpoint import WebSocketEndpoint
+
+        server.websocket = WebSocketEndpoint(parts.mqtt, log)
+        parts.status["websocket"] = server.websocket
     bound: list[tuple[str, str, list[Any]]] = []
     if config.http_port is not None:
         bound.append(("HTTP", "http", await _bind(config, config.http_port or 0, "HTTP")))

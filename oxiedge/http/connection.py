@@ -17,6 +17,11 @@ h11 parses and frames; this module only moves bytes and keeps time. Each request
 4. **Keep alive** unless h11 says the connection must close, or the connection has served
    ``MAX_REQUESTS`` (the last answer carries ``Connection: close``).
 
+A request to a WebSocket path (``/mqtt``, ``/ws``) goes to the listener's ``websocket``
+endpoint (``oxiedge.ws``): a refusal is answered like any error and closes; an accepted
+upgrade is answered ``101`` and the stream, with what h11 read past the request, becomes
+an MQTT connection until it ends.
+
 A protocol error is answered with a small JSON 400/431 written directly (h11 refuses to frame
 anything after one) and the connection closes. Every bound counts what it cut off in the
 listener's counters (``oxiedge status`` -> ``http``). Before closing with unread input, the
@@ -34,6 +39,7 @@ import h11
 import orjson
 import trio
 
+from ..ws.handshake import Refusal
 from .access import CredentialCache, Need, Principal, refusal
 from .bounds import (
     BODY_TIMEOUT,
@@ -67,6 +73,17 @@ def _reason(status: int) -> bytes:
         return b""
 
 
+class WebSocketHost(Protocol):
+    """The MQTT over WebSocket endpoint (``oxiedge.ws.endpoint.WebSocketEndpoint``)."""
+
+    paths: frozenset[str]
+
+    def decide(self, method: str, headers: dict[str, str]) -> Any: ...
+
+    async def serve(self, stream: trio.abc.Stream, trailing: bytes,
+                    tls_identity: str | None = None) -> None: ...
+
+
 class ConnectionHost(Protocol):
     """What a connection uses of its listener (``listener.HttpServer``)."""
 
@@ -74,6 +91,7 @@ class ConnectionHost(Protocol):
     credentials: Credentials
     counters: dict[str, int]
     log: logging.Logger
+    websocket: WebSocketHost | None
 
 
 class _Close(Exception):
@@ -83,9 +101,11 @@ class _Close(Exception):
 class HttpConnection:
     """Serves requests on one stream until a bound or the client ends it."""
 
-    def __init__(self, server: ConnectionHost, stream: trio.abc.Stream, accepted_at: float) -> None:
+    def __init__(self, server: ConnectionHost, stream: trio.abc.Stream, accepted_at: float,
+                 tls_identity: str | None = None) -> None:
         self.server = server
         self.stream = stream
+        self.tls_identity = tls_identity  # a verified client certificate's (MQTT over wss)
         self.accepted_at = accepted_at
         self.counters = server.counters
         self.h11 = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_HEADER_BYTES)
@@ -97,6 +117,10 @@ class HttpConnection:
             while True:
                 request = await self._read_request()
                 if request is None:
+                    return
+                websocket = self.server.websocket
+                if websocket is not None and request.path in websocket.paths:
+                    await self._websocket(websocket, request)
                     return
                 response = await self._answer(request)
                 await self._respond(request.method, response)
@@ -224,6 +248,20 @@ class HttpConnection:
         except Exception as exc:  # a bug must cost one 500, never the connection or broker
             server.log.exception("HTTP %s %s failed", request.method, request.path)
             return error_response(500, "internal_error", type(exc).__name__)
+
+    async def _websocket(self, websocket: WebSocketHost, request: Request) -> None:
+        """An upgrade to MQTT over WebSocket: refused (and closed) or served here."""
+        self.counters["requests"] += 1
+        answer = websocket.decide(request.method, request.headers)
+        if isinstance(answer, Refusal):
+            response = error_response(answer.status, "bad_request", answer.reason)
+            response.headers.extend(answer.headers)
+            await self._respond(request.method, response, close=True)
+            return
+        await self._send(self.h11.send(h11.InformationalResponse(
+            status_code=101, headers=list(answer.headers), reason=b"Switching Protocols")))
+        trailing, _closed = self.h11.trailing_data
+        await websocket.serve(self.stream, bytes(trailing), self.tls_identity)
 
     async def _respond(self, method: str, response: Response, close: bool = False) -> None:
         self.served += 1

@@ -10,7 +10,7 @@ docs/limits.md).
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import trio
 
@@ -25,6 +25,9 @@ from .bounds import (
     MAX_REQUESTS,
 )
 from .credentials import Credentials
+
+if TYPE_CHECKING:
+    from .connection import WebSocketHost
 from .routes import Router
 
 COUNTER_NAMES = ("connections_total", "requests", "responses_2xx", "responses_4xx",
@@ -46,6 +49,8 @@ class HttpServer:
         self.counters = dict.fromkeys(COUNTER_NAMES, 0)
         self.open = 0
         self._connection: Any = None
+        #: MQTT over WebSocket at /mqtt and /ws (``oxiedge.ws``), set by ``server.py``
+        self.websocket: WebSocketHost | None = None
 
     async def run(self, listeners: list[trio.abc.Listener[Any]],
                   task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
@@ -63,9 +68,9 @@ class HttpServer:
         self.counters["connections_total"] += 1
         self.open += 1
         try:
-            go_on, _identity = await open_secured(self.tls, stream, "HTTP")
+            go_on, identity = await open_secured(self.tls, stream, "HTTP")
             if go_on:
-                await self._connection(self, stream, accepted_at).serve()
+                await self._connection(self, stream, accepted_at, identity).serve()
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             pass
         except Exception:  # one broken connection must never take the broker down

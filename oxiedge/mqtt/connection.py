@@ -10,6 +10,7 @@ closing) are logged at debug level only.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Protocol
 
 import trio
@@ -40,16 +41,18 @@ class Connection:
     """A client connection: a transport serving an ``MqttProtocol``."""
 
     def __init__(self, service: ConnectionHost, stream: trio.abc.Stream,
-                 tls_identity: str | None = None, peer: str = "?") -> None:
+                 tls_identity: str | None = None, peer: str = "?",
+                 frame: Callable[[bytes], bytes] | None = None) -> None:
         app = service.app
         self.log = app.log
         self.close_lines = app.close_lines
         self.peer = peer
         # A client that publishes but does not read would grow our output (its PUBACKs)
         # without bound: above this many buffered bytes the reader stops reading.
+        # ``frame``: WebSocket framing of every send (``oxiedge.ws``), None over TCP/TLS.
         self.transport = Transport(stream, app.store, pause_at=4 * service.limits.out_limit,
                                    authenticate=service.authenticate,
-                                   blocked=app.blocked)  # fmt: skip
+                                   blocked=app.blocked, frame=frame)  # fmt: skip
         self.protocol = MqttProtocol(
             service.broker,
             self.transport.output,

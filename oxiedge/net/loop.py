@@ -50,7 +50,8 @@ Closing: on ``Close`` (or the peer gone, or ``abort``) the reader stops, the wri
 
 Which stream: anything ``trio.abc.Stream`` — a ``trio.SocketStream`` (plain TCP, the
 only one with the direct read and write shortcuts), a ``trio.SSLStream`` (TLS, see
-``tls.py``), a WebSocket stream later (its framing goes in ``Output``).
+``tls.py``), a WebSocket stream (``oxiedge.ws.stream``: it de-frames the input; the output
+is framed by ``Output``'s ``frame`` hook).
 """
 
 from __future__ import annotations
@@ -112,13 +113,15 @@ class Transport:
         pause_at: int,
         authenticate: Callable[[str | None, bytes | None], Awaitable[bool]] | None = None,
         blocked: BlockedWatch | None = None,
+        frame: Callable[[bytes], bytes] | None = None,
     ) -> None:
         self.stream = stream
         self.store = store
         sock = getattr(stream, "socket", None)
         self._fd = sock.fileno() if sock is not None else -1  # -1: read with receive_some
+        # ``frame``: the output's framing hook (WebSocket: ``oxiedge.ws.stream``)
         self.output = Output(stream, self._fd, pause_at=pause_at, kick=store.kick,
-                             end=self._end)
+                             end=self._end, frame=frame)
         self._seat = Seat(self.output)
         self._authenticate = authenticate
         self._blocked = blocked

@@ -27,6 +27,7 @@ from .definitions import definition_routes
 from .imports import import_routes
 from .listener import HttpServer
 from .local_api import local_routes
+from .messaging import message_routes
 from .metrics import Snapshot
 from .nodes import node_routes, user_routes
 from .routes import Router, health_routes, metrics_routes
@@ -196,6 +197,7 @@ def build(app: App, handlers: dict[str, Callable[[dict[str, Any]], Any]],
     node_routes(router, view)
     user_routes(router, view)
     write_routes(router, view)
+    message_routes(router, view)
     definition_routes(router, view)
     import_routes(router, view)
     local_routes(router, view)

@@ -149,3 +149,40 @@ def test_definitions_round_trip_and_rabbitmqadmin_import(start_server: Any, tmp_
                      b'{"queues": [{"name": "q", "vhost": "elsewhere"}]}')
     assert bad.status == 400 and bad.json()["reason"].startswith("queues[0].vhost:")
     assert c2.request("POST", "/api/definitions", ("ops", "ops-pw"), b"{}").status == 401
+
+
+def test_rabbitmqadmin_publish_and_get(users_server: ServerProcess, tmp_path: Path) -> None:
+    srv = users_server
+    _admin(srv, "declare", "queue", "name=inbox")
+    out = _admin(srv, "publish", "routing_key=inbox", "payload=hello there",
+                 'properties={"content_type": "text/plain", "delivery_mode": 2}').stdout
+    assert "Message published" in out and "NOT routed" not in out
+    assert "NOT routed" in _admin(srv, "publish", "routing_key=nowhere", "payload=x").stdout
+    # a payload from stdin goes as base64
+    res = subprocess.run(["rabbitmqadmin", "-H", "127.0.0.1", "-P", str(srv.http_port),
+                          "-u", "admin", "-p", "admin-pw", "publish", "exchange=amq.default",
+                          "routing_key=inbox"], input="from stdin", capture_output=True,
+                         text=True, timeout=60)
+    assert res.returncode == 0, res.stdout + res.stderr
+
+    peek = json.loads(_admin(srv, "-f", "raw_json", "get", "queue=inbox", "count=5").stdout)
+    assert [(m["payload"], m["payload_encoding"], m["redelivered"]) for m in peek] == \
+        [("hello there", "string", False), ("from stdin", "string", False)]
+    assert peek[0]["properties"] == {"content_type": "text/plain", "delivery_mode": 2}
+    assert peek[0]["message_count"] == 1
+    target = tmp_path / "payload.bin"
+    _admin(srv, "get", "queue=inbox", "ackmode=ack_requeue_false",
+           f"payload_file={target}")
+    assert target.read_bytes() == b"hello there"
+    taken = json.loads(_admin(srv, "-f", "raw_json", "get", "queue=inbox",
+                              "ackmode=reject_requeue_false").stdout)
+    assert [m["redelivered"] for m in taken] == [True]
+    assert _rows(srv, "queues")[0]["messages"] == 0
+    # bad input and missing rights are refused with RabbitMQ's words, not a traceback
+    bad = _admin(srv, "get", "queue=inbox", "ackmode=perhaps", ok=False)
+    assert bad.returncode != 0 and "ackmode" in bad.stdout + bad.stderr
+    gone = _admin(srv, "get", "queue=missing", ok=False)
+    assert gone.returncode != 0 and "Not found" in gone.stdout + gone.stderr
+    refused = _admin(srv, "publish", "routing_key=inbox", "payload=x",
+                     user=("watcher", "watcher-pw"), ok=False)
+    assert refused.returncode != 0 and "Access refused" in refused.stdout + refused.stderr

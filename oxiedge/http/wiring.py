@@ -18,6 +18,7 @@ from ..admin.protocol import AdminError
 from ..admin.server import StatusPart, server_status
 from ..app import App
 from ..auth import hash_password, read_user_file, write_user_file
+from ..console import console_routes
 from ..operations import BAD_REQUEST, NOT_FOUND, UNAVAILABLE, OperationError
 from ..tls import TlsManager
 from .access import HASH_PREFIXES, Principal
@@ -201,5 +202,6 @@ def build(app: App, handlers: dict[str, Callable[[dict[str, Any]], Any]],
     definition_routes(router, view)
     import_routes(router, view)
     local_routes(router, view)
+    console_routes(router, view)  # last: its pages load at the first visit
     credentials = Credentials(app.users, app.logins, app.permissions.tags)
     return HttpServer(router, credentials, app.connections, tls, app.log), view

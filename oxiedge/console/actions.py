@@ -1,0 +1,118 @@
+"""The console's buttons: a form posted to ``/console/action`` runs one management API route.
+
+There is no second implementation of a write: ``op`` names a route of the API's table
+(:data:`ACTIONS`), which is looked up in the listener's own router and called as the user who
+clicked, after the same tag check the listener makes (``access.refusal``) - so the API's
+permission checks (``administrator``, the user's own AMQP permissions) and its answers apply
+unchanged. The answer becomes a ``303`` back to the page with a one-line notice, which works
+without JavaScript.
+
+CSRF: the browser sends HTTP Basic credentials with any request to this origin, a forged
+cross-site form included, so a write needs all of: a token in the form that only a page of
+this console can know (an HMAC of the user name under a key made when the console starts);
+an ``Origin`` header, when the browser sends one, naming this host; and no
+``Sec-Fetch-Site: cross-site``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import secrets
+from urllib.parse import parse_qsl, quote, urlencode, urlsplit
+
+import orjson
+
+from ..http.access import Principal, refusal
+from ..http.messages import BadRequest, Request, Response
+from ..http.routes import Router
+
+#: Longest form accepted (a name and a token; the API's own names are bounded lower).
+MAX_FORM = 16384
+
+
+def _queue(name: str) -> tuple[str, str]:
+    return "DELETE", f"/api/queues/%2F/{quote(name, safe='')}"
+
+
+#: op -> the API request it makes for a target name.
+ACTIONS = {
+    "queue.purge": lambda n: ("DELETE", f"/api/queues/%2F/{quote(n, safe='')}/contents"),
+    "queue.delete": _queue,
+    "connection.close": lambda n: ("DELETE", f"/api/connections/{quote(n, safe='')}"),
+    "session.delete": lambda n: ("DELETE", f"/api/mqtt/sessions/{quote(n, safe='')}"),
+    "client.kick": lambda n: ("DELETE", f"/api/mqtt/clients/{quote(n, safe='')}"),
+    "retained.clear": lambda n: ("DELETE", f"/api/mqtt/retained?{urlencode({'topic': n})}"),
+}
+
+
+def _local(path: str) -> str:
+    """A path on this console to go back to ('/' for anything else)."""
+    if not path.startswith("/") or path.startswith("//") or "\\" in path:
+        return "/"
+    return path.split("?", 1)[0]
+
+
+def _forbidden(reason: str) -> Response:
+    return Response(403, reason.encode(), "text/plain; charset=utf-8")
+
+
+class Actions:
+    """Runs the console's forms (see the module docstring)."""
+
+    def __init__(self, router: Router) -> None:
+        self.router = router
+        self._key = secrets.token_bytes(32)
+
+    def token(self, who: Principal) -> str:
+        return hmac.new(self._key, who.name.encode(), hashlib.sha256).hexdigest()[:32]
+
+    def _cross_site(self, req: Request) -> str | None:
+        if req.headers.get("sec-fetch-site", "same-origin") not in ("same-origin", "none"):
+            return "a cross-site request may not change anything"
+        origin = req.headers.get("origin")
+        if origin is not None and urlsplit(origin).netloc != req.headers.get("host"):
+            return "the request's Origin is not this console"
+        return None
+
+    async def run(self, req: Request, who: Principal) -> Response:
+        why = self._cross_site(req)
+        if why is not None:
+            return _forbidden(why)
+        if len(req.body) > MAX_FORM:
+            return _forbidden("form too large")
+        form = dict(parse_qsl(req.body.decode("utf-8", "replace"), max_num_fields=16))
+        if not hmac.compare_digest(form.get("csrf", ""), self.token(who)):
+            return _forbidden("missing or stale form token: reload the page and try again")
+        op, target = form.get("op", ""), form.get("target", "")
+        make = ACTIONS.get(op)
+        if make is None:
+            return _forbidden(f"unknown action {op[:40]!r}")
+        method, target_path = make(target)
+        notice = await self._call(method, target_path, who, f"{op} {target}")
+        back = _local(form.get("back", "/"))
+        return Response(303, b"", "text/plain; charset=utf-8",
+                        [("location", f"{back}?{urlencode({'msg': notice})}"),
+                         ("cache-control", "no-store")])
+
+    async def _call(self, method: str, path: str, who: Principal, what: str) -> str:
+        """Run the API route for ``method path`` as ``who``; a one-line notice."""
+        try:
+            api = Request.parse(method, path, {})
+        except BadRequest as exc:
+            return f"{what}: {exc.reason}"
+        found = self.router.route(api)
+        if isinstance(found, Response):
+            return f"{what}: not found"
+        route, args = found
+        why = refusal(who, route.need)
+        if why is not None:
+            return f"{what}: refused ({why})"
+        answer = await self.router.call(route, api, who, args)
+        if answer.status < 300:
+            return f"{what}: done"
+        try:
+            reason = orjson.loads(answer.body).get("reason", "")
+        except (orjson.JSONDecodeError, AttributeError):
+            reason = ""
+        return f"{what}: failed ({answer.status} {reason})"

@@ -1,0 +1,62 @@
+"""The rate history behind the overview's chart (sans-IO): a bounded ring of counter samples.
+
+A sample is taken from ``oxiedge status`` when a console page or its live fragment is asked
+for, at most one per ``MIN_INTERVAL_S``; the ring keeps ``SAMPLES`` of them (10 minutes at
+the pages' 5 s refresh), so the memory is fixed: ~120 small tuples. Rates are the differences
+of consecutive samples over their time. The ring starts with the console (the broker keeps
+nothing for it before a page is first asked for: idle memory stays as it was).
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections import deque
+from typing import Any
+
+SAMPLES = 120
+MIN_INTERVAL_S = 2.0
+
+#: (chart label, status section, counter key)
+COUNTERS = (
+    ("MQTT in", "mqtt", "messages_in"),
+    ("MQTT out", "mqtt", "messages_out"),
+    ("AMQP in", "amqp", "published"),
+    ("AMQP out", "amqp", "delivered"),
+)
+
+
+def _number(status: dict[str, Any], section: str, key: str) -> float:
+    value = (status.get(section) or {}).get(key)
+    return float(value) if isinstance(value, (int, float)) else 0.0
+
+
+class RateHistory:
+    """The ring (see the module docstring)."""
+
+    def __init__(self, size: int = SAMPLES, min_interval: float = MIN_INTERVAL_S) -> None:
+        self.samples: deque[tuple[float, tuple[float, ...]]] = deque(maxlen=size)
+        self.min_interval = min_interval
+
+    def sample(self, now: float, status: dict[str, Any]) -> None:
+        if self.samples and now - self.samples[-1][0] < self.min_interval:
+            return
+        self.samples.append((now, tuple(_number(status, s, k) for _, s, k in COUNTERS)))
+
+    def rates(self) -> list[tuple[str, list[tuple[float, float]]]]:
+        """Per counter: [(seconds before the last sample, messages per second)...]."""
+        out: list[tuple[str, list[tuple[float, float]]]] = [(c[0], []) for c in COUNTERS]
+        pairs = list(self.samples)
+        if len(pairs) < 2:
+            return out
+        last = pairs[-1][0]
+        for (t0, v0), (t1, v1) in itertools.pairwise(pairs):
+            dt = t1 - t0
+            for i, (_, points) in enumerate(out):
+                # A counter that went down (a restart cannot happen in-process, but a reset
+                # section could) reads as zero, never as a negative rate.
+                points.append((t1 - last, max(0.0, v1[i] - v0[i]) / dt if dt > 0 else 0.0))
+        return out
+
+    def latest(self) -> dict[str, float]:
+        """The last interval's rate per counter label (0 before two samples)."""
+        return {label: pts[-1][1] if pts else 0.0 for label, pts in self.rates()}

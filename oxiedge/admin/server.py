@@ -19,11 +19,13 @@ import trio
 
 from .. import __version__
 from ..app import App
+from ..definitions.operation import DefinitionsOperations
 from ..operations import OperationError, Streamed, handlers, jsonable
 from ..sizes import parse_memory_watermark, parse_size
 from ..store import QueryError, StoreError
 from ..store.format import FORMAT_VERSION
 from ..uplink.definitions import redact_documents
+from .definitions import ServerTarget
 from .health import HealthChecks
 from .protocol import MAX_REQUEST, AdminError, decode_request, encode
 
@@ -103,7 +105,7 @@ def core_handlers(app: App, parts: dict[str, StatusPart] | None = None) -> dict[
         return part.status() if part is not None else {}
 
     health = HealthChecks(app, uplink_status)
-    return {
+    table: dict[str, Handler] = {
         **handlers(health.operations()),
         "ping": lambda _a: {"pong": True, "pid": os.getpid()},
         "status": lambda _a: server_status(app, parts),
@@ -115,6 +117,9 @@ def core_handlers(app: App, parts: dict[str, StatusPart] | None = None) -> dict[
         "permissions.apply": permissions_apply,
         "alarms.set": alarms_set,
     }
+    # The definitions import runs the operations the brokers add to this same table later.
+    table.update(handlers(DefinitionsOperations(ServerTarget(app, table)).operations()))
+    return table
 
 
 def server_status(app: App, parts: dict[str, StatusPart] | None = None) -> dict[str, Any]:

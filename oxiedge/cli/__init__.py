@@ -32,7 +32,8 @@ from .base import (
 COMMAND_MODULES = ("oxiedge.cli.serve", "oxiedge.cli.documents", "oxiedge.cli.status",
                    "oxiedge.cli.ingest", "oxiedge.cli.amqp", "oxiedge.cli.mqtt",
                    "oxiedge.cli.users", "oxiedge.cli.pubsub", "oxiedge.cli.uplink",
-                   "oxiedge.cli.tls", "oxiedge.cli.check", "oxiedge.access.cli")
+                   "oxiedge.cli.tls", "oxiedge.cli.check", "oxiedge.cli.definitions",
+                   "oxiedge.access.cli")
 for _name in COMMAND_MODULES:
     importlib.import_module(_name)
 

@@ -135,6 +135,7 @@ class FakeView:
         self.unready: str | None = None
         self.queue_rows: list[dict[str, Any]] = []
         self.calls: list[tuple[str, dict[str, Any]]] = []
+        self.answers: dict[str, Any] = {}
 
     def status(self) -> dict[str, Any]:
         return {"amqp": {"ready": 3, "unacked": 1}, "mqtt": {}}
@@ -165,6 +166,8 @@ class FakeView:
         from oxiedge.operations import NOT_FOUND, OperationError
 
         self.calls.append((name, args))
+        if name in self.answers:
+            return self.answers[name]
         if args.get("name") == "missing":
             raise OperationError("NOT_FOUND - no queue 'missing' in vhost '/'", NOT_FOUND)
         return {"created": True, "routing_key": args.get("routing_key", ""), "changed": True}
@@ -415,65 +418,24 @@ def test_write_refusals(method: str, target: str, body: bytes, status: int, star
         start in orjson.loads(r.body)["reason"]
 
 
-def test_definitions_document() -> None:
+def test_definitions_routes_call_the_shared_operation() -> None:
     from oxiedge.http.definitions import definition_routes
-
-    router, view = Router(), FakeView()
-    definition_routes(router, view)
-    doc = orjson.loads(_call(router, "GET", "/api/definitions").body)
-    assert [u["name"] for u in doc["users"]] == ["alice", "bob"]
-    assert doc["permissions"] == [{"user": "bob", "vhost": "/", "configure": "^$",
-                                   "write": ".*", "read": "q"}]
-    assert doc["vhosts"][0]["name"] == "/"
-    one = orjson.loads(_call(router, "GET", "/api/definitions/%2F").body)
-    assert "users" not in one and "queues" in one
-    assert _call(router, "GET", "/api/definitions/other").status == 404
-
-
-@pytest.mark.parametrize("doc, field", [
-    ({"queues": {}}, "queues: must be a list"),
-    ({"queues": [1]}, "queues[0]: must be an object"),
-    ({"queues": [{"name": 5}]}, "queues[0].name: must be a string"),
-    ({"queues": [{"name": "q", "durable": "yes"}]}, "queues[0].durable: has the wrong type"),
-    ({"exchanges": [{"name": "x"}]}, "exchanges[0].type: must be a string"),
-    ({"queues": [{"name": "q", "vhost": "prod"}]}, "queues[0].vhost:"),
-    ({"bindings": [{"source": "x", "destination": "q", "destination_type": "topic"}]},
-     "bindings[0].destination_type:"),
-    ({"permissions": [{"user": "u", "vhost": "/", "configure": ".*", "write": ".*"}]},
-     "permissions[0].read: must be a string"),
-])
-def test_definitions_import_is_checked_before_anything_changes(doc: dict[str, Any],
-                                                               field: str) -> None:
-    from oxiedge.http.imports import check
-
-    with pytest.raises(BadRequest) as refused:
-        check(doc)
-    assert refused.value.reason.startswith(field)
-
-
-def test_definitions_import_applies_in_order_and_skips_unknown_users() -> None:
     from oxiedge.http.imports import import_routes
 
     router, view = Router(), FakeView()
+    definition_routes(router, view)
     import_routes(router, view)
-    doc = {"users": [{"name": "alice", "tags": "administrator,policymaker"},
-                     {"name": "guest", "tags": ["administrator"],
-                      "password_hash": "kI3GCqW5JLMJa4iX1lo7X4D6XbYqlLgxIs30+P6tENUV2POR"}],
-           "permissions": [{"user": "alice", "vhost": "/", "configure": ".*", "write": ".*",
-                            "read": ".*"}],
-           "exchanges": [{"name": "x", "vhost": "/", "type": "topic", "durable": True}],
-           "queues": [{"name": "q", "vhost": "/", "durable": True, "arguments": {}}],
-           "bindings": [{"source": "x", "vhost": "/", "destination": "q",
-                         "destination_type": "queue", "routing_key": "k", "arguments": {}}],
-           "policies": [{"ignored": True}]}
-    r = _call(router, "POST", "/api/definitions", orjson.dumps(doc))
+    doc = {"rabbit_version": "x", "rabbitmq_version": "x", "parameters": [], "policies": [],
+           "queues": [], "exchanges": [], "bindings": [], "users": []}
+    view.answers["definitions.export"] = doc
+    assert orjson.loads(_call(router, "GET", "/api/definitions").body) == doc
+    one = orjson.loads(_call(router, "GET", "/api/definitions/%2F").body)
+    assert "users" not in one and "queues" in one
+    assert _call(router, "GET", "/api/definitions/other").status == 404
+    r = _call(router, "POST", "/api/definitions", b'{"queues": []}')
     assert r.status == 200
-    assert orjson.loads(r.body)["skipped_users"] == ["guest"]  # a RabbitMQ hash
-    assert [name for name, _ in view.calls] == ["permissions.apply", "permissions.apply",
-                                                "exchange.declare", "queue.declare",
-                                                "binding.add"]
-    assert view.calls[0][1] == {"op": "tags", "args": {"user": "alice",
-                                                       "tags": ["administrator"]}}
+    assert view.calls[-1] == ("definitions.import", {"document": {"queues": []}})
+    assert _call(router, "POST", "/api/definitions", b"[1]").status == 400
 
 
 @pytest.mark.parametrize("method, target, body, status, start", [

@@ -112,7 +112,11 @@ class Broker(PublishPath):
                          "persisted": 0, "confirmed": 0, "nacked_confirms": 0,
                          "exchange_limit_refused": 0, "binding_limit_refused": 0,
                          "arguments_limit_refused": 0, "tx_commits": 0, "tx_rollbacks": 0,
-                         "tx_limit_refused": 0}
+                         "tx_limit_refused": 0,
+                         # as RabbitMQ counts them (its dashboards' churn and get panels)
+                         "queues_declared": 0, "queues_created": 0, "queues_deleted": 0,
+                         "delivered_ack": 0, "delivered_noack": 0, "get_ack": 0,
+                         "get_noack": 0, "get_empty": 0}
         #: ``--amqp-max-exchanges`` / ``--amqp-max-queues`` / ``--amqp-max-bindings`` /
         #: ``--amqp-max-arguments-bytes`` (set by the service; the queue count is checked
         #: by the declaring connection)
@@ -168,7 +172,9 @@ class Broker(PublishPath):
     ) -> tuple[Queue, bool]:
         """Declare (or check) a queue; returns ``(queue, staged a durable write)``."""
         if passive:
-            return self.get_queue(name, owner), False
+            found = self.get_queue(name, owner)
+            self.counters["queues_declared"] += 1
+            return found, False
         args.check_queue_args(_vhost("queue", name), arguments, durable=durable,
                               exclusive=exclusive, auto_delete=auto_delete)
         if not name:
@@ -195,6 +201,7 @@ class Broker(PublishPath):
                 raise AmqpError(PRECONDITION_FAILED,
                                 f"inequivalent arguments for {_vhost('queue', name)}")
             q.touch()  # a re-declare renews an x-expires lease
+            self.counters["queues_declared"] += 1
             return q, False
         kept = persist.jsonable(arguments)
         self._check_arguments(table_cost(kept), f"declare {_vhost('queue', name)}", 50, 10)
@@ -202,6 +209,8 @@ class Broker(PublishPath):
         self.next_qid += 1
         q = self.new_queue(name, qid, durable=durable, auto_delete=auto_delete,
                             exclusive_owner=owner if exclusive else None, arguments=kept)
+        self.counters["queues_declared"] += 1
+        self.counters["queues_created"] += 1
         staged = False
         if durable and not exclusive:
             # Exclusive queues die with their connection, so they never reach the disk.
@@ -218,6 +227,7 @@ class Broker(PublishPath):
         if q.deleted:
             return 0
         q.deleted = True
+        self.counters["queues_deleted"] += 1
         count = len(q.ready)
         self.queues.pop(q.name, None)
         self.exchanges_shared.argument_bytes -= table_cost(q.arguments)

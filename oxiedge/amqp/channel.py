@@ -142,11 +142,14 @@ class Channel:
     def on_get(self, m: spec.BasicGet) -> int:
         q = self.queue(m.queue)
         msg = q.pop_ready()
+        counters = self.broker.counters
         if msg is None:
+            counters["get_empty"] += 1
             self.reply(spec.BasicGetEmpty())
             return 0
         q.delivered += 1
-        self.broker.counters["delivered"] += 1
+        counters["delivered"] += 1
+        counters["get_noack" if m.no_ack else "get_ack"] += 1
         self.conn.delivered += 1
         tag = self.settlement.track_get(q, msg, m.no_ack)
         flags = 0

@@ -41,6 +41,7 @@ class ChannelTable:
             raise AmqpError(CHANNEL_ERROR, f"second 'channel.open' seen on {number}", 20, 10)
         bounds.check_channel_open()
         self.open[number] = Channel(self._conn, number)
+        self._counters["channels_opened"] += 1
         self._conn.send(encode_method(number, spec.ChannelOpenOk()))
 
     def while_closing(self, ch: Channel, m: spec.Method) -> None:
@@ -48,6 +49,7 @@ class ChannelTable:
         matters."""
         if isinstance(m, spec.ChannelCloseOk):
             del self.open[ch.number]
+            self._counters["channels_closed"] += 1
             self._parser.resume_channel(ch.number)
         elif isinstance(m, spec.ChannelClose):
             # Crossing closes: answer, and still wait for the close-ok (as RabbitMQ).
@@ -58,6 +60,7 @@ class ChannelTable:
         (the caller synced the channel's publishes before)."""
         flags = ch.release()
         del self.open[ch.number]
+        self._counters["channels_closed"] += 1
         self._conn.send(encode_method(ch.number, spec.ChannelCloseOk()))
         return flags
 
@@ -78,4 +81,5 @@ class ChannelTable:
         """The connection ends: every channel dies (its unacked back to their queues)."""
         for ch in list(self.open.values()):
             ch.release()
+        self._counters["channels_closed"] += len(self.open)
         self.open.clear()

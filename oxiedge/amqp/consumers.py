@@ -93,7 +93,9 @@ class Consumer:
         settlement.next_tag += 1
         tag = settlement.next_tag
         queue = self.queue
-        ch.broker.counters["delivered"] += 1
+        counters = ch.broker.counters
+        counters["delivered"] += 1
+        counters["delivered_noack" if self.no_ack else "delivered_ack"] += 1
         conn.delivered += 1
         if self.no_ack:
             if msg.stored:

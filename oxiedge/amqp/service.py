@@ -75,7 +75,8 @@ class AmqpService:
                          "channel_errors": 0, "auth_failures": 0, "handshake_timeouts": 0,
                          "preauth_too_large": 0, "messages_too_large": 0,
                          "channel_limit_refused": 0, "queue_limit_refused": 0,
-                         "consumer_limit_refused": 0}
+                         "consumer_limit_refused": 0, "channels_opened": 0,
+                         "channels_closed": 0}
         #: What an operator may do (declare, delete, close...): the admin socket's and the
         #: HTTP API's one implementation.
         self.operations = AmqpOperations(self.broker, lambda: list(self.connections),
@@ -205,6 +206,9 @@ class AmqpService:
             "queue_bytes_default": b.queue_bytes,
             "receiving_bytes": sum(c.parser.receiving_bytes for c in self.connections
                                    if c.parser is not None),
+            # publishes taken in whose confirm waits for their commit round (per connection,
+            # as receiving_bytes: the connections are few, the queues may be many)
+            "unconfirmed": sum(len(c.proto.burst.confirms) for c in self.connections),
             "max_message_size": cfg.amqp_max_message_size,
             "channel_max": cfg.amqp_channel_max,
             "max_queues": cfg.amqp_max_queues,

@@ -32,6 +32,8 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..histogram import Histogram
+
 VHOST = "/"
 _NAME_BAD = re.compile(r"[^a-zA-Z0-9_]")
 
@@ -61,7 +63,9 @@ COUNTERS: dict[str, frozenset[str]] = {
                        "connection_errors", "connections_dropped", "channel_errors",
                        "auth_failures", "handshake_timeouts", "preauth_too_large",
                        "messages_too_large", "channel_limit_refused", "queue_limit_refused",
-                       "consumer_limit_refused"}),
+                       "consumer_limit_refused", "queues_declared", "queues_created",
+                       "queues_deleted", "delivered_ack", "delivered_noack", "get_ack",
+                       "get_noack", "get_empty", "channels_opened", "channels_closed"}),
     "ingest": frozenset({"ingested", "fallback", "failed", "retention_deleted",
                          "finds_by_index", "documents_read"}),
     "mqtt_amqp": frozenset({"mqtt_to_amqp", "amqp_to_mqtt", "skipped_mqtt_topics",
@@ -95,6 +99,8 @@ class Snapshot:
     open_fds: int = 0
     max_fds: int = 0
     queues: list[dict[str, Any]] = field(default_factory=list)
+    #: ``(family, help, histogram)``: exported as Prometheus histograms
+    histograms: list[tuple[str, str, Histogram]] = field(default_factory=list)
 
 
 def _escape(value: str) -> str:
@@ -138,6 +144,17 @@ class Exposition:
                 self.lines.append(f"{name}{{{text}}} {_number(value)}")
             else:
                 self.lines.append(f"{name} {_number(value)}")
+
+    def histogram(self, name: str, help_text: str, hist: Histogram) -> None:
+        if name in self._families:
+            return
+        self._families.add(name)
+        self.lines.append(f"# HELP {name} {help_text}")
+        self.lines.append(f"# TYPE {name} histogram")
+        for le, count in hist.cumulative():
+            self.lines.append(f'{name}_bucket{{le="{le}"}} {count}')
+        self.lines.append(f"{name}_sum {_number(hist.sum)}")
+        self.lines.append(f"{name}_count {hist.count}")
 
     def claim(self, name: str) -> None:
         """``name`` was written by other means (a family of its own text)."""
@@ -225,7 +242,25 @@ def _rabbitmq(out: Exposition, snap: Snapshot) -> None:
          "published as mandatory into an exchange and returned to the publisher as "
          "unroutable", returned),
         ("rabbitmq_channel_messages_delivered_total", "Total number of messages delivered to "
-         "consumers (every acknowledgement mode; basic.get included)", _get(amqp, "delivered")),
+         "consumers in automatic acknowledgement mode", _get(amqp, "delivered_noack")),
+        ("rabbitmq_channel_messages_delivered_ack_total", "Total number of messages delivered "
+         "to consumers in manual acknowledgement mode", _get(amqp, "delivered_ack")),
+        ("rabbitmq_channel_get_total", "Total number of messages fetched with basic.get in "
+         "automatic acknowledgement mode", _get(amqp, "get_noack")),
+        ("rabbitmq_channel_get_ack_total", "Total number of messages fetched with basic.get "
+         "in manual acknowledgement mode", _get(amqp, "get_ack")),
+        ("rabbitmq_channel_get_empty_total", "Total number of times basic.get operations "
+         "fetched no message", _get(amqp, "get_empty")),
+        ("rabbitmq_channels_opened_total", "Total number of channels opened",
+         _get(amqp, "channels_opened")),
+        ("rabbitmq_channels_closed_total", "Total number of channels closed",
+         _get(amqp, "channels_closed")),
+        ("rabbitmq_queues_declared_total", "Total number of queues declared",
+         _get(amqp, "queues_declared")),
+        ("rabbitmq_queues_created_total", "Total number of queues created",
+         _get(amqp, "queues_created")),
+        ("rabbitmq_queues_deleted_total", "Total number of queues deleted",
+         _get(amqp, "queues_deleted")),
         ("rabbitmq_channel_messages_redelivered_total", "Total number of messages requeued "
          "for redelivery", _get(amqp, "requeued")),
         ("rabbitmq_channel_messages_acked_total", "Total number of messages acknowledged by "
@@ -234,6 +269,8 @@ def _rabbitmq(out: Exposition, snap: Snapshot) -> None:
          "queues", published - unroutable),
     ):
         out.one(name, "counter", help_text, value)
+    out.one("rabbitmq_channel_messages_unconfirmed", "gauge", "Published but not yet "
+            "confirmed messages", _get(amqp, "unconfirmed"))
     _global(out, amqp, mqtt)
 
 
@@ -326,6 +363,8 @@ def render(snap: Snapshot) -> str:
     """The text of ``/metrics``."""
     out = Exposition()
     _rabbitmq(out, snap)
+    for name, help_text, hist in snap.histograms:
+        out.histogram(name, help_text, hist)
     _oxiedge(out, snap.status)
     return out.text()
 

@@ -19,6 +19,7 @@ from ..admin.server import StatusPart, server_status
 from ..app import App
 from ..auth import hash_password, read_user_file, write_user_file
 from ..console import console_routes
+from ..histogram import Histogram
 from ..operations import BAD_REQUEST, NOT_FOUND, UNAVAILABLE, OperationError
 from ..tls import TlsManager
 from .access import HASH_PREFIXES, Principal
@@ -81,7 +82,15 @@ class ServerView:
                         disk_free_limit_bytes=alarms.disk_free_limit,
                         open_fds=_open_fds(),
                         max_fds=resource.getrlimit(resource.RLIMIT_NOFILE)[0],
-                        queues=(self.rows("queues") or []) if with_queues else [])
+                        queues=(self.rows("queues") or []) if with_queues else [],
+                        histograms=[] if with_queues else self._histograms())
+
+    def _histograms(self) -> list[tuple[str, str, Histogram]]:
+        committer = self.app.store.committer
+        return [("oxiedge_store_commit_round_seconds", "A commit round from its write to "
+                 "the end of its WAL sync", committer.round_seconds),
+                ("oxiedge_store_commit_batch_operations", "Operations written by one commit "
+                 "round", committer.batch_operations)]
 
     def durable_problem(self) -> str | None:
         committer = self.app.store.committer

@@ -45,6 +45,8 @@ from collections.abc import Callable
 import trio
 from rocksdict import Rdict, WriteBatch
 
+from oxiedge.histogram import BATCH_OPERATIONS, ROUND_SECONDS, Histogram
+
 
 class CommitError(RuntimeError):
     """A commit round failed; nothing in it may be acknowledged."""
@@ -173,6 +175,11 @@ class GroupCommitter:
         self._sync_thread = _SyncThread(_with_injected_fault(lambda: db.flush_wal(True)))
         self.rounds = 0  # synced rounds completed
         self.ops = 0  # operations committed
+        #: each synced round's time from its write to the end of its sync, and its size
+        #: (``/metrics``: oxiedge_store_commit_round_seconds / _batch_operations)
+        self.round_seconds = Histogram(ROUND_SECONDS)
+        self.batch_operations = Histogram(BATCH_OPERATIONS)
+        self._round_started = 0.0
         #: set once, when durable writing stopped (the server exits on it)
         self.failed_event = trio.Event()
         #: ``time.monotonic()`` when the sync in flight started (None: no sync running)
@@ -257,6 +264,7 @@ class GroupCommitter:
             finally:
                 self._next_batch()
             count = batch.len()
+            self._round_started = time.monotonic()
             self._db.write(batch)
         except Exception as exc:
             self._fail(exc)
@@ -277,6 +285,8 @@ class GroupCommitter:
         if error is None:
             self.ops += self._count
             self.rounds += 1
+            self.round_seconds.observe(time.monotonic() - self._round_started)
+            self.batch_operations.observe(self._count)
             self.synced_generation = round_.number
         else:
             self._fail(error)

@@ -9,6 +9,7 @@ import subprocess
 
 import pytest
 
+from oxiedge.histogram import Histogram
 from oxiedge.http.metrics import Snapshot, metric_name, render, render_per_object
 
 STATUS = {
@@ -25,11 +26,21 @@ STATUS = {
              "messages_out": 90, "sessions": 4, "retained": 1, "persist": True},
     "amqp": {"connections": 1, "channels": 2, "queues": 3, "consumers": 1, "ready": 5,
              "unacked": 2, "published": 50, "unroutable": 6, "returned": 2, "confirmed": 40,
-             "delivered": 30, "acked": 28, "requeued": 1, "connections_total": 4},
+             "delivered": 30, "acked": 28, "requeued": 1, "connections_total": 4,
+             "delivered_ack": 20, "delivered_noack": 6, "get_ack": 3, "get_noack": 1,
+             "get_empty": 7, "unconfirmed": 2, "channels_opened": 9, "channels_closed": 7,
+             "queues_declared": 12, "queues_created": 5, "queues_deleted": 2},
     "uplink": {"central": {"state": "connected", "backlog_messages": 3, "lag_seconds": 0.5,
                            "sent": 10}},
     "hot_loop": {"parked": 1, "served_inline": 99},
 }
+
+
+def _histogram() -> Histogram:
+    h = Histogram((0.001, 0.01, 0.1))
+    for v in (0.0005, 0.001, 0.002, 0.5):
+        h.observe(v)
+    return h
 
 
 def _snapshot() -> Snapshot:
@@ -37,7 +48,8 @@ def _snapshot() -> Snapshot:
                     memory_limit_bytes=150_000_000, disk_free_bytes=10**9,
                     disk_free_limit_bytes=200_000_000, open_fds=20, max_fds=1024,
                     queues=[{"name": 'odd "name"\\x', "ready": 2, "unacked": 1,
-                             "consumers": 1}])
+                             "consumers": 1}],
+                    histograms=[("oxiedge_store_commit_round_seconds", "rounds", _histogram())])
 
 
 def _value(text: str, series: str) -> float:
@@ -62,6 +74,29 @@ def test_rabbitmq_families_carry_rabbitmq_meaning() -> None:
     assert _value(text, 'rabbitmq_global_messages_received_total{protocol="amqp091"}') == 50
     assert _value(text, 'rabbitmq_global_messages_received_total{protocol="mqtt311"}') == 100
     assert _value(text, 'rabbitmq_global_messages_delivered_total{protocol="mqtt311"}') == 90
+    for family, value in (("rabbitmq_channel_messages_delivered_total", 6),
+                          ("rabbitmq_channel_messages_delivered_ack_total", 20),
+                          ("rabbitmq_channel_get_total", 1), ("rabbitmq_channel_get_ack_total", 3),
+                          ("rabbitmq_channel_get_empty_total", 7),
+                          ("rabbitmq_channel_messages_unconfirmed", 2),
+                          ("rabbitmq_channels_opened_total", 9),
+                          ("rabbitmq_channels_closed_total", 7),
+                          ("rabbitmq_queues_declared_total", 12),
+                          ("rabbitmq_queues_created_total", 5),
+                          ("rabbitmq_queues_deleted_total", 2)):
+        assert _value(text, family) == value, family
+
+
+def test_histograms_are_cumulative_with_sum_and_count() -> None:
+    text = render(_snapshot())
+    assert "# TYPE oxiedge_store_commit_round_seconds histogram" in text
+    name = "oxiedge_store_commit_round_seconds"
+    assert [_value(text, f'{name}_bucket{{le="{le}"}}') for le in ("0.001", "0.01", "0.1",
+                                                                   "+Inf")] == [2, 3, 3, 4]
+    assert _value(text, f"{name}_count") == 4
+    assert _value(text, f"{name}_sum") == pytest.approx(0.5035)
+    with pytest.raises(ValueError):
+        Histogram((1, 1))
 
 
 def test_every_status_figure_is_an_oxiedge_family() -> None:

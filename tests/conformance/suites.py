@@ -4,7 +4,7 @@ Each :class:`Suite` pins a PyPI sdist, names the test files that talk to a broke
 packages its tests import, the environment that carries the broker address, overlays that
 replace Docker-based fixtures, and the exclusions. An exclusion is allowed only for a feature
 outside oxiedge's AMQP scope (``docs/amqp.md``: one vhost ``/``, no
-management HTTP API, no tx / queue arguments yet) or for a harness limit
+management HTTP API, no streams yet) or for a harness limit
 (Docker, a public host); every one carries its reason into ``docs/conformance.md``. The
 server also listens for AMQPS on 5671 (a trustme CA of the runner's: ``tls_material``), so
 the suites' TLS tests run.
@@ -25,8 +25,6 @@ PASSWORD = "guest"
 PUBLIC = "dials a public host (badssl.com); this harness reaches only loopback"
 DOCKER = "restarts/stops the broker's Docker container: harness limit, not a broker feature"
 MGMT = "RabbitMQ management HTTP API (out of scope)"
-TX = "transactions (tx.select): not implemented, answers 540 (out of scope until implemented)"
-PRIORITY = "priority queues (x-max-priority): not implemented, answers 540 (out of scope)"
 MOCKED = "not a broker test: the 'integration' module drives a mocked socket"
 
 
@@ -108,7 +106,6 @@ SUITES: tuple[Suite, ...] = (
             Exclusion(r"test_robust_recovery\.py::test_(restore_topology_and_consumers|"
                       r"missing_external_queue_retries_until_recreated|"
                       r"pool_consumer_survives_broker_restart)", DOCKER),
-            Exclusion(r"::test_transaction_", TX),
         ),
         flaky=(r"test_leak_unclosed_channel\[", r"test_create_channels_during_reconnect"),
     ),
@@ -134,7 +131,6 @@ SUITES: tuple[Suite, ...] = (
         requirements=("amqp==5.4.2", "pytest>=8,<10", "pytest-timeout"),
         env=_rabbitmq_env,
         exclusions=(
-            Exclusion(r"test_PyAMQPPriority::", PRIORITY),
         ),
         note="Only the py-amqp transport module; the redis/mongodb/sqs/kafka/pgmq modules test "
              "other brokers.",
@@ -150,7 +146,6 @@ SUITES: tuple[Suite, ...] = (
         exclusions=(
             Exclusion(r"functional/management/", MGMT),
             Exclusion(r"functional/test_web_based\.py", MGMT),
-            Exclusion(r"functional/test_tx\.py", TX),
         ),
     ),
 )

@@ -68,6 +68,17 @@ def test_invalid_max_priority_is_406(conn: Any, value: Any) -> None:
     assert info.value.reply_code == 406
 
 
+def test_dead_lettered_messages_keep_their_priority(ch: Any) -> None:
+    ch.queue_declare("prio.dlq", arguments={"x-max-priority": 3})
+    ch.queue_declare("prio.src", arguments={"x-dead-letter-exchange": "",
+                                            "x-dead-letter-routing-key": "prio.dlq"})
+    publish_all(ch, "prio.src", [(b"low", 1), (b"high", 3), (b"mid", 2)])
+    for _ in range(3):
+        method, _p, _b = ch.basic_get("prio.src")
+        ch.basic_reject(method.delivery_tag, requeue=False)
+    assert bodies(ch, "prio.dlq") == [b"high", b"mid", b"low"]
+
+
 def test_max_priority_zero_is_a_plain_queue(ch: Any) -> None:
     ch.queue_declare("prio0", arguments={"x-max-priority": 0})
     publish_all(ch, "prio0", [(b"a", 0), (b"b", 9)])

@@ -112,6 +112,15 @@ def test_errors_are_immediate_and_modes_exclusive(conn: Any) -> None:
         ch.basic_publish("no-such-exchange", "k", b"x")
         ch.tx_commit()
     assert info.value.reply_code == 404
+    ch = conn.channel()
+    ch.queue_declare("txexp")
+    ch.tx_select()
+    ch.basic_publish("", "txexp", b"kept back")
+    with pytest.raises(ChannelClosedByBroker) as info:
+        ch.basic_publish("", "txexp", b"bad", pika.BasicProperties(expiration="soon"))
+        ch.tx_commit()
+    assert info.value.reply_code == 406
+    assert ready(conn, "txexp") == 0  # nothing of that transaction was committed
 
 
 def test_mandatory_unroutable_is_returned_at_commit(conn: Any) -> None:

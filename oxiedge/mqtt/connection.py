@@ -21,6 +21,9 @@ from oxiedge.mqtt.broker import Broker
 from oxiedge.mqtt.protocol import MqttProtocol
 from oxiedge.mqtt.session import Limits
 from oxiedge.net.loop import Transport
+from oxiedge.net.output import Traffic
+
+__all__ = ["Connection", "ConnectionHost", "Traffic"]
 
 
 class ConnectionHost(Protocol):
@@ -33,6 +36,7 @@ class ConnectionHost(Protocol):
     max_packet_size: int
     max_connect_size: int
     connect_timeout: float
+    traffic: Traffic  # the service's byte counters ($SYS/broker/bytes/*)
 
     async def authenticate(self, username: str | None, password: bytes | None) -> bool: ...
 
@@ -52,7 +56,8 @@ class Connection:
         # ``frame``: WebSocket framing of every send (``oxiedge.ws``), None over TCP/TLS.
         self.transport = Transport(stream, app.store, pause_at=4 * service.limits.out_limit,
                                    authenticate=service.authenticate,
-                                   blocked=app.blocked, frame=frame)  # fmt: skip
+                                   blocked=app.blocked, frame=frame,
+                                   traffic=service.traffic)  # fmt: skip
         self.protocol = MqttProtocol(
             service.broker,
             self.transport.output,

@@ -39,6 +39,7 @@ from oxiedge.mqtt.packets import (
     Unsubscribe,
 )
 from oxiedge.mqtt.session import Session
+from oxiedge.mqtt.topics import sys_topic
 from oxiedge.net.actions import CHECKPOINT
 
 #: A SUBSCRIBE / UNSUBSCRIBE with more filters than this is applied in steps of at most
@@ -96,7 +97,8 @@ class Handlers:
     def on_publish(self, p: RawPublish) -> None:
         self.published = True
         topic, topic_b, qos, retain, _dup, pid, payload, frame = p
-        if self._perms.active and not self.grants.may_publish(topic):  # type: ignore[union-attr]
+        if ((self._perms.active and not self.grants.may_publish(topic))  # type: ignore[union-attr]
+                or (topic[0] == "$" and sys_topic(topic))):  # $SYS is the broker's (systree.py)
             self._deny_publish(qos, pid)  # type: ignore[arg-type]
             return
         if qos == 0:

@@ -48,7 +48,7 @@ from oxiedge.mqtt.packets5 import (
 )
 from oxiedge.mqtt.properties import NO_PROPERTIES
 from oxiedge.mqtt.reasons import ReasonCode as RC
-from oxiedge.mqtt.topics import topic_filter_problem
+from oxiedge.mqtt.topics import sys_topic, topic_filter_problem
 
 SHARE_PREFIX = "$share/"
 
@@ -149,7 +149,8 @@ class Handlers5:
                 self._ack(qos, pid, RC.PAYLOAD_FORMAT_INVALID)  # type: ignore[arg-type]
                 return
             props, expires_at = forwarded(props, self.wall())
-        if self._perms.active and not h.grants.may_publish(topic):  # type: ignore[union-attr]
+        if ((self._perms.active and not h.grants.may_publish(topic))  # type: ignore[union-attr]
+                or (topic[0] == "$" and sys_topic(topic))):  # $SYS is the broker's (systree.py)
             self._perms.counters["mqtt_publish_denied"] += 1
             self._ack(qos, pid, RC.NOT_AUTHORIZED)  # type: ignore[arg-type]
             return

@@ -95,6 +95,16 @@ class RetainedStore(RetainedTrie[Retained]):
             return True
         return False
 
+    def keep_unstored(self, msg: Message) -> None:
+        """Retain ``msg`` at QoS 0 in memory only: no record is staged, and the retained
+        bounds do not apply (the broker's own ``$SYS`` values, ``systree.py``: a few dozen
+        short topics that must never reach the disk)."""
+        old = self.get(msg.topic)
+        if old is not None:
+            self.bytes -= len(old.msg.topic_b) + len(old.msg.payload)
+        self.set(msg.topic, Retained(msg, 0))
+        self.bytes += len(msg.topic_b) + len(msg.payload)
+
     def rows(self) -> list[dict[str, Any]]:
         """The admin listing (``oxiedge retained``)."""
         return [

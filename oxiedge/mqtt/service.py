@@ -16,15 +16,17 @@ from typing import Any
 
 import trio
 
+from oxiedge import __version__
 from oxiedge.access.grants import Grants
 from oxiedge.app import App
 from oxiedge.durations import format_duration
 from oxiedge.lograte import clip
 from oxiedge.mqtt.broker import Broker
 from oxiedge.mqtt.codec import topic_cache_bytes
-from oxiedge.mqtt.connection import Connection
+from oxiedge.mqtt.connection import Connection, Traffic
 from oxiedge.mqtt.operations import MqttOperations
 from oxiedge.mqtt.session import Limits, Session
+from oxiedge.mqtt.systree import SysTree
 from oxiedge.mqtt.topics import valid_topic_name
 from oxiedge.mqtt.views import register_views
 from oxiedge.operations import handlers
@@ -69,6 +71,13 @@ class MqttService:
         # A session recovered at start-up reads with its recorded user's rules at once.
         self.broker.reader_for = lambda user, client_id: Grants(perms, user, client_id)
         self._lines: list[str] = []
+        #: Bytes read and sent by every MQTT connection (TCP, TLS, WebSocket).
+        self.traffic = Traffic()
+        #: $SYS/broker/... every --sys-interval seconds (None: 0, off).
+        self.systree = (SysTree(self.broker, self.traffic, version=__version__,
+                                interval=config.sys_interval,
+                                uptime=lambda: time.time() - app.started_at)
+                        if config.sys_interval else None)
         register_views(app.store)
         #: What an operator may do (delete a session, kick a client...): the admin socket's
         #: and the HTTP API's one implementation.
@@ -133,6 +142,8 @@ class MqttService:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self.release_held)
             nursery.start_soon(self.expire_sessions)
+            if self.systree is not None:
+                nursery.start_soon(self.systree.run)
             await nursery.start(trio.serve_listeners,
                                 self.app.connections.guard(self._handle, "MQTT"), listeners)
             task_status.started()
@@ -259,4 +270,6 @@ class MqttService:
             max_topic_levels=lim.max_topic_levels,
             max_topic_length=lim.max_topic_length,
         )
+        if self.systree is not None:
+            out.update(self.systree.status())
         return out

@@ -22,6 +22,12 @@ def valid_topic_name(topic: str) -> bool:
     return bool(topic) and "+" not in topic and "#" not in topic and "\x00" not in topic
 
 
+def sys_topic(topic: str) -> bool:
+    """``$SYS`` or under it: the broker's own topics (``systree.py``), which clients may not
+    publish to."""
+    return topic.startswith("$SYS") and (len(topic) == 4 or topic[4] == "/")
+
+
 def topic_filter_problem(topic_filter: str) -> str | None:
     """``None`` if ``topic_filter`` is a valid subscription filter, else the reason."""
     if not topic_filter:

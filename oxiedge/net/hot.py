@@ -154,6 +154,7 @@ def serve_inline(seat: Seat) -> None:
         seat.hand_off(Raise(exc))
         return
     output = seat.output
+    output.traffic.received += len(got)
     written = output.written
     written.in_burst = True
     try:

@@ -76,7 +76,7 @@ from oxiedge.net.actions import (
 )
 from oxiedge.net.blocked import BlockedWatch
 from oxiedge.net.hot import RECV_SIZE, Raise, Seat, hot_loop
-from oxiedge.net.output import LOST, Output
+from oxiedge.net.output import LOST, Output, Traffic
 from oxiedge.net.written import Written, flush_written
 
 CLOSE_FLUSH_TIMEOUT = 5.0  # seconds to flush final replies on a close
@@ -114,6 +114,7 @@ class Transport:
         authenticate: Callable[[str | None, bytes | None], Awaitable[bool]] | None = None,
         blocked: BlockedWatch | None = None,
         frame: Callable[[bytes], bytes] | None = None,
+        traffic: Traffic | None = None,
     ) -> None:
         self.stream = stream
         self.store = store
@@ -121,7 +122,7 @@ class Transport:
         self._fd = sock.fileno() if sock is not None else -1  # -1: read with receive_some
         # ``frame``: the output's framing hook (WebSocket: ``oxiedge.ws.stream``)
         self.output = Output(stream, self._fd, pause_at=pause_at, kick=store.kick,
-                             end=self._end, frame=frame)
+                             end=self._end, frame=frame, traffic=traffic)
         self._seat = Seat(self.output)
         self._authenticate = authenticate
         self._blocked = blocked
@@ -224,7 +225,7 @@ class Transport:
         # output to drain, then the read): it is cleared before any other await, which
         # no deadline may cut (a commit, a held publisher, a login check).
         stream, store, output, seat = self.stream, self.store, self.output, self._seat
-        send_now, kick = output.send_now, output.kick
+        send_now, kick, traffic = output.send_now, output.kick, output.traffic
         fd = self._fd
         inf = math.inf
         armed = scope.deadline
@@ -340,6 +341,7 @@ class Transport:
                     await cancel_shielded_checkpoint()
             else:
                 got = await stream.receive_some(RECV_SIZE)
+            traffic.received += len(got)
             if scope.cancel_called:
                 return got  # the deadline passed as input arrived: handled in a new scope
             awaited = False

@@ -49,22 +49,37 @@ from oxiedge.net.written import current_written, flush_written
 LOST = (trio.BrokenResourceError, trio.ClosedResourceError, OSError)
 
 
+class Traffic:
+    """Bytes received and sent by a group of connections (one per service: MQTT's feeds
+    ``$SYS/broker/bytes/*``), kept up to date by every read and send - two additions per
+    burst, so nobody has to sum over the connections. Sent bytes are counted unframed."""
+
+    __slots__ = ("received", "sent")
+
+    def __init__(self) -> None:
+        self.received = 0
+        self.sent = 0
+
+
 class Output:
     """One connection's buffer, writer task, direct sends and back-pressure.
 
     ``fd``: the stream's non-blocking socket descriptor for direct writes (-1: none, TLS);
     ``kick``: the committer's, called when ``on_sent`` asks for it; ``end``: ends the
     connection (the transport's), called on ``abort`` and when a send finds the peer gone;
-    ``frame``: see the module docstring."""
+    ``frame``: see the module docstring; ``traffic``: the byte counters it adds to (its
+    own when not given)."""
 
     __slots__ = ("_closing", "_drained", "_end", "_fd", "_frame", "_out", "_reader_sending",
                  "_sending", "_stopped", "_wake", "kick", "listed", "out_bytes", "pause_at",
-                 "protocol", "stream", "writes", "written")
+                 "protocol", "stream", "traffic", "writes", "written")
 
     def __init__(self, stream: trio.abc.Stream, fd: int, *, pause_at: int,
                  kick: Callable[[], None], end: Callable[[], None],
-                 frame: Callable[[bytes], bytes] | None = None) -> None:
+                 frame: Callable[[bytes], bytes] | None = None,
+                 traffic: Traffic | None = None) -> None:
         self.stream = stream
+        self.traffic = traffic if traffic is not None else Traffic()
         #: hears ``on_sent``; the connection's owner for a session take-over
         self.protocol: StreamProtocol | None = None
         self.out_bytes = 0  # buffered + in transit
@@ -128,6 +143,7 @@ class Output:
 
     def _sent(self, n: int) -> None:
         self.writes += 1
+        self.traffic.sent += n
         self.out_bytes -= n
         drained = self._drained
         if drained is not None and self.out_bytes <= self.pause_at:
@@ -148,6 +164,7 @@ class Output:
                 n = 0  # full (EAGAIN) or broken: the writer waits or meets the error
             if n:
                 self.writes += 1
+                self.traffic.sent += n
             if n == len(data):
                 return
             data = data[n:]
@@ -171,6 +188,7 @@ class Output:
             self._sending = self._reader_sending = False
             self.out_bytes -= len(data)
         self.writes += 1
+        self.traffic.sent += len(data)
         if self._out:
             self._wake.set()  # what others wrote meanwhile
 

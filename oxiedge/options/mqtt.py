@@ -117,3 +117,8 @@ class MqttSettings:
                      "connection closed",
                      "`mqtt.connect_timeouts`",
                      default="10 s"))
+    sys_interval: int = option(
+        count(0, metavar="S"), "10",
+        "seconds between $SYS/broker/... updates (Mosquitto's topic names, docs/mqtt.md); "
+        "0 = no $SYS topics",
+        limits=None)

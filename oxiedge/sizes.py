@@ -156,3 +156,39 @@ def parse_memory_watermark(text: str, limit: int | None = None) -> int:
         raise ValueError(f"memory watermark {text!r} is {size} bytes, below the 32 MB minimum "
                          "(a fraction like 0.4, or a size like 512MB)")
     return size
+
+
+#: ``--max-backlog-bytes`` as a size is at least this much.
+MIN_BACKLOG_BUDGET = 1_000_000
+
+
+def check_backlog_budget(text: str) -> str:
+    """``--max-backlog-bytes``: a fraction of the data filesystem's size (``0.5``) or a size
+    (``8GB``, at least 1 MB); returns it as written, raises ``ValueError``."""
+    value = str(text).strip()
+    try:
+        fraction = float(value)
+    except ValueError:
+        if parse_size(value) < MIN_BACKLOG_BUDGET:
+            raise ValueError(f"backlog budget {text!r} is below the 1 MB minimum") from None
+        return value
+    if not 0 < fraction < 1:
+        raise ValueError(f"invalid backlog budget {text!r} (a fraction like 0.5 of the data "
+                         "filesystem, or a size like 8GB)")
+    return value
+
+
+def backlog_budget(text: str, data_dir: Path) -> tuple[int, str]:
+    """``(bytes, where they come from)`` of a ``check_backlog_budget`` value: a fraction is
+    of the size of the filesystem holding ``data_dir`` (its nearest existing parent)."""
+    value = check_backlog_budget(text)
+    try:
+        fraction = float(value)
+    except ValueError:
+        return parse_size(value), "--max-backlog-bytes"
+    where = Path(data_dir)
+    while not where.exists() and where != where.parent:
+        where = where.parent
+    st = os.statvfs(where)
+    total = st.f_blocks * st.f_frsize
+    return int(total * fraction), f"{value} of the data filesystem ({format_size(total)})"

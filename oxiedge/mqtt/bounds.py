@@ -23,6 +23,7 @@ class Stats:
 
     __slots__ = (
         "auth_failures",
+        "backlog_bytes",
         "blocked",
         "commit_errors",
         "connect_timeouts",
@@ -31,6 +32,7 @@ class Stats:
         "connections_total",
         "disconnects_sent",
         "dropped",
+        "dropped_backlog_bytes",
         "dropped_qos0",
         "dropped_queue_bytes",
         "dropped_too_large",
@@ -59,6 +61,10 @@ class Stats:
         self.connect_timeouts = 0  # sockets closed for sending no CONNECT in time
         self.connect_too_large = 0  # closed: the first packet exceeded --mqtt-max-connect-size
         self.dropped = 0  # queued messages dropped at a queue bound (oldest first)
+        # Gauge: topic + payload bytes queued in all persistent sessions (--max-backlog-bytes),
+        # kept by their queues (``store/qlog.py`` ``Tally``).
+        self.backlog_bytes = 0
+        self.dropped_backlog_bytes = 0  # of ``dropped``: those dropped at --max-backlog-bytes
         self.dropped_qos0 = 0  # QoS 0 deliveries skipped on a full output buffer
         self.dropped_queue_bytes = 0  # of ``dropped``: those dropped at --mqtt-queue-bytes
         self.disconnects_sent = 0  # MQTT 5 DISCONNECTs the broker sent (with a reason)
@@ -85,10 +91,11 @@ class Stats:
 class Limits:
     """Bounds shared by all sessions (defaults: ``oxiedge.config``; docs/limits.md)."""
 
-    __slots__ = ("max_inflight", "max_qos2_pending", "max_sessions", "max_subscription_levels",
-                 "max_subscriptions", "max_topic_length", "max_topic_levels",
-                 "memory_queue_bytes", "memory_queue_limit", "out_limit", "queue_bytes",
-                 "queue_limit", "retained_bytes", "retained_max", "session_expiry")  # fmt: skip
+    __slots__ = ("max_backlog_bytes", "max_inflight", "max_qos2_pending", "max_sessions",
+                 "max_subscription_levels", "max_subscriptions", "max_topic_length",
+                 "max_topic_levels", "memory_queue_bytes", "memory_queue_limit", "out_limit",
+                 "queue_bytes", "queue_limit", "retained_bytes", "retained_max",
+                 "session_expiry")  # fmt: skip
 
     def __init__(
         self,
@@ -106,6 +113,7 @@ class Limits:
         max_topic_length: int = DEFAULT_MAX_TOPIC_LENGTH,
         session_expiry: int | None = None,
         max_qos2_pending: int = MAX_QOS2_PENDING,
+        max_backlog_bytes: int | None = None,
     ) -> None:
         self.queue_limit = queue_limit  # queued (not yet sent) messages per session
         self.queue_bytes = queue_bytes  # their topic + payload bytes per session
@@ -125,3 +133,5 @@ class Limits:
         # ever). MQTT 5's per-client Session Expiry Interval will be capped by it.
         self.session_expiry = session_expiry
         self.max_qos2_pending = max_qos2_pending  # inbound QoS 2 ids awaiting PUBREL
+        # Topic + payload bytes of all persistent sessions' queues together (None: no bound).
+        self.max_backlog_bytes = max_backlog_bytes

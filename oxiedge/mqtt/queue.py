@@ -18,7 +18,7 @@ from typing import Protocol
 
 from oxiedge.mqtt import persist
 from oxiedge.mqtt.message import Message, message_of
-from oxiedge.store.qlog import WINDOW, WINDOW_BYTES, LogStore, QueueLog
+from oxiedge.store.qlog import WINDOW, WINDOW_BYTES, LogStore, QueueLog, Tally
 
 _TOPICS_MAX = 256  # topics a session queue remembers as checked (then forgotten at once)
 
@@ -96,9 +96,10 @@ class SessionQueue(QueueLog[Pending]):
 
     codec: PendingCodec
 
-    def __init__(self, store: LogStore | None, owner_b: bytes) -> None:
+    def __init__(self, store: LogStore | None, owner_b: bytes, tally: Tally | None = None
+                 ) -> None:
         super().__init__(PendingCodec(), store, persist.CF, persist.MSG + owner_b,
-                         persist.count_key(owner_b), WINDOW, WINDOW_BYTES)
+                         persist.count_key(owner_b), WINDOW, WINDOW_BYTES, tally)
 
     def recover(self) -> None:
         super().recover()

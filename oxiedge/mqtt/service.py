@@ -30,6 +30,7 @@ from oxiedge.mqtt.systree import SysTree
 from oxiedge.mqtt.topics import valid_topic_name
 from oxiedge.mqtt.views import register_views
 from oxiedge.operations import handlers
+from oxiedge.sizes import backlog_budget
 from oxiedge.staged import Origin
 from oxiedge.tls import TlsManager, open_secured, peer_name
 
@@ -47,6 +48,8 @@ class MqttService:
         self.tls = tls  # the TLS listener's manager (handshakes), if there is one
         config = app.config
         self.persist = bool(config.mqtt_persist)
+        # --max-backlog-bytes: a fraction of the data filesystem's size, known only now.
+        budget, self.backlog_source = backlog_budget(config.max_backlog_bytes, config.data)
         self.limits = Limits(
             queue_limit=config.mqtt_queue_limit,
             queue_bytes=config.mqtt_queue_bytes,
@@ -58,6 +61,7 @@ class MqttService:
             max_topic_levels=config.mqtt_max_topic_levels,
             max_topic_length=config.mqtt_max_topic_length,
             session_expiry=config.mqtt_session_expiry,
+            max_backlog_bytes=budget,
         )
         self.max_packet_size = config.mqtt_max_packet_size
         self.max_connect_size = config.mqtt_max_connect_size  # before CONNECT is accepted
@@ -254,6 +258,8 @@ class MqttService:
             # The bounds (docs/limits.md); each one's counter is in the counters above.
             queue_limit=lim.queue_limit,
             queue_bytes_limit=lim.queue_bytes,
+            max_backlog_bytes=lim.max_backlog_bytes,
+            max_backlog_source=self.backlog_source,
             memory_queue_limit=lim.memory_queue_limit,  # a clean session's queue (in memory)
             memory_queue_bytes_limit=lim.memory_queue_bytes,
             max_inflight=lim.max_inflight,

@@ -145,7 +145,7 @@ class Session:
         self.subs: dict[str, int] = {}
         # Messages not sent yet, and (durable) the records of those in flight. Its bounds:
         # disk-sized for a durable session, capped for one kept in memory (bounds.py).
-        self.queue = SessionQueue(store, self.owner_b)
+        self.queue = SessionQueue(store, self.owner_b, stats)  # (stats.backlog_bytes)
         self.max_queued = limits.queue_limit if store is not None else limits.memory_queue_limit
         self.max_queued_bytes = (limits.queue_bytes if store is not None
                                  else limits.memory_queue_bytes)  # fmt: skip
@@ -231,6 +231,9 @@ class Session:
         queue.append(p, size, value, conn is not None)
         if queue.bytes - queue.out_bytes > self.max_queued_bytes:
             self.trim_queue_bytes()
+        budget = limits.max_backlog_bytes
+        if budget is not None and store is not None and self.stats.backlog_bytes > budget:
+            self.trim_backlog(budget)
         if hold is not None:
             p.held = True
             hold.pending.append((self, p))
@@ -249,6 +252,13 @@ class Session:
         while self.queue.queued_bytes > self.max_queued_bytes and len(self.queue) > 1:
             self.drop_oldest()
             self.stats.dropped_queue_bytes += 1
+
+    def trim_backlog(self, budget: int) -> None:
+        """All persistent sessions together are over --max-backlog-bytes: this one, which
+        is queuing a message, drops its oldest until they fit (or only the newest is left)."""
+        while self.stats.backlog_bytes > budget and len(self.queue) > 1:
+            self.drop_oldest()
+            self.stats.dropped_backlog_bytes += 1
 
     def send_qos0(self, data: bytes) -> None:
         """Write a QoS 0 delivery now, or drop it (counted) on a full output buffer."""

@@ -15,7 +15,7 @@ from typing import Any, Generic, Literal, TypeVar
 
 from ..durations import parse_duration
 from ..errors import ConfigError
-from ..sizes import parse_memory_watermark, parse_size
+from ..sizes import check_backlog_budget, parse_memory_watermark, parse_size
 
 T = TypeVar("T")
 
@@ -88,6 +88,18 @@ def size(minimum: int = 0) -> Kind[int]:
 
 #: A fraction of the memory limit or an absolute size, in bytes (``sizes``).
 WATERMARK: Kind[int] = Kind(_sized(parse_memory_watermark, 0), "X")
+
+
+def _backlog(label: str, value: Any) -> str:
+    try:
+        return check_backlog_budget(str(value))
+    except ValueError as exc:
+        raise ConfigError(f"{label}: {exc}") from None
+
+
+#: A fraction of the data filesystem's size or a size, kept as written: the data dir it is
+#: a fraction of is known when the broker starts (``sizes.backlog_budget``).
+BACKLOG: Kind[str] = Kind(_backlog, "X")
 
 
 def _port(label: str, value: Any) -> int | None:

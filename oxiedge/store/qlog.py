@@ -79,6 +79,19 @@ class LogStore(Protocol):
     def defer(self, fn: Callable[[], None]) -> None: ...
 
 
+class Tally(Protocol):
+    """Where the queues of one broker add up the bytes they hold on disk (a global bound)."""
+
+    backlog_bytes: int
+
+
+class _NoTally:
+    __slots__ = ("backlog_bytes",)
+
+    def __init__(self) -> None:
+        self.backlog_bytes = 0
+
+
 class Entry(Protocol):
     """A queued message as its owner keeps it in memory."""
 
@@ -112,12 +125,14 @@ class QueueLog(Generic[E]):
     __slots__ = ("_closed", "_dirty", "_end", "bytes", "cf", "codec", "count", "deleted_to",
                  "disk_from", "disk_to", "flushed_to", "fresh", "meta_key", "out",
                  "out_bytes", "prefix", "quarantined", "read_back", "ready", "ready_bytes",
-                 "skipped", "store", "tail", "window", "window_bytes")  # fmt: skip
+                 "skipped", "store", "tail", "tally", "window", "window_bytes")  # fmt: skip
 
     def __init__(self, codec: Codec[E], store: LogStore | None = None, cf: str = "",
                  prefix: bytes = b"", meta_key: bytes = b"", window: int = WINDOW,
-                 window_bytes: int = WINDOW_BYTES) -> None:
+                 window_bytes: int = WINDOW_BYTES, tally: Tally | None = None) -> None:
         self.codec = codec
+        # The bytes of a queue with a store also count in ``tally`` (``_NoTally``: nowhere).
+        self.tally: Tally = tally if tally is not None and store is not None else _NoTally()
         self.store = store
         self.cf = cf
         self.prefix = prefix
@@ -166,6 +181,7 @@ class QueueLog(Generic[E]):
             self.ready.append(item)
             self.ready_bytes += size
             return
+        self.tally.backlog_bytes += size
         store.stage_put(self.cf, self.prefix + _SEQ.pack(item.seq), value)
         if not self._dirty:
             self._touch()
@@ -190,6 +206,7 @@ class QueueLog(Generic[E]):
         self.bytes += size
         self.out[seq] = size
         self.out_bytes += size
+        self.tally.backlog_bytes += size
         store.stage_put(self.cf, self.prefix + _SEQ.pack(seq), value)
         if not self._dirty:
             self._touch()
@@ -279,15 +296,21 @@ class QueueLog(Generic[E]):
         self.store.quarantine(self.cf, key, value, reason)
         self.quarantined += 1
         self.count = max(0, self.count - 1)
-        self.bytes = max(0, self.bytes - self.codec.raw_size(value))
+        self._less(self.codec.raw_size(value))
         self._touch()
 
     def _gone(self, seq: int, size: int) -> None:
         """``seq`` (read back, never out) leaves the queue without being delivered."""
         self.count = max(0, self.count - 1)
-        self.bytes = max(0, self.bytes - size)
+        self._less(size)
         self._removed(seq)
         self._touch()
+
+    def _less(self, size: int) -> None:
+        """``bytes`` less ``size`` (a guess for a record read back: never below 0)."""
+        less = min(size, self.bytes)
+        self.bytes -= less
+        self.tally.backlog_bytes -= less
 
     # ----------------------------------------------------------------- removal
     def ack(self, seq: int) -> bool:
@@ -298,6 +321,7 @@ class QueueLog(Generic[E]):
         self.out_bytes -= size
         self.count -= 1
         self.bytes -= size
+        self.tally.backlog_bytes -= size
         self._removed(seq)
         if not self._dirty:
             self._touch()
@@ -314,6 +338,7 @@ class QueueLog(Generic[E]):
         self.count -= 1
         self.bytes -= size
         if self.store is not None:
+            self.tally.backlog_bytes -= size
             self._removed(item.seq)
             self._touch()
         return item
@@ -336,6 +361,7 @@ class QueueLog(Generic[E]):
             self.count -= 1
             self.bytes -= size(item)
             if self.store is not None:
+                self.tally.backlog_bytes -= size(item)
                 self._removed(item.seq)
         self._touch()
         return removed
@@ -384,6 +410,8 @@ class QueueLog(Generic[E]):
     def close(self) -> None:
         """The owner removes every record (a deleted session): stage nothing more."""
         self._closed = True
+        self.tally.backlog_bytes -= self.bytes
+        self.bytes = self.out_bytes = 0
         self.ready.clear()
         self.fresh.clear()
         self.ready_bytes = 0
@@ -445,6 +473,7 @@ class QueueLog(Generic[E]):
             first_seq, last_seq = self._scan()
             self.tail = max(last_seq + 1, meta[1] if meta is not None else 0)
             self._touch()
+        self.tally.backlog_bytes += self.bytes
         if self.count:
             self.disk_from, self.disk_to = first_seq, last_seq + 1
             self.deleted_to = self.flushed_to = first_seq

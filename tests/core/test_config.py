@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -42,6 +43,9 @@ def test_env_then_flags_win() -> None:
         ({"bind": "not-an-ip"}, "--bind"),
         ({"mqtt_persist": "maybe"}, "OXIEDGE_MQTT_PERSIST"),
         ({"mqtt_queue_limit": "0"}, "--mqtt-queue-limit"),
+        ({"max_backlog_bytes": "1.5"}, "--max-backlog-bytes.*a fraction like 0.5"),
+        ({"max_backlog_bytes": "64KiB"}, "--max-backlog-bytes.*below the 1 MB minimum"),
+        ({"max_backlog_bytes": "lots"}, "--max-backlog-bytes"),
         ({"busy_poll_us": "-1"}, "--busy-poll-us"),
         ({"busy_poll_us": "1001"}, "--busy-poll-us.*above the maximum 1000"),
         ({"busy_poll_us": "50us"}, "--busy-poll-us"),
@@ -53,3 +57,15 @@ def test_env_then_flags_win() -> None:
 def test_bad_values_name_the_option(flags: dict, needle: str) -> None:
     with pytest.raises(ConfigError, match=needle):
         Config.resolve(flags, env={})
+
+
+def test_max_backlog_bytes_is_a_fraction_of_the_data_filesystem_or_a_size(tmp_path: Path
+                                                                          ) -> None:
+    from oxiedge.sizes import backlog_budget
+
+    assert Config.resolve({"max_backlog_bytes": "8GB"}, env={}).max_backlog_bytes == "8GB"
+    assert backlog_budget("8GB", tmp_path) == (8_000_000_000, "--max-backlog-bytes")
+    st = os.statvfs(tmp_path)
+    budget, source = backlog_budget("0.25", tmp_path / "not" / "yet")  # nearest existing dir
+    assert budget == int(st.f_blocks * st.f_frsize * 0.25)
+    assert source.startswith("0.25 of the data filesystem (")

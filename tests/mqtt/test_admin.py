@@ -47,6 +47,8 @@ def test_live_sessions_retained_status(
     assert mqtt["sessions"] == 3 and mqtt["retained"] == 1 and mqtt["queued"] == 2
     assert mqtt["connections"] == 2  # "online" and "pub"
     assert mqtt["queue_limit"] == 10_000_000 and mqtt["memory_queue_limit"] == 4096
+    assert mqtt["max_backlog_source"].startswith("0.5 of the data filesystem (")
+    assert mqtt["max_backlog_bytes"] > 0 and mqtt["backlog_bytes"] == 2 * 3 + 5 + 1  # a/1, a/2
     docs = cli_rows(srv, "find", "_mqtt", '{"_kind": "msg"}')
     assert [(d["client"], d["seq"], d["topic"], d["payload"]) for d in docs] == [
         ("offline", 0, "a/1", "12345"), ("offline", 1, "a/2", "x")

@@ -145,3 +145,28 @@ def test_a_clean_session_keeps_a_memory_sized_queue(store: Store) -> None:
         b.route("m/x", i.to_bytes(4, "big"), 1, False)
     assert len(clean.queue) == MEMORY_QUEUE_LIMIT and clean.dropped == 10
     assert len(durable.queue) == MEMORY_QUEUE_LIMIT + 10 and durable.dropped == 0
+
+
+def test_max_backlog_bytes_bounds_all_persistent_sessions_together(store: Store) -> None:
+    """--max-backlog-bytes: the session a message is queued to drops its own oldest while
+    all persistent sessions together hold more; the gauge follows acks, drops, restarts
+    and deleted sessions."""
+    b = Broker(store, Limits(1000, queue_bytes=1 << 30, max_backlog_bytes=1000))
+    a, _, _ = b.open_session("a", clean=False)
+    c, _, _ = b.open_session("c", clean=False)
+    b.subscribe(a, [("a/#", 1)])
+    b.subscribe(c, [("c/#", 1)])
+    for _ in range(8):
+        b.route("a/x", b"x" * 97, 1, False)  # 100 bytes each with the topic
+    assert b.stats.backlog_bytes == 800 and a.dropped == 0
+    for _ in range(5):
+        b.route("c/x", b"y" * 97, 1, False)
+    # c's own oldest go once both are over 1000 (a keeps its 8; c has no more than 2)
+    assert (len(a.queue), len(c.queue)) == (8, 2) and b.stats.backlog_bytes == 1000
+    assert b.stats.dropped_backlog_bytes == 3 == c.dropped
+    store.commit_blocking()
+    again = Broker(store, Limits(1000, queue_bytes=1 << 30, max_backlog_bytes=1000))
+    again.recover()
+    assert again.stats.backlog_bytes == 1000
+    again.discard_session(again.sessions["a"])
+    assert again.stats.backlog_bytes == 200

@@ -46,8 +46,14 @@ class Codec:
         return max(0, len(value) - 1)
 
 
-def make(store: Store | None, window: int = 4) -> QueueLog[Item]:
-    return QueueLog(Codec(), store, CF, PREFIX, META, window=window, window_bytes=1 << 20)
+class Tally:
+    def __init__(self) -> None:
+        self.backlog_bytes = 0
+
+
+def make(store: Store | None, window: int = 4, tally: Tally | None = None) -> QueueLog[Item]:
+    return QueueLog(Codec(), store, CF, PREFIX, META, window=window, window_bytes=1 << 20,
+                    tally=tally)
 
 
 @pytest.fixture
@@ -189,7 +195,8 @@ class QueueModel(RuleBasedStateMachine):
 
         self.tmp = tempfile.TemporaryDirectory()
         self.store = Store.open(Path(self.tmp.name) / "db")
-        self.q = make(self.store, window=3)
+        self.tally = Tally()
+        self.q = make(self.store, window=3, tally=self.tally)
         self.waiting: deque[tuple[int, bytes]] = deque()
         self.out: dict[int, bytes] = {}
         self.next_seq = 0
@@ -247,7 +254,8 @@ class QueueModel(RuleBasedStateMachine):
     def restart(self) -> None:
         """Everything committed; what was out is delivered again, in seq order."""
         self.store.commit_blocking()
-        self.q = make(self.store, window=3)
+        self.tally = Tally()
+        self.q = make(self.store, window=3, tally=self.tally)
         self.q.recover()
         self.waiting = deque(sorted([*self.out.items(), *self.waiting]))
         self.out = {}
@@ -259,6 +267,7 @@ class QueueModel(RuleBasedStateMachine):
         assert len(q) == len(self.waiting)
         assert q.count == len(self.waiting) + len(self.out)  # (a store: popped ones count)
         assert q.bytes == sum(len(p) for _, p in self.waiting) + sum(map(len, self.out.values()))
+        assert self.tally.backlog_bytes == q.bytes
 
 
 QueueModel.TestCase.settings = settings(max_examples=60, stateful_step_count=40, deadline=None,

@@ -33,6 +33,7 @@ ROUTES = (
     ("GET", "/collections", Need.READ, "collections"),
     ("GET", "/collections/*", Need.READ, "collection"),
     ("GET", "/uplinks", Need.READ, "uplinks"),
+    ("GET", "/users", Need.READ, "users"),
     ("GET", "/console/static/*", Need.READ, "asset"),
     ("POST", "/console/action", Need.ADMIN, "action"),
 )

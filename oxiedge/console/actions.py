@@ -19,6 +19,8 @@ from __future__ import annotations
 import hashlib
 import hmac
 import secrets
+from collections.abc import Callable
+from typing import Any
 from urllib.parse import parse_qsl, quote, urlencode, urlsplit
 
 import orjson
@@ -31,18 +33,39 @@ from ..http.routes import Router
 MAX_FORM = 16384
 
 
-def _queue(name: str) -> tuple[str, str]:
-    return "DELETE", f"/api/queues/%2F/{quote(name, safe='')}"
+#: Longest test message the form sends, and the part of a got message the notice shows.
+MAX_TEST_MESSAGE = 4096
+SHOWN_PAYLOAD = 200
 
 
-#: op -> the API request it makes for a target name.
-ACTIONS = {
-    "queue.purge": lambda n: ("DELETE", f"/api/queues/%2F/{quote(n, safe='')}/contents"),
-    "queue.delete": _queue,
-    "connection.close": lambda n: ("DELETE", f"/api/connections/{quote(n, safe='')}"),
-    "session.delete": lambda n: ("DELETE", f"/api/mqtt/sessions/{quote(n, safe='')}"),
-    "client.kick": lambda n: ("DELETE", f"/api/mqtt/clients/{quote(n, safe='')}"),
-    "retained.clear": lambda n: ("DELETE", f"/api/mqtt/retained?{urlencode({'topic': n})}"),
+def _test_message(queue: str, payload: str) -> dict[str, Any]:
+    """RabbitMQ's publish body: ``payload`` to ``queue`` through the default exchange."""
+    return {"routing_key": queue, "payload": payload[:MAX_TEST_MESSAGE],
+            "payload_encoding": "string", "properties": {"delivery_mode": 2}}
+
+
+#: A peek: one message, back in place (redelivered), as ``rabbitmqadmin get`` by default.
+_PEEK = {"count": 1, "ackmode": "ack_requeue_true", "encoding": "auto",
+         "truncate": SHOWN_PAYLOAD}
+
+
+def _q(name: str) -> str:
+    return quote(name, safe="")
+
+
+#: op -> the API request (method, path, JSON body) it makes for a target name and the
+#: form's ``payload``.
+ACTIONS: dict[str, Callable[[str, str], tuple[str, str, Any]]] = {
+    "queue.purge": lambda n, _p: ("DELETE", f"/api/queues/%2F/{_q(n)}/contents", None),
+    "queue.delete": lambda n, _p: ("DELETE", f"/api/queues/%2F/{_q(n)}", None),
+    "queue.publish": lambda n, p: ("POST", "/api/exchanges/%2F/amq.default/publish",
+                                   _test_message(n, p)),
+    "queue.get": lambda n, _p: ("POST", f"/api/queues/%2F/{_q(n)}/get", _PEEK),
+    "connection.close": lambda n, _p: ("DELETE", f"/api/connections/{_q(n)}", None),
+    "session.delete": lambda n, _p: ("DELETE", f"/api/mqtt/sessions/{_q(n)}", None),
+    "client.kick": lambda n, _p: ("DELETE", f"/api/mqtt/clients/{_q(n)}", None),
+    "retained.clear": lambda n, _p: ("DELETE", f"/api/mqtt/retained?{urlencode({'topic': n})}",
+                                     None),
 }
 
 
@@ -88,17 +111,20 @@ class Actions:
         make = ACTIONS.get(op)
         if make is None:
             return _forbidden(f"unknown action {op[:40]!r}")
-        method, target_path = make(target)
-        notice = await self._call(method, target_path, who, f"{op} {target}")
+        method, target_path, body = make(target, form.get("payload", ""))
+        notice = await self._call(method, target_path, body, who, f"{op} {target}")
         back = _local(form.get("back", "/"))
         return Response(303, b"", "text/plain; charset=utf-8",
                         [("location", f"{back}?{urlencode({'msg': notice})}"),
                          ("cache-control", "no-store")])
 
-    async def _call(self, method: str, path: str, who: Principal, what: str) -> str:
-        """Run the API route for ``method path`` as ``who``; a one-line notice."""
+    async def _call(self, method: str, path: str, body: Any, who: Principal, what: str
+                    ) -> str:
+        """Run the API route for ``method path`` (with the JSON ``body``) as ``who``; a
+        one-line notice."""
+        data = b"" if body is None else orjson.dumps(body)
         try:
-            api = Request.parse(method, path, {})
+            api = Request.parse(method, path, {"content-type": "application/json"}, data)
         except BadRequest as exc:
             return f"{what}: {exc.reason}"
         found = self.router.route(api)
@@ -109,10 +135,27 @@ class Actions:
         if why is not None:
             return f"{what}: refused ({why})"
         answer = await self.router.call(route, api, who, args)
-        if answer.status < 300:
-            return f"{what}: done"
         try:
-            reason = orjson.loads(answer.body).get("reason", "")
-        except (orjson.JSONDecodeError, AttributeError):
-            reason = ""
-        return f"{what}: failed ({answer.status} {reason})"
+            result = orjson.loads(answer.body) if answer.body else None
+        except orjson.JSONDecodeError:
+            result = None
+        if answer.status >= 300:
+            reason = result.get("reason", "") if isinstance(result, dict) else ""
+            return f"{what}: failed ({answer.status} {reason})"
+        return f"{what}: {_outcome(result)}"
+
+
+def _outcome(result: Any) -> str:
+    """The notice of an API answer: a publish's routing, a get's message, else done."""
+    if isinstance(result, dict) and "routed" in result:
+        return "published" if result["routed"] else "not routed (no such queue)"
+    if isinstance(result, list):  # a get
+        if not result:
+            return "the queue is empty"
+        got = result[0]
+        text = got.get("payload", "")
+        if got.get("payload_encoding") == "base64":
+            text = f"(binary, base64) {text}"
+        return (f"{got.get('payload_bytes', 0)} bytes, routing key "
+                f"{got.get('routing_key', '')!r}: {text} (left in place)")
+    return "done"

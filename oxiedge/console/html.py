@@ -28,7 +28,7 @@ SECURITY_HEADERS = [
 #: The menu: (path, label).
 NAV = (("/", "Overview"), ("/mqtt/sessions", "MQTT sessions"), ("/mqtt/retained", "Retained"),
        ("/queues", "Queues"), ("/exchanges", "Exchanges"), ("/connections", "Connections"),
-       ("/collections", "Collections"), ("/uplinks", "Uplinks"))
+       ("/collections", "Collections"), ("/uplinks", "Uplinks"), ("/users", "Users"))
 
 #: Rows a table shows at most (the rest is counted in a line under it).
 MAX_ROWS = 500
@@ -112,15 +112,16 @@ def table(columns: Sequence[Column], rows: Sequence[dict[str, Any]],
 
 
 def button(op: str, target: str, label: str, csrf: str, back: str, confirm: str,
-           extra: Iterable[tuple[str, str]] = ()) -> str:
+           extra: Iterable[tuple[str, str]] = (), danger: bool = True) -> str:
     """A form that posts ``op`` on ``target`` to ``/console/action`` (works without
     JavaScript; with it, the browser asks ``confirm`` first)."""
     fields = "".join(f'<input type=hidden name="{esc(k)}" value="{esc(v)}">'
                      for k, v in (("op", op), ("target", target), ("csrf", csrf),
                                   ("back", back), *extra))
-    return (f'<form method=post action="/console/action" class="inline" '
-            f'data-confirm="{esc(confirm)}">{fields}'
-            f'<button type=submit class="danger">{esc(label)}</button></form>')
+    ask = f' data-confirm="{esc(confirm)}"' if confirm else ""
+    return (f'<form method=post action="/console/action" class="inline"{ask}>{fields}'
+            f'<button type=submit{" class=danger" if danger else ""}>{esc(label)}</button>'
+            "</form>")
 
 
 def stat(label: str, value: Any, warn: bool = False, key: str = "") -> str:

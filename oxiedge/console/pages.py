@@ -17,6 +17,7 @@ from typing import Any
 
 from ..http.access import Principal
 from ..http.messages import Request, Response
+from ..http.nodes import permission_rows
 from ..http.routes import BrokerView, Router
 from ..operations import OperationError
 from .actions import Actions
@@ -83,7 +84,7 @@ class Console:
             "overview": self.overview, "sessions": self.sessions, "retained": self.retained,
             "queues": self.queues, "queue": self.queue, "exchanges": self.exchanges,
             "connections": self.connections, "collections": self.collections,
-            "collection": self.collection, "uplinks": self.uplinks,
+            "collection": self.collection, "uplinks": self.uplinks, "users": self.users,
         }
 
     async def serve(self, name: str, req: Request, who: Principal,
@@ -238,7 +239,21 @@ class Console:
                                 f"Purge every ready message of {name}?")
                    + self._button(who, req, "queue.delete", name, "Delete",
                                   f"Delete the queue {name}?"))
-        body = (f'<div class="stats">{facts}</div><p>{buttons}</p><h2>Arguments</h2>'
+        if _admin(who):
+            token = self.actions.token(who)
+            buttons += (
+                '<form method=post action="/console/action" class="pick">'
+                f'<input type=hidden name=op value="queue.publish">'
+                f'<input type=hidden name=target value="{esc(name)}">'
+                f'<input type=hidden name=csrf value="{esc(token)}">'
+                f'<input type=hidden name=back value="{esc(req.path)}">'
+                '<label>Test message <input name=payload maxlength=4096 value="hello"></label> '
+                "<button type=submit>Publish</button></form>"
+                + button("queue.get", name, "Get one message", token, req.path, "",
+                         danger=False))
+        # the forms stay out of the live part: a refresh must not wipe a message being typed
+        body = (f'<div>{buttons}</div>{LIVE_MARK}<div class="stats">{facts}</div>'
+                "<h2>Arguments</h2>"
                 + table([Column("k", "Argument"), Column("v", "Value")],
                         [{"k": k, "v": v} for k, v in (row.get("arguments") or {}).items()],
                         None, "no arguments")
@@ -336,3 +351,22 @@ class Console:
                 Column("lag_seconds", "Lag (s)", True)]
         return "Uplinks", "/uplinks", table(cols, rows, None,
                                             "no uplinks (oxiedge uplink add ...)", "Uplinks")
+
+    async def users(self, _req: Request, who: Principal, _args: tuple[str, ...]
+                    ) -> tuple[str, str, str]:
+        if not _admin(who):  # as /api/users: the user list is an administrator's
+            return "Users", "/users", ('<p class="empty">Users and permissions are shown to '
+                                       "users with the administrator tag.</p>")
+        users = [{"name": u["name"], "tags": ", ".join(u.get("tags") or [])}
+                 for u in self.broker.users()]  # (never the password hash)
+        cols = [Column("name", "User"), Column("tags", "Tags")]
+        pcols = [Column("user", "User"), Column("vhost", "Vhost"),
+                 Column("configure", "Configure"), Column("write", "Write"),
+                 Column("read", "Read")]
+        return "Users", "/users", (
+            table(cols, users, None, "no users: anonymous access (loopback only)", "Users")
+            + "<h2>Permissions</h2>"
+            + table(pcols, permission_rows(self.broker), None,
+                    "no permission rules: every user may do everything", "Permissions")
+            + '<p class="hint">Change them with oxiedge user add / oxiedge permissions set, '
+              "or the API's PUT /api/users and /api/permissions.</p>")

@@ -113,7 +113,7 @@ def test_console_in_chromium(http_server: ServerProcess, browser: Any, tmp_path:
     pages = {"collection": "/collections/readings?field=t", "sessions": "/mqtt/sessions",
              "retained": "/mqtt/retained", "queues": "/queues", "exchanges": "/exchanges",
              "connections": "/connections", "collections": "/collections",
-             "uplinks": "/uplinks"}
+             "uplinks": "/uplinks", "users": "/users", "queue": "/queues/work"}
     for name, path in pages.items():
         browser.get(base + path)
         assert browser.find_element(By.TAG_NAME, "h1").text

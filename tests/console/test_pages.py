@@ -15,7 +15,7 @@ from tests.conftest import ServerProcess
 
 ADMIN = ("admin", "admin-pw")
 WATCHER = ("watcher", "watcher-pw")
-PAGES = ["/", "/mqtt/sessions", "/mqtt/retained", "/queues", "/queues/work", "/exchanges",
+PAGES = ["/", "/mqtt/sessions", "/mqtt/retained", "/queues", "/queues/work", "/exchanges", "/users",
          "/connections", "/collections", "/collections/readings", "/uplinks"]
 #: Every page, with its assets, stays under this (the device may be reached over a slow link).
 PAGE_BUDGET = 100_000
@@ -150,3 +150,28 @@ def test_the_broker_loads_no_page_code_until_asked() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True, timeout=60).stdout.strip()
     assert out == "['oxiedge.console']"
+
+
+def test_test_message_get_and_users(users_server: ServerProcess, client_for: Any) -> None:
+    users_server.cli("queue", "declare", "work")
+    c = client_for(users_server)
+    form = {"content-type": "application/x-www-form-urlencoded"}
+    page = c.get("/queues/work", ADMIN).body.decode()
+    assert 'value="queue.publish"' in page
+    got = _form(page, "queue.get", "work")
+    publish = {**got, "op": "queue.publish", "payload": "<b>hello</b>"}
+    r = c.request("POST", "/console/action", ADMIN, urlencode(publish).encode(), form)
+    assert parse_qs(urlsplit(r.headers["location"]).query)["msg"] == [
+        "queue.publish work: published"]
+    assert c.get("/api/queues/%2F/work", ADMIN).json()["messages_ready"] == 1
+    r = c.request("POST", "/console/action", ADMIN, urlencode(got).encode(), form)
+    notice = parse_qs(urlsplit(r.headers["location"]).query)["msg"][0]
+    assert "<b>hello</b> (left in place)" in notice, notice
+    shown = c.get(r.headers["location"], ADMIN).body.decode()
+    assert "&lt;b&gt;hello&lt;/b&gt;" in shown and "<b>hello" not in shown
+    assert c.get("/api/queues/%2F/work", ADMIN).json()["messages_ready"] == 1  # peeked
+    # a monitoring user sees neither the forms nor the user list (as /api/users)
+    assert b"queue.publish" not in c.get("/queues/work", WATCHER).body
+    assert b"watcher" not in c.get("/users", WATCHER).body.split(b"<main>")[1]
+    users = c.get("/users", ADMIN).body.decode()
+    assert "watcher" in users and "monitoring" in users and "pbkdf2" not in users

@@ -346,7 +346,7 @@ async def _start_http(app: App, parts: Parts, nursery: trio.Nursery,
         return None
     from .http.wiring import build
 
-    server, view = build(app, handlers, parts.status, parts.tls)
+    server, view = build(app, handlers, parts.status, parts.tls, parts.amqp)
     if parts.mqtt is not None:  # MQTT over WebSocket at /mqtt and /ws (docs/http.md)
         from .ws.endpoint import WebSocketEndpoint
 

@@ -191,15 +191,13 @@ def api_routes(router: Router, broker: BrokerView) -> None:
     async def queues(req: Request, _who: Principal, args: tuple[str, ...]) -> Response:
         if args:
             _vhost(args[0])
-        return await list_answer(req, rows("queues"), lambda r: queue_json(r, broker.node),
-                                 broker.pause)
+        return await list_answer(req, await broker.queue_rows() or [],
+                                 lambda r: queue_json(r, broker.node), broker.pause)
 
     def queue(_req: Request, _who: Principal, args: tuple[str, ...]) -> Response:
         _vhost(args[0])
-        for r in rows("queues"):
-            if r.get("name") == args[1]:
-                return json_response(queue_json(r, broker.node))
-        return not_found()
+        row = broker.queue_row(args[1])
+        return not_found() if row is None else json_response(queue_json(row, broker.node))
 
     async def exchanges(req: Request, _who: Principal, args: tuple[str, ...]) -> Response:
         if args:

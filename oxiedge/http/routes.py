@@ -55,6 +55,13 @@ class BrokerView(Protocol):
         """An admin socket's rows (``queues``, ``exchanges``, ``bindings``, ``sessions``,
         ``retained``); None when that broker is off."""
 
+    async def queue_rows(self) -> list[dict[str, Any]] | None:
+        """Every AMQP queue's row, as ``rows("queues")``, taken from the AMQP service a slice
+        at a time with a turn of the event loop between slices; None when it is off."""
+
+    def queue_row(self, name: str) -> dict[str, Any] | None:
+        """One queue's row (None: no such queue, or the AMQP broker is off)."""
+
     def snapshot(self, with_queues: bool = False) -> Snapshot:
         """What one ``/metrics`` scrape renders (the queue rows only ``with_queues``)."""
 
@@ -183,10 +190,10 @@ def metrics_routes(router: Router, broker: BrokerView) -> None:
     def metrics(_req: Request, _who: Principal, _args: tuple[str, ...]) -> Response:
         return text_response(render(broker.snapshot()), content_type=PROMETHEUS_TEXT)
 
-    def per_object(_req: Request, _who: Principal, _args: tuple[str, ...]) -> Response:
-        snap = broker.snapshot(with_queues=True)
-        head = identity_family(snap.node, snap.cluster, "per-object")
-        pieces = (p.encode() for p in itertools.chain([head], render_per_object(snap.queues)))
+    async def per_object(_req: Request, _who: Principal, _args: tuple[str, ...]) -> Response:
+        queues = await broker.queue_rows() or []
+        head = identity_family(broker.node, broker.cluster, "per-object")
+        pieces = (p.encode() for p in itertools.chain([head], render_per_object(queues)))
         return Response(200, content_type=PROMETHEUS_TEXT, chunks=pieces)
 
     router.add("GET", "/metrics", Need.READ, metrics)

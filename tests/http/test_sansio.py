@@ -133,7 +133,7 @@ class FakeView:
     def __init__(self) -> None:
         self.durable: str | None = None
         self.unready: str | None = None
-        self.queue_rows: list[dict[str, Any]] = []
+        self.queues: list[dict[str, Any]] = []
         self.calls: list[tuple[str, dict[str, Any]]] = []
         self.answers: dict[str, Any] = {}
 
@@ -141,11 +141,17 @@ class FakeView:
         return {"amqp": {"ready": 3, "unacked": 1}, "mqtt": {}}
 
     def rows(self, kind: str) -> list[dict[str, Any]] | None:
-        return {"queues": self.queue_rows, "exchanges": [], "bindings": []}.get(kind)
+        return {"queues": self.queues, "exchanges": [], "bindings": []}.get(kind)
+
+    async def queue_rows(self) -> list[dict[str, Any]] | None:
+        return list(self.queues)
+
+    def queue_row(self, name: str) -> dict[str, Any] | None:
+        return next((q for q in self.queues if q.get("name") == name), None)
 
     def snapshot(self, with_queues: bool = False) -> Snapshot:
         return Snapshot(self.status(), self.node, self.cluster,
-                        queues=self.queue_rows if with_queues else [])
+                        queues=self.queues if with_queues else [])
 
     def durable_problem(self) -> str | None:
         return self.durable
@@ -229,7 +235,7 @@ def test_health_and_ready_follow_the_view() -> None:
 def test_api_queue_listing_queries() -> None:
     router, view = Router(), FakeView()
     api_routes(router, view)
-    view.queue_rows = [{"name": f"q{i}", "ready": i, "unacked": 0, "durable": i % 2 == 0}
+    view.queues = [{"name": f"q{i}", "ready": i, "unacked": 0, "durable": i % 2 == 0}
                        for i in range(12)]
     items = orjson.loads(_call(router, "GET", "/api/queues?sort=messages&sort_reverse=true"
                                "&columns=name,messages").body)
@@ -253,7 +259,7 @@ def test_api_queue_listing_queries() -> None:
 def test_api_bad_queries_are_400_naming_the_field(query: str, field: str) -> None:
     router, view = Router(), FakeView()
     api_routes(router, view)
-    view.queue_rows = [{"name": "q"}]
+    view.queues = [{"name": "q"}]
     r = _call(router, "GET", f"/api/queues?{query}")
     assert r.status == 400
     assert orjson.loads(r.body)["reason"].startswith(f"{field}:")
@@ -473,7 +479,7 @@ def test_user_and_permission_writes(method: str, target: str, body: bytes, statu
 def test_object_bindings_and_small_reads() -> None:
     router, view = Router(), FakeView()
     api_routes(router, view)
-    view.queue_rows = [{"name": "q"}]
+    view.queues = [{"name": "q"}]
     view.rows = lambda kind: {  # type: ignore[method-assign]
         "queues": [{"name": "q"}], "exchanges": [{"name": "x"}, {"name": "y"}],
         "bindings": [{"exchange": "", "queue": "q", "routing_key": "q"},

@@ -7,6 +7,7 @@ from __future__ import annotations
 import socket
 from collections.abc import Callable
 
+import paho.mqtt.client as mqtt
 import pytest
 
 from oxiedge.mqtt.codec import encode
@@ -212,3 +213,15 @@ def test_connection_limits_count_websockets(start_server: Callable[..., ServerPr
         assert answer == b""
     first.close()
     second.close()
+
+
+def test_mqtt5_over_ws(ws_server: ServerProcess, ws_clients: Callable[..., Client]) -> None:
+    """The subprotocol is ``mqtt`` for MQTT 5 too: the CONNECT's level decides."""
+    sub = ws_clients(ws_server.http_port, "ws5-sub", protocol=mqtt.MQTTv5, clean=None)
+    sub.c.connect("127.0.0.1", ws_server.http_port or 0)
+    sub.c.loop_start()
+    assert sub.connack.get(timeout=10)[0] == 0
+    sub.subscribe(("v5/#", 1))
+    sub.publish("v5/t", b"five", qos=1)
+    m = sub.get()
+    assert (m.topic, m.payload, m.qos) == ("v5/t", b"five", 1)

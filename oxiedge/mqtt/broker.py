@@ -32,6 +32,7 @@ from oxiedge.mqtt.router import (
 )
 from oxiedge.mqtt.session import Hold, Limits, Outlet, Session, Stats
 from oxiedge.mqtt.topics import TopicTrie, topic_filter_problem, topic_limit_problem
+from oxiedge.mqtt.wills import DelayedWills
 from oxiedge.staged import Fanout
 
 #: Retained messages one ``replay_step`` sends at most before it lets other tasks run.
@@ -59,6 +60,8 @@ class Broker:
         # (user, client id) -> the read check of that client (``access.Grants``), for the
         # sessions recovered at start-up: their offline deliveries follow the read rules.
         self.reader_for: Callable[[str, str], Any] | None = None
+        # MQTT 5 wills waiting for their Will Delay Interval (``wills.py``).
+        self.wills = DelayedWills()
         # An offline MQTT 5 session has a deadline of its own (``expire_sessions``).
         self.deadlines = False
 
@@ -320,7 +323,7 @@ class Broker:
                 subs[flt] = qos  # MQTT-3.8.4-3: replaces an identical filter's QoS
                 router.add(flt, s, qos)
                 changed = True
-            codes.append(qos)
+            codes.append(qos & 3)  # (MQTT 5 options above the QoS bits: router.py)
             resulting.pop(flt, None)
             resulting[flt] = qos
         staged = changed and s.store is not None
@@ -379,7 +382,7 @@ class Broker:
                     and not s.acl.may_read(topic):
                 continue  # a subscriber never receives a retained message it may not read
             if r is not None:
-                qos = min(r.qos, replay.granted)
+                qos = min(r.qos, replay.granted & 3)
                 staged |= s.deliver(r.msg, qos, True, hold if qos == 2 else None)
                 sent += 1
         if hold is not None:

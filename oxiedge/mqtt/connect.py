@@ -206,6 +206,9 @@ class ConnectStep:
         elif self._accept5(s, present, terms, assigned):
             yield KICK  # its expiry record says "connected"
         s.conn = self.outlet
+        if broker.wills.cancel(client_id):  # MQTT-3.1.3-9: a delayed will is not sent
+            broker.stats.wills_skipped += 1  # (cancelled once the session is ours: the
+            # connection that left it may still be closing, and only then delay its will)
         s.offline_since = None  # attached: no session expiry (Broker.expire_sessions)
         broker.set_acl(s, self.grants)
         if self._perms.active and (s.queue or s.inflight):

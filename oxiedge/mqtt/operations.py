@@ -205,7 +205,7 @@ class MqttOperations:
         return rows
 
     def subscription_rows(self) -> list[SubscriptionRow]:
-        return [SubscriptionRow(s.client_id, flt, qos, s.conn is not None)
+        return [SubscriptionRow(s.client_id, flt, qos & 3, s.conn is not None)
                 for s in sorted(self.broker.sessions.values(), key=lambda s: s.client_id)
                 for flt, qos in sorted(s.subs.items())]
 

@@ -227,7 +227,7 @@ def check_session(key: bytes, value: bytes) -> tuple[str, int, dict[str, int], s
     if owner <= 0:
         raise ValueError(f"owner {owner}")
     for flt, qos in subs.items():
-        _check_qos(qos)
+        _check_qos(qos & 3 if qos < 16 else qos)  # (MQTT 5 No Local 4, Retain As Published 8)
         problem = topic_filter_problem(flt)
         if problem:
             raise ValueError(f"subscription {flt!r}: {problem}")
@@ -426,7 +426,7 @@ def view_documents(store: RawStore) -> Iterator[dict[str, Any]]:
             doc["user"] = rs.user or None  # anonymous: null
         yield doc
         for flt, qos in rs.subs.items():
-            yield {"_kind": "sub", "client": rs.client_id, "filter": flt, "qos": qos}
+            yield {"_kind": "sub", "client": rs.client_id, "filter": flt, "qos": qos & 3}
         for seq, qos, retain, topic, payload in messages:
             yield {"_kind": "msg", "client": rs.client_id, "seq": seq, "topic": topic,
                    "qos": qos, "retain": retain, **_payload_fields(payload)}  # fmt: skip

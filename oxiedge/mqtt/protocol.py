@@ -205,14 +205,11 @@ class MqttProtocol(ConnectStep):
                     and not self.grants.may_publish(will.topic):
                 # A will obeys the publish rules at the moment it would go out.
                 self._perms.counters["mqtt_wills_denied"] += 1
+            elif isinstance(will, Will5):
+                kick = self._will5(will, s if ours else None)
             else:
                 broker.stats.wills += 1
-                if isinstance(will, Will5):
-                    kick = broker.router.route5(will.topic, will.payload, will.qos, will.retain,
-                                                will.topic.encode(),
-                                                *forwarded(will.properties, time.time()))
-                else:
-                    kick = broker.route(will.topic, will.payload, will.qos, will.retain)
+                kick = broker.route(will.topic, will.payload, will.qos, will.retain)
         if s is not None and ours and s.clean:
             broker.discard_session(s)  # MQTT-3.1.2-6: ends with the connection
         elif s is not None and ours:
@@ -222,6 +219,35 @@ class MqttProtocol(ConnectStep):
                 if s.set_expiry(s.expiry, time.time() + s.expiry):
                     kick = True  # MQTT 5: its deadline on disk (the clock runs while down)
         return kick
+
+    def _will5(self, will: Will5, s: Session | None) -> bool:
+        """An MQTT 5 will: now, or at the earlier of its Will Delay Interval and the end of
+        its session (``wills.py``); True if publishing it now staged durable work."""
+        broker = self.broker
+        props = will.properties
+
+        def publish() -> bool:
+            broker.stats.wills += 1
+            fwd, expires_at = forwarded(props._replace(will_delay_interval=None), time.time())
+            return broker.router.route5(will.topic, will.payload, will.qos, will.retain,
+                                        will.topic.encode(), fwd, expires_at)
+
+        delay = props.will_delay_interval or 0
+        mine = self.session
+        if delay and mine is not None and mine.conn is not None \
+                and broker.sessions.get(self.client_id) is mine:
+            # A new connection resumed the session before this one was done closing: a
+            # reconnect within the delay, so no will (MQTT-3.1.3-9).
+            broker.stats.wills_skipped += 1
+            return False
+        if s is not None and not s.clean and s.expiry:
+            delay = min(delay, s.expiry)  # (the session's end sends it too)
+        elif s is None or s.clean:
+            delay = 0  # the session ends now
+        if not delay:
+            return publish()
+        broker.wills.delay(self.client_id, self.clock() + delay, publish)
+        return False
 
     def _detach(self) -> None:
         """The session leaves this connection (owed retained messages end with it)."""

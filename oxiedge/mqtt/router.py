@@ -42,6 +42,13 @@ ROUTE_CACHE_MAX_BYTES = 1 << 20
 
 #: One topic's subscribers: ``(session, highest granted QoS of its matching filters)``.
 Route = tuple[tuple[Session, int], ...]
+#: MQTT 5 Subscription Options, kept in a subscription's value above its QoS bits (a
+#: 3.1.1 subscription's value is its QoS alone, so its route is built as before).
+NO_LOCAL = 4
+RETAIN_AS_PUBLISHED = 8
+#: One topic's subscribers with options: ``(session, QoS, keep RETAIN, QoS for its own
+#: publish (-1: No Local on every match), keep RETAIN for it)``.
+Special = tuple[tuple[Session, int, bool, int, bool], ...]
 
 
 def filter_levels(topic_filter: str) -> int:
@@ -64,6 +71,9 @@ class Router:
         # the subscription set (subscribe, unsubscribe, session discarded, recovery) clears
         # it; nothing else can change what a topic matches.
         self.routes: dict[str, Route] = {}
+        # topic -> its subscribers whose matching filters have MQTT 5 options (No Local,
+        # Retain As Published), beside ``routes``; empty while no subscription has any.
+        self.specials: dict[str, Special] = {}
         self._routes_bytes = 0  # sum of the cached topics' lengths
         # Permission rules exist (docs/permissions.md): deliveries, live and retained, go
         # only to sessions whose client may read the topic. Checked once per topic and
@@ -91,6 +101,7 @@ class Router:
     def clear_routes(self) -> None:
         """Forget the cached routes (the subscriptions or their read rules changed)."""
         self.routes.clear()
+        self.specials.clear()
         self._routes_bytes = 0
 
     # ------------------------------------------------------------------ holding
@@ -125,19 +136,22 @@ class Router:
         origin: Origin | None = None,
         topic_b: bytes | None = None,
         qos0_frame: bytes | None = None,
+        publisher: Session | None = None,
     ) -> bool:
         """Route one accepted PUBLISH; True if durable work was staged (commit before
         acknowledging; a ``staged.Staged``: True is ``COMMIT``). ``origin``: where it
         entered the bus (``None``: an MQTT client, the hot path passes nothing); the bus
         never hands it back to its origin. ``topic_b``: the topic's
         UTF-8 bytes if known; ``qos0_frame``: the received packet when it is exactly the
-        QoS 0 delivery (QoS 0, RETAIN 0), sent to QoS 0 subscribers as is."""
+        QoS 0 delivery (QoS 0, RETAIN 0), sent to QoS 0 subscribers as is. ``publisher``:
+        the publishing session, for No Local."""
         self.stats.messages_in += 1
         staged = False
         route = self.routes.get(topic)
         if route is None:
             route = self._route_of(topic)
-        if route or retain:  # (no subscriber, not retained: no ``Message`` is built)
+        sp = self.specials.get(topic) if self.specials else None
+        if route or retain or sp:  # (no subscriber, not retained: no ``Message`` is built)
             msg = Message(topic, payload, topic_b)
             if qos0_frame is not None:
                 msg.qos0 = qos0_frame
@@ -149,6 +163,8 @@ class Router:
                 # MQTT-3.3.1-9: retain flag is 0 for deliveries to existing subscriptions.
                 if s.deliver(msg, granted if granted < qos else qos, False, hold):
                     staged = True
+            if sp and self._special(sp, msg, qos, retain, hold, publisher):
+                staged = True
             if hold is not None:
                 self.held()
         # ---- the bus: amq.topic, uplink outboxes, ingest (oxiedge/bus.py) ---------------
@@ -169,19 +185,21 @@ class Router:
         topic_b: bytes,
         props: Properties,
         expires_at: float | None,
+        publisher: Session | None = None,
     ) -> bool:
         """``route`` for a PUBLISH from an MQTT 5 client: ``props`` are the properties its
         subscribers get (``forward5.forwarded``), ``expires_at`` its wall-clock deadline.
         Without either it is ``route`` (3.1.1 subscribers share one QoS 0 frame; its own
         frame is an MQTT 5 one, so it is never passed on as theirs)."""
         if props is NO_PROPERTIES and expires_at is None:
-            return self.route(topic, payload, qos, retain, None, topic_b)
+            return self.route(topic, payload, qos, retain, None, topic_b, None, publisher)
         self.stats.messages_in += 1
         staged = False
         route = self.routes.get(topic)
         if route is None:
             route = self._route_of(topic)
-        if route or retain:
+        sp = self.specials.get(topic) if self.specials else None
+        if route or retain or sp:
             msg = Message5(topic, payload, topic_b, props, expires_at)
             if retain:
                 staged = self.retained.keep(msg, qos)
@@ -189,6 +207,8 @@ class Router:
             for s, granted in route:
                 if s.deliver(msg, granted if granted < qos else qos, False, hold):
                     staged = True
+            if sp and self._special(sp, msg, qos, retain, hold, publisher):
+                staged = True
             if hold is not None:
                 self.held()
         bus = self.bus
@@ -196,21 +216,62 @@ class Router:
             staged = True
         return staged
 
+    @staticmethod
+    def _special(sp: Special, msg: Message, qos: int, retain: bool, hold: Hold | None,
+                 publisher: Session | None) -> bool:  # fmt: skip
+        """Deliver to the subscribers with MQTT 5 options: No Local leaves out the
+        publisher's own matches (MQTT-3.8.3-3), Retain As Published keeps RETAIN
+        (3.8.3.1)."""
+        staged = False
+        for s, q, rap, q_own, rap_own in sp:
+            if s is publisher:
+                if q_own < 0:
+                    continue
+                q, rap = q_own, rap_own
+            if s.deliver(msg, q if q < qos else qos, retain and rap, hold):
+                staged = True
+        return staged
+
     def _route_of(self, topic: str) -> Route:
         """Walk the trie for ``topic`` and cache the merged result."""
         # MQTT-3.3.5-1: one copy per client at the highest granted QoS of its matches.
         best: dict[Session, int] = {}
+        options: dict[Session, list[int]] | None = None
         for s, granted in self.subscriptions.match(topic):
-            if best.get(s, -1) < granted:
+            if granted > 3:  # MQTT 5 options: merged below, per subscription
+                if options is None:
+                    options = {}
+                options.setdefault(s, []).append(granted)
+            elif best.get(s, -1) < granted:
                 best[s] = granted
+        routes = self.routes
+        if len(routes) >= ROUTE_CACHE_MAX or self._routes_bytes > ROUTE_CACHE_MAX_BYTES:
+            self.clear_routes()
+        if options is not None:
+            self._special_of(topic, best, options)
         if self.acl_active:
             route = tuple((s, g) for s, g in best.items()
                           if s.acl is None or s.acl.may_read(topic))
         else:
             route = tuple(best.items())
-        routes = self.routes
-        if len(routes) >= ROUTE_CACHE_MAX or self._routes_bytes > ROUTE_CACHE_MAX_BYTES:
-            self.clear_routes()
         routes[topic] = route
         self._routes_bytes += len(topic)
         return route
+
+    def _special_of(self, topic: str, best: dict[Session, int],
+                    options: dict[Session, list[int]]) -> None:  # fmt: skip
+        """The ``specials`` entry of ``topic``: each session with an optioned match, its
+        plain matches (``best``) merged in."""
+        out = []
+        for s, values in options.items():
+            if self.acl_active and s.acl is not None and not s.acl.may_read(topic):
+                best.pop(s, None)
+                continue
+            plain = best.pop(s, -1)
+            q = max(plain, *(v & 3 for v in values))
+            own = [v for v in values if not v & NO_LOCAL]
+            q_own = max(plain, *(v & 3 for v in own)) if own else plain
+            out.append((s, q, any(v & RETAIN_AS_PUBLISHED for v in values), q_own,
+                        any(v & RETAIN_AS_PUBLISHED for v in own)))
+        if out:
+            self.specials[topic] = tuple(out)

@@ -186,6 +186,12 @@ class MqttService:
         due = trio.current_time()
         while True:
             now = trio.current_time()
+            if self.broker.wills and self.broker.wills.due(now):
+                try:  # (what a delayed will staged; its QoS 2 hold goes to the releaser)
+                    await self.app.store.commit()
+                except Exception as exc:  # CommitError: the server stops on it anyway
+                    self.app.log.error("MQTT: commit of delayed wills failed: %s", exc)
+                    return
             if now < due and not self.broker.deadlines:
                 await trio.sleep(1.0)  # (an MQTT 5 session may go offline meanwhile)
                 continue

@@ -11,7 +11,7 @@ from paho.mqtt.packettypes import PacketTypes
 
 from oxiedge.mqtt.codec5 import decode_all5
 from oxiedge.mqtt.encode5 import encode5
-from oxiedge.mqtt.packets5 import Connect5, Disconnect5, Publish5
+from oxiedge.mqtt.packets5 import Connect5, Disconnect5, Publish5, Will5
 from oxiedge.mqtt.properties import Properties
 from tests.conftest import ServerProcess as Server
 
@@ -244,3 +244,49 @@ def test_protocol_errors_get_a_disconnect_with_the_reason(shared_mqtt: Server, p
     s.sendall(encode5(packet))  # type: ignore[arg-type]
     assert decode_all5(_read_all(s)) == [Disconnect5(reason)]
     s.close()
+
+
+def test_no_local_and_retain_as_published(shared_mqtt: Server, v5: Make) -> None:
+    port = shared_mqtt.mqtt_port
+    me = v5(port, "nl-me")
+    me.connect()
+    assert me.subscribe("nl5/#", 1, noLocal=True) == [1]
+    other = v5(port, "nl-other")
+    other.connect()
+    assert other.subscribe("nl5/#", 1, retainAsPublished=True) == [1]
+    me.publish("nl5/a", b"mine", 1)
+    assert other.get().payload == b"mine"
+    assert me.nothing()  # MQTT-3.8.3-3: not to the publisher
+    other.publish("nl5/b", b"theirs", 1, retain=True)
+    assert me.get().retain is False  # MQTT-3.3.1-9: live deliveries without RETAIN
+    assert other.get().retain is True  # Retain As Published (3.8.3.1)
+    other.publish("nl5/b", b"", 1, retain=True)
+    me.get()
+
+
+def _with_will(port: int | None, client_id: str, topic: str, delay: int) -> socket.socket:
+    """A raw MQTT 5 connection with a will delayed by ``delay`` seconds (paho's own
+    client would reconnect on its own and so cancel the will)."""
+    assert port is not None
+    s = socket.create_connection(("127.0.0.1", port), timeout=10)
+    will = Will5(topic, topic.encode(), 1, False, Properties(will_delay_interval=delay))
+    s.sendall(encode5(Connect5(client_id, True, 60, will=will,
+                               properties=Properties(session_expiry_interval=60))))
+    assert s.recv(64)[:1] == b"\x20"
+    return s
+
+
+def test_will_delay_interval(shared_mqtt: Server, v5: Make) -> None:
+    port = shared_mqtt.mqtt_port
+    watcher = v5(port, "wd-watch")
+    watcher.connect()
+    watcher.subscribe("wd5/#", 1)
+    _with_will(port, "wd-late", "wd5/late", 2).close()  # no DISCONNECT
+    started = time.monotonic()
+    m = watcher.get(timeout=10)
+    assert m.payload == b"wd5/late" and time.monotonic() - started >= 1.5
+    _with_will(port, "wd-back", "wd5/back", 3).close()
+    again = v5(port, "wd-back")  # a reconnect within the delay: no will (MQTT-3.1.3-9)
+    again.connect(clean_start=False, properties=props(PacketTypes.CONNECT,
+                                                      SessionExpiryInterval=60))
+    assert watcher.nothing(4.0)

@@ -5,6 +5,9 @@ as the working directory (its ``mqtt`` package is imported from there)::
 
     PAHO_EXCLUDE='["name", ...]' python paho_driver.py HOST PORT RESULTS.json [TEST_NAME ...]
 
+``PAHO_MODULE=client_test5`` runs the MQTT 5 suite instead (same globals, plus the
+``topic_prefix`` its ``__main__`` sets for the shared subscription test).
+
 ``client_test.py``'s own ``__main__`` cannot be used: its ``-h`` is the host option, which
 it then hands on to ``unittest.main()`` as "help". So this sets the module globals its
 ``__main__`` would set (``host``, ``port``, ``topics``, ``wildtopics``,
@@ -76,7 +79,11 @@ class Recording(unittest.TestResult):
 def main(argv: list[str]) -> int:
     host, port, out, only = argv[0], int(argv[1]), argv[2], argv[3:]
     sys.path.insert(0, os.getcwd())
-    import client_test  # the archived interoperability/client_test.py
+    import importlib
+
+    # the archived interoperability/client_test.py (or client_test5.py)
+    client_test = importlib.import_module(os.environ.get("PAHO_MODULE") or "client_test")
+    client_test.topic_prefix = "client_test5/"  # (client_test5's __main__ sets it)
 
     client_test.host = host
     client_test.port = port

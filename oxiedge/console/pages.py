@@ -291,8 +291,20 @@ class Console:
                 Column("channels", "Channels", True), Column("consumers", "Consumers", True),
                 Column("unacked", "Unacked", True), Column("published", "Published", True),
                 Column("delivered", "Delivered", True)]
-        return "AMQP connections", "/connections", table(
-            cols, rows, actions, "no AMQP connections", "Connections")
+        mqtt = [r for r in await self._rows("sessions") if r.get("connected")]
+
+        def kick(row: dict[str, Any]) -> str:
+            client = str(row.get("client", ""))
+            return self._button(who, req, "client.kick", client, "Kick",
+                                f"Disconnect {client}?")
+
+        mcols = [Column("client", "Client"), Column("clean", "Clean"),
+                 Column("subscriptions", "Subs", True), Column("inflight", "In flight", True),
+                 Column("queued", "Queued", True)]
+        return "Connections", "/connections", (
+            "<h2>AMQP</h2>" + table(cols, rows, actions, "no AMQP connections", "AMQP")
+            + "<h2>MQTT clients</h2>"
+            + table(mcols, mqtt, kick, "no MQTT client connected", "MQTT clients"))
 
     # ------------------------------------------------------------------ data
     async def collections(self, _req: Request, _who: Principal, _args: tuple[str, ...]

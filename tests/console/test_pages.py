@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
+import threading
 from typing import Any
 from urllib.parse import parse_qs, urlencode, urlsplit
 
@@ -175,3 +176,29 @@ def test_test_message_get_and_users(users_server: ServerProcess, client_for: Any
     assert b"watcher" not in c.get("/users", WATCHER).body.split(b"<main>")[1]
     users = c.get("/users", ADMIN).body.decode()
     assert "watcher" in users and "monitoring" in users and "pbkdf2" not in users
+
+
+def test_connected_mqtt_client_is_listed_and_kicked(http_server: ServerProcess,
+                                                    client_for: Any) -> None:
+    import paho.mqtt.client as mqtt
+
+    assert http_server.mqtt_port
+    up, gone = threading.Event(), threading.Event()
+    client = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id="greenhouse-7",
+                         clean_session=False)
+    client.on_connect = lambda *_a: up.set()
+    client.on_disconnect = lambda *_a: gone.set()
+    client.connect("127.0.0.1", http_server.mqtt_port)
+    client.loop_start()
+    try:
+        assert up.wait(10)  # CONNACK: the session is the server's now
+        c = client_for(http_server)
+        page = c.get("/connections").body.decode()
+        fields = _form(page, "client.kick", "greenhouse-7")
+        r = c.request("POST", "/console/action", None, urlencode(fields).encode(),
+                      {"content-type": "application/x-www-form-urlencoded"})
+        assert parse_qs(urlsplit(r.headers["location"]).query)["msg"] == [
+            "client.kick greenhouse-7: done"]
+        assert gone.wait(10)
+    finally:
+        client.loop_stop()

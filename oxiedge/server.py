@@ -8,7 +8,6 @@ and it is also when systemd hears READY=1.
 
 from __future__ import annotations
 
-import errno
 import os
 import signal
 import sys
@@ -31,30 +30,20 @@ from .bus import Bus
 from .config import Config, ConfigError
 from .ingest.routes import Route, parse_routes
 from .ingest.step import Ingest
+from .listeners import StartupError, any_tls, open_listeners, wanted
 from .mqtt.service import MqttService
 from .net.hot import HotLoopOff, hot_loop_state
 from .store import Store, StoreFormatError, StoreLockedError
-from .tls import TlsConfigError, TlsListener, TlsManager, TlsSettings
+from .tls import TlsConfigError, TlsManager, TlsSettings
 from .topicmap import EXCHANGE
 from .uplink.definitions import UplinkDef, check_device_id, load_config_file
 from .uplink.manager import UplinkManager, default_device_id
-
-#: key → (service class, label in the log lines), in start-up order.
-_SERVICES: dict[str, tuple[type[MqttService] | type[AmqpService], str]] = {
-    "mqtt": (MqttService, "MQTT"),
-    "amqp": (AmqpService, "AMQP"),
-}
-
 
 #: Exit status after a failed commit round (crash-only: ``Restart=on-failure`` restarts the
 #: unit and start-up recovery runs from what is on disk; 2 stays "bad configuration").
 EXIT_STORAGE_FAILURE = 3
 #: Seconds the failed round's waiters get to answer (nack, close) before the process exits.
 STORAGE_FAILURE_GRACE = 0.5
-
-
-class StartupError(RuntimeError):
-    """The server cannot start; the message names the bad value."""
 
 
 def run(config: Config) -> int:
@@ -107,20 +96,6 @@ def _open_store(config: Config) -> Store:
         raise StartupError(f"cannot open the store in {config.db_path}: {exc}") from None
 
 
-async def _bind(config: Config, port: int, label: str) -> list[trio.SocketListener]:
-    try:
-        return await trio.open_tcp_listeners(port, host=config.bind)
-    except OSError as exc:
-        if exc.errno == errno.EADDRINUSE:
-            raise StartupError(f"{label} port {port} on {config.bind} is already in use") \
-                from None
-        raise StartupError(f"cannot listen on {config.bind}:{port} for {label}: {exc}") from None
-
-
-def _bound_port(listeners: list[Any]) -> int:
-    return int(listeners[0].socket.getsockname()[1])
-
-
 def admin_socket_mode(data: Path) -> int:
     """0660 when the data dir is shared with its group only (the systemd unit sets
     StateDirectoryMode=0750, so members of the ``oxiedge`` group may use the CLI), else
@@ -131,10 +106,6 @@ def admin_socket_mode(data: Path) -> int:
         return 0o600
     group_ok = mode & 0o050 == 0o050 and mode & 0o007 == 0
     return 0o660 if group_ok else 0o600
-
-
-def _format_host(host: str) -> str:
-    return f"[{host}]" if ":" in host else host
 
 
 async def serve(config: Config) -> None:
@@ -163,8 +134,7 @@ async def serve(config: Config) -> None:
 def _tls_manager(config: Config, log: Any) -> TlsManager | None:
     """The TLS context when a TLS port is set (None otherwise); invalid settings raise
     StartupError naming the bad value."""
-    if config.mqtt_tls_port is None and config.amqp_tls_port is None and \
-            config.http_tls_port is None:
+    if not any_tls(config):
         return None
     try:
         return TlsManager(TlsSettings.from_config(config), log)
@@ -213,11 +183,8 @@ def _build(app: App, tls: TlsManager | None, routes: list[Route], mqtt_on: bool,
 async def _serve_app(app: App, tls: TlsManager | None, routes: list[Route],
                      uplinks: list[UplinkDef]) -> None:
     config, log = app.config, app.log
-    ports = {"mqtt": config.mqtt_port, "amqp": config.amqp_port}
-    tls_ports = {"mqtt": config.mqtt_tls_port, "amqp": config.amqp_tls_port}
-    parts = _build(app, tls, routes,
-                   ports["mqtt"] is not None or tls_ports["mqtt"] is not None,
-                   ports["amqp"] is not None or tls_ports["amqp"] is not None)
+    parts = _build(app, tls, routes, bool(wanted(config, "mqtt")),
+                   bool(wanted(config, "amqp")))
     handlers = core_handlers(app, parts.status)
     _tune_transport(app, parts)
     with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals, \
@@ -225,7 +192,7 @@ async def _serve_app(app: App, tls: TlsManager | None, routes: list[Route],
         async with trio.open_nursery() as nursery:
             nursery.start_soon(_stop_on_signal, signals, nursery.cancel_scope, log)
             nursery.start_soon(_reload_on_hangup, hangups, app, tls)
-            await _start(app, parts, nursery, handlers, uplinks, ports, tls_ports)
+            await _start(app, parts, nursery, handlers, uplinks)
 
 
 def _tune_transport(app: App, parts: Parts) -> None:
@@ -271,8 +238,7 @@ async def _stop_on_signal(signals: Any, scope: trio.CancelScope, log: Any) -> No
 
 
 async def _start(app: App, parts: Parts, nursery: trio.Nursery, handlers: dict[str, Any],
-                 uplink_defs: list[UplinkDef], ports: dict[str, int | None],
-                 tls_ports: dict[str, int | None]) -> None:
+                 uplink_defs: list[UplinkDef]) -> None:
     config, log = app.config, app.log
     await nursery.start(app.store.committer.run)
     nursery.start_soon(_exit_on_storage_failure, app)
@@ -295,24 +261,8 @@ async def _start(app: App, parts: Parts, nursery: trio.Nursery, handlers: dict[s
     await uplinks.start(nursery)
     await _recovery_done(app)
     handlers.update(uplinks.admin_handlers())
-    for key, service in app.services.items():
-        label = _SERVICES[key][1]
-        # (log label, endpoint key, listeners) - plain first, then TLS (either may be off)
-        bound: list[tuple[str, str, list[Any]]] = []
-        if ports[key] is not None:
-            bound.append((label, key, await _bind(config, ports[key] or 0, label)))
-        if tls_ports[key] is not None:
-            assert tls is not None
-            raw = await _bind(config, tls_ports[key] or 0, f"{label} TLS")
-            bound.append((f"{label} TLS", f"{key}_tls", [TlsListener(x, tls) for x in raw]))
-        await nursery.start(service.run, [x for _, _, group in bound for x in group])
-        for i, (name, endpoint, group) in enumerate(bound):
-            actual = _bound_port(group)
-            app.endpoints[endpoint] = f"{config.bind}:{actual}"
-            log.info("%s listening on %s:%d%s", name, _format_host(config.bind), actual,
-                     service.listening_suffix() if i == 0 else "")
-            log.info("%s on %s:%d: %s", name, _format_host(config.bind), actual,
-                     app.users.mode())
+    for key, service in app.services.items():  # (listeners: the table of listeners.py)
+        await open_listeners(app, key, service.run, nursery, tls, service.listening_suffix())
         for line in service.extra_lines():
             log.info("%s", line)
         if key == "mqtt":
@@ -342,7 +292,7 @@ async def _start_http(app: App, parts: Parts, nursery: trio.Nursery,
     of the server (``ready`` is set once ``oxiedge ready`` is logged), None when both are off.
     Its h11 is imported only here."""
     config, log = app.config, app.log
-    if config.http_port is None and config.http_tls_port is None:
+    if not wanted(config, "http"):
         return None
     from .http.wiring import build
 
@@ -352,20 +302,8 @@ async def _start_http(app: App, parts: Parts, nursery: trio.Nursery,
 
         server.websocket = WebSocketEndpoint(parts.mqtt, log)
         parts.status["websocket"] = server.websocket
-    bound: list[tuple[str, str, list[Any]]] = []
-    if config.http_port is not None:
-        bound.append(("HTTP", "http", await _bind(config, config.http_port or 0, "HTTP")))
-    if config.http_tls_port is not None:
-        assert parts.tls is not None
-        raw = await _bind(config, config.http_tls_port or 0, "HTTP TLS")
-        bound.append(("HTTP TLS", "http_tls", [TlsListener(x, parts.tls) for x in raw]))
-    await nursery.start(server.run, [x for _, _, group in bound for x in group])
+    await open_listeners(app, "http", server.run, nursery, parts.tls)
     parts.status["http"] = server
-    for name, endpoint, group in bound:
-        actual = _bound_port(group)
-        app.endpoints[endpoint] = f"{config.bind}:{actual}"
-        log.info("%s listening on %s:%d", name, _format_host(config.bind), actual)
-        log.info("%s on %s:%d: %s", name, _format_host(config.bind), actual, app.users.mode())
     return view
 
 

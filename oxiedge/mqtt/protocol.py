@@ -57,6 +57,7 @@ from oxiedge.mqtt.packets5 import Will5
 from oxiedge.mqtt.ports import Alarms, Log, Outlet
 from oxiedge.mqtt.reasons import ReasonCode
 from oxiedge.mqtt.session import Session
+from oxiedge.mqtt.topics import sys_topic
 from oxiedge.net.actions import (
     BLOCKED,
     CHECKPOINT,
@@ -201,8 +202,8 @@ class MqttProtocol(ConnectStep):
         ours = s is not None and self._had_session and s.conn is None  # (not taken over)
         if self._abnormal and self.will is not None:
             will, self.will = self.will, None
-            if self._perms.active and self.grants is not None \
-                    and not self.grants.may_publish(will.topic):
+            if (self._perms.active and self.grants is not None
+                    and not self.grants.may_publish(will.topic)) or sys_topic(will.topic):
                 # A will obeys the publish rules at the moment it would go out.
                 self._perms.counters["mqtt_wills_denied"] += 1
             elif isinstance(will, Will5):

@@ -27,7 +27,7 @@ from oxiedge.mqtt.connection import Connection, Traffic
 from oxiedge.mqtt.operations import MqttOperations
 from oxiedge.mqtt.session import Limits, Session
 from oxiedge.mqtt.systree import SysTree
-from oxiedge.mqtt.topics import valid_topic_name
+from oxiedge.mqtt.topics import sys_topic, valid_topic_name
 from oxiedge.mqtt.views import register_views
 from oxiedge.operations import handlers
 from oxiedge.sizes import backlog_budget
@@ -101,9 +101,11 @@ class MqttService:
         was staged: the caller must ``await app.store.commit()`` before acknowledging
         its source. ``origin``: where it entered the bus (the bus never hands it back
         there; ``None``: as an MQTT client). Raises ValueError for an invalid topic name
-        or QoS."""
+        or QoS, and for a ``$SYS`` topic."""
         if not valid_topic_name(topic) or qos not in (0, 1, 2):
             raise ValueError(f"invalid MQTT topic {topic!r} or QoS {qos}")
+        if sys_topic(topic):  # the broker's own (systree.py), from no other origin
+            raise ValueError(f"MQTT topic {topic!r}: $SYS topics are the broker's")
         return self.broker.route(topic, payload, qos, retain, origin)
 
     async def publish(

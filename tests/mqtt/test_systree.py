@@ -10,6 +10,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import pika
 import pytest
 
 from oxiedge.mqtt.broker import Broker
@@ -165,3 +166,26 @@ def test_values_and_load_averages_follow_the_counters() -> None:
     tree.publish("$SYS/broker/x", b"1")
     assert broker.retained.get("$SYS/broker/x") is not None
     assert isinstance(broker.retained.get("$SYS/broker/x").msg, Message)  # type: ignore[union-attr]
+
+
+def test_no_will_and_no_amqp_publish_reaches_sys(start_server: Callable[..., ServerProcess],
+                                                 clients: Callable[..., Client]) -> None:
+    srv = start_server("--sys-interval", "0")  # nothing of the broker's own in the way
+    watcher = clients(srv.mqtt_port, "watch")
+    watcher.connect()
+    watcher.subscribe(("$SYS/#", 0), ("done", 0))
+    dying = clients(srv.mqtt_port, "dying")
+    dying.connect(will=("$SYS/broker/version", b"will", 0, True))
+    dying.drop()  # abnormal end: its will would go out now
+    conn = pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", srv.amqp_port))
+    try:
+        ch = conn.channel()
+        ch.basic_publish("amq.topic", "$SYS.broker.uptime", b"from-amqp")
+        ch.basic_publish("amq.topic", "done", b"1")
+    finally:
+        conn.close()
+    m = watcher.get()
+    assert (m.topic, m.payload) == ("done", b"1")
+    watcher.assert_nothing(0.5)
+    status = srv.cli("status", "--json").stdout
+    assert '"mqtt_wills_denied": 1' in status.replace('":1', '": 1')

@@ -24,11 +24,13 @@ from oxiedge.mqtt.persist import RawStore
 from oxiedge.mqtt.replay import RetainedReplay
 from oxiedge.mqtt.retain import Retained, RetainedStore
 from oxiedge.mqtt.router import (
+    ID_SHIFT,
     ROUTE_CACHE_MAX,
     ROUTE_CACHE_MAX_BYTES,
     Route,
     Router,
     filter_levels,
+    with_ids,
 )
 from oxiedge.mqtt.session import Hold, Limits, Outlet, Session, Stats
 from oxiedge.mqtt.topics import TopicTrie, topic_filter_problem, topic_limit_problem
@@ -383,7 +385,9 @@ class Broker:
                 continue  # a subscriber never receives a retained message it may not read
             if r is not None:
                 qos = min(r.qos, replay.granted & 3)
-                staged |= s.deliver(r.msg, qos, True, hold if qos == 2 else None)
+                sid = s.subs.get(replay.filter, 0) >> ID_SHIFT  # MQTT 5 (3.3.2.3.8)
+                staged |= s.deliver(r.msg if not sid else with_ids(r.msg, (sid,)), qos, True,
+                                    hold if qos == 2 else None)  # fmt: skip
                 sent += 1
         if hold is not None:
             router.held()

@@ -6,9 +6,9 @@ when the protocol level is 5.
   the client's Receive Maximum and Maximum Packet Size (they bound what the broker sends
   it), and the CONNACK properties that announce what this broker does (3.2.2.3): its
   Receive Maximum, Maximum Packet Size and Topic Alias Maximum, an Assigned Client
-  Identifier for an empty one, and that Subscription Identifiers and Shared Subscriptions
-  are not available (yet). Retain, QoS 2 and wildcards are available: their properties are
-  left out, which means exactly that.
+  Identifier for an empty one, and that Shared Subscriptions are not available (yet).
+  Retain, QoS 2, wildcards and Subscription Identifiers are available: their properties
+  are left out, which means exactly that.
 - ``refusal``: the MQTT 5 reason code of a refused CONNECT, from the 3.1.1 one.
 """
 
@@ -75,7 +75,6 @@ class Connect5Terms:
             receive_maximum=receive_maximum,
             topic_alias_maximum=TOPIC_ALIAS_MAXIMUM,
             maximum_packet_size=max_packet_size,
-            subscription_identifier_available=0,
             shared_subscription_available=0,
         )
         return Connack5(0, present, props)

@@ -48,7 +48,7 @@ from oxiedge.mqtt.packets5 import (
 )
 from oxiedge.mqtt.properties import NO_PROPERTIES
 from oxiedge.mqtt.reasons import ReasonCode as RC
-from oxiedge.mqtt.router import NO_LOCAL, RETAIN_AS_PUBLISHED
+from oxiedge.mqtt.router import ID_SHIFT, NO_LOCAL, RETAIN_AS_PUBLISHED
 from oxiedge.mqtt.topics import sys_topic, topic_filter_problem
 
 SHARE_PREFIX = "$share/"
@@ -72,13 +72,6 @@ class PayloadFormatInvalid(ProtocolError):
     (3.3.2.3.2): there is no acknowledgement to refuse it with."""
 
     reason_code: ClassVar[int] = RC.PAYLOAD_FORMAT_INVALID
-
-
-class SubscriptionIdentifiersNotSupported(ProtocolError):
-    """A SUBSCRIBE with a Subscription Identifier, which the CONNACK said is not available
-    (3.2.2.3.12)."""
-
-    reason_code: ClassVar[int] = RC.SUBSCRIPTION_IDENTIFIERS_NOT_SUPPORTED
 
 
 def _is_utf8(payload: bytes) -> bool:
@@ -230,8 +223,8 @@ class Handlers5:
     def _on_subscribe(self, p: Subscribe5) -> bool:
         h, s = self.h, self.h.session
         assert s is not None
-        if p.properties.subscription_identifiers:
-            raise SubscriptionIdentifiersNotSupported("Subscription Identifier in SUBSCRIBE")
+        sid = p.properties.subscription_identifiers
+        ident = sid[0] << ID_SHIFT if sid else 0  # (the codec allows one, 3.8.2.1.2)
         subs = p.subscriptions
         codes: list[int] = [0] * len(subs)
         wanted: list[tuple[str, int]] = []
@@ -245,7 +238,7 @@ class Handlers5:
             fresh.setdefault(flt, flt not in s.subs)
             # The options live in the subscription's value above its QoS (router.py).
             wanted.append((flt, sub.qos | (NO_LOCAL if sub.no_local else 0)
-                           | (RETAIN_AS_PUBLISHED if sub.retain_as_published else 0)))
+                           | (RETAIN_AS_PUBLISHED if sub.retain_as_published else 0) | ident))
             at.append(i)
         got, accepted, staged = h.subscribe_filters(s, wanted)
         accepted = [(flt, packed & 3) for flt, packed in accepted]

@@ -9,7 +9,9 @@ key                          value                                              
 ==========================  ==================================================  ==========
 ``s`` client id (UTF-8)      owner (Q), then the user entry (a zero length (H),  ``session``
                              then user len (H), user; empty = anonymous), then   + ``sub``
-                             per subscription: len (H), filter, granted QoS (B)
+                             per subscription: len (H), filter, QoS and MQTT
+                             5 options (B: No Local 4, Retain As Published 8,
+                             16: a Subscription Identifier (I) follows)
 ``m`` owner seq              flags (B: QoS bits 0-1, retain bit 2, MQTT 5 bit    ``msg``
                              3), topic len (H), topic, [MQTT 5: expiry deadline
                              (Q, ms), property block], payload
@@ -173,9 +175,11 @@ def encode_session(owner: int, subs: dict[str, int], user: str | None = None) ->
     if user is not None:
         raw = user.encode("utf-8")
         parts.append(b"\0\0" + len(raw).to_bytes(2, "big") + raw)
-    for flt, qos in subs.items():
+    for flt, value in subs.items():
         raw = flt.encode("utf-8")
-        parts.append(len(raw).to_bytes(2, "big") + raw + bytes((qos,)))
+        sid = value >> 4  # MQTT 5: a Subscription Identifier follows the byte (bit 4)
+        parts.append(len(raw).to_bytes(2, "big") + raw + (
+            bytes((value,)) if not sid else bytes(((value & 15) | 16,)) + sid.to_bytes(4, "big")))
     return b"".join(parts)
 
 
@@ -196,7 +200,15 @@ def decode_session(value: bytes) -> tuple[int, dict[str, int], str | None]:
         end = off + 2 + int.from_bytes(value[off : off + 2], "big")
         if end >= len(value):
             raise ValueError("subscription entry longer than the session record")
-        subs[value[off + 2 : end].decode("utf-8")] = value[end]
+        flags = value[end]
+        if flags & 16:  # MQTT 5: with its Subscription Identifier
+            if end + 5 > len(value):
+                raise ValueError("subscription identifier longer than the session record")
+            subs[value[off + 2 : end].decode("utf-8")] = (flags & 15) | (
+                int.from_bytes(value[end + 1 : end + 5], "big") << 4)
+            off = end + 5
+            continue
+        subs[value[off + 2 : end].decode("utf-8")] = flags
         off = end + 1
     return owner, subs, user
 
@@ -227,7 +239,7 @@ def check_session(key: bytes, value: bytes) -> tuple[str, int, dict[str, int], s
     if owner <= 0:
         raise ValueError(f"owner {owner}")
     for flt, qos in subs.items():
-        _check_qos(qos & 3 if qos < 16 else qos)  # (MQTT 5 No Local 4, Retain As Published 8)
+        _check_qos(qos & 3)  # (MQTT 5: No Local 4, Retain As Published 8, identifier << 4)
         problem = topic_filter_problem(flt)
         if problem:
             raise ValueError(f"subscription {flt!r}: {problem}")

@@ -42,13 +42,26 @@ ROUTE_CACHE_MAX_BYTES = 1 << 20
 
 #: One topic's subscribers: ``(session, highest granted QoS of its matching filters)``.
 Route = tuple[tuple[Session, int], ...]
-#: MQTT 5 Subscription Options, kept in a subscription's value above its QoS bits (a
-#: 3.1.1 subscription's value is its QoS alone, so its route is built as before).
+#: MQTT 5 Subscription Options, kept in a subscription's value above its QoS bits, and its
+#: Subscription Identifier above them (``value >> ID_SHIFT``); a 3.1.1 subscription's value
+#: is its QoS alone, so its route is built as before.
 NO_LOCAL = 4
 RETAIN_AS_PUBLISHED = 8
-#: One topic's subscribers with options: ``(session, QoS, keep RETAIN, QoS for its own
-#: publish (-1: No Local on every match), keep RETAIN for it)``.
-Special = tuple[tuple[Session, int, bool, int, bool], ...]
+ID_SHIFT = 4
+#: One topic's subscribers with options: ``(session, QoS, keep RETAIN, Subscription
+#: Identifiers, then the same three for the session's own publish (QoS -1: No Local on
+#: every match))``.
+Special = tuple[tuple[Session, int, bool, tuple[int, ...], int, bool, tuple[int, ...]], ...]
+
+
+def with_ids(msg: Message, ids: tuple[int, ...]) -> Message:
+    """``msg`` as one subscriber gets it with its Subscription Identifiers (3.3.2.3.8):
+    a copy, encoded (and stored) for that subscriber only."""
+    if type(msg) is Message5:
+        return Message5(msg.topic, msg.payload, msg.topic_b,
+                        msg.props._replace(subscription_identifiers=ids), msg.expires_at)
+    return Message5(msg.topic, msg.payload, msg.topic_b,
+                    Properties(subscription_identifiers=ids), None)
 
 
 def filter_levels(topic_filter: str) -> int:
@@ -223,12 +236,13 @@ class Router:
         publisher's own matches (MQTT-3.8.3-3), Retain As Published keeps RETAIN
         (3.8.3.1)."""
         staged = False
-        for s, q, rap, q_own, rap_own in sp:
+        for s, q, rap, ids, q_own, rap_own, ids_own in sp:
             if s is publisher:
                 if q_own < 0:
                     continue
-                q, rap = q_own, rap_own
-            if s.deliver(msg, q if q < qos else qos, retain and rap, hold):
+                q, rap, ids = q_own, rap_own, ids_own
+            if s.deliver(msg if not ids else with_ids(msg, ids), q if q < qos else qos,
+                         retain and rap, hold):  # fmt: skip
                 staged = True
         return staged
 
@@ -271,7 +285,10 @@ class Router:
             q = max(plain, *(v & 3 for v in values))
             own = [v for v in values if not v & NO_LOCAL]
             q_own = max(plain, *(v & 3 for v in own)) if own else plain
-            out.append((s, q, any(v & RETAIN_AS_PUBLISHED for v in values), q_own,
-                        any(v & RETAIN_AS_PUBLISHED for v in own)))
+            # MQTT-3.3.4-4: every matching subscription's identifier, in one PUBLISH
+            ids = tuple(sorted({v >> ID_SHIFT for v in values if v >> ID_SHIFT}))
+            ids_own = tuple(sorted({v >> ID_SHIFT for v in own if v >> ID_SHIFT}))
+            out.append((s, q, any(v & RETAIN_AS_PUBLISHED for v in values), ids, q_own,
+                        any(v & RETAIN_AS_PUBLISHED for v in own), ids_own))
         if out:
             self.specials[topic] = tuple(out)

@@ -63,9 +63,10 @@ class Client5:
         assert rc == expect, f"CONNACK {rc:#x} != {expect:#x}"
         return present, p
 
-    def subscribe(self, topic: str, qos: int = 0, **options: Any) -> list[int]:
+    def subscribe(self, topic: str, qos: int = 0, sid: int | None = None,
+                  **options: Any) -> list[int]:
         """SUBSCRIBE one filter with ``SubscribeOptions`` (noLocal, retainAsPublished,
-        retainHandling); the SUBACK's reason codes."""
+        retainHandling) and a Subscription Identifier; the SUBACK's reason codes."""
         done = threading.Event()
         codes: list[int] = []
 
@@ -75,7 +76,8 @@ class Client5:
 
         self.c.on_subscribe = on_sub
         opts = mqtt.SubscribeOptions(qos=qos, **options)
-        rc, _mid = self.c.subscribe(topic, options=opts)
+        p = None if sid is None else props(PacketTypes.SUBSCRIBE, SubscriptionIdentifier=sid)
+        rc, _mid = self.c.subscribe(topic, options=opts, properties=p)
         assert rc == 0
         assert done.wait(TIMEOUT), "no SUBACK"
         return codes

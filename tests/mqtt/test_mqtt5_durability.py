@@ -80,7 +80,8 @@ def test_sigkill_keeps_properties_expiry_and_qos2_of_stored_messages(start_mqtt:
     srv = start_mqtt()
     sub = Raw5(srv.mqtt_port)
     sub.connect("k5-sub")
-    sub.send(Subscribe5(1, (Subscription("k5/#", 2),)))
+    sub.send(Subscribe5(1, (Subscription("k5/#", 2, no_local=True),),
+                        Properties(subscription_identifiers=(9,))))
     assert sub.next() == Suback5(1, (2,))
     sub.send(Disconnect5())
     sub.close()
@@ -111,6 +112,8 @@ def test_sigkill_keeps_properties_expiry_and_qos2_of_stored_messages(start_mqtt:
     assert [(p.topic, p.payload, p.qos) for p in got] == [  # type: ignore[attr-defined]
         ("k5/one", b'{"n": 1}', 1), ("k5/two", b'{"n": 2}', 2), ("k5/kept", b'{"r": 1}', 1)]
     one, two_p, kept = (p.properties for p in got)  # type: ignore[attr-defined]
+    assert all(p.subscription_identifiers == (9,) for p in (one, two_p, kept))
+    one, two_p, kept = (p._replace(subscription_identifiers=()) for p in (one, two_p, kept))
     assert one._replace(message_expiry_interval=None) == PROPS  # byte for byte:
     assert encode_properties(two_p, PacketType.PUBLISH) == encode_properties(PROPS,
                                                                              PacketType.PUBLISH)
@@ -122,6 +125,15 @@ def test_sigkill_keeps_properties_expiry_and_qos2_of_stored_messages(start_mqtt:
     retained = sub.next()
     assert isinstance(retained, Publish5) and retained.retain
     assert (retained.topic, retained.properties) == ("k5/kept", PROPS)
+    # The subscription kept its identifier and No Local across the restart.
+    sub.send(Publish5("k5/own", b"mine", 1, False, False, 5))
+    assert sub.next() == Puback5(5)
+    pub = Raw5(srv.mqtt_port)
+    pub.connect("k5-pub2", props=Properties())
+    pub.publish("k5/live", b"live", 1, 1, Properties())
+    live = sub.next()
+    assert isinstance(live, Publish5) and live.topic == "k5/live"  # (not k5/own: No Local)
+    assert live.properties.subscription_identifiers == (9,)
     sub.close()
 
 

@@ -45,8 +45,9 @@ def test_connack_announces_what_the_broker_does(shared_mqtt: Server, v5: Make) -
     assert p.AssignedClientIdentifier.startswith("oxiedge-")  # MQTT-3.2.2-16
     assert p.ReceiveMaximum >= 1 and p.TopicAliasMaximum >= 1
     assert p.MaximumPacketSize > 0
-    assert p.SubscriptionIdentifierAvailable == 0 and p.SharedSubscriptionAvailable == 0
-    for absent in ("RetainAvailable", "MaximumQoS", "WildcardSubscriptionAvailable"):
+    assert p.SharedSubscriptionAvailable == 0
+    for absent in ("RetainAvailable", "MaximumQoS", "WildcardSubscriptionAvailable",
+                   "SubscriptionIdentifierAvailable"):
         assert not hasattr(p, absent)  # absent means available
 
 
@@ -290,3 +291,25 @@ def test_will_delay_interval(shared_mqtt: Server, v5: Make) -> None:
     again.connect(clean_start=False, properties=props(PacketTypes.CONNECT,
                                                       SessionExpiryInterval=60))
     assert watcher.nothing(4.0)
+
+
+def test_subscription_identifiers(shared_mqtt: Server, v5: Make) -> None:
+    port = shared_mqtt.mqtt_port
+    pub = v5(port, "si-pub")
+    pub.connect()
+    pub.publish("si5/kept", b"r", 1, retain=True)
+    c = v5(port, "si-sub")
+    c.connect()
+    assert c.subscribe("si5/#", 1, sid=7) == [1]
+    m = c.get()  # the retained message carries the identifier of its subscription
+    assert (m.payload, m.properties.SubscriptionIdentifier) == (b"r", [7])
+    assert c.subscribe("si5/+", 1, sid=300000) == [1]
+    c.get()
+    c.subscribe("+/plain", 1)
+    pub.publish("si5/x", b"both", 1)
+    m = c.get()
+    assert sorted(m.properties.SubscriptionIdentifier) == [7, 300000]  # MQTT-3.3.4-4
+    assert c.nothing()  # one copy
+    pub.publish("si5/plain", b"three", 1)
+    assert sorted(c.get().properties.SubscriptionIdentifier) == [7, 300000]
+    pub.publish("si5/kept", b"", 1, retain=True)

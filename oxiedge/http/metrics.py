@@ -53,7 +53,12 @@ COUNTERS: dict[str, frozenset[str]] = {
                        "dropped_queue_bytes", "messages_in", "messages_out",
                        "protocol_errors", "qos2_ids_forgotten", "retained_refused",
                        "sessions_expired", "sessions_refused", "subscriptions_refused",
-                       "takeovers", "topics_refused", "wills", "wills_skipped"}),
+                       "takeovers", "topics_refused", "wills", "wills_skipped",
+                       "sys_rounds", "sys_published"}),
+    # MQTT over WebSocket (oxiedge/ws/endpoint.py)
+    "websocket": frozenset({"upgrades", "refused", "pings", "closed_by_peer",
+                            "closed_text_frame", "closed_message_too_big",
+                            "closed_protocol_error"}),
     "amqp": frozenset({"route_caches_cleared", "published", "unroutable", "returned", "dropped",
                        "expired", "rejected", "dead_lettered", "dead_letter_dropped",
                        "queues_expired", "alternate_routed", "delivered", "acked", "requeued",

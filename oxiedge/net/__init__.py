@@ -1,4 +1,4 @@
-"""``oxiedge.net``: one transport loop for every protocol (MQTT and AMQP; a WebSocket stream next).
+"""``oxiedge.net``: one transport loop for every protocol (MQTT and AMQP; TCP, TLS, WebSocket).
 
 Two halves, split so the protocols never see trio or a socket:
 
@@ -21,15 +21,16 @@ Two halves, split so the protocols never see trio or a socket:
 ``net.output`` (trio)
     ``Output``: one connection's output side, the one place every byte to the client
     passes: the buffer, the writer task, the direct sends, ``out_bytes`` for
-    back-pressure, and the hook where a framing (WebSocket) goes.
+    back-pressure, the byte counts (``Traffic``), and the framing hook (WebSocket).
 
 ``net.loop`` (trio)
     ``Transport``: owns one ``trio.abc.Stream`` (TCP, ``trio.SSLStream`` for TLS, a
-    WebSocket stream later), the reader task, the end-of-burst commit, deadlines and the
-    close; its ``output`` is an ``Output``.
+    WebSocket stream: ``oxiedge.ws.stream``), the reader task, the end-of-burst commit,
+    deadlines and the close; its ``output`` is an ``Output``.
 
 ``net.written``, ``net.sockets``
-    The connections a running burst wrote to; the socket under a plain or TLS stream.
+    The connections a running burst wrote to; the socket under a plain, TLS or WebSocket
+    stream.
 
 ``net`` imports only ``net``, the standard library and trio: it knows no protocol, no
 configuration and no process wiring (``tests/core/test_architecture.py``).

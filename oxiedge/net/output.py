@@ -29,11 +29,11 @@ deliveries while it is over their bound, and the reader stops reading while it i
 ``pause_at`` (``wait_drained``): a peer that sends but never reads cannot make us buffer
 its replies without limit; TCP then pushes back on it.
 
-Framing (WebSocket, later): ``frame`` maps the bytes of one send to the bytes on the wire
-(the counts above stay in unframed bytes, the protocols' measure). With a ``frame`` every
-byte goes through ``send_all`` (the writer, ``send_direct``), never a direct ``os.write``
-(a partial write would leave half a frame), and each send is framed once, the coalesced
-buffer as a whole. Without one (TCP, TLS) nothing is added to the path.
+Framing (WebSocket, ``oxiedge.ws.stream``): ``frame`` maps the bytes of one send to the
+bytes on the wire (the counts above stay in unframed bytes, the protocols' measure). With a
+``frame`` every byte goes through ``send_all`` (the writer, ``send_direct``), never a direct
+``os.write`` (a partial write would leave half a frame), and each send is framed once, the
+coalesced buffer as a whole. Without one (TCP, TLS) nothing is added to the path.
 """
 
 from __future__ import annotations

@@ -15,6 +15,8 @@ from typing import Any
 
 SAMPLES = 120
 MIN_INTERVAL_S = 2.0
+#: Uplinks whose backlog and lag a sample keeps (the first by name; more are not charted).
+MAX_UPLINKS = 8
 
 #: (chart label, status section, counter key)
 COUNTERS = (
@@ -35,12 +37,18 @@ class RateHistory:
 
     def __init__(self, size: int = SAMPLES, min_interval: float = MIN_INTERVAL_S) -> None:
         self.samples: deque[tuple[float, tuple[float, ...]]] = deque(maxlen=size)
+        #: (time, {uplink: (backlog messages, lag seconds)}) beside each sample
+        self.uplinks: deque[tuple[float, dict[str, tuple[float, float]]]] = deque(maxlen=size)
         self.min_interval = min_interval
 
     def sample(self, now: float, status: dict[str, Any]) -> None:
         if self.samples and now - self.samples[-1][0] < self.min_interval:
             return
         self.samples.append((now, tuple(_number(status, s, k) for _, s, k in COUNTERS)))
+        links = status.get("uplink") or {}
+        self.uplinks.append((now, {
+            name: (_number(links, name, "backlog_messages"), _number(links, name, "lag_seconds"))
+            for name in sorted(links)[:MAX_UPLINKS] if isinstance(links[name], dict)}))
 
     def rates(self) -> list[tuple[str, list[tuple[float, float]]]]:
         """Per counter: [(seconds before the last sample, messages per second)...]."""
@@ -60,3 +68,14 @@ class RateHistory:
     def latest(self) -> dict[str, float]:
         """The last interval's rate per counter label (0 before two samples)."""
         return {label: pts[-1][1] if pts else 0.0 for label, pts in self.rates()}
+
+    def uplink_series(self, which: int) -> list[tuple[str, list[tuple[float, float]]]]:
+        """Per uplink: [(seconds before the last sample, backlog (0) or lag (1))...]."""
+        if not self.uplinks:
+            return []
+        last = self.uplinks[-1][0]
+        out: dict[str, list[tuple[float, float]]] = {}
+        for t, links in self.uplinks:
+            for name, values in links.items():
+                out.setdefault(name, []).append((t - last, values[which]))
+        return sorted(out.items())

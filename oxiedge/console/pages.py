@@ -352,6 +352,7 @@ class Console:
 
     async def uplinks(self, _req: Request, _who: Principal, _args: tuple[str, ...]
                       ) -> tuple[str, str, str]:
+        # (the charts: each uplink's backlog and lag as sampled with the overview's rates)
         try:
             status = await self.broker.operate("uplink.status", {})
         except OperationError:
@@ -361,8 +362,12 @@ class Console:
                 Column("backlog_messages", "Backlog", True),
                 Column("backlog_bytes", "Backlog bytes", True),
                 Column("lag_seconds", "Lag (s)", True)]
-        return "Uplinks", "/uplinks", table(cols, rows, None,
-                                            "no uplinks (oxiedge uplink add ...)", "Uplinks")
+        charts = "" if not rows else (
+            chart(self.history.uplink_series(0), "messages", title="Backlog",
+                  x_from=-SAMPLES * 5.0)
+            + chart(self.history.uplink_series(1), "s", title="Lag", x_from=-SAMPLES * 5.0))
+        return "Uplinks", "/uplinks", charts + table(
+            cols, rows, None, "no uplinks (oxiedge uplink add ...)", "Uplinks")
 
     async def users(self, _req: Request, who: Principal, _args: tuple[str, ...]
                     ) -> tuple[str, str, str]:

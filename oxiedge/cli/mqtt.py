@@ -80,10 +80,16 @@ def client_kick(client: ClientArg, data: DataOpt = None, as_json: JsonOpt = Fals
 
 
 @retained_app.callback()
-def retained(ctx: typer.Context, data: DataOpt = None, as_json: JsonOpt = False) -> None:
+def retained(
+    ctx: typer.Context,
+    data: DataOpt = None,
+    as_json: JsonOpt = False,
+    sys_topics: Annotated[bool, typer.Option(
+        "--sys", help="also the broker's own $SYS topics (a running server's)")] = False,
+) -> None:
     """Retained MQTT messages (`oxiedge retained clear TOPIC|--all` clears them)."""
     if ctx.invoked_subcommand is None:
-        rows = _request(data, "retained", {}, offline_view("retained"))
+        rows = _request(data, "retained", {"sys": sys_topics}, offline_view("retained"))
         _print_rows(rows, as_json, "retained")
 
 

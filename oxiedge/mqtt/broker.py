@@ -411,8 +411,8 @@ class Broker:
         """``oxiedge sessions``; ``now`` on the clock of ``offline_since`` (expiry)."""
         return [s.row(now) for s in sorted(self.sessions.values(), key=lambda s: s.client_id)]
 
-    def retained_rows(self) -> list[dict[str, Any]]:
-        return self.retained.rows()
+    def retained_rows(self, include_sys: bool = False) -> list[dict[str, Any]]:
+        return self.retained.rows(include_sys)
 
 
 __all__ = ["REPLAY_BATCH", "ROUTE_CACHE_MAX", "ROUTE_CACHE_MAX_BYTES", "Broker", "Hold",

@@ -175,7 +175,11 @@ class MqttOperations:
             raise OperationError("give a topic or --all", BAD_REQUEST)
         if topic is not None and not valid_topic_name(topic):
             raise OperationError(f"{topic!r} is not a topic name (no wildcards)", BAD_REQUEST)
-        topics = sorted(t for t, _r in retained.items()) if everything else [topic or ""]
+        if topic is not None and topic.startswith("$SYS/"):
+            raise OperationError(f"{topic!r} is the broker's own $SYS value (--sys-interval)",
+                                 BAD_REQUEST)
+        topics = (sorted(t for t, _r in retained.items() if not t.startswith("$SYS/"))
+                  if everything else [topic or ""])  # $SYS: the broker's, rewritten anyway
         if not everything and retained.get(topics[0]) is None:
             raise OperationError(f"no retained message on topic {topic!r}", NOT_FOUND)
         staged = False

@@ -34,14 +34,15 @@ class RetainedStore(RetainedTrie[Retained]):
     """The retained messages of one broker: a ``RetainedTrie`` (``get``, ``match``,
     ``items``, ``len``) that keeps its own bounds and records."""
 
-    __slots__ = ("bytes", "limits", "stats", "store")
+    __slots__ = ("bytes", "limits", "stats", "store", "unstored")
 
     def __init__(self, store: RawStore | None, limits: Limits, stats: Stats) -> None:
         super().__init__()
         self.store = store
         self.limits = limits
         self.stats = stats
-        self.bytes = 0  # topic + payload bytes of all retained messages
+        self.bytes = 0  # topic + payload bytes of the clients' retained messages
+        self.unstored = 0  # topics kept by keep_unstored ($SYS): outside the bounds
 
     def load(self) -> None:
         """Recovery: load the retained records."""
@@ -71,7 +72,7 @@ class RetainedStore(RetainedTrie[Retained]):
         size = len(msg.topic_b) + len(msg.payload)
         limits = self.limits
         refused = bool(msg.payload) and (
-            (old is None and len(self) >= limits.retained_max)
+            (old is None and len(self) - self.unstored >= limits.retained_max)
             or self.bytes - old_size + size > limits.retained_bytes
         )
         if refused:
@@ -99,15 +100,16 @@ class RetainedStore(RetainedTrie[Retained]):
         """Retain ``msg`` at QoS 0 in memory only: no record is staged, and the retained
         bounds do not apply (the broker's own ``$SYS`` values, ``systree.py``: a few dozen
         short topics that must never reach the disk)."""
-        old = self.get(msg.topic)
-        if old is not None:
-            self.bytes -= len(old.msg.topic_b) + len(old.msg.payload)
+        if self.get(msg.topic) is None:
+            self.unstored += 1
         self.set(msg.topic, Retained(msg, 0))
-        self.bytes += len(msg.topic_b) + len(msg.payload)
 
-    def rows(self) -> list[dict[str, Any]]:
-        """The admin listing (``oxiedge retained``)."""
+    def rows(self, include_sys: bool = False) -> list[dict[str, Any]]:
+        """The admin listing (``oxiedge retained``): the clients' retained messages, and
+        the broker's own ``$SYS`` values only when asked (``--sys``), since those few dozen
+        topics would bury what an operator looks for."""
         return [
             {"topic": topic, "qos": r.qos, "bytes": len(r.msg.payload)}
             for topic, r in sorted(self.items(), key=lambda t: t[0])
+            if include_sys or not topic.startswith("$SYS/")
         ]

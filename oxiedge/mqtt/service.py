@@ -243,7 +243,7 @@ class MqttService:
     def admin_handlers(self) -> dict[str, Callable[[dict[str, Any]], Any]]:
         """The listings and the operator's operations (``mqtt/operations.py``)."""
         return {
-            "retained": lambda _args: self.broker.retained_rows(),
+            "retained": lambda args: self.broker.retained_rows(args.get("sys") is True),
             **handlers(self.operations.operations()),
         }
 
@@ -256,7 +256,7 @@ class MqttService:
             persist=self.persist,
             sessions=len(b.sessions),
             subscriptions=len(b.subscriptions),
-            retained=len(b.retained),
+            retained=len(b.retained) - b.retained.unstored,  # the clients' ($SYS apart)
             retained_bytes=b.retained_bytes,
             queued=sum(len(s.queue) for s in sessions),
             queued_bytes=sum(s.queue_bytes for s in sessions),

@@ -40,6 +40,9 @@ def test_live_sessions_retained_status(
     assert got["offline"] == {"client": "offline", "connected": False, "clean": False,
                               "subscriptions": 1, "queued": 2, **base}  # fmt: skip
     assert cli_rows(srv, "retained") == [{"topic": "a/1", "qos": 1, "bytes": 5}]
+    # The broker's own $SYS values (retained, in memory) are listed only when asked for.
+    with_sys = {row["topic"] for row in cli_rows(srv, "retained", "--sys")}
+    assert "a/1" in with_sys and "$SYS/broker/version" in with_sys
     status = json.loads(srv.cli("status", "--json").stdout)
     mqtt = status["mqtt"]
     assert mqtt["messages_in"] == 2

@@ -108,7 +108,7 @@ def test_scripts_parse(customized_root: Path) -> None:
                               capture_output=True, text=True, check=False)
         assert proc.returncode == 0, proc.stderr
     for script in ("build.sh", "build-deb.sh", "customize-rootfs.sh", "install-venv.sh",
-                   "make-image.sh", "lib/wheel.sh"):
+                   "make-image.sh", "lib/wheel.sh", "test-in-rootfs.sh"):
         proc = subprocess.run(["bash", "-n", str(IMAGE / script)],
                               capture_output=True, text=True, check=False)
         assert proc.returncode == 0, proc.stderr

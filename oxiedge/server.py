@@ -190,7 +190,7 @@ async def _serve_app(app: App, tls: TlsManager | None, routes: list[Route],
     with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals, \
             trio.open_signal_receiver(signal.SIGHUP) as hangups:
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(_stop_on_signal, signals, nursery.cancel_scope, log)
+            nursery.start_soon(_stop_on_signal, signals, nursery.cancel_scope, log, parts)
             nursery.start_soon(_reload_on_hangup, hangups, app, tls)
             await _start(app, parts, nursery, handlers, uplinks)
 
@@ -229,10 +229,13 @@ async def _reload_on_hangup(hangups: Any, app: App, tls: TlsManager | None) -> N
             tls.reload()
 
 
-async def _stop_on_signal(signals: Any, scope: trio.CancelScope, log: Any) -> None:
+async def _stop_on_signal(signals: Any, scope: trio.CancelScope, log: Any,
+                          parts: Parts) -> None:  # fmt: skip
     async for signum in signals:
         log.info("received %s, shutting down", signal.Signals(signum).name)
         sdnotify.stopping()
+        if parts.mqtt is not None:
+            parts.mqtt.shutting_down()  # MQTT 5 clients hear why (DISCONNECT 0x8B)
         scope.cancel()
         return
 

@@ -25,6 +25,8 @@ from oxiedge.mqtt.broker import Broker
 from oxiedge.mqtt.codec import topic_cache_bytes
 from oxiedge.mqtt.connection import Connection, Traffic
 from oxiedge.mqtt.operations import MqttOperations
+from oxiedge.mqtt.protocol import MqttProtocol
+from oxiedge.mqtt.reasons import ReasonCode
 from oxiedge.mqtt.session import Limits, Session
 from oxiedge.mqtt.systree import SysTree
 from oxiedge.mqtt.topics import sys_topic, valid_topic_name
@@ -153,6 +155,16 @@ class MqttService:
             await nursery.start(trio.serve_listeners,
                                 self.app.connections.guard(self._handle, "MQTT"), listeners)
             task_status.started()
+
+    def shutting_down(self) -> None:
+        """The server stops: every MQTT 5 client is told so (DISCONNECT 0x8B, 4.13), each
+        with one non-blocking write while every connection is still open."""
+        for s in list(self.broker.sessions.values()):
+            conn = s.conn
+            if conn is not None and s.peer is not None:
+                proto = getattr(conn, "protocol", None)
+                if isinstance(proto, MqttProtocol):
+                    proto.disconnect5(ReasonCode.SERVER_SHUTTING_DOWN)
 
     def _wake_releaser(self) -> None:
         self._held.set()

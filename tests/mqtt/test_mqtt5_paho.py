@@ -313,3 +313,11 @@ def test_subscription_identifiers(shared_mqtt: Server, v5: Make) -> None:
     pub.publish("si5/plain", b"three", 1)
     assert sorted(c.get().properties.SubscriptionIdentifier) == [7, 300000]
     pub.publish("si5/kept", b"", 1, retain=True)
+
+
+def test_shutdown_tells_mqtt5_clients(mqtt_server: Server, v5: Make) -> None:
+    c = v5(mqtt_server.mqtt_port, "bye")
+    c.connect()
+    mqtt_server.stop()  # SIGTERM
+    rc, _p = c.disconnects.get(timeout=10)
+    assert rc == 0x8B  # Server shutting down

@@ -4,6 +4,8 @@ add|remove``, ``connections``, ``connection close``, ``channels``, ``consumers``
 
 Each is one operation of the running server (``amqp/operations.py``): the broker's own
 declaration paths, answered once durable. Names follow rabbitmqadmin and rabbitmqctl.
+``queue purge`` and ``queue delete`` also work on a stopped server's data dir
+(``admin/offline.py``).
 """
 
 from __future__ import annotations
@@ -18,7 +20,17 @@ from typing import Annotated, Any
 import typer
 
 from . import complete
-from .base import DataOpt, JsonOpt, _fail, _live, _print_result, _print_rows, app
+from .base import (
+    DataOpt,
+    JsonOpt,
+    _fail,
+    _live,
+    _offline,
+    _print_result,
+    _print_rows,
+    _request,
+    app,
+)
 
 queue_app = typer.Typer(no_args_is_help=True, help="Declare, delete and purge AMQP queues.")
 exchange_app = typer.Typer(no_args_is_help=True, help="Declare and delete AMQP exchanges.")
@@ -37,6 +49,7 @@ DurableOpt = Annotated[bool, typer.Option("--durable/--transient",
                                           help="survives a restart")]
 AutoDeleteOpt = Annotated[bool, typer.Option("--auto-delete", help="auto-delete")]
 _INTEGER = re.compile(r"-?\d+\Z")
+_OFFLINE = "oxiedge.admin.offline"  # the verbs on a stopped server's data dir
 
 
 def parse_arguments(items: list[str] | None) -> dict[str, Any]:
@@ -90,9 +103,12 @@ def queue_delete(
     data: DataOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Delete a queue with its bindings and messages (its consumers are cancelled)."""
-    result = _live(data, "queue.delete", {"name": name, "if_unused": if_unused,
-                                          "if_empty": if_empty})
+    """Delete a queue with its bindings and messages (its consumers are cancelled); also
+    on a stopped server's data dir."""
+    result = _request(data, "queue.delete", {"name": name, "if_unused": if_unused,
+                                             "if_empty": if_empty},
+                      _offline(_OFFLINE, "delete_queue", name, if_unused, if_empty),
+                      write=True, create=False)
     _print_result(result, as_json, f"queue '{name}' deleted with {result['messages']} "
                                    "ready messages")
 
@@ -103,8 +119,11 @@ def queue_purge(
     data: DataOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Drop a queue's ready messages (unacknowledged ones stay)."""
-    result = _live(data, "queue.purge", {"name": name})
+    """Drop a queue's ready messages (unacknowledged ones stay); on a stopped server's data
+    dir, every stored message of the queue."""
+    result = _request(data, "queue.purge", {"name": name},
+                      _offline(_OFFLINE, "purge_queue", name),
+                      write=True, create=False)
     _print_result(result, as_json, f"queue '{name}' purged: {result['messages']} messages")
 
 

@@ -90,10 +90,11 @@ def _config(data: Path | None, password_file: Path | None = None) -> Config:
         _fail(str(exc), 2)
 
 
-def _open_store(cfg: Config, write: bool) -> Store:
+def _open_store(cfg: Config, write: bool, create: bool | None = None) -> Store:
+    """The data dir's store; ``create`` (default: ``write``) makes a new one if none."""
     from ..store import Store, StoreLockedError
 
-    if not cfg.db_path.exists() and not write:
+    if not cfg.db_path.exists() and not (write if create is None else create):
         _fail(f"no oxiedge data in {cfg.data} (start `oxiedge serve` or pass --data)")
     try:
         store = Store.open(cfg.db_path, read_only=not write)
@@ -111,8 +112,10 @@ def _open_store(cfg: Config, write: bool) -> Store:
 
 
 def _request(data: Path | None, op: str, args: dict[str, Any],
-             offline: Callable[[Any], Any] | None, write: bool = False) -> Any:
-    """Ask the running server; without one, run ``offline(store)`` on the data dir."""
+             offline: Callable[[Any], Any] | None, write: bool = False,
+             create: bool | None = None) -> Any:
+    """Ask the running server; without one, run ``offline(store)`` on the data dir
+    (``write``: opened for writing; ``create``: a missing store is made, default ``write``)."""
     cfg = _config(data)
     try:
         return _call_waiting(cfg.admin_socket, op, args)
@@ -125,9 +128,13 @@ def _request(data: Path | None, op: str, args: dict[str, Any],
     except TimeoutError:
         _fail(f"the server on {cfg.data} did not answer within --timeout (busy, or blocked "
               "by a resource alarm: see `oxiedge check alarms`)")
-    store = _open_store(cfg, write)
+    store = _open_store(cfg, write, create)
+    from ..operations import OperationError, jsonable
+
     try:
-        return offline(store)
+        return jsonable(offline(store))  # (an operation's offline form returns its rows)
+    except OperationError as exc:  # the offline form of an operation refused
+        _fail(str(exc), 2 if exc.kind == "bad_request" else 1)
     except (ValueError, KeyError) as exc:
         _fail(str(exc))
     finally:

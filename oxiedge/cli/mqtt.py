@@ -2,8 +2,8 @@
 delete CLIENT``, ``client kick CLIENT``, ``retained [clear TOPIC | clear --all]``.
 
 Each change is one operation of the running server (``mqtt/operations.py``), answered
-once durable; the listings ``sessions`` and ``retained`` also read a stopped server's data
-dir.
+once durable; with no server running, the listings, ``session delete`` and ``retained clear``
+work on the data dir (``admin/offline.py``).
 """
 
 from __future__ import annotations
@@ -13,7 +13,17 @@ from typing import Annotated
 import typer
 
 from . import complete
-from .base import DataOpt, JsonOpt, _fail, _live, _print_result, _print_rows, _request, app
+from .base import (
+    DataOpt,
+    JsonOpt,
+    _fail,
+    _live,
+    _offline,
+    _print_result,
+    _print_rows,
+    _request,
+    app,
+)
 from .documents import offline_view
 
 session_app = typer.Typer(no_args_is_help=True, help="Delete a persistent MQTT session.")
@@ -24,6 +34,7 @@ app.add_typer(session_app, name="session")
 app.add_typer(client_app, name="client")
 app.add_typer(retained_app, name="retained")
 
+_OFFLINE = "oxiedge.admin.offline"  # the verbs on a stopped server's data dir
 ClientArg = Annotated[str, typer.Argument(help="the client id",
                                           autocompletion=complete.clients)]
 
@@ -59,14 +70,17 @@ def sessions(
 @app.command()
 def subscriptions(data: DataOpt = None, as_json: JsonOpt = False) -> None:
     """MQTT subscriptions: client, topic filter, granted QoS, connected."""
-    _print_rows(_live(data, "subscriptions", {}), as_json, "subscriptions")
+    rows = _request(data, "subscriptions", {}, _offline(_OFFLINE, "subscriptions"))
+    _print_rows(rows, as_json, "subscriptions")
 
 
 @session_app.command("delete")
 def session_delete(client: ClientArg, data: DataOpt = None, as_json: JsonOpt = False) -> None:
     """Delete a session with its subscriptions and queued messages (a connected client is
-    disconnected first)."""
-    result = _live(data, "session.delete", {"client": client})
+    disconnected first); also on a stopped server's data dir."""
+    result = _request(data, "session.delete", {"client": client},
+                      _offline(_OFFLINE, "delete_session", client),
+                      write=True, create=False)
     note = " (its client was disconnected)" if result["was_connected"] else ""
     _print_result(result, as_json, f"session '{client}' deleted: {result['messages']} "
                                    f"messages, {result['subscriptions']} subscriptions{note}")
@@ -101,8 +115,10 @@ def retained_clear(
     as_json: JsonOpt = False,
 ) -> None:
     """Clear a topic's retained message (as an empty retained PUBLISH would, without
-    delivering anything), or all of them with --all."""
+    delivering anything), or all of them with --all; also on a stopped server's data dir."""
     if (topic is None) == (not everything):
         _fail("give a TOPIC or --all (not both)", 2)
-    result = _live(data, "retained.clear", {"topic": topic, "all": everything})
+    result = _request(data, "retained.clear", {"topic": topic, "all": everything},
+                      _offline(_OFFLINE, "clear_retained", topic, everything),
+                      write=True, create=False)
     _print_result(result, as_json, f"{result['cleared']} retained message(s) cleared")

@@ -132,7 +132,7 @@ def test_blocking_state_during_an_alarm(server: ServerProcess) -> None:
             server.cli("limits", "--disk-free-limit", "1MB")
 
 
-@pytest.mark.parametrize("verb", [("queue", "purge", "q"), ("connections",),
+@pytest.mark.parametrize("verb", [("channels",), ("connections",),
                                   ("exchange", "declare", "x")])
 def test_without_a_server(tmp_path: object, verb: tuple[str, ...]) -> None:
     from tests.conftest import run_cli

@@ -127,4 +127,4 @@ def test_retained_clear(server: ServerProcess) -> None:
     assert _rows(server.cli("retained", "--json")) == []
     server.stop()
     assert _rows(server.cli("retained", "--json")) == []  # the listing reads the data dir
-    assert "no server is running" in _refused(server, "retained", "clear", "--all")
+    assert "no server is running" in _refused(server, "client", "kick", "dev")

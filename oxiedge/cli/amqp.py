@@ -206,10 +206,39 @@ def binding_remove(source: SourceArg, destination: DestArg, routing_key: KeyOpt 
 # -- connections, channels, consumers -------------------------------------------------------
 
 @app.command()
-def connections(data: DataOpt = None, as_json: JsonOpt = False) -> None:
+def connections(
+    interval: Annotated[float, typer.Option("--interval", min=0, max=60, help="seconds over which the rates are measured (0: no rates, one call)")] = 1.0,  # noqa: E501
+    data: DataOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
     """AMQP connections: name (the id `connection close` takes), user, state (running,
-    blocking, blocked, closing), channels, consumers, unacked, published, delivered."""
-    _print_rows(_live(data, "connections", {}), as_json, "connections")
+    blocking, blocked, closing), channels, consumers, unacked, published and delivered with
+    their rates (messages/s over the last --interval)."""
+    rows = _live(data, "connections", {})
+    if interval > 0:
+        import time
+
+        before = {r["name"]: r for r in rows}
+        started = time.monotonic()
+        time.sleep(interval)
+        rows = _live(data, "connections", {})
+        rows = [with_rates(r, before.get(r["name"]), time.monotonic() - started)
+                for r in rows]
+    _print_rows(rows, as_json, "connections")
+
+
+def with_rates(row: dict[str, Any], before: dict[str, Any] | None,
+               elapsed: float) -> dict[str, Any]:
+    """``row`` with ``publish_rate`` after ``published`` and ``deliver_rate`` after
+    ``delivered``: messages/s since ``before`` (None for a connection that was not there)."""
+    out: dict[str, Any] = {}
+    for key, value in row.items():
+        out[key] = value
+        rate = {"published": "publish_rate", "delivered": "deliver_rate"}.get(key)
+        if rate is not None:
+            out[rate] = None if before is None or elapsed <= 0 else \
+                round(max(0, value - before.get(key, 0)) / elapsed, 1)
+    return out
 
 
 @connection_app.command("close")

@@ -1,7 +1,8 @@
 """``oxiedge check running|alarms|durable|listeners|ports|quarantine|uplink``: health by exit
 code for monitor scripts, as ``rabbitmq-diagnostics`` answers: 0 the check passed, 69
 (EX_UNAVAILABLE) it failed or no server answers, 75 (EX_TEMPFAIL) the server did not answer
-in ``--timeout``, 64 (EX_USAGE) a bad value. A failure prints one line on stderr; a pass
+in ``--timeout``, 64 (EX_USAGE) a usage error (typer's own too: an unknown option or
+check, a bad value). A failure prints one line on stderr; a pass
 one line on stdout (none with ``--quiet``).
 
 The checks themselves are the server's (``admin/health.py``, operation ``check``), except
@@ -18,6 +19,7 @@ from pathlib import Path
 from typing import Annotated, Any, NoReturn
 
 import typer
+from typer.core import TyperGroup
 
 from ..admin.client import ServerNotRunning, call
 from ..admin.protocol import AdminError
@@ -25,7 +27,35 @@ from .base import DataOpt, _config, app
 
 OK, FAILED, TEMPFAIL, USAGE = 0, 69, 75, 64
 
+#: click's UsageError (typer re-exports only its subclass BadParameter; typer vendors click
+#: from 0.17 on, so it is found by name rather than imported from either).
+UsageError: type[Exception] = next(c for c in typer.BadParameter.__mro__
+                                   if c.__name__ == "UsageError")
+
+
+class _UsageExits64(TyperGroup):
+    """The ``check`` group: a usage error of its own or of a check (an unknown option, a
+    missing or bad value, an unknown check) exits 64, EX_USAGE, as rabbitmq-diagnostics
+    does, where typer exits 2."""
+
+    def make_context(self, info_name: str | None, args: list[str], parent: Any = None,
+                     **extra: Any) -> Any:
+        try:
+            return super().make_context(info_name, args, parent, **extra)
+        except UsageError as exc:
+            exc.exit_code = USAGE  # type: ignore[attr-defined]
+            raise
+
+    def invoke(self, ctx: Any) -> Any:
+        try:
+            return super().invoke(ctx)
+        except UsageError as exc:
+            exc.exit_code = USAGE  # type: ignore[attr-defined]
+            raise
+
+
 check_app = typer.Typer(
+    cls=_UsageExits64,
     no_args_is_help=True,
     help="Health by exit code for monitors: 0 ok, 69 failed or no server, 75 timed out, "
          "64 bad usage (as rabbitmq-diagnostics).")

@@ -169,3 +169,39 @@ def test_delete_cancels_consumers_and_headers_bindings(server: ServerProcess) ->
             conn.process_data_events(time_limit=0.1)
             deadline -= 1
         assert cancelled == [tag]  # basic.cancel, as for a client's queue.delete
+
+
+def test_connection_rates(server: ServerProcess) -> None:
+    server.cli("queue", "declare", "sink")
+    stop = threading.Event()
+
+    def publish() -> None:
+        conn = _amqp(server)
+        ch = conn.channel()
+        while not stop.is_set():
+            ch.basic_publish("", "sink", b"x")
+            conn.process_data_events(time_limit=0.01)
+        conn.close()
+
+    worker = threading.Thread(target=publish)
+    worker.start()
+    try:
+        (row,) = _rows(server.cli("connections", "--interval", "0.5", "--json"))
+        (plain,) = _rows(server.cli("connections", "--interval", "0", "--json"))
+    finally:
+        stop.set()
+        worker.join(10)
+    assert row["published"] > 0 and row["publish_rate"] > 0 and row["deliver_rate"] == 0
+    keys = list(row)
+    assert keys.index("publish_rate") == keys.index("published") + 1
+    assert "publish_rate" not in plain
+
+
+def test_with_rates() -> None:
+    from oxiedge.cli.amqp import with_rates
+
+    row = {"name": "a", "published": 30, "delivered": 5}
+    assert with_rates(row, {"published": 10, "delivered": 5}, 2.0) == {
+        "name": "a", "published": 30, "publish_rate": 10.0, "delivered": 5,
+        "deliver_rate": 0.0}
+    assert with_rates(row, None, 2.0)["publish_rate"] is None  # new since the first look

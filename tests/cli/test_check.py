@@ -60,3 +60,18 @@ def test_a_hung_server_times_out_and_a_stopped_one_fails(server: ServerProcess) 
 def test_without_any_data_dir(tmp_path: Path) -> None:
     res = run_cli(tmp_path / "none", "check", "alarms")
     assert res.returncode == 69 and "no server is running" in res.stderr
+
+
+def test_usage_errors_exit_64(tmp_path: Path) -> None:
+    """typer's own usage errors too (they exit 2 elsewhere), as rabbitmq-diagnostics."""
+    for args, words in ((("uplink", "--bogus"), "No such option"),
+                        (("bogus",), "No such command"),
+                        (("--bogus",), "No such option"),
+                        (("running", "--timeout", "soon"), "--timeout"),
+                        (("running", "extra"), "unexpected extra argument"),
+                        (("uplink", "--max-lag", "soon"), "invalid duration")):
+        res = run_cli(tmp_path, "check", *args)
+        assert res.returncode == 64, (args, res.stderr)
+        assert words in res.stderr and "Traceback" not in res.stderr
+    assert run_cli(tmp_path, "check", "running", "--help").returncode == 0
+    assert run_cli(tmp_path, "queue", "purge", "--bogus").returncode == 2  # (not a check)

@@ -15,7 +15,9 @@ from tests.conftest import ServerProcess
 
 
 def _rows(res: object) -> list[dict[str, object]]:
-    return [json.loads(line) for line in res.stdout.splitlines()]  # type: ignore[attr-defined]
+    """The JSON rows of a listing (without the broker's own $SYS retained values)."""
+    rows = [json.loads(line) for line in res.stdout.splitlines()]  # type: ignore[attr-defined]
+    return [r for r in rows if not str(r.get("topic", "")).startswith("$SYS/")]
 
 
 def _refused(server: ServerProcess, *args: str, code: int = 1) -> str:

@@ -78,7 +78,8 @@ def test_verbs_on_a_stopped_data_dir(server: ServerProcess) -> None:
     assert {r["name"]: r["ready"] for r in _rows(server.cli("queues", "--json").stdout)} == {
         "jobs": 0}
     assert _rows(server.cli("sessions", "--json").stdout) == []
-    assert _rows(server.cli("retained", "--json").stdout) == []
+    assert [r for r in _rows(server.cli("retained", "--json").stdout)
+            if not r["topic"].startswith("$SYS/")] == []
 
 
 def test_a_server_holding_the_data_dir_is_not_written_behind_its_back(

@@ -157,7 +157,9 @@ def user_routes(router: Router, broker: BrokerView) -> None:
     """``/api/users`` and ``/api/permissions`` (administrator only, as in RabbitMQ)."""
 
     def user_json(row: dict[str, Any]) -> dict[str, Any]:
+        # (the stored hash, as RabbitMQ serves its own to administrators)
         return {"name": row["name"], "tags": list(row.get("tags") or []), "limits": {},
+                "password_hash": row.get("password_hash") or "",
                 "hashing_algorithm": "rabbit_password_hashing_pbkdf2_sha256"}
 
     def users(_req: Request, _who: Principal, _args: tuple[str, ...]) -> Response:

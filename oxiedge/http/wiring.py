@@ -24,6 +24,7 @@ from ..operations import BAD_REQUEST, NOT_FOUND, UNAVAILABLE, OperationError
 from ..tls import TlsManager
 from .access import HASH_PREFIXES, Principal
 from .api import api_routes
+from .compat import compat_routes
 from .credentials import Credentials
 from .definitions import definition_routes
 from .imports import import_routes
@@ -233,6 +234,7 @@ def build(app: App, handlers: dict[str, Callable[[dict[str, Any]], Any]],
     user_routes(router, view)
     write_routes(router, view)
     message_routes(router, view)
+    compat_routes(router, view)
     definition_routes(router, view)
     import_routes(router, view)
     local_routes(router, view)

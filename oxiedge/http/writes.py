@@ -19,8 +19,8 @@ from urllib.parse import quote
 import orjson
 
 from .access import Need, Principal
-from .api import binding_json
-from .messages import BadRequest, Request, Response, json_list_response, json_response
+from .api import binding_json, list_answer
+from .messages import BadRequest, Request, Response, json_response
 from .routes import BrokerView, Router
 
 VHOST = "/"
@@ -198,10 +198,11 @@ def write_routes(router: Router, broker: BrokerView) -> None:
             return _NO_CONTENT
         return remove
 
-    async def connections(_req: Request, _who: Principal, _args: tuple[str, ...]
+    async def connections(req: Request, _who: Principal, _args: tuple[str, ...]
                           ) -> Response:
         rows = await broker.operate("connections", {})
-        return json_list_response(rows, lambda r: connection_json(r, broker.node))
+        return await list_answer(req, rows, lambda r: connection_json(r, broker.node),
+                                 broker.pause)
 
     async def connection(_req: Request, _who: Principal, args: tuple[str, ...]) -> Response:
         for row in await broker.operate("connections", {}):
@@ -215,14 +216,16 @@ def write_routes(router: Router, broker: BrokerView) -> None:
         await broker.operate("connection.close", {"name": args[0], **extra})
         return _NO_CONTENT
 
-    async def channels(_req: Request, _who: Principal, _args: tuple[str, ...]) -> Response:
+    async def channels(req: Request, _who: Principal, _args: tuple[str, ...]) -> Response:
         rows = await broker.operate("channels", {})
-        return json_list_response(rows, lambda r: channel_json(r, broker.node))
+        return await list_answer(req, rows, lambda r: channel_json(r, broker.node),
+                                 broker.pause)
 
-    async def consumers(_req: Request, _who: Principal, args: tuple[str, ...]) -> Response:
+    async def consumers(req: Request, _who: Principal, args: tuple[str, ...]) -> Response:
         if args:
             _vhost(args[0])
-        return json_list_response(await broker.operate("consumers", {}), consumer_json)
+        return await list_answer(req, await broker.operate("consumers", {}), consumer_json,
+                                 broker.pause)
 
     router.add("PUT", "/api/queues/*/*", Need.ADMIN, put_queue)
     router.add("DELETE", "/api/queues/*/*", Need.ADMIN, delete_queue)

@@ -168,10 +168,12 @@ def ensure_venv(suite: Suite, src: Path, cache: Path) -> Path:
 class Oxiedge(ServeProcess):
     """A real ``oxiedge serve`` on a free AMQP port with a throwaway data dir."""
 
-    def __init__(self, log_path: Path, tls: Path | None = None) -> None:
+    def __init__(self, log_path: Path, tls: Path | None = None,
+                 management: bool = False) -> None:
         tls_args = [] if tls is None else [
             "--amqp-tls-port", str(TLS_PORT), "--tls-cert", str(tls / "server.pem"),
             "--tls-key", str(tls / "server.key")]
+        http_args = ["--http-port", "0"] if management else ["--http-port", "off"]
         super().__init__(Path(tempfile.mkdtemp(prefix="oxiedge-conformance-")), log_path, [
             "--mqtt-port", "off", "--amqp-port", "0",
             # The suites are written against RabbitMQ 3.x's 128 MiB message size limit
@@ -179,18 +181,28 @@ class Oxiedge(ServeProcess):
             "--amqp-max-message-size", "128MiB",
             # Every test connects from 127.0.0.1 and many test wrong credentials: with the
             # failed-login throttle on, every later login of the suite would wait up to 2 s.
-            "--login-delay-max", "0", *tls_args], _LISTEN)
+            "--login-delay-max", "0", *tls_args, *http_args], _LISTEN)
         self.tls = tls
         self.tls_port = 0
+        self.management = management
+        self.http_url = ""
 
     def __enter__(self) -> Oxiedge:
         # A real user (guest/guest) so the suites' bad-credential tests mean something: with
         # no users configured oxiedge accepts any credentials.
         write_user_file(self.data / "passwd", {USER: hash_password(PASSWORD)})
+        if self.management:  # as RabbitMQ's guest: administrator, every permission in '/'
+            for args in (["user", "add", USER, "--tags", "administrator", "--password-stdin"],
+                         ["permissions", "set", USER, ".*", ".*", ".*"]):
+                subprocess.run([sys.executable, "-m", "oxiedge", *args, "--data",
+                                str(self.data)], cwd=REPO, input=PASSWORD + "\n", text=True,
+                               capture_output=True, check=True, timeout=PIP_TIMEOUT_S)
         self.start()
         for ln in self.lines:
             if ln.startswith("AMQP TLS listening on "):
                 self.tls_port = int(ln.rsplit(":", 1)[1].split()[0])
+            if ln.startswith("HTTP listening on "):
+                self.http_url = "http://" + ln.removeprefix("HTTP listening on ").split()[0]
         if not self.port:
             self.__exit__()
             raise RuntimeError("no 'AMQP listening on' line:\n" + "\n".join(self.lines))
@@ -262,9 +274,10 @@ def run_suite(suite: Suite, cache: Path) -> SuiteResult:
         stale.unlink(missing_ok=True)
     rules.write_text(json.dumps([asdict(x) for x in suite.exclusions], indent=1))
     result.broker = broker_revision()
-    with Oxiedge(logs / f"{suite.name}-server.log", tls_material(cache)) as server:
+    with Oxiedge(logs / f"{suite.name}-server.log", tls_material(cache),
+                 suite.management) as server:
         env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST", "OXIEDGE_"))}
-        env.update(suite.env(server.port, server.tls_port, server.tls))
+        env.update(suite.env(server.port, server.tls_port, server.tls, server.http_url))
         env.update({"PYTHONPATH": str(HERE), "OXIEDGE_CONFORMANCE_RULES": str(rules),
                     "OXIEDGE_CONFORMANCE_DESELECTED": str(deselected),
                     "PYTHONDONTWRITEBYTECODE": "1"})

@@ -3,8 +3,8 @@
 Each :class:`Suite` pins a PyPI sdist, names the test files that talk to a broker, the extra
 packages its tests import, the environment that carries the broker address, overlays that
 replace Docker-based fixtures, and the exclusions. An exclusion is allowed only for a feature
-outside oxiedge's AMQP scope (``docs/amqp.md``: one vhost ``/``, no
-management HTTP API, no streams yet) or for a harness limit
+outside oxiedge's scope (``docs/amqp.md``: one vhost ``/``, no streams yet) or for a
+harness limit
 (Docker, a public host); every one carries its reason into ``docs/conformance.md``. The
 server also listens for AMQPS on 5671 (a trustme CA of the runner's: ``tls_material``), so
 the suites' TLS tests run.
@@ -24,7 +24,11 @@ PASSWORD = "guest"
 # Reasons, shared so the report groups them.
 PUBLIC = "dials a public host (badssl.com); this harness reaches only loopback"
 DOCKER = "restarts/stops the broker's Docker container: harness limit, not a broker feature"
-MGMT = "RabbitMQ management HTTP API (out of scope)"
+MGMT = "the management HTTP API: run by the amqpstorm-management suite"
+VHOSTS = "creates another vhost: oxiedge has one vhost, '/' (docs/amqp.md)"
+RABBIT_HOST = ("asserts the cluster name of the suite's own public RabbitMQ host "
+               "('rabbit@rmq.eandersson.net'): harness limit")
+LAN = "dials a LAN address (192.168.1.50); this harness reaches only loopback"
 MOCKED = "not a broker test: the 'integration' module drives a mocked socket"
 
 
@@ -45,8 +49,9 @@ class Suite:
     version: str
     test_paths: tuple[str, ...]
     requirements: tuple[str, ...]
-    #: (AMQP port, AMQPS port, directory of tls_material) -> environment of the suite
-    env: Callable[[int, int, Path], dict[str, str]]
+    #: (AMQP port, AMQPS port, directory of tls_material, management API URL) ->
+    #: environment of the suite
+    env: Callable[[int, int, Path, str], dict[str, str]]
     exclusions: tuple[Exclusion, ...] = ()
     #: relative path in the unpacked sdist -> overlay module (in ``overlays/``) appended to it
     overlays: dict[str, str] = field(default_factory=dict)
@@ -57,25 +62,29 @@ class Suite:
     flaky: tuple[str, ...] = ()
     #: relative path in the unpacked sdist -> file of ``run_suites.tls_material`` copied there
     tls_files: dict[str, str] = field(default_factory=dict)
+    #: the server also serves the management HTTP API, and the suite's user is an
+    #: administrator with every permission in '/' (RabbitMQ's default guest)
+    management: bool = False
 
 
-def _docker_env(port: int, tls_port: int, _tls: Path) -> dict[str, str]:
+def _docker_env(port: int, tls_port: int, _tls: Path, _http: str) -> dict[str, str]:
     return {"OXIEDGE_AMQP_HOST": HOST, "OXIEDGE_AMQP_PORT": str(port),
             "OXIEDGE_AMQP_TLS_PORT": str(tls_port)}
 
 
-def _rabbitmq_env(port: int, tls_port: int, _tls: Path) -> dict[str, str]:
+def _rabbitmq_env(port: int, tls_port: int, _tls: Path, _http: str) -> dict[str, str]:
     # py-amqp and kombu read RABBITMQ_HOST and the docker-link style RABBITMQ_5672_TCP.
     return {"RABBITMQ_HOST": HOST, "RABBITMQ_5672_TCP": str(port),
             "RABBITMQ_5671_TCP": str(tls_port), "OXIEDGE_AMQP_PORT": str(port)}
 
 
-def _amqpstorm_env(port: int, tls_port: int, tls: Path) -> dict[str, str]:
+def _amqpstorm_env(port: int, tls_port: int, tls: Path, http: str) -> dict[str, str]:
     # Every address amqpstorm.tests reads is overridden: its defaults name a public host.
-    # The HTTP URL points at a closed loopback port so a stray management call fails fast.
+    # Without the management API the HTTP URL is a closed loopback port (a stray management
+    # call fails fast).
     uri = f"amqp://guest:guest@{HOST}:{port}/%2F"
     return {"AMQP_HOST": HOST, "AMQP_USERNAME": "guest", "AMQP_PASSWORD": "guest",
-            "AMQP_URI": uri, "AMQP_HTTP_URL": f"http://{HOST}:9",
+            "AMQP_URI": uri, "AMQP_HTTP_URL": http or f"http://{HOST}:9",
             "AMQP_SSL_URI": f"amqps://guest:guest@{HOST}:{tls_port}/%2F", "AMQP_SSL_HOST": HOST,
             "AMQP_CAFILE": str(tls / "ca.pem"), "AMQP_CERTFILE": str(tls / "client.pem"),
             "AMQP_KEYFILE": str(tls / "client.key"), "OXIEDGE_AMQP_PORT": str(port)}
@@ -146,6 +155,30 @@ SUITES: tuple[Suite, ...] = (
         exclusions=(
             Exclusion(r"functional/management/", MGMT),
             Exclusion(r"functional/test_web_based\.py", MGMT),
+        ),
+    ),
+    Suite(
+        name="amqpstorm-management", dist="amqpstorm", version="3.1.4",
+        test_paths=("amqpstorm/tests/functional/management",
+                    "amqpstorm/tests/functional/test_web_based.py"),
+        requirements=("pytest>=8,<10", "pytest-timeout", "requests"),
+        env=_amqpstorm_env,
+        management=True,
+        overlays={"amqpstorm/tests/functional/conftest.py": "amqpstorm_conftest.py",
+                  "amqpstorm/tests/functional/management/conftest.py":
+                      "amqpstorm_management.py"},
+        note="AMQPStorm's ManagementApi black-box against oxiedge's HTTP API "
+             "(docs/http.md); its tests' own AMQP connections default to the server's port.",
+        exclusions=(
+            Exclusion(r"test_queue\.py::ApiQueueFunctionalTests::test_api_queue_list_"
+                      r"(filter_with_regex|filter_with_regex_boolean|filter_without_regex|"
+                      r"no_pagination|pagination)$", VHOSTS),
+            Exclusion(r"test_virtual_host\.py::ApiUserFunctionalTests::"
+                      r"test_api_virtual_host_create$", VHOSTS),
+            Exclusion(r"test_web_based\.py::WebFunctionalTests::"
+                      r"test_functional_alternative_virtual_host$", VHOSTS),
+            Exclusion(r"test_api\.py::ApiFunctionalTests::test_api_cluster_name$", RABBIT_HOST),
+            Exclusion(r"test_api\.py::ApiFunctionalTests::test_api_with_inaccessible$", LAN),
         ),
     ),
 )

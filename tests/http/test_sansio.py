@@ -324,6 +324,7 @@ def _node_router() -> tuple[Router, FakeView]:
     ("/api/permissions/%2F/bob", 200,
      {"user": "bob", "vhost": "/", "configure": "^$", "write": ".*", "read": "q"}),
     ("/api/users/alice", 200, {"name": "alice", "tags": ["administrator"], "limits": {},
+                               "password_hash": "",
                                "hashing_algorithm": "rabbit_password_hashing_pbkdf2_sha256"}),
 ])
 def test_node_health_and_user_reads(path: str, status: int, body: Any) -> None:

@@ -50,7 +50,8 @@ COUNTERS: dict[str, frozenset[str]] = {
                               "reloads", "reload_failures"}),
     "mqtt": frozenset({"auth_failures", "blocked", "commit_errors", "connect_timeouts",
                        "connect_too_large", "connections_total", "dropped", "dropped_qos0",
-                       "dropped_queue_bytes", "messages_in", "messages_out",
+                       "dropped_queue_bytes", "messages_in", "messages_out", "messages_in5",
+                       "messages_out5",
                        "protocol_errors", "qos2_ids_forgotten", "retained_refused",
                        "sessions_expired", "sessions_refused", "subscriptions_refused",
                        "takeovers", "topics_refused", "wills", "wills_skipped",
@@ -282,11 +283,14 @@ def _rabbitmq(out: Exposition, snap: Snapshot) -> None:
 def _global(out: Exposition, amqp: dict[str, Any], mqtt: dict[str, Any]) -> None:
     amqp_routed = _get(amqp, "published") - _get(amqp, "unroutable")
     rows: dict[str, list[tuple[str, float]]] = {
-        "received": [("amqp091", _get(amqp, "published")), ("mqtt311", _get(mqtt, "messages_in"))],
+        "received": [("amqp091", _get(amqp, "published")),
+                     ("mqtt311", _get(mqtt, "messages_in") - _get(mqtt, "messages_in5")),
+                     ("mqtt50", _get(mqtt, "messages_in5"))],
         "routed": [("amqp091", amqp_routed)],
         "confirmed": [("amqp091", _get(amqp, "confirmed"))],
         "delivered": [("amqp091", _get(amqp, "delivered")),
-                      ("mqtt311", _get(mqtt, "messages_out"))],
+                      ("mqtt311", _get(mqtt, "messages_out") - _get(mqtt, "messages_out5")),
+                      ("mqtt50", _get(mqtt, "messages_out5"))],
         "acknowledged": [("amqp091", _get(amqp, "acked"))],
         "redelivered": [("amqp091", _get(amqp, "requeued"))],
         "unroutable_dropped": [("amqp091", _get(amqp, "unroutable") - _get(amqp, "returned"))],

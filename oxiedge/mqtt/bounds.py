@@ -38,7 +38,9 @@ class Stats:
         "dropped_too_large",
         "expired",
         "messages_in",
+        "messages_in5",
         "messages_out",
+        "messages_out5",
         "payload_format_invalid",
         "protocol_errors",
         "qos2_ids_forgotten",
@@ -72,6 +74,9 @@ class Stats:
         self.expired = 0  # MQTT 5: messages past their Message Expiry Interval, not sent
         self.messages_in = 0  # PUBLISH accepted (clients, wills, bridges)
         self.messages_out = 0  # PUBLISH sent (re-sends included)
+        # of messages_in / messages_out: from / to MQTT 5 clients (/metrics: protocol="mqtt50")
+        self.messages_in5 = 0
+        self.messages_out5 = 0
         self.payload_format_invalid = 0  # MQTT 5: refused with 0x99 (not UTF-8)
         self.protocol_errors = 0
         self.qos2_ids_forgotten = 0  # inbound QoS 2 ids dropped at MAX_QOS2_PENDING (oldest)

@@ -204,6 +204,7 @@ class Router:
         subscribers get (``forward5.forwarded``), ``expires_at`` its wall-clock deadline.
         Without either it is ``route`` (3.1.1 subscribers share one QoS 0 frame; its own
         frame is an MQTT 5 one, so it is never passed on as theirs)."""
+        self.stats.messages_in5 += 1
         if props is NO_PROPERTIES and expires_at is None:
             return self.route(topic, payload, qos, retain, None, topic_b, None, publisher)
         self.stats.messages_in += 1

@@ -205,6 +205,8 @@ class Session:
                 elif conn.out_bytes < self.limits.out_limit:
                     conn.write(data)
                     self.stats.messages_out += 1
+                    if peer is not None:  # an MQTT 5 client
+                        self.stats.messages_out5 += 1
                 else:
                     self.stats.dropped_qos0 += 1
             return False
@@ -268,6 +270,8 @@ class Session:
         if conn.out_bytes < self.limits.out_limit:
             conn.write(data)
             self.stats.messages_out += 1
+            if self.peer is not None:  # an MQTT 5 client
+                self.stats.messages_out5 += 1
         else:
             self.stats.dropped_qos0 += 1
 
@@ -314,6 +318,8 @@ class Session:
         conn.write(data)
         p.dup = True  # any later send is a re-delivery (MQTT-3.3.1-1)
         self.stats.messages_out += 1
+        if peer is not None:  # an MQTT 5 client
+            self.stats.messages_out5 += 1
 
     def resend(self) -> None:
         """After a reconnect: re-send unacknowledged PUBLISH (DUP) and PUBREL packets in
@@ -344,6 +350,8 @@ class Session:
                         continue
                     conn.write(data)
                 self.stats.messages_out += 1
+                if peer is not None:  # an MQTT 5 client
+                    self.stats.messages_out5 += 1
         self.pump()
 
     def on_puback(self, pid: int) -> bool:

@@ -23,7 +23,8 @@ STATUS = {
                     "refused_max_connections": 0},
     "logins": {"mode": "x", "users": 1, "checks": 5, "failures": 2, "delay_total_s": 0.3},
     "mqtt": {"connections": 2, "connections_total": 7, "messages_in": 100,
-             "messages_out": 90, "sessions": 4, "retained": 1, "persist": True},
+             "messages_out": 90, "messages_in5": 30, "messages_out5": 20, "sessions": 4,
+             "retained": 1, "persist": True},
     "amqp": {"connections": 1, "channels": 2, "queues": 3, "consumers": 1, "ready": 5,
              "unacked": 2, "published": 50, "unroutable": 6, "returned": 2, "confirmed": 40,
              "delivered": 30, "acked": 28, "requeued": 1, "connections_total": 4,
@@ -72,8 +73,10 @@ def test_rabbitmq_families_carry_rabbitmq_meaning() -> None:
     assert _value(text, "rabbitmq_channel_messages_unroutable_returned_total") == 2
     assert _value(text, "rabbitmq_queue_messages_published_total") == 44
     assert _value(text, 'rabbitmq_global_messages_received_total{protocol="amqp091"}') == 50
-    assert _value(text, 'rabbitmq_global_messages_received_total{protocol="mqtt311"}') == 100
-    assert _value(text, 'rabbitmq_global_messages_delivered_total{protocol="mqtt311"}') == 90
+    assert _value(text, 'rabbitmq_global_messages_received_total{protocol="mqtt311"}') == 70
+    assert _value(text, 'rabbitmq_global_messages_received_total{protocol="mqtt50"}') == 30
+    assert _value(text, 'rabbitmq_global_messages_delivered_total{protocol="mqtt311"}') == 70
+    assert _value(text, 'rabbitmq_global_messages_delivered_total{protocol="mqtt50"}') == 20
     for family, value in (("rabbitmq_channel_messages_delivered_total", 6),
                           ("rabbitmq_channel_messages_delivered_ack_total", 20),
                           ("rabbitmq_channel_get_total", 1), ("rabbitmq_channel_get_ack_total", 3),

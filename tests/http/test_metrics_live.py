@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 import shutil
 import subprocess
+import threading
 from typing import Any
 
 import pika
@@ -84,3 +85,47 @@ def test_channel_queue_and_get_counters_and_commit_histograms(http_server: Serve
     res = subprocess.run(["promtool", "check", "metrics"], input=after, capture_output=True,
                          text=True, timeout=30)
     assert res.returncode == 0, res.stdout + res.stderr
+
+
+def test_mqtt_messages_by_protocol_version(http_server: ServerProcess, client_for: Any) -> None:
+    import paho.mqtt.client as paho
+
+    assert http_server.mqtt_port
+    clients = []
+    for proto, name in ((paho.MQTTv311, "v3"), (paho.MQTTv5, "v5")):
+        cl = paho.Client(paho.CallbackAPIVersion.VERSION2, client_id=name, protocol=proto)
+        cl.connect("127.0.0.1", http_server.mqtt_port)
+        cl.loop_start()
+        clients.append(cl)
+    v3, v5 = clients
+    got: list[str] = []
+    subscribed, all_in = threading.Event(), threading.Event()
+
+    def on_message(_c: Any, _u: Any, m: Any) -> None:
+        got.append(m.topic)
+        if len(got) == 3:
+            all_in.set()
+
+    v5.on_message = on_message
+    v5.on_subscribe = lambda *_a: subscribed.set()
+    v5.subscribe("m/#", qos=1)
+    assert subscribed.wait(10)
+    c = client_for(http_server)
+    text = c.get("/metrics").body.decode()
+    base = {k: _value(text, f'rabbitmq_global_messages_{k}') for k in (
+        'received_total{protocol="mqtt311"}', 'received_total{protocol="mqtt50"}',
+        'delivered_total{protocol="mqtt311"}', 'delivered_total{protocol="mqtt50"}')}
+    v3.publish("m/a", b"1", qos=1).wait_for_publish(10)
+    v3.publish("m/b", b"2", qos=1).wait_for_publish(10)
+    v5.publish("m/c", b"3", qos=1).wait_for_publish(10)
+    assert all_in.wait(10)
+    assert sorted(got) == ["m/a", "m/b", "m/c"]
+    text = c.get("/metrics").body.decode()
+    delta = {k: _value(text, f"rabbitmq_global_messages_{k}") - v for k, v in base.items()}
+    assert delta == {'received_total{protocol="mqtt311"}': 2,
+                     'received_total{protocol="mqtt50"}': 1,
+                     'delivered_total{protocol="mqtt311"}': 0,
+                     'delivered_total{protocol="mqtt50"}': 3}
+    for cl in clients:
+        cl.loop_stop()
+        cl.disconnect()

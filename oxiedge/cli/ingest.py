@@ -3,7 +3,7 @@ indexes on collections)."""
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -11,6 +11,7 @@ from . import complete
 from .base import (
     DataOpt,
     JsonOpt,
+    _config,
     _fail,
     _offline,
     _print_line,
@@ -20,6 +21,7 @@ from .base import (
     index_app,
     ingest_app,
 )
+from .progress import run_with_progress
 
 # --------------------------------------------------------------------- ingest
 _INGEST = "oxiedge.ingest.stored"
@@ -74,9 +76,17 @@ FieldArg = Annotated[str, typer.Argument(help="field path, e.g. value or room.na
 
 @index_app.command("add")
 def index_add(collection: CollArg, field: FieldArg, data: DataOpt = None) -> None:
-    """Index a field (built now for existing documents, then maintained on every write)."""
-    result = _request(data, "index.add", {"collection": collection, "field": field},
-                      _offline(_INDEXES, "add_offline", collection, field), write=True)
+    """Index a field (built now for existing documents, then maintained on every write);
+    a progress bar on a terminal while a large collection is indexed."""
+    args = {"collection": collection, "field": field}
+
+    def stopped() -> Any:
+        return _request(data, "index.add", args,
+                        _offline(_INDEXES, "add_offline", collection, field), write=True)
+
+    result = run_with_progress(_config(data).admin_socket, "index.add",
+                               {**args, "progress": True},
+                               f"indexing {collection}.{field}", stopped)
     verb = "added" if result.get("created") else "already present"
     _print_line(f"index {collection}.{field} {verb}")
 

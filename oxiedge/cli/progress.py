@@ -6,6 +6,7 @@ draws nothing; the result is the same."""
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -14,9 +15,11 @@ from ..admin.protocol import AdminError
 from .base import Settings, _exit_code, _fail
 
 
-def run_with_progress(socket: Path, op: str, args: dict[str, Any], label: str) -> Any:
+def run_with_progress(socket: Path, op: str, args: dict[str, Any], label: str,
+                      offline: Callable[[], Any] | None = None) -> Any:
     """Run the streaming operation ``op``; its final result (a refusal exits as
-    ``_request`` does)."""
+    ``_request`` does). With no server running: ``offline()`` if given (it does the work
+    on the data dir, without progress)."""
     from ..admin import client
 
     draw = sys.stderr.isatty() and not Settings.quiet
@@ -37,15 +40,19 @@ def run_with_progress(socket: Path, op: str, args: dict[str, Any], label: str) -
             )
 
             bar = Progress(TextColumn("{task.description}"), BarColumn(),
-                           MofNCompleteColumn(), TextColumn("{task.speed} /s"),
+                           MofNCompleteColumn(), TextColumn("{task.fields[rate]}"),
                            TimeRemainingColumn(), transient=True)
             bar.start()
-            task = bar.add_task(label, total=event.get("total"))
+            task = bar.add_task(label, total=event.get("total"), rate="")
         bar.update(task, completed=event["done"], total=event.get("total"))
+        speed = bar.tasks[0].speed  # (rich's estimate over its recent samples)
+        bar.update(task, rate="" if speed is None else f"{speed:,.0f}/s")
 
     try:
         return call_stream(socket, op, args, on_event, timeout=client.DEFAULT_TIMEOUT)
     except ServerNotRunning:
+        if offline is not None:
+            return offline()
         _fail(f"no server is running on {socket.parent}: start it with `oxiedge serve` or "
               "pass --data")
     except AdminError as exc:

@@ -10,8 +10,10 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from ..operations import Emit, Streamed
 from ..store import CommitError, Store
 from ..store.index import (
+    BUILD_CHUNK,
     IndexSpecError,
     create_index,
     create_index_blocking,
@@ -31,9 +33,11 @@ def _args(args: dict[str, Any]) -> tuple[str, str]:
 def admin_handlers(store: Store) -> dict[str, Any]:
     """``index.add`` (builds before answering), ``index.list``, ``index.remove``."""
 
-    async def add(args: dict[str, Any]) -> dict[str, Any]:
+    def add(args: dict[str, Any]) -> Any:
         collection, field = _args(args)
-        return await create_index(store, collection, field)
+        if args.get("progress"):  # a stream of progress events, then the result
+            return Streamed(lambda emit: build_with_progress(store, collection, field, emit))
+        return create_index(store, collection, field)
 
     async def remove(args: dict[str, Any]) -> dict[str, Any]:
         collection, field = _args(args)
@@ -43,6 +47,23 @@ def admin_handlers(store: Store) -> dict[str, Any]:
         return store.indexes.rows(args.get("collection"))
 
     return {"index.add": add, "index.list": list_, "index.remove": remove}
+
+
+async def build_with_progress(store: Store, collection: str, field: str,
+                              emit: Emit) -> dict[str, Any]:
+    """``create_index`` that emits ``{"done", "total"}`` (documents) after each chunk's
+    commit round (``oxiedge index add`` draws them as a progress bar)."""
+    idef, created = store.indexes.stage_define(collection, field)
+    total, done = store.count(collection), 0
+    next_id: int | None = 0
+    while not idef.ready and next_id is not None and idef.iid in store.indexes.defs:
+        next_id = store.indexes.build_chunk(idef, next_id)
+        if next_id is None:
+            store.indexes.stage_ready(idef)
+        await store.commit()
+        done = total if next_id is None else min(total, done + BUILD_CHUNK)
+        await emit({"done": done, "total": total, "collection": collection, "field": field})
+    return {**idef.row(), "created": created}
 
 
 def add_offline(store: Store, collection: str, field: str) -> dict[str, Any]:

@@ -97,6 +97,11 @@ def definitions_import(
         if isinstance(doc, dict) and isinstance(doc.get("oxiedge"), dict) else []
     secrets = {name: os.environ[name] for name in references(urls) if name in os.environ}
     args = {"document": doc, "dry_run": dry_run, "secrets": secrets}
+    from ..admin.protocol import MAX_REQUEST
+
+    if len(json.dumps(args, ensure_ascii=False).encode()) > MAX_REQUEST - 1024:
+        _fail(f"{file} is larger than an admin request may be ({MAX_REQUEST >> 20} MiB): "
+              "import it with POST /api/definitions (16 MiB), or in parts", 2)
     cfg = _config(data)
     if dry_run:
         result = _request(data, "definitions.import", args, None)

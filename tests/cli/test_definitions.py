@@ -124,6 +124,10 @@ def test_a_wrong_field_is_refused_whole(server: ServerProcess, tmp_path: Path) -
     path.write_text("{not json")
     res = server.cli("definitions", "import", str(path), check=False)
     assert res.returncode == 2 and "is not JSON" in res.stderr
+    path.write_text(json.dumps({"queues": [{"name": f"q{i:07d}" + "x" * 200}
+                                           for i in range(6000)]}))
+    res = server.cli("definitions", "import", str(path), check=False)
+    assert res.returncode == 2 and "POST /api/definitions" in " ".join(res.stderr.split())
 
 
 def test_a_conflicting_queue_is_refused_before_anything_changes(server: ServerProcess,

@@ -30,8 +30,9 @@ NAV = (("/", "Overview"), ("/mqtt/sessions", "MQTT sessions"), ("/mqtt/retained"
        ("/queues", "Queues"), ("/exchanges", "Exchanges"), ("/connections", "Connections"),
        ("/collections", "Collections"), ("/uplinks", "Uplinks"), ("/users", "Users"))
 
-#: Rows a table shows at most (the rest is counted in a line under it).
-MAX_ROWS = 500
+#: Rows a table shows per page (a row with its buttons is ~700 bytes: a page stays under
+#: 100 KB); ``?page=N`` shows the next ones, with links under the table.
+MAX_ROWS = 100
 
 
 def esc(value: Any) -> str:
@@ -86,9 +87,11 @@ def cell(value: Any) -> str:
 
 
 def table(columns: Sequence[Column], rows: Sequence[dict[str, Any]],
-          extra: Any = None, empty: str = "none", label: str = "") -> str:
-    """A table of ``rows``; ``extra(row)`` gives the HTML of a last cell (links, buttons).
-    Each cell carries its heading (``data-label``) for the narrow-screen layout."""
+          extra: Any = None, empty: str = "none", label: str = "", page: int = 0) -> str:
+    """A table of ``rows`` (the ``page``-th ``MAX_ROWS`` of them, ``page`` > 0 with links to
+    the others; 0: the first ``MAX_ROWS``, the rest counted); ``extra(row)`` gives the HTML
+    of a last cell (links, buttons). Each cell carries its heading (``data-label``) for the
+    narrow-screen layout."""
     if not rows:
         return f'<p class="empty">{esc(empty)}</p>'
     head = "".join(f'<th{" class=num" if c.number else ""}>{esc(c.label)}</th>'
@@ -96,7 +99,8 @@ def table(columns: Sequence[Column], rows: Sequence[dict[str, Any]],
     if extra is not None:
         head += "<th></th>"
     body = []
-    for row in rows[:MAX_ROWS]:
+    first = max(0, page - 1) * MAX_ROWS
+    for row in rows[first:first + MAX_ROWS]:
         cells = "".join(
             f'<td data-label="{esc(c.label)}"{" class=num" if c.number else ""}>'
             f"{row[c.key] if c.key.startswith('_html') else cell(row.get(c.key))}</td>"
@@ -104,8 +108,7 @@ def table(columns: Sequence[Column], rows: Sequence[dict[str, Any]],
         if extra is not None:
             cells += f'<td class="act">{extra(row)}</td>'
         body.append(f"<tr>{cells}</tr>")
-    more = (f'<p class="more">{len(rows) - MAX_ROWS} more not shown</p>'
-            if len(rows) > MAX_ROWS else "")
+    more = _pager(len(rows), first, page)
     caption = f"<caption>{esc(label)}</caption>" if label else ""
     return (f'<div class="tablewrap"><table>{caption}<thead><tr>{head}</tr></thead>'
             f'<tbody>{"".join(body)}</tbody></table></div>{more}')
@@ -198,3 +201,17 @@ def _short(value: float) -> str:
 
 def _ago(seconds: float) -> str:
     return f"{seconds / 60:.0f} min" if seconds >= 120 else f"{seconds:.0f} s"
+
+
+def _pager(total: int, first: int, page: int) -> str:
+    if total <= MAX_ROWS:
+        return ""
+    shown = f"{first + 1}-{min(total, first + MAX_ROWS)} of {total}"
+    if not page:
+        return f'<p class="more">{shown} shown</p>'
+    links = []
+    if page > 1:
+        links.append(f'<a href="?page={page - 1}">previous</a>')
+    if first + MAX_ROWS < total:
+        links.append(f'<a href="?page={page + 1}">next</a>')
+    return f'<p class="more">{shown} {" ".join(links)}</p>'

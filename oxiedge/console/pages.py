@@ -69,6 +69,11 @@ def _span(points: list[tuple[float, float]], longest: float) -> float:
     return max(-longest, min(-60.0, oldest * 1.05))
 
 
+def _page(req: Request) -> int:
+    """The ``?page=`` of a long table (1 when absent; a bad one is a 400 naming it)."""
+    return req.int_param("page", 1, 1, 1 << 30)
+
+
 def _admin(who: Principal) -> bool:
     return "administrator" in who.tags
 
@@ -187,7 +192,7 @@ class Console:
                 Column("dropped", "Dropped", True), Column("expires_in", "Expires in (s)", True)]
         sub_cols = [Column("client", "Client"), Column("filter", "Filter"),
                     Column("qos", "QoS", True), Column("connected", "Connected")]
-        body = (table(cols, rows, actions, "no MQTT sessions", "Sessions")
+        body = (table(cols, rows, actions, "no MQTT sessions", "Sessions", _page(req))
                 + "<h2>Subscriptions</h2>"
                 + table(sub_cols, subs, None, "no subscriptions", "Subscriptions"))
         return "MQTT sessions", "/mqtt/sessions", body
@@ -204,7 +209,7 @@ class Console:
         cols = [Column("topic", "Topic"), Column("qos", "QoS", True),
                 Column("bytes", "Bytes", True)]
         return "Retained messages", "/mqtt/retained", table(
-            cols, rows, actions, "no retained messages", "Retained")
+            cols, rows, actions, "no retained messages", "Retained", _page(req))
 
     # ------------------------------------------------------------------ AMQP
     async def queues(self, req: Request, who: Principal, _args: tuple[str, ...]
@@ -223,7 +228,8 @@ class Console:
                 Column("ready", "Ready", True), Column("unacked", "Unacked", True),
                 Column("consumers", "Consumers", True), Column("published", "Published", True),
                 Column("delivered", "Delivered", True), Column("arguments", "Arguments")]
-        return "Queues", "/queues", table(cols, rows, actions, "no queues", "Queues")
+        return "Queues", "/queues", table(cols, rows, actions, "no queues", "Queues",
+                                          _page(req))
 
     async def queue(self, req: Request, who: Principal, args: tuple[str, ...]
                     ) -> tuple[str, str, str]:
@@ -302,7 +308,8 @@ class Console:
                  Column("subscriptions", "Subs", True), Column("inflight", "In flight", True),
                  Column("queued", "Queued", True)]
         return "Connections", "/connections", (
-            "<h2>AMQP</h2>" + table(cols, rows, actions, "no AMQP connections", "AMQP")
+            "<h2>AMQP</h2>" + table(cols, rows, actions, "no AMQP connections", "AMQP",
+                                    _page(req))
             + "<h2>MQTT clients</h2>"
             + table(mcols, mqtt, kick, "no MQTT client connected", "MQTT clients"))
 

@@ -202,3 +202,25 @@ def test_connected_mqtt_client_is_listed_and_kicked(http_server: ServerProcess,
         assert gone.wait(10)
     finally:
         client.loop_stop()
+
+
+def test_long_tables_are_paged_under_the_budget(http_server: ServerProcess,
+                                               client_for: Any) -> None:
+    import paho.mqtt.client as mqtt
+
+    assert http_server.mqtt_port
+    client = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id="filler")
+    client.connect("127.0.0.1", http_server.mqtt_port)
+    client.loop_start()
+    for i in range(300):
+        info = client.publish(f"site/room{i:03d}/temp", "21.5", qos=1, retain=True)
+    info.wait_for_publish(20)
+    client.loop_stop()
+    client.disconnect()
+    c = client_for(http_server)
+    first = c.get("/mqtt/retained")
+    assert len(first.body) < PAGE_BUDGET
+    assert 'href="?page=2">next</a>' in first.body.decode()
+    last = c.get("/mqtt/retained?page=4").body.decode()
+    assert 'href="?page=3">previous</a>' in last and "next</a>" not in last
+    assert c.get("/mqtt/retained?page=0").status == 400

@@ -26,10 +26,12 @@ _TOPICS_MAX = 256  # topics a session queue remembers as checked (then forgotten
 class Pending:
     """A message owed to one session at QoS 1 or 2."""
 
-    __slots__ = ("dup", "held", "msg", "qos", "retain", "seq")
+    __slots__ = ("dup", "held", "msg", "qos", "retain", "seq", "size")
 
-    def __init__(self, seq: int, msg: Message, qos: int, retain: bool, dup: bool) -> None:
+    def __init__(self, seq: int, msg: Message, qos: int, retain: bool, dup: bool,
+                 size: int) -> None:
         self.seq = seq
+        self.size = size  # what it counts in its queue's bytes: topic + payload
         self.msg = msg
         self.qos = qos
         self.retain = retain
@@ -59,11 +61,12 @@ class PendingCodec:
 
     def decode(self, seq: int, value: bytes) -> Pending | None:
         """``persist.check_msg_value`` with the topic checked once per topic."""
-        if len(value) < 3:
+        length = len(value)
+        if length < 3:
             raise ValueError("message header does not match its length")
         flags = value[0]
         end = 3 + ((value[1] << 8) | value[2])
-        if end > len(value) or flags & 3 == 3:
+        if end > length or flags & 3 == 3:
             raise ValueError(f"message header does not match its length (flags {flags})")
         raw = value[3:end]
         known = self._topics.get(raw)
@@ -77,13 +80,14 @@ class PendingCodec:
             return None
         if flags & persist.MSG_V5:  # an MQTT 5 message with its properties
             msg: Message = message_of(topic, topic_b, value, end)
+            size = len(msg.payload) + end - 3
         else:
             msg = Message(topic, value[end:], topic_b)
-        return Pending(seq, msg, flags & 3, bool(flags & 4), seq < self.dup_below)
+            size = length - 3  # topic + payload
+        return Pending(seq, msg, flags & 3, bool(flags & 4), seq < self.dup_below, size)
 
     def size(self, item: Pending) -> int:
-        msg = item.msg
-        return len(msg.payload) + len(msg.topic_b)
+        return item.size
 
     def raw_size(self, value: bytes) -> int:
         return max(0, len(value) - 3)

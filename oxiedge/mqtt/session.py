@@ -212,10 +212,10 @@ class Session:
             return False
         seq = self.next_seq
         self.next_seq = seq + 1
-        p = Pending(seq, msg, qos, retain, False)
+        size = len(msg.payload) + len(msg.topic_b)
+        p = Pending(seq, msg, qos, retain, False, size)
         store = self.store
         queue, limits, conn = self.queue, self.limits, self.conn
-        size = len(msg.payload) + len(msg.topic_b)
         value = b"" if store is None else msg.record(qos, retain)
         if hold is None and conn is not None and queue.count == len(queue.out):
             # Nothing queued (the common case): what ``pump`` does with a queue of this one

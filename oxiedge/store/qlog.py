@@ -15,27 +15,25 @@ A seq lives in exactly one of five places, in this order::
     (tail)   one past the newest seq
 
 A consumer that keeps up never leaves ``ready`` (or is handed its message at once with
-``append_sent``): no read-back, no extra allocation. Messages beyond the window (an offline
-MQTT session: all of them) wait in ``fresh`` until their batch is synced and then cost
-nothing in memory but the queue's counters; they join ``disk``. When ``ready`` runs empty,
-``_read_back`` reads the next window from ``disk_from`` with one iterator (seek to the key,
-bounded by ``disk_to``: the walk starts above every tombstone of the acknowledged head)
-and sequential reads, never one ``get`` per message. Only synced records are dropped from
-memory and read back, so a delivery that must wait for its round (an MQTT QoS 2 ``Hold``)
-is never read back early.
+``append_sent``): no read-back. Messages beyond the window (an offline MQTT session: all of
+them) wait in ``fresh`` until their batch is synced, then cost nothing in memory but the
+counters; they join ``disk``. When ``ready`` runs empty, ``_read_back`` reads the next
+window from ``disk_from`` in a few bounded reads (``Store.read_range``: seek above every
+tombstone of the acknowledged head, a list of sequential pairs made by RocksDB's iterator,
+no Python step per pair), never one ``get`` per message. Only synced records are read
+back, so a delivery waiting for its round (an MQTT QoS 2 ``Hold``) is never read early.
 
-Removal: an acknowledged or dropped seq below every live seq (the usual case: in order)
-only moves ``deleted_to``; the records below it are removed with one ``delete_range`` per
-round, staged by ``_flush`` just before the round is written (``Store.defer``), together
-with the queue's metadata record ``meta_key`` = floor, tail, count, bytes (8 bytes BE
-each). An acknowledgement out of order stages a point delete at once.
+Removal: an acknowledged or dropped seq below every live seq (the usual case) only moves
+``deleted_to`` (an in-order ack: the seq at ``deleted_to``, one compare); ``_flush``, just
+before the round is written (``Store.defer``), moves it up to the floor and stages one
+``delete_range`` for the run with the metadata record ``meta_key`` = floor, tail, count,
+bytes (8 bytes BE each). An acknowledgement out of order stages a point delete at once.
 
 Recovery (``recover``) reads the metadata record, seeks to the first key at or above the
-floor and to the last key: head, tail, count and bytes without reading the backlog. A
-record missing or inconsistent with the keys found (a data dir written before this
-layout) costs one scan of the keys, once. A record that does not decode when it is read
-back is quarantined (``store.quarantine``: moved aside, counted, logged) and delivery goes
-on with the next one.
+floor and to the last key: no backlog read. A record missing or inconsistent with the
+keys (a data dir written before this layout) costs one scan of the keys, once. A record
+that does not decode when read back is quarantined (``store.quarantine``: moved aside,
+counted, logged) and delivery goes on.
 
 Without a store (a clean MQTT session, ``--no-mqtt-persist``) the queue lives in ``ready``
 alone, with the same API; a message leaves it when it is popped (nothing is ``out``).
@@ -46,77 +44,21 @@ from __future__ import annotations
 import struct
 from collections import deque
 from collections.abc import Callable, Iterator
-from typing import Generic, Protocol, TypeVar
+from typing import Generic
 
 from .encoding import prefix_end
+from .qlog_api import Codec, E, Entry, Generations, LogStore, NoTally, Tally
+
+__all__ = ["WINDOW", "WINDOW_BYTES", "Codec", "Entry", "Generations", "LogStore", "QueueLog",
+           "Tally"]
 
 _SEQ = struct.Struct(">Q")
 _META = struct.Struct(">QQQQ")  # floor, tail, count, bytes
 #: The window of a queue whose consumer is attached: messages, bytes (whichever first).
 WINDOW = 1024
 WINDOW_BYTES = 1 << 20
-
-
-class Generations(Protocol):
-    """The batch numbers of the group committer (``GroupCommitter``)."""
-
-    generation: int  # the batch being staged now
-    synced_generation: int  # every batch up to this one is synced
-
-
-class LogStore(Protocol):
-    """What a queue log needs of ``oxiedge.store.Store``."""
-
-    @property
-    def committer(self) -> Generations: ...
-    def stage_put(self, cf: str, key: bytes, value: bytes) -> None: ...
-    def stage_delete_key(self, cf: str, key: bytes) -> None: ...
-    def stage_delete_range(self, cf: str, start: bytes, end: bytes) -> None: ...
-    def get_raw(self, cf: str, key: bytes) -> bytes | None: ...
-    def iter_range(self, cf: str, start: bytes, end: bytes) -> Iterator[tuple[bytes, bytes]]: ...
-    def last_key(self, cf: str, start: bytes, end: bytes) -> bytes | None: ...
-    def quarantine(self, cf: str, key: bytes, value: bytes | None, reason: str) -> bool: ...
-    def defer(self, fn: Callable[[], None]) -> None: ...
-
-
-class Tally(Protocol):
-    """Where the queues of one broker add up the bytes they hold on disk (a global bound)."""
-
-    backlog_bytes: int
-
-
-class _NoTally:
-    __slots__ = ("backlog_bytes",)
-
-    def __init__(self) -> None:
-        self.backlog_bytes = 0
-
-
-class Entry(Protocol):
-    """A queued message as its owner keeps it in memory."""
-
-    @property
-    def seq(self) -> int: ...
-
-
-E = TypeVar("E", bound=Entry)
-
-
-class Codec(Protocol[E]):
-    """How the owner turns a record into its message, and what a message counts."""
-
-    def decode(self, seq: int, value: bytes) -> E | None:
-        """The message of a record read back; None: skip it (removed, counted as
-        ``skipped``); raises ValueError for a record that does not decode."""
-        ...
-
-    def size(self, item: E) -> int:
-        """What ``item`` counts in the queue's ``bytes``."""
-        ...
-
-    def raw_size(self, value: bytes) -> int:
-        """What a record counts in ``bytes`` (recovery, quarantine; never raises)."""
-        ...
+#: Records in the first read of a read-back when the queue's mean size is not known.
+_CHUNK = 64
 
 
 class QueueLog(Generic[E]):
@@ -131,8 +73,8 @@ class QueueLog(Generic[E]):
                  prefix: bytes = b"", meta_key: bytes = b"", window: int = WINDOW,
                  window_bytes: int = WINDOW_BYTES, tally: Tally | None = None) -> None:
         self.codec = codec
-        # The bytes of a queue with a store also count in ``tally`` (``_NoTally``: nowhere).
-        self.tally: Tally = tally if tally is not None and store is not None else _NoTally()
+        # The bytes of a queue with a store also count in ``tally`` (``NoTally``: nowhere).
+        self.tally: Tally = tally if tally is not None and store is not None else NoTally()
         self.store = store
         self.cf = cf
         self.prefix = prefix
@@ -262,32 +204,48 @@ class QueueLog(Generic[E]):
             self.ready_bytes += size(item)
 
     def _read_back(self) -> None:
-        """Read the next window from disk: one seek, sequential reads (module docstring)."""
+        """Read the next window: as many records as it takes by the queue's mean size,
+        then by the mean of those read (module docstring)."""
         store = self.store
         assert store is not None
-        codec, ready, n, cf = self.codec, self.ready, 0, self.cf
+        codec, ready, cf, n = self.codec, self.ready, self.cf, 0
+        decode, size, unpack = codec.decode, codec.size, _SEQ.unpack_from
+        window, window_bytes = self.window, self.window_bytes
         width = len(self.prefix) + _SEQ.size
+        at = width - _SEQ.size
+        start, end = self.key(self.disk_from), self.key(self.disk_to)
         next_from = self.disk_to
-        for key, value in store.iter_range(cf, self.key(self.disk_from), self.key(self.disk_to)):
-            if len(key) != width:  # cannot come from ``append``: moved aside, not served
-                self._lost(key, value, f"queue key of {len(key)} bytes")
-                continue
-            seq = _SEQ.unpack_from(key, width - _SEQ.size)[0]
-            try:
-                item = codec.decode(seq, value)
-            except ValueError as exc:  # UnicodeDecodeError too
-                self._lost(key, value, f"queued message {seq}: {exc}")
-                continue
-            if item is None:
-                self.skipped += 1
-                self._gone(seq, codec.raw_size(value))
-                continue
-            ready.append(item)
-            self.ready_bytes += codec.size(item)
-            n += 1
-            if n >= self.window or self.ready_bytes >= self.window_bytes:
-                next_from = seq + 1
-                break
+        each = self.bytes // self.count if self.count > 0 else 0  # the queue's mean size
+        chunk = max(1, min(window, window_bytes // each if each else _CHUNK))
+        while True:
+            pairs = store.read_range(cf, start, end, chunk)
+            for key, value in pairs:
+                if len(key) != width:  # cannot come from ``append``: moved aside, not served
+                    self._lost(key, value, f"queue key of {len(key)} bytes")
+                    continue
+                seq = unpack(key, at)[0]
+                try:
+                    item = decode(seq, value)
+                except ValueError as exc:  # UnicodeDecodeError too
+                    self._lost(key, value, f"queued message {seq}: {exc}")
+                    continue
+                if item is None:
+                    self.skipped += 1
+                    self._gone(seq, codec.raw_size(value))
+                    continue
+                ready.append(item)
+                self.ready_bytes += size(item)
+                n += 1
+                if n >= window or self.ready_bytes >= window_bytes:
+                    next_from = seq + 1
+                    break
+            else:
+                if len(pairs) == chunk:  # more on disk: go on after the last key read
+                    start = pairs[-1][0] + b"\x00"
+                    each = max(1, self.ready_bytes // max(1, n))
+                    chunk = max(1, min(window - n, (window_bytes - self.ready_bytes) // each))
+                    continue
+            break
         self.disk_from = next_from
         self.read_back += n
 
@@ -322,7 +280,10 @@ class QueueLog(Generic[E]):
         self.count -= 1
         self.bytes -= size
         self.tally.backlog_bytes -= size
-        self._removed(seq)
+        if seq == self.deleted_to:  # in order: every seq below is removed already
+            self.deleted_to = seq + 1  # (``_flush`` moves it on to the floor)
+        else:
+            self._removed(seq)
         if not self._dirty:
             self._touch()
         return True
@@ -400,6 +361,9 @@ class QueueLog(Generic[E]):
         store = self.store
         if self._closed or store is None:
             return
+        floor = self._floor()  # every seq below the smallest live one is removed
+        if floor > self.deleted_to:
+            self.deleted_to = floor
         if self.deleted_to > self.flushed_to:
             store.stage_delete_range(self.cf, self.key(self.flushed_to), self.key(self.deleted_to))
             self.flushed_to = self.deleted_to

@@ -10,6 +10,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import asynccontextmanager
+from itertools import islice
 from pathlib import Path
 from typing import Any, cast
 
@@ -400,6 +401,16 @@ class Store:
         ro.set_iterate_upper_bound(end)
         for key, value in self._cf_read[cf].items(from_key=start, read_opt=ro):
             yield cast(bytes, key), cast(bytes, value)
+
+    def read_range(self, cf: str, start: bytes, end: bytes, limit: int
+                   ) -> list[tuple[bytes, bytes]]:
+        """The first ``limit`` pairs of ``iter_range``, read in one go by RocksDB's own
+        iterator (no Python step per pair: a queue's read-back)."""
+        ro = ReadOptions()
+        ro.set_iterate_upper_bound(end)
+        items = cast(Iterator[tuple[bytes, bytes]],
+                     self._cf_read[cf].items(from_key=start, read_opt=ro))
+        return list(islice(items, limit))
 
     def last_key(self, cf: str, start: bytes, end: bytes) -> bytes | None:
         """The greatest key of ``cf`` in ``[start, end)``, or None."""

@@ -1,0 +1,70 @@
+"""What a queue log (``qlog.py``) needs of its store and of its owner: protocols only."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Protocol, TypeVar
+
+
+class Generations(Protocol):
+    """The batch numbers of the group committer (``GroupCommitter``)."""
+
+    generation: int  # the batch being staged now
+    synced_generation: int  # every batch up to this one is synced
+
+
+class LogStore(Protocol):
+    """What a queue log needs of ``oxiedge.store.Store``."""
+
+    @property
+    def committer(self) -> Generations: ...
+    def stage_put(self, cf: str, key: bytes, value: bytes) -> None: ...
+    def stage_delete_key(self, cf: str, key: bytes) -> None: ...
+    def stage_delete_range(self, cf: str, start: bytes, end: bytes) -> None: ...
+    def get_raw(self, cf: str, key: bytes) -> bytes | None: ...
+    def iter_range(self, cf: str, start: bytes, end: bytes) -> Iterator[tuple[bytes, bytes]]: ...
+    def read_range(self, cf: str, start: bytes, end: bytes, limit: int
+                   ) -> list[tuple[bytes, bytes]]: ...
+    def last_key(self, cf: str, start: bytes, end: bytes) -> bytes | None: ...
+    def quarantine(self, cf: str, key: bytes, value: bytes | None, reason: str) -> bool: ...
+    def defer(self, fn: Callable[[], None]) -> None: ...
+
+
+class Tally(Protocol):
+    """Where the queues of one broker add up the bytes they hold on disk (a global bound)."""
+
+    backlog_bytes: int
+
+
+class NoTally:
+    __slots__ = ("backlog_bytes",)
+
+    def __init__(self) -> None:
+        self.backlog_bytes = 0
+
+
+class Entry(Protocol):
+    """A queued message as its owner keeps it in memory."""
+
+    @property
+    def seq(self) -> int: ...
+
+
+E = TypeVar("E", bound=Entry)
+
+
+class Codec(Protocol[E]):
+    """How the owner turns a record into its message, and what a message counts."""
+
+    def decode(self, seq: int, value: bytes) -> E | None:
+        """The message of a record read back; None: skip it (removed, counted as
+        ``skipped``); raises ValueError for a record that does not decode."""
+        ...
+
+    def size(self, item: E) -> int:
+        """What ``item`` counts in the queue's ``bytes``."""
+        ...
+
+    def raw_size(self, value: bytes) -> int:
+        """What a record counts in ``bytes`` (recovery, quarantine; never raises)."""
+        ...

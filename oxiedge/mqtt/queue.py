@@ -86,9 +86,6 @@ class PendingCodec:
             size = length - 3  # topic + payload
         return Pending(seq, msg, flags & 3, bool(flags & 4), seq < self.dup_below, size)
 
-    def size(self, item: Pending) -> int:
-        return item.size
-
     def raw_size(self, value: bytes) -> int:
         return max(0, len(value) - 3)
 

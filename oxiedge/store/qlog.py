@@ -179,7 +179,7 @@ class QueueLog(Generic[E]):
     def pop(self) -> E:
         """Take the message ``peek`` returned: it is out until ``ack``."""
         item = self.ready.popleft()
-        size = self.codec.size(item)
+        size = item.size
         self.ready_bytes -= size
         if self.store is None:  # in memory only: it leaves the queue now
             self.count -= 1
@@ -197,11 +197,10 @@ class QueueLog(Generic[E]):
             if self.ready:
                 return
         fresh, ready = self.fresh, self.ready
-        size = self.codec.size
         while fresh and len(ready) < self.window:  # not synced yet, but in memory
             item = fresh.popleft()[1]
             ready.append(item)
-            self.ready_bytes += size(item)
+            self.ready_bytes += item.size
 
     def _read_back(self) -> None:
         """Read the next window: as many records as it takes by the queue's mean size,
@@ -209,7 +208,7 @@ class QueueLog(Generic[E]):
         store = self.store
         assert store is not None
         codec, ready, cf, n = self.codec, self.ready, self.cf, 0
-        decode, size, unpack = codec.decode, codec.size, _SEQ.unpack_from
+        decode, unpack = codec.decode, _SEQ.unpack_from
         window, window_bytes = self.window, self.window_bytes
         width = len(self.prefix) + _SEQ.size
         at = width - _SEQ.size
@@ -234,7 +233,7 @@ class QueueLog(Generic[E]):
                     self._gone(seq, codec.raw_size(value))
                     continue
                 ready.append(item)
-                self.ready_bytes += size(item)
+                self.ready_bytes += item.size
                 n += 1
                 if n >= window or self.ready_bytes >= window_bytes:
                     next_from = seq + 1
@@ -294,7 +293,7 @@ class QueueLog(Generic[E]):
         if item is None:
             return None
         self.ready.popleft()
-        size = self.codec.size(item)
+        size = item.size
         self.ready_bytes -= size
         self.count -= 1
         self.bytes -= size
@@ -316,13 +315,12 @@ class QueueLog(Generic[E]):
             removed += [item for _gen, item in gone]
         if not removed:
             return removed
-        size = self.codec.size
-        self.ready_bytes = sum(size(item) for item in self.ready)
+        self.ready_bytes = sum(item.size for item in self.ready)
         for item in removed:
             self.count -= 1
-            self.bytes -= size(item)
+            self.bytes -= item.size
             if self.store is not None:
-                self.tally.backlog_bytes -= size(item)
+                self.tally.backlog_bytes -= item.size
                 self._removed(item.seq)
         self._touch()
         return removed

@@ -48,21 +48,22 @@ class Entry(Protocol):
 
     @property
     def seq(self) -> int: ...
+    @property
+    def size(self) -> int:
+        """What it counts in the queue's ``bytes``."""
+        ...
 
 
 E = TypeVar("E", bound=Entry)
+E_co = TypeVar("E_co", bound=Entry, covariant=True)
 
 
-class Codec(Protocol[E]):
-    """How the owner turns a record into its message, and what a message counts."""
+class Codec(Protocol[E_co]):
+    """How the owner turns a record into its message (``Entry.size``: what it counts)."""
 
-    def decode(self, seq: int, value: bytes) -> E | None:
+    def decode(self, seq: int, value: bytes) -> E_co | None:
         """The message of a record read back; None: skip it (removed, counted as
         ``skipped``); raises ValueError for a record that does not decode."""
-        ...
-
-    def size(self, item: E) -> int:
-        """What ``item`` counts in the queue's ``bytes``."""
         ...
 
     def raw_size(self, value: bytes) -> int:

@@ -25,6 +25,10 @@ class Item:
         self.seq = seq
         self.payload = payload
 
+    @property
+    def size(self) -> int:
+        return len(self.payload)
+
 
 class Codec:
     """Records are ``b"v" + payload``; anything else does not decode."""
@@ -38,9 +42,6 @@ class Codec:
         if self.skip is not None and value[1:] == self.skip:
             return None
         return Item(seq, bytes(value[1:]))
-
-    def size(self, item: Item) -> int:
-        return len(item.payload)
 
     def raw_size(self, value: bytes) -> int:
         return max(0, len(value) - 1)

@@ -32,6 +32,7 @@ class Host:
         self.credentials = Credentials(users, Logins(users), lambda _n: [])
         self.counters = dict.fromkeys(COUNTER_NAMES, 0)
         self.log = logging.getLogger("test")
+        self.websocket = None  # no WebSocket paths on this listener
 
 
 async def _served(host: Host, stream: Any) -> None:

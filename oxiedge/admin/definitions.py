@@ -5,7 +5,6 @@ as ``oxiedge user add`` does, secrets from the server's environment."""
 
 from __future__ import annotations
 
-import inspect
 import os
 from collections.abc import Callable
 from typing import Any
@@ -16,8 +15,8 @@ from ..app import App
 from ..auth import read_user_file, write_user_file
 from ..definitions.document import State
 from ..definitions.state import read_state
-from ..operations import BAD_REQUEST, UNAVAILABLE, OperationError
-from .protocol import AdminError
+from ..operations import UNAVAILABLE, OperationError
+from .protocol import call_handler
 
 
 class ServerTarget:
@@ -34,18 +33,7 @@ class ServerTarget:
         return await trio.to_thread.run_sync(read_state, self.app.store, users, perms)
 
     async def operate(self, name: str, args: dict[str, Any]) -> Any:
-        handler = self.handlers.get(name)
-        if handler is None:
-            raise OperationError(f"{name}: that part of the server is off", UNAVAILABLE)
-        try:
-            result = handler(args)
-            if inspect.isawaitable(result):
-                result = await result
-        except OperationError:
-            raise
-        except (AdminError, ValueError, KeyError, TypeError) as exc:  # the older handlers
-            raise OperationError(f"{name}: {exc}", BAD_REQUEST) from None
-        return result
+        return await call_handler(self.handlers, name, args, "that part of the server is off")
 
     async def put_user(self, name: str, stored_hash: str) -> None:
         path = self.app.users.path

@@ -11,8 +11,12 @@ A streaming operation (``oxiedge sub``) answers with any number of
 
 from __future__ import annotations
 
+import inspect
 import json
+from collections.abc import Callable, Mapping
 from typing import Any
+
+from ..operations import BAD_REQUEST, UNAVAILABLE, OperationError
 
 MAX_REQUEST = 1 << 20
 
@@ -41,3 +45,24 @@ def decode_request(line: bytes) -> tuple[str, dict[str, Any]]:
     if not isinstance(args, dict):
         raise AdminError("bad request: args must be an object")
     return req["op"], args
+
+
+async def call_handler(handlers: Mapping[str, Callable[[dict[str, Any]], Any]], name: str,
+                       args: dict[str, Any], off: str, named: bool = True) -> Any:
+    """Run the handler ``name`` of an admin handler table (sync or async) for a caller that
+    is not the admin socket (the HTTP API, the definitions import): a missing handler is
+    ``UNAVAILABLE`` (``off`` says why), and the older handlers' refusals (``AdminError``,
+    ``ValueError``, ``KeyError``, ``TypeError``) become ``BAD_REQUEST`` (their text after
+    the handler's name when ``named``)."""
+    handler = handlers.get(name)
+    if handler is None:
+        raise OperationError(f"{name}: {off}", UNAVAILABLE)
+    try:
+        result = handler(args)
+        if inspect.isawaitable(result):
+            result = await result
+    except OperationError:
+        raise
+    except (AdminError, ValueError, KeyError, TypeError) as exc:
+        raise OperationError(f"{name}: {exc}" if named else str(exc), BAD_REQUEST) from None
+    return result

@@ -4,7 +4,6 @@ handler table that ``server.py`` builds), and :func:`build` assembles the listen
 
 from __future__ import annotations
 
-import inspect
 import os
 import resource
 import socket
@@ -14,7 +13,7 @@ from typing import Any, Protocol
 import trio
 
 from ..access.grants import Grants
-from ..admin.protocol import AdminError
+from ..admin.protocol import call_handler
 from ..admin.server import StatusPart, server_status
 from ..app import App
 from ..auth import hash_password, read_user_file, write_user_file
@@ -154,18 +153,8 @@ class ServerView:
         return {name: dict(entry) for name, entry in users.items()}
 
     async def operate(self, name: str, args: dict[str, Any]) -> Any:
-        handler = self.handlers.get(name)
-        if handler is None:
-            raise OperationError(f"{name}: that broker is off on this server", UNAVAILABLE)
-        try:
-            result = handler(args)
-            if inspect.isawaitable(result):
-                result = await result
-        except OperationError:
-            raise
-        except (AdminError, ValueError, KeyError, TypeError) as exc:  # (the older handlers
-            raise OperationError(str(exc), BAD_REQUEST) from None  # refuse with these)
-        return result
+        return await call_handler(self.handlers, name, args, "that broker is off on this server",
+                                  named=False)
 
     async def put_user(self, name: str, password: bytes | None, password_hash: str | None
                        ) -> bool:

@@ -35,6 +35,22 @@ class Histogram:
         out.append(("+Inf", self.count))
         return out
 
+    def quantile(self, q: float) -> float | None:
+        """An estimate of the ``q`` quantile (0 < q <= 1): linear within the bucket it falls
+        in (from 0 for the first bucket); the last finite bound when it falls in ``+Inf``.
+        None before the first observation."""
+        if self.count == 0:
+            return None
+        rank, running = q * self.count, 0
+        for i, n in enumerate(self.counts):
+            if n and running + n >= rank:
+                if i == len(self.bounds):
+                    return self.bounds[-1]
+                low = self.bounds[i - 1] if i else 0.0
+                return low + (self.bounds[i] - low) * max(rank - running, 0) / n
+            running += n
+        return self.bounds[-1]
+
 
 #: A commit round, from its write to the end of its WAL sync (seconds).
 ROUND_SECONDS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,

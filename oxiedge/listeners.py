@@ -7,7 +7,8 @@ connections (``mqtt``, ``amqp``, ``http``: the wiring passes that server's ``run
 :func:`open_listeners` binds every entry of one server that is on, in table order (plain
 before TLS), starts the server on all of them at once, and logs each bound port. Adding a
 listener is one entry here; the start-up lines (``MQTT listening on HOST:PORT``, then the
-authentication mode) are the same for all, and tests read them.
+authentication mode; for HTTP also ``console on http(s)://HOST:PORT/``) are the same for
+all, and tests read them.
 """
 
 from __future__ import annotations
@@ -82,6 +83,13 @@ def format_host(host: str) -> str:
     return f"[{host}]" if ":" in host else host
 
 
+def _url_host(bind: str) -> str:
+    """The host of a URL that reaches ``bind`` (a wildcard bind: this machine's loopback)."""
+    if bind in ("", "0.0.0.0"):
+        return "127.0.0.1"
+    return "[::1]" if bind == "::" else format_host(bind)
+
+
 async def open_listeners(app: App, serves: str, run: Serve, nursery: trio.Nursery,
                          tls: TlsManager | None, suffix: str = "") -> None:
     """Bind the listeners of ``serves`` that are on, start ``run`` on them and log each
@@ -102,3 +110,6 @@ async def open_listeners(app: App, serves: str, run: Serve, nursery: trio.Nurser
         app.endpoints[spec.endpoint] = f"{config.bind}:{actual}"
         log.info("%s listening on %s:%d%s", spec.label, host, actual, suffix if i == 0 else "")
         log.info("%s on %s:%d: %s", spec.label, host, actual, app.users.mode())
+        if spec.serves == "http":
+            log.info("console on %s://%s:%d/", "https" if spec.tls else "http",
+                     _url_host(config.bind), actual)

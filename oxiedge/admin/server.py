@@ -20,6 +20,7 @@ import trio
 from .. import __version__
 from ..app import App
 from ..definitions.operation import DefinitionsOperations
+from ..histogram import Histogram
 from ..operations import OperationError, Streamed, handlers, jsonable
 from ..sizes import parse_memory_watermark, parse_size
 from ..store import QueryError, StoreError
@@ -122,6 +123,16 @@ def core_handlers(app: App, parts: dict[str, StatusPart] | None = None) -> dict[
     return table
 
 
+def _round_ms(hist: Histogram) -> dict[str, float | None]:
+    """The commit round's latency since start, estimated from its histogram's buckets (a
+    dict, so ``/metrics`` leaves it to the histogram it exports)."""
+    out: dict[str, float | None] = {}
+    for name, q in (("p50", 0.5), ("p99", 0.99)):
+        value = hist.quantile(q)
+        out[name] = None if value is None else round(value * 1000, 2)
+    return out
+
+
 def server_status(app: App, parts: dict[str, StatusPart] | None = None) -> dict[str, Any]:
     committer = app.store.committer
     out: dict[str, Any] = {
@@ -133,6 +144,7 @@ def server_status(app: App, parts: dict[str, StatusPart] | None = None) -> dict[
         "store": {
             "commit_rounds": committer.rounds,
             "committed_ops": committer.ops,
+            "commit_round_ms": _round_ms(committer.round_seconds),
             "durable_writes": "STOPPED: " + str(committer.failed) if committer.failed else "ok",
             "format_version": FORMAT_VERSION,
             "quarantine": app.store.quarantine_status(),

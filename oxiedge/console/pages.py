@@ -69,6 +69,14 @@ def _span(points: list[tuple[float, float]], longest: float) -> float:
     return max(-longest, min(-60.0, oldest * 1.05))
 
 
+def _latency(ms: Any) -> str:
+    """``oxiedge status``'s commit-round quantiles as "p50 / p99" ("none yet" before the
+    first round)."""
+    if not isinstance(ms, dict) or not _numeric(ms.get("p50")):
+        return "none yet"
+    return f"{ms['p50']:g} / {ms.get('p99', 0):g}"
+
+
 def _page(req: Request) -> int:
     """The ``?page=`` of a long table (1 when absent; a bad one is a 400 naming it)."""
     return req.int_param("page", 1, 1, 1 << 30)
@@ -154,6 +162,8 @@ class Console:
             stat("Durable writes", store.get("durable_writes", "?"),
                  warn=store.get("durable_writes") != "ok"),
             stat("Commit rounds", store.get("commit_rounds", 0)),
+            stat("Commit round p50 / p99 (ms)", _latency(store.get("commit_round_ms")),
+                 key="commit-latency"),
             stat("Uplink lag (s)", "no uplink" if lag is None else lag,
                  warn=bool(lag and lag > 60)),
             meter("Memory", float(al.get("rss_mb") or 0),

@@ -6,10 +6,13 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from oxiedge.histogram import ROUND_SECONDS, Histogram
 from tests.conftest import ServerProcess
+from tests.tls.conftest import make_pki
 
 
 def test_startup_logs_the_console_url(http_server: ServerProcess) -> None:
@@ -21,6 +24,16 @@ def test_startup_logs_the_console_url(http_server: ServerProcess) -> None:
                      if f"HTTP listening on 127.0.0.1:{http_server.http_port}" in line)
     console = next(i for i, line in enumerate(lines) if line.endswith(url))
     assert 0 < console - listening <= 2
+
+
+def test_startup_logs_the_https_console_url(start_server: Callable[..., ServerProcess],
+                                            tmp_path: Path) -> None:
+    pki = make_pki(tmp_path / "pki")
+    srv = start_server("--http-port", "0", "--http-tls-port", "0", "--tls-cert", str(pki.cert),
+                       "--tls-key", str(pki.key))
+    for url in (f"console on http://127.0.0.1:{srv.http_port}/",
+                f"console on https://127.0.0.1:{srv.http_tls_port}/"):
+        assert any(line.endswith(url) for line in srv.log_lines), srv.log_lines
 
 
 def test_overview_shows_commit_round_latency(http_server: ServerProcess, client_for: Any

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from oxiedge.access.grants import Grants
 from oxiedge.amqp import spec
 from oxiedge.amqp.actions import Authenticate, Steps
+from oxiedge.amqp.client_properties import bounded_client_properties
 from oxiedge.amqp.codec import HEARTBEAT, Command, FrameParser, encode_method
 from oxiedge.amqp.constants import ACCESS_REFUSED, COMMAND_INVALID, NOT_ALLOWED
 from oxiedge.amqp.errors import AmqpError
@@ -102,6 +103,8 @@ class Handshake:
         self.heartbeat = limits.heartbeat
         self.user = ""
         self.client_id = ""  # of the client properties (permissions); the table is not kept
+        #: A bounded copy of what management shows of the table (client_properties.py).
+        self.client_properties: dict[str, Any] = {}
         self.grants: Grants | None = None
         self.cancel_notify = False
         self.blocked_notify = False  # client announced the connection.blocked capability
@@ -149,13 +152,14 @@ class Handshake:
         # Only what is used is kept, not the table (which goes with this step, at
         # connection.open at the latest): a client's 64 KiB of client properties (the
         # pre-login frame bound) decode to ~1 MiB of objects (measured; 1000 connections
-        # kept ~1 GiB).
+        # kept ~1 GiB). Management's copy is bounded to ~2 KiB.
         props = start_ok.client_properties
         caps = props.get("capabilities")
         self.cancel_notify = isinstance(caps, dict) and bool(caps.get("consumer_cancel_notify"))
         self.blocked_notify = isinstance(caps, dict) and bool(caps.get("connection.blocked"))
         client_id = props.get("client_id", "")
         self.client_id = client_id if isinstance(client_id, str) else ""
+        self.client_properties = bounded_client_properties(props)
         ok = False
         if start_ok.mechanism == "EXTERNAL":
             # The certificate is the credential; the response (an authzid) is not used.

@@ -21,7 +21,7 @@ CONNECTION_FORCED with the operator's reason, as ``rabbitmqctl close_connection`
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 from oxiedge.amqp.constants import ACCESS_REFUSED, NOT_FOUND
@@ -108,6 +108,8 @@ class ConnectionRow:
     delivered: int
     protocol: str = "AMQP 0-9-1"
     vhost: str = "/"
+    #: What is kept of the client's start-ok table (bounded: amqp/client_properties.py).
+    client_properties: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -294,7 +296,7 @@ class AmqpOperations:
                 conn.peer, proto.user, _state(proto), len(proto.channels),
                 sum(len(ch.consumers) for ch in channels),
                 sum(len(ch.settlement.unacked) for ch in channels), proto.published,
-                proto.delivered))
+                proto.delivered, client_properties=dict(proto.handshake.client_properties)))
         return sorted(rows, key=lambda r: r.name)
 
     async def close_connection(self, name: str, reason: str = DEFAULT_CLOSE_REASON

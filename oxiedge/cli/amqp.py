@@ -224,6 +224,8 @@ def connections(
         rows = _live(data, "connections", {})
         rows = [with_rates(r, before.get(r["name"]), time.monotonic() - started)
                 for r in rows]
+    if not as_json:  # the client's table is in --json (and /api/connections)
+        rows = [{k: v for k, v in r.items() if k != "client_properties"} for r in rows]
     _print_rows(rows, as_json, "connections")
 
 

@@ -80,13 +80,20 @@ def _peer(name: str) -> tuple[str, int | str]:
 
 def connection_json(row: dict[str, Any], node: str) -> dict[str, Any]:
     host, port = _peer(str(row.get("name", "")))
-    return {"name": row.get("name"), "user": row.get("user"), "state": row.get("state"),
-            "channels": row.get("channels", 0), "vhost": row.get("vhost", VHOST),
-            "protocol": row.get("protocol", "AMQP 0-9-1"), "node": node, "peer_host": host,
-            "peer_port": port, "consumers": row.get("consumers", 0),
-            "messages_unacknowledged": row.get("unacked", 0),
-            "message_stats": {"publish": row.get("published", 0),
-                              "deliver_get": row.get("delivered", 0)}}
+    props = row.get("client_properties")
+    props = props if isinstance(props, dict) else {}
+    out: dict[str, Any] = {
+        "name": row.get("name"), "user": row.get("user"), "state": row.get("state"),
+        "channels": row.get("channels", 0), "vhost": row.get("vhost", VHOST),
+        "protocol": row.get("protocol", "AMQP 0-9-1"), "node": node, "peer_host": host,
+        "peer_port": port, "consumers": row.get("consumers", 0),
+        "messages_unacknowledged": row.get("unacked", 0),
+        "message_stats": {"publish": row.get("published", 0),
+                          "deliver_get": row.get("delivered", 0)},
+        "client_properties": props}
+    if isinstance(props.get("connection_name"), str):  # as RabbitMQ names it
+        out["user_provided_name"] = props["connection_name"]
+    return out
 
 
 def channel_json(row: dict[str, Any], node: str) -> dict[str, Any]:

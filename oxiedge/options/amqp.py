@@ -127,7 +127,8 @@ class AmqpSettings:
         "largest AMQP frame before the login completes (connection.start-ok), bytes",
         limits=Bound("AMQP", "frame size before the login",
                      "connection closed (501, \"before login\"); of start-ok's client properties"
-                     " the connection keeps only the capabilities it uses and `client_id`",
+                     " the connection keeps only the capabilities it uses, `client_id` and a"
+                     " copy of at most ~2 KiB for management (below)",
                      "`amqp.preauth_too_large`"))
     amqp_handshake_timeout: float = option(
         seconds(), "10",

@@ -41,7 +41,9 @@ _FIRST = {t: first_byte(t) for t in PacketType}
 _PUBLISH_FIRST = first_byte(PacketType.PUBLISH, 0)
 
 
-def _remaining_length(n: int) -> bytes:
+def encode_varint(n: int) -> bytes:
+    """A Variable Byte Integer (1.5.5), the remaining length's encoding, in as few bytes
+    as possible (MQTT-1.5.5-1); MQTT 5's property blocks use it too."""
     if n < 128:
         return bytes((n,))
     if n > MAX_REMAINING_LENGTH:
@@ -70,7 +72,7 @@ def _enc_binary(raw: bytes) -> bytes:
 
 def fixed_header(first: int, remaining: int) -> bytes:
     """The fixed header (2.2): the first byte and the remaining length."""
-    return bytes((first,)) + _remaining_length(remaining)
+    return bytes((first,)) + encode_varint(remaining)
 
 
 PINGREQ_BYTES = fixed_header(_FIRST[PacketType.PINGREQ], 0)
@@ -102,12 +104,12 @@ def encode_publish(
         if rl < 128:  # a one-byte remaining length
             return b"%c%c%c%c%b%c%c%b" % (first, rl, tl >> 8, tl & 0xFF, topic,
                                           packet_id >> 8, packet_id & 0xFF, payload)  # fmt: skip
-        return b"%c%b%c%c%b%c%c%b" % (first, _remaining_length(rl), tl >> 8, tl & 0xFF, topic,
+        return b"%c%b%c%c%b%c%c%b" % (first, encode_varint(rl), tl >> 8, tl & 0xFF, topic,
                                       packet_id >> 8, packet_id & 0xFF, payload)  # fmt: skip
     rl = 2 + tl + len(payload)
     if rl < 128:
         return b"%c%c%c%c%b%b" % (first, rl, tl >> 8, tl & 0xFF, topic, payload)
-    return b"%c%b%c%c%b%b" % (first, _remaining_length(rl), tl >> 8, tl & 0xFF, topic, payload)
+    return b"%c%b%c%c%b%b" % (first, encode_varint(rl), tl >> 8, tl & 0xFF, topic, payload)
 
 
 def _enc_connect(p: Connect) -> bytes:

@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from typing import Final, NamedTuple
 
 from oxiedge.mqtt.bodies import MalformedPacket, ProtocolViolation
+from oxiedge.mqtt.encode import encode_varint
 from oxiedge.mqtt.packets import PacketType
 
 # Data types (1.5).
@@ -343,20 +344,6 @@ def _check(slots: list[object]) -> None:
 
 
 # ------------------------------------------------------------------------------ encode
-
-
-def encode_varint(n: int) -> bytes:
-    """A Variable Byte Integer (1.5.5), in as few bytes as possible (MQTT-1.5.5-1)."""
-    if n < 128:
-        return bytes((n,))
-    if n > MAX_VARINT:
-        raise ValueError(f"{n} exceeds the variable byte integer range")
-    out = bytearray()
-    while n:
-        digit = n & 0x7F
-        n >>= 7
-        out.append(digit | 0x80 if n else digit)
-    return bytes(out)
 
 
 def _field(raw: bytes) -> bytes:

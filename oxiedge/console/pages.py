@@ -15,7 +15,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from ..http.access import Principal
+from ..http.access import Need, Principal, refusal
 from ..http.messages import Request, Response
 from ..http.nodes import permission_rows
 from ..http.routes import BrokerView, Router
@@ -83,7 +83,7 @@ def _page(req: Request) -> int:
 
 
 def _admin(who: Principal) -> bool:
-    return "administrator" in who.tags
+    return refusal(who, Need.ADMIN) is None
 
 
 class Console:

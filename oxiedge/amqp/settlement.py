@@ -16,7 +16,7 @@ were staged) and :data:`UNSYNCED` (make them durable before the next synchronous
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Container, Iterable
 from typing import TYPE_CHECKING, Protocol
 
 from oxiedge.amqp import deadletter, persist
@@ -171,26 +171,32 @@ class Settlement:
 
     # -- the parts -----------------------------------------------------------------------
 
+    def tags_of(self, tag: int, multiple: bool, held: Container[int] = ()) -> list[int]:
+        """The unacked delivery tags ``tag`` names (``multiple``: up to it; 0: all), less
+        those in ``held`` (a transaction's); 406 for a tag that names none."""
+        unacked = self.unacked
+        if not multiple:
+            if tag not in unacked or tag in held:
+                raise AmqpError(PRECONDITION_FAILED, f"unknown delivery tag {tag}")
+            return [tag]
+        if tag == 0 and not held:
+            return list(unacked)
+        tags = []
+        for t in unacked:  # (in tag order)
+            if tag and t > tag:
+                break
+            if t not in held:
+                tags.append(t)
+        if not tags and tag != 0:
+            raise AmqpError(PRECONDITION_FAILED, f"unknown delivery tag {tag}")
+        return tags
+
     def _take(self, tag: int, multiple: bool) -> tuple[bool, list[Unacked], set[Queue]]:
         """Remove the deliveries ``tag`` names (``multiple``: up to it; 0: all) from the
         unacked set: whether the channel was at its bound, the deliveries, and the queues
         whose consumers got credit back."""
         unacked = self.unacked
-        if multiple:
-            if tag == 0:
-                tags = list(unacked)
-            else:
-                tags = []
-                for t in unacked:
-                    if t > tag:
-                        break
-                    tags.append(t)
-            if not tags and tag != 0:
-                raise AmqpError(PRECONDITION_FAILED, f"unknown delivery tag {tag}")
-        else:
-            if tag not in unacked:
-                raise AmqpError(PRECONDITION_FAILED, f"unknown delivery tag {tag}")
-            tags = [tag]
+        tags = self.tags_of(tag, multiple)
         # At the channel's unacked bound every consumer of the channel was held back.
         was_capped = len(unacked) >= self.limit
         out = [unacked.pop(t) for t in tags]

@@ -99,27 +99,10 @@ class Transaction:
         """``basic.ack`` (``requeue`` None), ``basic.nack`` / ``basic.reject``: the tags
         are checked now (406 for an unknown one, as without a transaction), settled at
         the commit."""
-        tags = self._tags(tag, multiple)
+        tags = self._settlement.tags_of(tag, multiple, self.held_tags)
         self._bounds.check_tx(self.held + len(tags), self.held_bytes)
         self.held_tags.update(tags)
         self.settlements.append((tags, requeue))
-
-    def _tags(self, tag: int, multiple: bool) -> list[int]:
-        unacked = self._settlement.unacked
-        held = self.held_tags
-        if not multiple:
-            if tag not in unacked or tag in held:
-                raise AmqpError(PRECONDITION_FAILED, f"unknown delivery tag {tag}")
-            return [tag]
-        tags = []
-        for t in unacked:  # (in tag order)
-            if tag and t > tag:
-                break
-            if t not in held:
-                tags.append(t)
-        if not tags and tag != 0:
-            raise AmqpError(PRECONDITION_FAILED, f"unknown delivery tag {tag}")
-        return tags
 
     def rollback(self) -> None:
         """``tx.rollback`` (or the channel closing): everything held is dropped."""

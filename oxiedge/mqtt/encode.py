@@ -59,12 +59,14 @@ def encode_varint(n: int) -> bytes:
             return bytes(out)
 
 
-def _enc_string(text: str) -> bytes:
+def encode_string(text: str) -> bytes:
+    """A UTF-8 Encoded String (1.5.4): two-byte length, then the bytes."""
     raw = text.encode("utf-8")
-    return _enc_binary(raw)
+    return encode_binary(raw)
 
 
-def _enc_binary(raw: bytes) -> bytes:
+def encode_binary(raw: bytes) -> bytes:
+    """Binary Data (1.5.6), or an already encoded string: two-byte length, then ``raw``."""
     if len(raw) > 0xFFFF:
         raise ValueError("string/binary field longer than 65535 bytes")
     return len(raw).to_bytes(2, "big") + raw
@@ -114,17 +116,17 @@ def encode_publish(
 
 def _enc_connect(p: Connect) -> bytes:
     flags = 0x02 if p.clean_session else 0
-    tail = _enc_string(p.client_id)
+    tail = encode_string(p.client_id)
     if p.will is not None:
         flags |= 0x04 | (p.will.qos << 3) | (0x20 if p.will.retain else 0)
-        tail += _enc_string(p.will.topic) + _enc_binary(p.will.payload)
+        tail += encode_string(p.will.topic) + encode_binary(p.will.payload)
     if p.username is not None:
         flags |= 0x80
-        tail += _enc_string(p.username)
+        tail += encode_string(p.username)
     if p.password is not None:
         flags |= 0x40
-        tail += _enc_binary(p.password)
-    head = _enc_string(p.protocol_name) + bytes(
+        tail += encode_binary(p.password)
+    head = encode_string(p.protocol_name) + bytes(
         (p.protocol_level, flags, p.keep_alive >> 8, p.keep_alive & 0xFF)
     )
     return _frame(_FIRST[PacketType.CONNECT], head + tail)
@@ -132,13 +134,13 @@ def _enc_connect(p: Connect) -> bytes:
 
 def _enc_subscribe(p: Subscribe) -> bytes:
     body = p.packet_id.to_bytes(2, "big") + b"".join(
-        _enc_string(t) + bytes((q,)) for t, q in p.topics
+        encode_string(t) + bytes((q,)) for t, q in p.topics
     )
     return _frame(_FIRST[PacketType.SUBSCRIBE], body)
 
 
 def _enc_unsubscribe(p: Unsubscribe) -> bytes:
-    body = p.packet_id.to_bytes(2, "big") + b"".join(_enc_string(t) for t in p.topics)
+    body = p.packet_id.to_bytes(2, "big") + b"".join(encode_string(t) for t in p.topics)
     return _frame(_FIRST[PacketType.UNSUBSCRIBE], body)
 
 

@@ -17,7 +17,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from oxiedge.mqtt.encode import PINGREQ_BYTES, PINGRESP_BYTES, fixed_header
+from oxiedge.mqtt.encode import (
+    PINGREQ_BYTES,
+    PINGRESP_BYTES,
+    encode_binary,
+    encode_string,
+    fixed_header,
+)
 from oxiedge.mqtt.packets import PacketType, Pingreq, Pingresp, first_byte
 from oxiedge.mqtt.packets5 import (
     Auth,
@@ -42,16 +48,6 @@ _FIRST = {t: first_byte(t) for t in PacketType}
 _PUBLISH_FIRST = first_byte(PacketType.PUBLISH, 0)
 NO_PROPERTY_BYTES = b"\x00"
 DISCONNECT5_BYTES = fixed_header(_FIRST[PacketType.DISCONNECT], 0)
-
-
-def _field(raw: bytes) -> bytes:
-    if len(raw) > 0xFFFF:
-        raise ValueError("string/binary field longer than 65535 bytes")
-    return len(raw).to_bytes(2, "big") + raw
-
-
-def _string(text: str) -> bytes:
-    return _field(text.encode("utf-8"))
 
 
 def _frame(ptype: PacketType, body: bytes) -> bytes:
@@ -140,18 +136,18 @@ def encode_disconnect5(reason_code: int = 0, properties: Properties = NO_PROPERT
 
 def _enc_connect(p: Connect5) -> bytes:
     flags = 0x02 if p.clean_start else 0
-    tail = _string(p.client_id)
+    tail = encode_string(p.client_id)
     will = p.will
     if will is not None:
         flags |= 0x04 | (will.qos << 3) | (0x20 if will.retain else 0)
-        tail += (encode_properties(will.properties, WILL) + _string(will.topic)
-                 + _field(will.payload))  # fmt: skip
+        tail += (encode_properties(will.properties, WILL) + encode_string(will.topic)
+                 + encode_binary(will.payload))  # fmt: skip
     if p.username is not None:
         flags |= 0x80
-        tail += _string(p.username)
+        tail += encode_string(p.username)
     if p.password is not None:
         flags |= 0x40
-        tail += _field(p.password)
+        tail += encode_binary(p.password)
     head = b"\x00\x04MQTT\x05" + bytes((flags, p.keep_alive >> 8, p.keep_alive & 0xFF))
     return _frame(PacketType.CONNECT,
                   head + encode_properties(p.properties, PacketType.CONNECT) + tail)  # fmt: skip
@@ -176,13 +172,13 @@ def _enc_subscribe(p: Subscribe5) -> bytes:
         if s.qos > 2 or s.retain_handling > 2:
             raise ValueError(f"Subscription Options out of range: {s}")
     return _frame(PacketType.SUBSCRIBE, body + b"".join(
-        _string(s.topic_filter) + bytes((s.options,)) for s in p.subscriptions))
+        encode_string(s.topic_filter) + bytes((s.options,)) for s in p.subscriptions))
 
 
 def _enc_unsubscribe(p: Unsubscribe5) -> bytes:
     body = p.packet_id.to_bytes(2, "big") + encode_properties(p.properties,
                                                               PacketType.UNSUBSCRIBE)
-    return _frame(PacketType.UNSUBSCRIBE, body + b"".join(_string(t) for t in p.topics))
+    return _frame(PacketType.UNSUBSCRIBE, body + b"".join(encode_string(t) for t in p.topics))
 
 
 def _enc_codes(ptype: PacketType, p: Suback5 | Unsuback5) -> bytes:

@@ -61,9 +61,7 @@ class Message5(Message):
         """Its ``m`` record (``persist.py``): flag ``MSG_V5``, then after the topic the
         deadline in wall-clock milliseconds (0: none) and the property block, byte for
         byte as subscribers get it."""
-        topic_b = self.topic_b
-        return (bytes((qos | (4 if retain else 0) | MSG_V5,)) + len(topic_b).to_bytes(2, "big")
-                + topic_b + self.body())  # fmt: skip
+        return persist.encode_msg(qos | MSG_V5, retain, self.topic_b, self.body())
 
     def body(self) -> bytes:
         """What follows the topic in its records: the MQTT 5 part, then the payload."""

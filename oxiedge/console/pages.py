@@ -244,10 +244,9 @@ class Console:
     async def queue(self, req: Request, who: Principal, args: tuple[str, ...]
                     ) -> tuple[str, str, str]:
         name = args[0]
-        found = [r for r in await self._rows("queues") if r.get("name") == name]
-        if not found:
+        row = self.broker.queue_row(name)  # one row, not the whole queue table
+        if row is None:
             raise OperationError(f"no queue {name!r}", "not_found")
-        row = found[0]
         facts = "".join(stat(k, v) for k, v in row.items() if not isinstance(v, (dict, list)))
         bindings = [b for b in await self._rows("bindings") if b.get("destination") == name]
         consumers = [c for c in await self._rows("consumers") if c.get("queue") == name]

@@ -228,7 +228,7 @@ class Broker(PublishPath):
             return 0
         q.deleted = True
         self.counters["queues_deleted"] += 1
-        count = len(q.ready)
+        count = q.ready_count()
         self.queues.pop(q.name, None)
         self.exchanges_shared.argument_bytes -= table_cost(q.arguments)
         for consumer in list(q.consumers):
@@ -248,19 +248,13 @@ class Broker(PublishPath):
         if q.doc_id is not None:
             self.store.stage_delete(persist.COLL, q.doc_id)
             self.store.stage_delete_range(persist.CF, *persist.queue_range(q.qid))
-        q.ready.clear()
-        q.ready_bytes = 0
+        q.drop_ready()
         return count
 
     def purge(self, q: Queue) -> int:
         """Drop every ready message (unacked ones stay); returns how many."""
         q.expire_head()
-        count = len(q.ready)
-        for msg in q.ready:
-            self.forget(q, msg)
-        q.ready.clear()
-        q.ready_bytes = 0
-        return count
+        return q.purge_ready(lambda msg: self.forget(q, msg))
 
     # -- exchanges ---------------------------------------------------------------------
 

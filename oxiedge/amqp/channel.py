@@ -158,7 +158,7 @@ class Channel:
             flags = KICK
         self.conn.send(encode_content(
             self.number,
-            spec.BasicGetOk(tag, msg.redelivered, msg.exchange, msg.routing_key, len(q.ready)),
+            spec.BasicGetOk(tag, msg.redelivered, msg.exchange, msg.routing_key, q.ready_count()),
             msg.properties, msg.body, self.conn.frame_max))
         return flags
 

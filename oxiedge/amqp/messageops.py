@@ -113,7 +113,7 @@ class AmqpMessageOps:
             if msg is None:
                 break
             taken.append(msg)
-        left = len(q.ready)
+        left = q.ready_count()
         rows = [GotMessage(base64.b64encode(m.body).decode(), len(m.body), m.exchange,
                            m.routing_key, m.redelivered, properties_doc(m.properties),
                            left + len(taken) - i - 1)

@@ -66,7 +66,7 @@ def queue_declare(ch: Channel, m: spec.QueueDeclare) -> int | AfterCommit:
     def reply() -> None:
         q.expire_head()  # (after the commit: the counts are those of now)
         if not m.nowait:
-            ch.reply(spec.QueueDeclareOk(q.name, len(q.ready), len(q.consumers)))
+            ch.reply(spec.QueueDeclareOk(q.name, q.ready_count(), len(q.consumers)))
 
     return after(staged, reply)
 
@@ -101,7 +101,7 @@ def queue_delete(ch: Channel, m: spec.QueueDelete) -> int | AfterCommit:
     q = ch.queue(name)
     if m.if_unused and q.consumers:
         raise AmqpError(PRECONDITION_FAILED, f"queue '{q.name}' in vhost '/' in use")
-    if m.if_empty and q.ready:
+    if m.if_empty and q.ready_count():
         raise AmqpError(PRECONDITION_FAILED, f"queue '{q.name}' in vhost '/' not empty")
     cancelled: list[QueueConsumer] = []
     count = ch.broker.delete_queue(q, cancelled.append)

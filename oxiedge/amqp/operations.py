@@ -185,14 +185,14 @@ class AmqpOperations:
         except AmqpError as exc:
             raise _refusal(exc) from None
         await self._done(staged)
-        return QueueDeclared(q.name, created, q.durable, len(q.ready), len(q.consumers))
+        return QueueDeclared(q.name, created, q.durable, q.ready_count(), len(q.consumers))
 
     async def delete_queue(self, name: str, *, if_unused: bool = False,
                            if_empty: bool = False) -> QueueCount:
         q = self._queue(name)
         if if_unused and q.consumers:
             raise OperationError(f"PRECONDITION_FAILED - queue '{name}' in vhost '/' in use")
-        if if_empty and q.ready:
+        if if_empty and q.ready_count():
             raise OperationError(f"PRECONDITION_FAILED - queue '{name}' in vhost '/' not empty")
         durable = q.doc_id is not None
         count = self.broker.delete_queue(q, server_cancel)  # consumers hear basic.cancel

@@ -434,6 +434,28 @@ class Queue:
             if not self.consumers and self.expires_ms is not None:
                 self.touch()
 
+    # -- what the rest of the broker sees of the ready messages ----------------------------
+    def ready_count(self) -> int:
+        """Messages ready to deliver (expired ones not yet at the head count too)."""
+        return len(self.ready)
+
+    def purge_ready(self, forget: Callable[[QueuedMessage], None]) -> int:
+        """Drop every ready message (``forget`` each stored one's record); how many."""
+        ready = self.ready
+        count = len(ready)
+        for msg in ready:
+            if msg.stored:
+                forget(msg)
+        ready.clear()
+        self.ready_bytes = 0
+        return count
+
+    def drop_ready(self) -> None:
+        """The queue is deleted: let go of its ready messages (their records go with the
+        queue's key range)."""
+        self.ready.clear()
+        self.ready_bytes = 0
+
     def row(self) -> dict[str, Any]:
         """The admin/CLI row for ``oxiedge queues``."""
         return {
@@ -441,7 +463,7 @@ class Queue:
             "durable": self.durable,
             "exclusive": self.exclusive,
             "auto_delete": self.auto_delete,
-            "ready": len(self.ready),
+            "ready": self.ready_count(),
             "unacked": self.unacked,
             "consumers": len(self.consumers),
             "dropped": self.dropped,

@@ -199,7 +199,7 @@ class AmqpService:
             "max_arguments_bytes": b.max_arguments_bytes,
             "route_cache_bytes": b.exchanges_shared.bytes,
             "route_caches_cleared": b.exchanges_shared.cleared,
-            "ready": sum(len(q.ready) for q in b.queues.values()),
+            "ready": sum(q.ready_count() for q in b.queues.values()),
             "unacked": sum(q.unacked for q in b.queues.values()),
             "consumers": sum(len(q.consumers) for q in b.queues.values()),
             "queue_limit": b.queue_limit,

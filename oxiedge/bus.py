@@ -34,7 +34,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sized
 from typing import Protocol
 
-from .staged import AMQP, COMMIT, NOTHING, Origin, Staged
+from .staged import AMQP, COMMIT, NOTHING, MessageProps, Origin, Staged
 from .topicmap import mqtt_to_routing_key
 
 # The destinations as the bus sees them: small Protocols of what it uses, so that this
@@ -47,9 +47,11 @@ class MqttEntry(Protocol):
     then hands the publish back to ``Bus.fan_out`` for everything else."""
 
     def publish_from_bridge(self, topic: str, payload: bytes, qos: int, retain: bool,
-                            origin: Origin | None = None) -> bool:
-        """Route it as if a client had published it; True if durable work was staged.
-        Raises ``ValueError`` for an invalid topic."""
+                            origin: Origin | None = None,
+                            props: MessageProps | None = None) -> bool:
+        """Route it as if a client had published it (with ``props``: as an MQTT 5 client
+        with those properties); True if durable work was staged. Raises ``ValueError``
+        for an invalid topic."""
         ...
 
 
@@ -69,8 +71,13 @@ class TopicDestination(Protocol):
     def exchange(self) -> InUse: ...
 
     def stage(self, origin: Origin, topic: str, payload: bytes, qos: int,
-              retain: bool) -> Staged:
+              retain: bool, props: MessageProps | None = None) -> Staged:
         """Route one publish of the MQTT topic space into ``amq.topic``."""
+        ...
+
+    def props_of(self, properties: bytes) -> MessageProps | None:
+        """The properties of an AMQP publish to ``amq.topic`` in MQTT 5's terms (None:
+        nothing to carry)."""
         ...
 
     def topic_of(self, routing_key: str) -> str | None:
@@ -131,13 +138,14 @@ class Bus:
 
     # ------------------------------------------------------------------ the router
     def fan_out(self, origin: Origin, topic: str, payload: bytes, qos: int,
-                retain: bool) -> Staged:
+                retain: bool, props: MessageProps | None = None) -> Staged:
         """Stage one publish into every destination beyond the MQTT sessions except its
-        origin; ``COMMIT`` if anything durable was staged (nothing else is reported)."""
+        origin; ``COMMIT`` if anything durable was staged (nothing else is reported).
+        ``props``: its properties (None: it has none, the 3.1.1 case)."""
         staged = NOTHING
         bridge = self.bridge
         if bridge is not None and origin is not AMQP and bridge.exchange.in_use:
-            staged = bridge.stage(origin, topic, payload, qos, retain)
+            staged = bridge.stage(origin, topic, payload, qos, retain, props)
         uplinks = self.uplinks
         if uplinks is not None and uplinks.uplinks and (payload or not retain):
             # (clearing a retained message is not a message, MQTT-3.3.1-10)
@@ -155,9 +163,11 @@ class Bus:
         return staged
 
     # -------------------------------------------------------------------- entries
-    def from_amqp(self, routing_key: str, body: bytes, persistent: bool) -> Staged:
+    def from_amqp(self, routing_key: str, body: bytes, persistent: bool,
+                  properties: bytes = b"") -> Staged:
         """A client publish to ``amq.topic`` (already routed to its queues): stage it into
-        the MQTT topic space; ``COMMIT`` if anything durable was staged."""
+        the MQTT topic space, its ``properties`` (raw basic properties) mapped onto MQTT
+        5's (``bridge/props.py``); ``COMMIT`` if anything durable was staged."""
         mqtt, bridge = self.mqtt, self.bridge
         if mqtt is None and (self.uplinks is None or not self.uplinks.uplinks):
             return NOTHING  # AMQP alone, no uplink: nothing lies beyond amq.topic
@@ -167,10 +177,11 @@ class Bus:
         if topic is None:
             return NOTHING
         qos = 1 if persistent else 0
+        props = bridge.props_of(properties) if properties else None
         if mqtt is None:
-            return self.fan_out(AMQP, topic, body, qos, False)
+            return self.fan_out(AMQP, topic, body, qos, False, props)
         try:
-            staged = mqtt.publish_from_bridge(topic, body, qos, False, AMQP)
+            staged = mqtt.publish_from_bridge(topic, body, qos, False, AMQP, props)
         except ValueError:  # not a valid MQTT topic after all (e.g. too long)
             bridge.counters["skipped_amqp_keys"] += 1
             return NOTHING

@@ -8,11 +8,16 @@ protocols through which they hand a publish to the bus (``Fanout``, ``TopicEntry
 ``Staged`` is a bit set in a plain ``int``, so the hot path builds no object per message.
 A ``bool`` is a ``Staged``: ``False`` is ``NOTHING``, ``True`` is ``COMMIT`` (the MQTT
 router returns one).
+
+``MessageProps`` are the message properties that travel with a publish between the
+destinations (an MQTT 5 publisher's, or an AMQP publisher's mapped onto them): ``None``
+for a publish without any, which is what every 3.1.1 publish carries, so a publish
+without properties pays one ``None`` test where a destination would map them.
 """
 
 from __future__ import annotations
 
-from typing import Final, Protocol, TypeAlias
+from typing import Final, NamedTuple, Protocol, TypeAlias
 
 #: What one publish staged: ``NOTHING``, or ``COMMIT`` / ``ROUTED`` / ``RETURNED`` /
 #: ``REFUSED`` or-ed (the AMQP publish path, ``amqp/publish.py``, returns all four).
@@ -26,6 +31,21 @@ ROUTED: Final = 2
 RETURNED: Final = 4
 #: A destination refused it (AMQP ``x-overflow=reject-publish``: the publisher gets a nack).
 REFUSED: Final = 8
+
+
+class MessageProps(NamedTuple):
+    """The properties of one publish as they cross the bus, in MQTT 5's terms (the MQTT
+    router passes an MQTT 5 publisher's forwarded properties; ``bridge/props.py`` maps an
+    AMQP publisher's onto them and back, as RabbitMQ's conversions do)."""
+
+    payload_format_indicator: int | None = None
+    #: The Message Expiry deadline on the wall clock (``time.time()``), None: no expiry.
+    expires_at: float | None = None
+    content_type: str | None = None
+    response_topic: str | None = None
+    correlation_data: bytes | None = None
+    #: In the publisher's order, duplicates kept.
+    user_properties: tuple[tuple[str, str], ...] = ()
 
 
 class Origin:
@@ -54,7 +74,7 @@ class Fanout(Protocol):
     """The bus as the MQTT router sees it (``mqtt/router.py``)."""
 
     def fan_out(self, origin: Origin, topic: str, payload: bytes, qos: int,
-                retain: bool) -> Staged:
+                retain: bool, props: MessageProps | None = None) -> Staged:
         """Stage the publish into every destination beyond the MQTT sessions except its
         origin; ``COMMIT`` if anything durable was staged."""
         ...
@@ -63,9 +83,11 @@ class Fanout(Protocol):
 class TopicEntry(Protocol):
     """The bus as the AMQP broker sees it: where a client publish to ``amq.topic`` goes on."""
 
-    def from_amqp(self, routing_key: str, body: bytes, persistent: bool) -> Staged:
+    def from_amqp(self, routing_key: str, body: bytes, persistent: bool,
+                  properties: bytes = b"") -> Staged:
         """Stage it into every destination beyond ``amq.topic``'s queues; ``COMMIT`` if
-        anything durable was staged (commit before the confirm; it counts as routed)."""
+        anything durable was staged (commit before the confirm; it counts as routed).
+        ``properties``: its raw basic properties (flags word onwards)."""
         ...
 
 

@@ -104,7 +104,8 @@ class PublishPath:
             bus = self.bus
             # COMMIT: the bus staged durable copies (e.g. MQTT persistent sessions): commit
             # before the confirm, and the message counts as routed (mandatory).
-            if bus is not None and bus.from_amqp(routing_key, body, persistent) & COMMIT:
+            if bus is not None and bus.from_amqp(routing_key, body, persistent,
+                                                     properties) & COMMIT:
                 flags = ROUTED | COMMIT
         if not queues:
             if flags:

@@ -294,5 +294,5 @@ class AmqpService:
         # origin: this message comes from elsewhere on the bus, so it is not handed back
         # to the bus from amq.topic (the echo rule).
         flags, _queues = self.broker.publish(x, routing_key, properties.encode(), body,
-                                             persistent, origin=origin)
+                                             persistent, properties.expiration, origin=origin)
         return flags & (ROUTED | COMMIT)

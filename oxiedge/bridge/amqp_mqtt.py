@@ -25,6 +25,9 @@ AMQP → MQTT
     connection then commits before its publisher confirm, and the message counts as routed
     for ``mandatory``.
 
+Properties (an MQTT 5 publisher's, an AMQP publisher's basic properties) cross as RabbitMQ
+converts them (``bridge/props.py``); a publish without any pays one test.
+
 No loops, by the bus's one echo rule: a destination never receives a publish whose origin
 is itself, so a message from AMQP is never handed back to ``amq.topic``.
 
@@ -36,11 +39,15 @@ imports no service; ``server.py`` wires the real ``AmqpService`` and its ``amq.t
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from typing import Any, Protocol
 
+from ..amqp import spec
 from ..amqp.exchanges import Exchange
-from ..staged import COMMIT, NOTHING, Origin, Staged
+from ..staged import COMMIT, NOTHING, MessageProps, Origin, Staged
 from ..topicmap import EXCHANGE, mqtt_to_routing_key, routing_key_to_mqtt
+from . import props as mapping
 
 _KEY_CACHE = 4096
 
@@ -49,7 +56,8 @@ class AmqpEntry(Protocol):
     """The AMQP broker as the bridge sees it (``amqp.service.AmqpService``)."""
 
     def publish_from_bridge(self, exchange: str, routing_key: str, body: bytes,
-                            persistent: bool, *, origin: Origin) -> Staged:
+                            persistent: bool, properties: spec.BasicProperties | None = None,
+                            *, origin: Origin) -> Staged:
         """Route one message from another origin of the bus into ``exchange``; stage the
         records of the durable queues it reaches."""
         ...
@@ -58,11 +66,14 @@ class AmqpEntry(Protocol):
 class TopicBridge:
     """The ``amq.topic`` destination of the bus, the name translation, and its counters.
 
-    ``exchange`` is the AMQP broker's ``amq.topic`` (``server.py`` passes it)."""
+    ``exchange`` is the AMQP broker's ``amq.topic`` (``server.py`` passes it); ``clock`` the
+    wall clock Message Expiry deadlines are on."""
 
-    def __init__(self, amqp: AmqpEntry, exchange: Exchange) -> None:
+    def __init__(self, amqp: AmqpEntry, exchange: Exchange,
+                 clock: Callable[[], float] = time.time) -> None:
         assert exchange.name == EXCHANGE
         self.amqp = amqp
+        self.clock = clock
         # amq.topic is built in (it cannot be deleted), so one reference serves for good;
         # the bus tests ``exchange.in_use`` before it calls ``stage`` (one attribute test
         # per publish while nothing is bound).
@@ -73,9 +84,10 @@ class TopicBridge:
 
     # ------------------------------------------------------------ MQTT → AMQP
     def stage(self, origin: Origin, topic: str, payload: bytes, qos: int,
-              retain: bool) -> Staged:
+              retain: bool, props: MessageProps | None = None) -> Staged:
         """Route one publish of the MQTT topic space (from ``origin``, never ``AMQP``) into
-        ``amq.topic``; ``COMMIT`` if durable AMQP records were staged."""
+        ``amq.topic``, its ``props`` mapped onto basic properties; ``COMMIT`` if durable
+        AMQP records were staged."""
         if retain and not payload:
             return NOTHING  # clearing a retained message is not a message (MQTT-3.3.1-10)
         key = self._keys.get(topic, "")
@@ -86,7 +98,8 @@ class TopicBridge:
         if key is None:
             self.counters["skipped_mqtt_topics"] += 1
             return NOTHING
-        staged = self.amqp.publish_from_bridge(EXCHANGE, key, payload, qos >= 1,
+        properties = None if props is None else mapping.to_amqp(props, qos >= 1, self.clock())
+        staged = self.amqp.publish_from_bridge(EXCHANGE, key, payload, qos >= 1, properties,
                                                origin=origin)
         self.counters["mqtt_to_amqp"] += 1
         return staged & COMMIT
@@ -98,6 +111,10 @@ class TopicBridge:
         if topic is None:
             self.counters["skipped_amqp_keys"] += 1
         return topic
+
+    def props_of(self, properties: bytes) -> MessageProps | None:
+        """The MQTT 5 properties of an AMQP publish's raw basic ``properties``."""
+        return mapping.from_amqp(properties, self.clock())
 
     def status(self) -> dict[str, Any]:
         return dict(self.counters)

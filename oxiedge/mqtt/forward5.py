@@ -15,6 +15,10 @@ down: a stored message read back after a restart expires on time.
 (``block``), and the deadline. A message from an MQTT 3.1.1 client, a will, a bridge or
 the bus is a plain ``Message``: an MQTT 5 subscriber gets it with an empty property block.
 
+The bus (``oxiedge/bus.py``: ``amq.topic``, the uplinks, ingest) carries them as a
+``staged.MessageProps`` (``to_bus``); a publish from another origin with properties (an
+AMQP publisher's, mapped by ``bridge/props.py``) becomes a ``Message5`` (``from_bus``).
+
 ``Peer5`` is what the session knows of its MQTT 5 client: it encodes every PUBLISH to
 it (``publish``) - the remaining Message Expiry Interval, the client's Subscription
 Identifiers, its Maximum Packet Size (MQTT-3.1.2-24: a PUBLISH that would exceed it is not
@@ -32,6 +36,7 @@ from oxiedge.mqtt.encode5 import NO_PROPERTY_BYTES, encode_publish5
 from oxiedge.mqtt.message import Message, Message5
 from oxiedge.mqtt.packets import PacketType
 from oxiedge.mqtt.properties import NO_PROPERTIES, Properties, encode_properties
+from oxiedge.staged import MessageProps
 
 _PUBLISH = PacketType.PUBLISH
 
@@ -51,6 +56,25 @@ def forwarded(props: Properties, now: float) -> tuple[Properties, float | None]:
     if kept == NO_PROPERTIES:
         kept = NO_PROPERTIES  # (the shared one: compared by identity on the hot paths)
     return kept, (None if expiry is None else now + expiry)
+
+
+def to_bus(props: Properties, expires_at: float | None) -> MessageProps:
+    """The forwarded ``props`` and deadline of a message as the bus carries them."""
+    return MessageProps(props.payload_format_indicator, expires_at, props.content_type,
+                        props.response_topic, props.correlation_data, props.user_properties)
+
+
+def from_bus(mp: MessageProps) -> Properties:
+    """The properties MQTT 5 subscribers get of a publish the bus carried (its deadline
+    is ``mp.expires_at``)."""
+    if mp.payload_format_indicator is None and mp.content_type is None \
+            and mp.response_topic is None and mp.correlation_data is None \
+            and not mp.user_properties:
+        return NO_PROPERTIES
+    return Properties(payload_format_indicator=mp.payload_format_indicator,
+                      content_type=mp.content_type, response_topic=mp.response_topic,
+                      correlation_data=mp.correlation_data,
+                      user_properties=mp.user_properties)
 
 
 def expired(msg: Message, now: float) -> bool:

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from oxiedge.mqtt.forward5 import to_bus
 from oxiedge.mqtt.message import Message5
 from oxiedge.mqtt.properties import NO_PROPERTIES, Properties
 from oxiedge.mqtt.retain import RetainedStore
@@ -199,14 +200,17 @@ class Router:
         props: Properties,
         expires_at: float | None,
         publisher: Session | None = None,
+        origin: Origin | None = None,
     ) -> bool:
         """``route`` for a PUBLISH from an MQTT 5 client: ``props`` are the properties its
         subscribers get (``forward5.forwarded``), ``expires_at`` its wall-clock deadline.
         Without either it is ``route`` (3.1.1 subscribers share one QoS 0 frame; its own
-        frame is an MQTT 5 one, so it is never passed on as theirs)."""
-        self.stats.messages_in5 += 1
+        frame is an MQTT 5 one, so it is never passed on as theirs). ``origin``: another
+        origin of the bus whose publish has properties (``None``: an MQTT 5 client)."""
+        if origin is None:
+            self.stats.messages_in5 += 1
         if props is NO_PROPERTIES and expires_at is None:
-            return self.route(topic, payload, qos, retain, None, topic_b, None, publisher)
+            return self.route(topic, payload, qos, retain, origin, topic_b, None, publisher)
         self.stats.messages_in += 1
         staged = False
         route = self.routes.get(topic)
@@ -226,7 +230,8 @@ class Router:
             if hold is not None:
                 self.held()
         bus = self.bus
-        if bus is not None and bus.fan_out(MQTT, topic, payload, qos, retain):
+        if bus is not None and bus.fan_out(MQTT if origin is None else origin, topic, payload,
+                                           qos, retain, to_bus(props, expires_at)):
             staged = True
         return staged
 

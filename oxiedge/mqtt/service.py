@@ -24,6 +24,7 @@ from oxiedge.lograte import clip
 from oxiedge.mqtt.broker import Broker
 from oxiedge.mqtt.codec import topic_cache_bytes
 from oxiedge.mqtt.connection import Connection, Traffic
+from oxiedge.mqtt.forward5 import from_bus
 from oxiedge.mqtt.operations import MqttOperations
 from oxiedge.mqtt.protocol import MqttProtocol
 from oxiedge.mqtt.reasons import ReasonCode
@@ -33,7 +34,7 @@ from oxiedge.mqtt.topics import sys_topic, valid_topic_name
 from oxiedge.mqtt.views import register_views
 from oxiedge.operations import handlers
 from oxiedge.sizes import backlog_budget
-from oxiedge.staged import Origin
+from oxiedge.staged import MQTT, MessageProps, Origin
 from oxiedge.tls import TlsManager, open_secured, peer_name
 
 #: Client ids one expiry log line names; the rest are counted.
@@ -98,17 +99,23 @@ class MqttService:
         qos: int,
         retain: bool,
         origin: Origin | None = None,
+        props: MessageProps | None = None,
     ) -> bool:
         """Inject a message as if a client had published it. Returns True if durable work
         was staged: the caller must ``await app.store.commit()`` before acknowledging
         its source. ``origin``: where it entered the bus (the bus never hands it back
-        there; ``None``: as an MQTT client). Raises ValueError for an invalid topic name
-        or QoS, and for a ``$SYS`` topic."""
+        there; ``None``: as an MQTT client); ``props``: its properties (MQTT 5
+        subscribers get them). Raises ValueError for an invalid topic name or QoS, and
+        for a ``$SYS`` topic."""
         if not valid_topic_name(topic) or qos not in (0, 1, 2):
             raise ValueError(f"invalid MQTT topic {topic!r} or QoS {qos}")
         if sys_topic(topic):  # the broker's own (systree.py), from no other origin
             raise ValueError(f"MQTT topic {topic!r}: $SYS topics are the broker's")
-        return self.broker.route(topic, payload, qos, retain, origin)
+        if props is None:
+            return self.broker.route(topic, payload, qos, retain, origin)
+        return self.broker.router.route5(topic, payload, qos, retain, topic.encode(),
+                                         from_bus(props), props.expires_at, None,
+                                         origin or MQTT)
 
     async def publish(
         self,

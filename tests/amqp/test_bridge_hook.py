@@ -22,7 +22,8 @@ async def test_publish_from_bridge_stages_then_releases(tmp_path: Path) -> None:
         calls: list[tuple[str, bool]] = []
 
         class Entry:  # the bus as the AMQP broker sees it
-            def from_amqp(self, routing_key: str, body: bytes, persistent: bool) -> Staged:
+            def from_amqp(self, routing_key: str, body: bytes, persistent: bool,
+                          properties: bytes = b"") -> Staged:
                 calls.append((routing_key, persistent))
                 return NOTHING
 

@@ -10,7 +10,7 @@ from oxiedge.mqtt.broker import Broker
 from oxiedge.mqtt.codec import decode_all
 from oxiedge.mqtt.packets import Publish, Pubrel
 from oxiedge.mqtt.session import Limits
-from oxiedge.staged import COMMIT, MQTT, NOTHING, Origin, Staged
+from oxiedge.staged import COMMIT, MQTT, NOTHING, MessageProps, Origin, Staged
 from oxiedge.store import Store
 
 
@@ -180,7 +180,7 @@ def test_bus_sees_every_publish_and_can_require_commit(store: Store) -> None:
 
     class Destinations:  # what lies beyond MQTT, as the router sees the bus
         def fan_out(self, origin: Origin, topic: str, payload: bytes, qos: int,
-                    retain: bool) -> Staged:
+                    retain: bool, props: MessageProps | None = None) -> Staged:
             seen.append((topic, payload, qos, retain))
             origins.append(origin)
             return COMMIT if topic.startswith("durable/") else NOTHING

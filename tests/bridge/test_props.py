@@ -1,0 +1,152 @@
+"""MQTT 5 properties ⇄ AMQP 0-9-1 basic properties across ``amq.topic`` (``bridge/props.py``):
+the mapping as byte vectors, then end to end with paho (MQTT 5) and pika against a real
+server, through a SIGKILL both ways."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pika
+
+from oxiedge.amqp import spec
+from oxiedge.amqp.fields import Raw, Timestamp
+from oxiedge.bridge.props import from_amqp, to_amqp, valid_shortstr
+from oxiedge.staged import MessageProps
+from tests.bridge.conftest import amqp, consume
+from tests.conftest import ServerProcess
+from tests.mqtt.paho5 import Client5, props
+
+Start = Callable[..., ServerProcess]
+NOW = 1_800_000_000.0
+
+
+def test_mqtt_to_amqp_as_rabbitmq_converts() -> None:
+    mp = MessageProps(1, NOW + 60, "application/json", "replies/dev1", b"req-1",
+                      (("z", "1"), ("a", "2"), ("z", "3"), ("x-reply-to-topic", "no")))
+    bp = to_amqp(mp, True, NOW + 0.25)
+    assert bp == spec.BasicProperties(
+        content_type="application/json",
+        headers={"a": "2", "x-reply-to-topic": "replies.dev1", "z": "1"},  # sorted, first wins
+        delivery_mode=2, correlation_id="req-1", expiration="60000")
+    assert bp.encode() == (b"\xb5\x00" + b"\x10application/json"
+                           + b"\x00\x00\x00\x32" + b"\x01aS\x00\x00\x00\x012"
+                           + b"\x10x-reply-to-topicS\x00\x00\x00\x0creplies.dev1"
+                           + b"\x01zS\x00\x00\x00\x011"
+                           + b"\x02" + b"\x05req-1" + b"\x0560000")
+    # Correlation Data that is not a short string goes in x-correlation-id (a long string);
+    # a non-ASCII or long Content Type and a name of 256 bytes are left out; QoS 0 is
+    # delivery_mode 1; no expiry, no expiration.
+    odd = MessageProps(None, None, "tëxt", None, b"\x00\xff", (("n" * 256, "v"),))
+    bp = to_amqp(odd, False, NOW)
+    assert bp == spec.BasicProperties(
+        headers={"x-correlation-id": Raw(b"S\x00\x00\x00\x02\x00\xff")}, delivery_mode=1)
+    assert to_amqp(MessageProps(content_type="t" * 256), False, NOW).content_type is None
+    assert to_amqp(MessageProps(expires_at=NOW - 5), True, NOW).expiration == "0"
+    assert valid_shortstr(b"abc") and not valid_shortstr(b"a\x00") \
+        and not valid_shortstr(b"\xff") and not valid_shortstr(b"a" * 256)
+
+
+def test_amqp_to_mqtt_as_rabbitmq_converts() -> None:
+    headers: dict[str, Any] = {
+        "x-reply-to-topic": "replies.dev1", "s": "text", "i": 7, "neg": -3, "big": 1 << 40,
+        "f": 1.5, "t": True, "no": False, "v": None, "ts": Timestamp(1700000000),
+        "bin": b"\x01\x02", "arr": [1], "tbl": {"k": 1}, "nul": "a\x00b"}
+    raw = spec.BasicProperties(content_type="text/plain", headers=headers, delivery_mode=2,
+                               correlation_id="req-9", expiration="5000",
+                               reply_to="ignored").encode()
+    assert from_amqp(raw, NOW) == MessageProps(
+        None, NOW + 5, "text/plain", "replies/dev1", b"req-9",
+        (("s", "text"), ("i", "7"), ("neg", "-3"), ("big", "1099511627776"),
+         ("f", "1.50000000000000000000e+00"), ("t", "true"), ("no", "false"), ("v", ""),
+         ("ts", "1700000000")))
+    # Without correlation_id, the x-correlation-id long string is the Correlation Data.
+    raw = spec.BasicProperties(headers={"x-correlation-id": Raw(b"S\x00\x00\x00\x02\x00\xff"),
+                                        "k": "v"}).encode()
+    assert from_amqp(raw, NOW) == MessageProps(correlation_data=b"\x00\xff",
+                                               user_properties=(("k", "v"),))
+    # Nothing to carry: None (the common publish, delivery_mode alone, costs one test).
+    assert from_amqp(spec.BasicProperties(delivery_mode=2).encode(), NOW) is None
+    assert from_amqp(spec.BasicProperties(headers={"b": b"x"}).encode(), NOW) is None
+    assert from_amqp(b"", NOW) is None
+
+
+def _bound_queue(port: int) -> None:
+    with amqp(port) as conn:
+        ch = conn.channel()
+        ch.queue_declare("v5-worker", durable=True)
+        ch.queue_bind("v5-worker", "amq.topic", "req.#")
+
+
+def test_v5_publish_reaches_an_amqp_consumer_with_its_properties_after_sigkill(
+        start_server: Start) -> None:  # fmt: skip
+    server = start_server()
+    _bound_queue(server.amqp_port)
+    pub = Client5(server.mqtt_port, "v5-req")
+    pub.connect()
+    p = props(ContentType="application/json", ResponseTopic="rep/dev1",
+              CorrelationData=b"c-1", MessageExpiryInterval=3600,
+              UserProperty=[("unit", "C"), ("unit", "F"), ("site", "7")])
+    assert pub.publish("req/dev1", b'{"t": 21}', 1, properties=p) == 0
+    binary = props(CorrelationData=b"\xff\x00")
+    assert pub.publish("req/dev2", b"x", 1, properties=binary) == 0
+    assert pub.publish("req/dev3", b"plain", 0) == 0
+    pub.close()
+    published = time.time()
+    server.kill()
+    server.start()
+    with amqp(server.amqp_port) as conn:
+        got = consume(conn.channel(), "v5-worker", 3, idle=1.0)
+    assert [(m.routing_key, body) for m, _p, body in got] == [
+        ("req.dev1", b'{"t": 21}'), ("req.dev2", b"x")]  # (QoS 0 was transient)
+    bp = got[0][1]
+    assert (bp.content_type, bp.correlation_id, bp.delivery_mode) == \
+        ("application/json", "c-1", 2)
+    assert bp.headers == {"site": "7", "unit": "C", "x-reply-to-topic": "rep.dev1"}
+    assert bp.expiration == "3600000" and time.time() - published < 60
+    assert got[1][1].correlation_id is None
+    assert got[1][1].headers == {"x-correlation-id": b"\xff\x00"}
+
+
+def test_amqp_publish_reaches_a_v5_session_with_properties_after_sigkill(
+        start_server: Start) -> None:  # fmt: skip
+    server = start_server()
+    live = Client5(server.mqtt_port, "v5-live")
+    live.connect()
+    assert live.subscribe("cmd/#", 1) == [1]
+    stored = Client5(server.mqtt_port, "v5-stored")
+    stored.connect(properties=props(1, SessionExpiryInterval=3600))
+    assert stored.subscribe("cmd/#", 1) == [1]
+    stored.disconnect()
+    with amqp(server.amqp_port) as conn:
+        ch = conn.channel()
+        ch.confirm_delivery()
+        ch.basic_publish("amq.topic", "cmd.valve7", b"open", pika.BasicProperties(
+            content_type="text/plain", delivery_mode=2, correlation_id="op-42",
+            expiration="3600000",
+            headers={"x-reply-to-topic": "rep.valve7", "who": "ops", "n": 3, "bin": b"\x01"}))
+        ch.basic_publish("amq.topic", "cmd.valve8", b"shut", pika.BasicProperties(
+            delivery_mode=2, headers={"x-correlation-id": "long" * 100}))
+    want = {"ContentType": "text/plain", "CorrelationData": b"op-42",
+            "ResponseTopic": "rep/valve7", "UserProperty": [("who", "ops"), ("n", "3")]}
+    for client in (live,):
+        m = client.get()
+        assert (m.topic, m.payload, m.qos) == ("cmd/valve7", b"open", 1)
+        assert {k: getattr(m.properties, k) for k in want} == want
+        assert 3590 < m.properties.MessageExpiryInterval <= 3600
+        assert client.get().properties.CorrelationData == b"long" * 100
+    live.close()
+    server.kill()
+    server.start()
+    stored = Client5(server.mqtt_port, "v5-stored")
+    assert stored.connect(clean_start=False, properties=props(1, SessionExpiryInterval=3600)
+                          )[0]  # fmt: skip
+    m = stored.get()
+    assert (m.topic, m.payload) == ("cmd/valve7", b"open")
+    assert {k: getattr(m.properties, k) for k in want} == want
+    assert 3500 < m.properties.MessageExpiryInterval <= 3600
+    m = stored.get()
+    assert m.properties.CorrelationData == b"long" * 100
+    assert not hasattr(m.properties, "ContentType")
+    stored.close()

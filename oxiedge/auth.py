@@ -17,11 +17,14 @@ event loop and slows repeated failures.
 from __future__ import annotations
 
 import base64
+import fcntl
 import hashlib
 import hmac
 import ipaddress
 import os
 import secrets
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 ITERATIONS = 120_000
@@ -83,6 +86,41 @@ def write_user_file(path: Path, users: dict[str, str]) -> None:
         fh.flush()
         os.fsync(fh.fileno())
     os.replace(tmp, path)
+
+
+@contextmanager
+def editing_user_file(path: Path) -> Iterator[dict[str, str]]:
+    """The one way the password file is changed: read, modify the yielded name -> hash
+    dict, rewrite - under an exclusive ``flock`` on ``PATH.lock``. Every writer goes through
+    it (``oxiedge user add|remove``, ``user import-mosquitto``, the HTTP API's user writes,
+    the definitions import, in the server or the CLI), so two changes at once, from two
+    processes or two threads of one, never lose a user: flock locks an open file, and each
+    caller opens its own. The rewrite is skipped when nothing changed."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    lock = os.open(path.with_name(path.name + ".lock"), os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        users = read_user_file(path)
+        before = dict(users)
+        yield users
+        if users != before or not path.exists():
+            write_user_file(path, users)
+    finally:
+        os.close(lock)  # (releases the lock)
+
+
+def put_user(path: Path, name: str, encoded: str) -> bool:
+    """Add or replace ``name``'s stored hash; True if the user is new (blocking: fsync)."""
+    with editing_user_file(path) as users:
+        added = name not in users
+        users[name] = encoded
+    return added
+
+
+def remove_user(path: Path, name: str) -> bool:
+    """Remove ``name``; False if there was no such user (blocking: fsync)."""
+    with editing_user_file(path) as users:
+        return users.pop(name, None) is not None
 
 
 def is_network_address(bind: str) -> bool:

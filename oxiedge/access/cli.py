@@ -227,7 +227,7 @@ def user_import_mosquitto(
 ) -> None:
     """Import users (hashes kept as they are) and ACLs from Mosquitto. Imported ACLs make the
     MQTT default `deny`, as Mosquitto has it with an acl_file."""
-    from ..auth import read_user_file, write_user_file
+    from ..auth import editing_user_file
     from .mosquitto import parse_acl_file, read_passwd
 
     if passwd is None and acl is None:
@@ -239,9 +239,8 @@ def user_import_mosquitto(
         _fail(str(exc))
     cfg = _config(data, password_file)
     if imported:
-        users = read_user_file(cfg.users_path)
-        users.update(imported)
-        write_user_file(cfg.users_path, users)
+        with editing_user_file(cfg.users_path) as users:
+            users.update(imported)
         try:
             call(cfg.admin_socket, "users.reload")
         except (ServerNotRunning, AdminError):

@@ -34,7 +34,7 @@ def user_add(
     """Add a user or change its password (prompts unless --password-stdin)."""
     from ..access import cli as access_cli
     from ..access.rules import TAGS
-    from ..auth import hash_password, read_user_file, write_user_file
+    from ..auth import hash_password, put_user
 
     if not name or ":" in name or name.strip() != name:
         _fail("user names must be non-empty, without ':' or surrounding spaces", 2)
@@ -51,9 +51,7 @@ def user_add(
         _fail("empty password", 2)
     cfg = _config(data, password_file)
     path = cfg.users_path
-    users = read_user_file(path)
-    users[name] = hash_password(password)
-    write_user_file(path, users)
+    put_user(path, name, hash_password(password))
     _reload_users(cfg)
     if tag_list is not None:
         access_cli.set_tags(data, name, tag_list)
@@ -66,18 +64,19 @@ def user_remove(name: Annotated[str, typer.Argument(help="user name",
                 data: DataOpt = None, password_file: PwFileOpt = None) -> None:
     """Remove a user."""
     from ..access import cli as access_cli
-    from ..auth import read_user_file, write_user_file
+    from ..auth import editing_user_file
 
     cfg = _config(data, password_file)
     path = cfg.users_path
-    users = read_user_file(path)
-    if users.pop(name, None) is None:
+    with editing_user_file(path) as users:
+        found = users.pop(name, None) is not None
+        left = len(users)
+    if not found:
         _fail(f"no user {name!r} in {path}")
-    write_user_file(path, users)
     _reload_users(cfg)
     access_cli.forget_user(data, name)
     _print_line(f"user {name} removed")
-    if not users:
+    if not left:
         # The last user is gone: say what that means (it never reopens a network listener).
         _print_line("no user left: anonymous clients are allowed on a loopback --bind only;"
                     " a broker on any other address refuses them unless --allow-anonymous")

@@ -16,7 +16,7 @@ from ..access.grants import Grants
 from ..admin.protocol import call_handler
 from ..admin.server import StatusPart, server_status
 from ..app import App
-from ..auth import hash_password, read_user_file, write_user_file
+from ..auth import hash_password, put_user, remove_user
 from ..console import console_routes
 from ..histogram import Histogram
 from ..operations import BAD_REQUEST, NOT_FOUND, UNAVAILABLE, OperationError
@@ -70,7 +70,6 @@ class ServerView:
         self.ready = False  # set by server.py when it logs "oxiedge ready"
         # One writer of the password file at a time (as the CLI, it rewrites it whole), and
         # one password hashed at a time for the API (PBKDF2: never on the event loop).
-        self._user_file = trio.Lock()
         self._hashing = trio.CapacityLimiter(1)
         self.node = f"oxiedge@{socket.gethostname()}"
         self.cluster = app.config.device_id or self.node
@@ -170,35 +169,18 @@ class ServerView:
             assert password is not None
             encoded = await trio.to_thread.run_sync(hash_password, password,
                                                     limiter=self._hashing)
-
-        def write() -> bool:
-            users = read_user_file(path)
-            added = name not in users
-            users[name] = encoded
-            write_user_file(path, users)  # atomic, fsynced: off the event loop
-            return added
-
-        async with self._user_file:
-            added = await trio.to_thread.run_sync(write)
-            self.app.users.reload()
+        # the password file's one writer and lock (auth.py); fsync: off the event loop
+        added = await trio.to_thread.run_sync(put_user, path, name, encoded)
+        self.app.users.reload()
         return added
 
     async def delete_user(self, name: str) -> None:
         path = self.app.users.path
         if path is None:
             raise OperationError("this server has no password file", UNAVAILABLE)
-
-        def write() -> bool:
-            users = read_user_file(path)
-            if users.pop(name, None) is None:
-                return False
-            write_user_file(path, users)
-            return True
-
-        async with self._user_file:
-            if not await trio.to_thread.run_sync(write):
-                raise OperationError(f"no user {name!r}", NOT_FOUND)
-            self.app.users.reload()
+        if not await trio.to_thread.run_sync(remove_user, path, name):
+            raise OperationError(f"no user {name!r}", NOT_FOUND)
+        self.app.users.reload()
         await self.operate("permissions.apply", {"op": "forget", "args": {"user": name}})
 
     async def pause(self) -> None:

@@ -41,6 +41,8 @@ alone, with the same API; a message leaves it when it is popped (nothing is ``ou
 
 from __future__ import annotations
 
+import bisect
+import operator
 import struct
 from collections import deque
 from collections.abc import Callable, Iterator
@@ -53,6 +55,7 @@ __all__ = ["WINDOW", "WINDOW_BYTES", "Codec", "Entry", "Generations", "LogStore"
            "Tally"]
 
 _SEQ = struct.Struct(">Q")
+_SEQ_OF = operator.attrgetter("seq")
 _META = struct.Struct(">QQQQ")  # floor, tail, count, bytes
 #: The window of a queue whose consumer is attached: messages, bytes (whichever first).
 WINDOW = 1024
@@ -64,8 +67,8 @@ _CHUNK = 64
 class QueueLog(Generic[E]):
     """One queue: append, peek / pop, ack, drop the oldest, recover (module docstring)."""
 
-    __slots__ = ("_closed", "_dirty", "_end", "bytes", "cf", "codec", "count", "deleted_to",
-                 "disk_from", "disk_to", "flushed_to", "fresh", "meta_key", "out",
+    __slots__ = ("_closed", "_dirty", "_end", "_requeued", "bytes", "cf", "codec", "count",
+                 "deleted_to", "disk_from", "disk_to", "flushed_to", "fresh", "meta_key", "out",
                  "out_bytes", "prefix", "quarantined", "read_back", "ready", "ready_bytes",
                  "skipped", "store", "tail", "tally", "window", "window_bytes")  # fmt: skip
 
@@ -98,6 +101,7 @@ class QueueLog(Generic[E]):
         self.read_back = 0  # messages read back from disk
         self._dirty = False
         self._closed = False
+        self._requeued = False  # put_back may have left ``out`` out of seq order
 
     # ------------------------------------------------------------------- sizes
     def __len__(self) -> int:
@@ -112,31 +116,37 @@ class QueueLog(Generic[E]):
         return self.prefix + _SEQ.pack(seq)
 
     # ------------------------------------------------------------------ append
-    def append(self, item: E, size: int, value: bytes, keep: bool = True) -> None:
-        """Queue ``item`` (seq above every other) and stage its record ``value``. ``keep``
-        False: the consumer is away, leave it to the disk once its batch is synced."""
-        self.count += 1
-        self.bytes += size
+    def append(self, item: E, size: int, value: bytes | None, keep: bool = True) -> bool:
+        """Queue ``item`` (seq above every other) and stage its record ``value``; ``keep``
+        False: the consumer is away. ``value`` None: in the window without a record if it
+        has room (a message that need not survive a restart), else False, nothing queued."""
+        if value is None and (self.fresh or self.disk_to != self.disk_from or len(
+                self.ready) >= self.window or self.ready_bytes >= self.window_bytes):
+            return False
+        self.count, self.bytes = self.count + 1, self.bytes + size
         self.tail = item.seq + 1
         store = self.store
         if store is None:
             self.ready.append(item)
             self.ready_bytes += size
-            return
+            return True
         self.tally.backlog_bytes += size
-        store.stage_put(self.cf, self.prefix + _SEQ.pack(item.seq), value)
+        if value is not None:
+            store.stage_put(self.cf, self.prefix + _SEQ.pack(item.seq), value)
         if not self._dirty:
             self._touch()
         fresh = self.fresh
-        if (keep and not fresh and self.disk_to == self.disk_from
-                and len(self.ready) < self.window and self.ready_bytes < self.window_bytes):
+        if value is None or (keep and not fresh and self.disk_to == self.disk_from
+                             and len(self.ready) < self.window
+                             and self.ready_bytes < self.window_bytes):
             self.ready.append(item)
             self.ready_bytes += size
-            return
+            return True
         committer = store.committer
         fresh.append((committer.generation, item))
         if fresh[0][0] <= committer.synced_generation:
             self._settle()
+        return True
 
     def append_sent(self, seq: int, size: int, value: bytes) -> None:
         """Record a message handed to the consumer at once (nothing else was waiting)."""
@@ -144,8 +154,7 @@ class QueueLog(Generic[E]):
         store = self.store
         if store is None:
             return  # in memory only: nothing to remove when it is acknowledged
-        self.count += 1
-        self.bytes += size
+        self.count, self.bytes = self.count + 1, self.bytes + size
         self.out[seq] = size
         self.out_bytes += size
         self.tally.backlog_bytes += size
@@ -182,12 +191,26 @@ class QueueLog(Generic[E]):
         size = item.size
         self.ready_bytes -= size
         if self.store is None:  # in memory only: it leaves the queue now
-            self.count -= 1
-            self.bytes -= size
+            self.count, self.bytes = self.count - 1, self.bytes - size
             return item
         self.out[item.seq] = size
         self.out_bytes += size
         return item
+
+    def put_back(self, items: list[E]) -> None:
+        """Popped, unacknowledged ``items`` (by seq) go back to their places: redelivery."""
+        ready, stored = self.ready, self.store is not None
+        for item in items:
+            size = self.out.pop(item.seq, None) if stored else item.size
+            if size is None:
+                continue  # not out (acknowledged meanwhile)
+            if stored:
+                self.out_bytes -= size
+            else:  # in memory only: it left the queue when popped
+                self.count, self.bytes = self.count + 1, self.bytes + size
+            self.ready_bytes += size
+            ready.insert(bisect.bisect_left(ready, item.seq, key=_SEQ_OF), item)
+            self._requeued = True
 
     def _refill(self) -> None:
         if self.fresh:
@@ -276,8 +299,7 @@ class QueueLog(Generic[E]):
         if size is None:
             return False  # (in memory only: nothing is out, popped messages are gone)
         self.out_bytes -= size
-        self.count -= 1
-        self.bytes -= size
+        self.count, self.bytes = self.count - 1, self.bytes - size
         self.tally.backlog_bytes -= size
         if seq == self.deleted_to:  # in order: every seq below is removed already
             self.deleted_to = seq + 1  # (``_flush`` moves it on to the floor)
@@ -295,8 +317,7 @@ class QueueLog(Generic[E]):
         self.ready.popleft()
         size = item.size
         self.ready_bytes -= size
-        self.count -= 1
-        self.bytes -= size
+        self.count, self.bytes = self.count - 1, self.bytes - size
         if self.store is not None:
             self.tally.backlog_bytes -= size
             self._removed(item.seq)
@@ -328,7 +349,8 @@ class QueueLog(Generic[E]):
     def _floor(self) -> int:
         """The smallest live seq (``tail`` when the queue is empty)."""
         if self.out:
-            return next(iter(self.out))
+            return min(self.out) if self._requeued else next(iter(self.out))
+        self._requeued = False
         if self.ready:
             return self.ready[0].seq
         if self.disk_to > self.disk_from:
@@ -368,6 +390,23 @@ class QueueLog(Generic[E]):
         # (Never negative: a quarantined record counts its raw size, a guess.)
         store.stage_put(self.cf, self.meta_key, _META.pack(
             self.deleted_to, self.tail, max(0, self.count), max(0, self.bytes)))
+
+    def discard_waiting(self) -> int:
+        """Remove every waiting message (a purge; the disk run as one range delete)."""
+        n = len(self)
+        store = self.store
+        if store is not None and self.disk_to > self.disk_from:
+            store.stage_delete_range(self.cf, self.key(self.disk_from), self.key(self.disk_to))
+        gone = [item.seq for item in self.ready] + [item.seq for _gen, item in self.fresh]
+        self.ready.clear()
+        self.fresh.clear()
+        self.ready_bytes, self.disk_from = 0, self.disk_to
+        self.tally.backlog_bytes -= self.bytes - self.out_bytes
+        self.count, self.bytes = len(self.out), self.out_bytes
+        for seq in gone if store is not None else ():
+            self._removed(seq)
+        self._touch()
+        return n
 
     def close(self) -> None:
         """The owner removes every record (a deleted session): stage nothing more."""

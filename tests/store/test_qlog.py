@@ -274,3 +274,43 @@ class QueueModel(RuleBasedStateMachine):
 QueueModel.TestCase.settings = settings(max_examples=60, stateful_step_count=40, deadline=None,
                                         suppress_health_check=[HealthCheck.too_slow])
 test_queue_model = QueueModel.TestCase
+
+
+def test_put_back_returns_popped_messages_to_their_places_and_keeps_the_floor(
+        store: Store, tmp_path: Path) -> None:
+    q = make(store, window=4)
+    fill(q, 0, 6)
+    taken = [q.pop() for _ in range(3)]  # 0, 1, 2 out
+    q.put_back([taken[1]])  # 1 back in the window, before 3
+    assert [i.seq for i in q.ready][:2] == [1, 3]
+    again = q.pop()  # 1 out again: ``out`` is now 0, 2, 1
+    assert again.seq == 1
+    q.ack(0)
+    q.ack(2)
+    store.commit_blocking()  # the range delete must stop below 1, still out
+    assert store.get_raw(CF, q.key(1)) is not None
+    q.ack(1)
+    assert drain(q) == [3, 4, 5] and len(q) == 0
+
+
+def test_a_record_less_message_stays_in_the_window_or_is_refused(store: Store) -> None:
+    q = make(store, window=2)
+    assert q.append(Item(0, b"a"), 1, None) and q.append(Item(1, b"b"), 1, None)
+    assert not q.append(Item(2, b"c"), 1, None)  # the window is full: needs a record
+    assert q.append(Item(2, b"c"), 1, b"vc")
+    store.commit_blocking()
+    assert store.get_raw(CF, q.key(0)) is None and drain(q) == [0, 1, 2]
+
+
+def test_discard_waiting_removes_the_disk_run_with_one_range_delete(store: Store) -> None:
+    q = make(store, window=4)
+    fill(q, 0, 100, keep=False)
+    store.commit_blocking()
+    fill(q, 100, 1)
+    first = q.pop() if q.peek() is not None else None
+    assert first is not None and q.discard_waiting() == 100
+    store.commit_blocking()
+    assert len(q) == 0 and store.read_range(CF, q.key(1), q.key(101), 10) == []
+    q.ack(first.seq)
+    fill(q, 101, 2)
+    assert drain(q) == [101, 102]

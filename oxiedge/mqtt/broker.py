@@ -19,7 +19,9 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from oxiedge.mqtt import persist
+from oxiedge.mqtt.forward5 import forwarded
 from oxiedge.mqtt.packets import SUBACK_FAILURE
+from oxiedge.mqtt.packets5 import Will5
 from oxiedge.mqtt.persist import RawStore
 from oxiedge.mqtt.replay import RetainedReplay
 from oxiedge.mqtt.retain import Retained, RetainedStore
@@ -62,8 +64,8 @@ class Broker:
         # (user, client id) -> the read check of that client (``access.Grants``), for the
         # sessions recovered at start-up: their offline deliveries follow the read rules.
         self.reader_for: Callable[[str, str], Any] | None = None
-        # MQTT 5 wills waiting for their Will Delay Interval (``wills.py``).
-        self.wills = DelayedWills()
+        # MQTT 5 wills waiting for their Will Delay Interval (``wills.py``, on disk).
+        self.wills = DelayedWills(store, self.publish_will5)
         # An offline MQTT 5 session has a deadline of its own (``expire_sessions``).
         self.deadlines = False
 
@@ -113,6 +115,14 @@ class Broker:
     def acl_active(self, active: bool) -> None:
         self.router.acl_active = active
 
+    def publish_will5(self, will: Will5, now: float) -> bool:
+        """Publish an MQTT 5 will at ``now`` (wall clock: its Message Expiry Interval
+        starts then) with its properties; True if durable work was staged."""
+        self.stats.wills += 1
+        fwd, expires_at = forwarded(will.properties._replace(will_delay_interval=None), now)
+        return self.router.route5(will.topic, will.payload, will.qos, will.retain,
+                                  will.topic.encode(), fwd, expires_at)
+
     # ------------------------------------------------------------------ recovery
     def recover(self, wall: float = 0.0) -> tuple[int, int]:
         """Load durable state (stages deletion of queue surplus); returns
@@ -151,6 +161,7 @@ class Broker:
         self.router.clear_routes()
         self._owners = itertools.count(max_owner + 1)
         self.retained.load()
+        self.wills.load()  # (those due by now go at the expiry task's first turn)
         return len(self.sessions), pending
 
     # ------------------------------------------------------------------ sessions

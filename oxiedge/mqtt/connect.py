@@ -209,6 +209,7 @@ class ConnectStep:
         if broker.wills.cancel(client_id):  # MQTT-3.1.3-9: a delayed will is not sent
             broker.stats.wills_skipped += 1  # (cancelled once the session is ours: the
             # connection that left it may still be closing, and only then delay its will)
+            yield KICK  # (its record's deletion)
         s.offline_since = None  # attached: no session expiry (Broker.expire_sessions)
         broker.set_acl(s, self.grants)
         if self._perms.active and (s.queue or s.inflight):

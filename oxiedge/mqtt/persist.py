@@ -23,6 +23,8 @@ key                          value                                              
 ``t`` topic (UTF-8)          QoS (B; MQTT 5 bit 3), [MQTT 5 part], payload      ``retain``
 ``e`` owner                  MQTT 5 session: Session Expiry Interval (I, s),     ``session``
                              deadline (Q, wall-clock ms; 0 while connected)
+``w`` client id (UTF-8)      an MQTT 5 will waiting out its delay: deadline      -
+                             (Q, wall-clock ms), then as in ``mqtt/wills.py``
 ==========================  ==================================================  ==========
 
 Recovery never crash-loops: a record that does not decode (``check_*`` below: lengths,

@@ -43,7 +43,6 @@ from oxiedge.mqtt.codec import ProtocolError, TopicTooLong
 from oxiedge.mqtt.codec5 import Decoder5
 from oxiedge.mqtt.connect import CloseConnection, ConnectStep
 from oxiedge.mqtt.encode5 import encode_disconnect5
-from oxiedge.mqtt.forward5 import forwarded
 from oxiedge.mqtt.handlers import STEP_FILTERS, Handlers
 from oxiedge.mqtt.handlers5 import Handlers5
 from oxiedge.mqtt.packets import (
@@ -225,15 +224,7 @@ class MqttProtocol(ConnectStep):
         """An MQTT 5 will: now, or at the earlier of its Will Delay Interval and the end of
         its session (``wills.py``); True if publishing it now staged durable work."""
         broker = self.broker
-        props = will.properties
-
-        def publish() -> bool:
-            broker.stats.wills += 1
-            fwd, expires_at = forwarded(props._replace(will_delay_interval=None), time.time())
-            return broker.router.route5(will.topic, will.payload, will.qos, will.retain,
-                                        will.topic.encode(), fwd, expires_at)
-
-        delay = props.will_delay_interval or 0
+        delay = will.properties.will_delay_interval or 0
         mine = self.session
         if delay and mine is not None and mine.conn is not None \
                 and broker.sessions.get(self.client_id) is mine:
@@ -245,10 +236,10 @@ class MqttProtocol(ConnectStep):
             delay = min(delay, s.expiry)  # (the session's end sends it too)
         elif s is None or s.clean:
             delay = 0  # the session ends now
+        now = time.time()
         if not delay:
-            return publish()
-        broker.wills.delay(self.client_id, self.clock() + delay, publish)
-        return False
+            return broker.publish_will5(will, now)
+        return broker.wills.delay(self.client_id, now + delay, will)  # (its record: commit)
 
     def _detach(self) -> None:
         """The session leaves this connection (owed retained messages end with it)."""

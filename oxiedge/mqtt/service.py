@@ -207,7 +207,7 @@ class MqttService:
         due = trio.current_time()
         while True:
             now = trio.current_time()
-            if self.broker.wills and self.broker.wills.due(now):
+            if self.broker.wills and self.broker.wills.due(time.time()):
                 try:  # (what a delayed will staged; its QoS 2 hold goes to the releaser)
                     await self.app.store.commit()
                 except Exception as exc:  # CommitError: the server stops on it anyway
@@ -281,6 +281,7 @@ class MqttService:
             queued_bytes=sum(s.queue_bytes for s in sessions),
             inflight=sum(len(s.inflight) + len(s.rel) for s in sessions),
             retained_owed=sum(s.replay.owed() for s in sessions if s.replay is not None),
+            wills_waiting=len(b.wills),  # MQTT 5 wills waiting out their delay (on disk)
             topic_cache_bytes=topic_cache_bytes(),
             # The bounds (docs/limits.md); each one's counter is in the counters above.
             queue_limit=lim.queue_limit,

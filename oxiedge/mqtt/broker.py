@@ -418,9 +418,12 @@ class Broker:
         return False
 
     # --------------------------------------------------------------------- admin
-    def session_rows(self, now: float | None = None) -> list[dict[str, Any]]:
-        """``oxiedge sessions``; ``now`` on the clock of ``offline_since`` (expiry)."""
-        return [s.row(now) for s in sorted(self.sessions.values(), key=lambda s: s.client_id)]
+    def session_rows(self, now: float | None = None, wall: float | None = None
+                     ) -> list[dict[str, Any]]:  # fmt: skip
+        """``oxiedge sessions``; ``now`` on the clock of ``offline_since`` (expiry), ``wall``
+        on the wall clock (MQTT 5 session deadlines)."""
+        return [s.row(now, wall)
+                for s in sorted(self.sessions.values(), key=lambda s: s.client_id)]
 
     def retained_rows(self, include_sys: bool = False) -> list[dict[str, Any]]:
         return self.retained.rows(include_sys)

@@ -18,6 +18,7 @@ from __future__ import annotations
 import base64
 import math
 import secrets
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -191,10 +192,10 @@ class MqttOperations:
 
     def session_rows(self, offline: bool = False, older_than: float | None = None
                      ) -> list[SessionRow]:
-        now = trio.current_time()
+        now, wall = trio.current_time(), time.time()
         rows = []
         for s in sorted(self.broker.sessions.values(), key=lambda s: s.client_id):
-            row = s.row(now)
+            row = s.row(now, wall)
             away: int | None = None
             if s.conn is None:
                 since = s.offline_since

@@ -473,14 +473,18 @@ class Session:
         if self.store is not None:
             persist.stage_delete_session(self.store, self.client_id, self.owner)
 
-    def row(self, now: float | None = None) -> dict[str, object]:
-        """The admin listing row (``oxiedge sessions``); ``expires_in``: seconds until
-        ``--mqtt-session-expiry`` deletes this offline persistent session (None: connected,
-        clean, no expiry, or not yet seen offline by a sweep)."""
-        expiry, since = self.limits.session_expiry, self.offline_since
+    def row(self, now: float | None = None, wall: float | None = None) -> dict[str, object]:
+        """The admin listing row (``oxiedge sessions``); ``expires_in``: seconds until this
+        offline persistent session is deleted, by ``--mqtt-session-expiry`` (``now`` on the
+        clock of ``offline_since``) or, MQTT 5, at its own deadline (``wall``: now on the
+        wall clock). None: connected, clean, no expiry, or not yet seen offline by a sweep."""
+        expiry, since, at = self.limits.session_expiry, self.offline_since, self.expires_at
         expires_in = None
-        if now is not None and expiry is not None and since is not None and self.conn is None \
-                and not self.clean:
+        if self.conn is not None or self.clean:
+            pass
+        elif self.expiry is not None:  # MQTT 5 (``at`` is None while it is connected)
+            expires_in = None if at is None or wall is None else max(0, round(at - wall))
+        elif now is not None and expiry is not None and since is not None:
             expires_in = max(0, round(since + expiry - now))
         return {
             "client": self.client_id,

@@ -1,10 +1,10 @@
 """Queue and exchange arguments: which exist, their checks, and what they set on a queue.
 
 RabbitMQ's reply codes: an invalid value is 406 PRECONDITION_FAILED (the channel closes);
-an argument oxiedge does not implement (``x-queue-type=stream``…) is 540 NOT_IMPLEMENTED
-naming it, never a silent accept.  The few RabbitMQ itself accepts and ignores on one node
-(:data:`IGNORED_QUEUE_ARGS`: ``x-queue-mode: lazy``…) are accepted the same way.  The
-semantics are described in ``docs/rabbitmq-semantics.md``.
+an argument oxiedge does not implement is 540 NOT_IMPLEMENTED naming it, never a silent
+accept.  The few RabbitMQ itself accepts and ignores on one node (:data:`IGNORED_QUEUE_ARGS`:
+``x-queue-mode: lazy``…) are accepted the same way; stream queues have their own rules
+(``stream_args.py``).  The semantics are described in ``docs/rabbitmq-semantics.md``.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from oxiedge.amqp.constants import NOT_IMPLEMENTED, PRECONDITION_FAILED
 from oxiedge.amqp.errors import AmqpError
 from oxiedge.amqp.selection import SingleActive
+from oxiedge.amqp.stream_args import STREAM_QUEUE_ARGS, check_stream_declare, is_stream
 
 if TYPE_CHECKING:
     from oxiedge.amqp.queues import Queue
@@ -34,7 +35,7 @@ def text(v: Any) -> str:
 
 
 OVERFLOW_MODES = ("drop-head", "reject-publish", "reject-publish-dlx")
-QUEUE_TYPES = ("classic", "quorum")
+QUEUE_TYPES = ("classic", "quorum", "stream")
 #: Queue leader placement strategies (RabbitMQ 3.x names and 4.x's ``balanced``).
 LOCATORS = ("client-local", "balanced", "min-masters", "random", "least-leaders")
 #: RabbitMQ 4.0+ gives every quorum queue a delivery limit of 20 unless one is set.
@@ -76,14 +77,16 @@ SUPPORTED_QUEUE_ARGS.update(IGNORED_QUEUE_ARGS)
 def check_queue_args(where: str, arguments: dict[str, Any], *, durable: bool,
                      exclusive: bool, auto_delete: bool) -> None:
     """Raise 406/540 for arguments a ``queue.declare`` may not carry."""
+    stream = is_stream(arguments)
+    if stream:  # (stream_args.py: what a stream refuses, its own arguments)
+        check_stream_declare(where, arguments, durable=durable, exclusive=exclusive,
+                             auto_delete=auto_delete)
     for key, value in arguments.items():
         check = SUPPORTED_QUEUE_ARGS.get(key)
         if check is None:
+            if stream and key in STREAM_QUEUE_ARGS:
+                continue
             raise AmqpError(NOT_IMPLEMENTED, f"queue argument '{key}' is not implemented")
-        if key == "x-queue-type" and _is_str(value) and text(value) == "stream":
-            raise AmqpError(NOT_IMPLEMENTED,
-                            "queue argument 'x-queue-type' = 'stream' is not implemented "
-                            "(streams do not exist in oxiedge yet)")
         if not check(value):
             raise AmqpError(PRECONDITION_FAILED, f"invalid arg '{key}' for {where}: {value!r}")
     if "x-dead-letter-routing-key" in arguments and "x-dead-letter-exchange" not in arguments:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import secrets
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from oxiedge.amqp import arguments as args
 from oxiedge.amqp import deadletter, persist
@@ -36,13 +36,12 @@ from oxiedge.amqp.exchanges import (
 )
 from oxiedge.amqp.priority import queue_class
 from oxiedge.amqp.publish import PublishPath
-from oxiedge.amqp.queues import Queue, QueuedMessage
+from oxiedge.amqp.queues import Queue, QueueConsumer, QueuedMessage
+from oxiedge.amqp.stream import StreamQueue, Streams
+from oxiedge.amqp.stream_args import is_stream
 from oxiedge.amqp.tablecost import table_cost
 from oxiedge.amqp.timers import Clock, QueueTimers, wall_clock
 from oxiedge.staged import TopicEntry
-
-if TYPE_CHECKING:
-    from oxiedge.amqp.queues import QueueConsumer
 
 BUILTIN_EXCHANGES = (("amq.direct", "direct"), ("amq.fanout", "fanout"), ("amq.topic", "topic"),
                      ("amq.headers", "headers"), ("amq.match", "headers"))
@@ -102,6 +101,7 @@ class Broker(PublishPath):
         #: Fires TTL and x-expires deadlines; ``timers.clock`` is the broker's clock.
         self.timers = QueueTimers(clock)
         self.clock = clock
+        self.streams = Streams(store)  # what the stream queues share (stream.py)
         #: called with a queue that x-expires deleted (the service drops it from its owner)
         self.on_queue_expired: Callable[[Queue], None] | None = None
         self.counters = {"published": 0, "unroutable": 0, "returned": 0, "dropped": 0,
@@ -129,12 +129,14 @@ class Broker(PublishPath):
 
     def new_queue(self, name: str, qid: int, **kw: Any) -> Queue:
         """Create and register a queue (declare, recovery); its arguments configure it."""
-        byte_limited = self.queue_bytes is not None or \
-            "x-max-length-bytes" in (kw.get("arguments") or {})
-        cls = queue_class(kw.get("arguments"), byte_limited)
+        a = kw.get("arguments")
+        byte_limited = self.queue_bytes is not None or "x-max-length-bytes" in (a or {})
+        cls = StreamQueue if is_stream(a) else queue_class(a, byte_limited)
         q = cls(name, qid, limit=self.queue_limit, on_drop=self._dropped,
                 on_expire=self._expired, on_unused=self._unused, timers=self.timers, **kw)
         args.configure_queue(q, self.queue_limit, self.queue_bytes)
+        if isinstance(q, StreamQueue):
+            self.streams.open(q)  # its log, its retention (stream.py)
         self.queues[name] = q
         self.exchanges_shared.argument_bytes += table_cost(q.arguments)
         q.arm()

@@ -28,6 +28,7 @@ from oxiedge.amqp.errors import AmqpError
 from oxiedge.amqp.fields import encode_shortstr
 from oxiedge.amqp.queues import QueueConsumer, QueuedMessage
 from oxiedge.amqp.settlement import KICK
+from oxiedge.amqp.stream import StreamQueue
 
 if TYPE_CHECKING:
     from oxiedge.amqp.broker import Broker
@@ -171,7 +172,10 @@ class ConsumerSet:
     def consume(self, queue: Queue, m: spec.BasicConsume, prefetch: int) -> Consumer:
         """basic.consume on ``queue``: the new consumer, registered with the queue (the
         caller replies, then dispatches the queue)."""
-        priority, timeout_ms = consumer_arguments(m.arguments) if m.arguments else (0, None)
+        if isinstance(queue, StreamQueue):  # (a prefetch, manual acks, x-stream-offset)
+            priority, timeout_ms = queue.consumer_arguments(m.arguments, m.no_ack, prefetch)
+        else:
+            priority, timeout_ms = consumer_arguments(m.arguments) if m.arguments else (0, None)
         tag = m.consumer_tag or "amq.ctag-" + secrets.token_urlsafe(16)
         if tag in self._by_tag:
             raise AmqpError(NOT_ALLOWED, f"attempt to reuse consumer tag '{tag}'", hard=True)

@@ -35,6 +35,7 @@ from oxiedge.amqp.errors import AmqpError
 from oxiedge.amqp.exchanges import Exchange
 from oxiedge.amqp.properties import decoded_headers, scan_properties
 from oxiedge.amqp.queues import Queue, QueuedMessage
+from oxiedge.amqp.stream import StreamQueue
 from oxiedge.amqp.timers import Clock
 from oxiedge.staged import (
     AMQP,
@@ -222,6 +223,8 @@ class PublishPath:
         """Put one message in a queue that is not ``plain`` (or any queue, off the hot
         path).  Returns ``REFUSED`` if the queue refused it (x-overflow reject-publish*),
         ``COMMIT`` if a durable record was staged, else ``NOTHING``."""
+        if type(q) is StreamQueue:  # a stream appends to its log (stream.py)
+            return q.append(exchange, routing_key, properties, body)
         if q.reject_publish and q.would_overflow(len(body)):
             # reject-publish: the new message is not taken and a confirming publisher gets
             # basic.nack; reject-publish-dlx also dead-letters it (RabbitMQ "maxlen" doc).

@@ -293,8 +293,6 @@ def test_exchange_declare_rules(conn: Any) -> None:
     (lambda ch: ch.exchange_declare("w", "x-weird"), "x-weird"),
     (lambda ch: ch.queue_declare("odd", arguments={"x-odd-argument": 5}),
      "x-odd-argument"),
-    (lambda ch: ch.queue_declare("stream", durable=True, arguments={"x-queue-type": "stream"}),
-     "stream"),
 ])
 def test_out_of_scope_answers_540(server: Any, action: Any, feature: str) -> None:
     c = pika.BlockingConnection(params(server.amqp_port))

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from oxiedge.amqp.constants import ACCESS_REFUSED, NOT_FOUND
 from oxiedge.amqp.consumers import server_cancel
 from oxiedge.amqp.errors import AmqpError
+from oxiedge.amqp.selection import activity
 from oxiedge.operations import (
     BAD_REQUEST,
     FORBIDDEN,
@@ -135,6 +136,10 @@ class ConsumerRow:
     exclusive: bool
     prefetch: int
     unacked: int
+    priority: int  # x-priority
+    #: up, or on a single-active-consumer queue single_active / waiting (selection.py)
+    activity_status: str
+    active: bool
 
 
 _KINDS = {NOT_FOUND: MISSING, ACCESS_REFUSED: FORBIDDEN}
@@ -324,8 +329,11 @@ class AmqpOperations:
         for conn in self.connections():
             for number, ch in conn.proto.channels.items():
                 for c in ch.consumers:
-                    rows.append(ConsumerRow(c.queue.name, c.tag, conn.peer, number,
-                                            not c.no_ack, c.exclusive, c.prefetch, c.unacked))
+                    q = c.queue
+                    status = activity(q.selector, c, q.consumers)
+                    rows.append(ConsumerRow(q.name, c.tag, conn.peer, number, not c.no_ack,
+                                            c.exclusive, c.prefetch, c.unacked, c.priority,
+                                            status, status != "waiting"))
         return sorted(rows, key=lambda r: (r.queue, r.consumer_tag))
 
     # -- the operation table ------------------------------------------------------------

@@ -65,6 +65,7 @@ class QueueConsumer(Protocol):
 
     exclusive: bool
     priority: int  # x-priority (selection.py)
+    unacked: int  # its deliveries not yet settled (single active consumer's take-over)
 
     def has_credit(self) -> bool:
         """May it take one more delivery now (prefetch, paused channel, full socket)?"""
@@ -383,9 +384,6 @@ class Queue:
 
     def add_consumer(self, consumer: QueueConsumer) -> None:
         """A new consumer: last in turn; by priority where consumers have priorities."""
-        if type(self.selector) is SingleActive:
-            self.consumers.append(consumer)  # registration order decides who is active
-            return
         if self.selector is None:
             if not consumer.priority:
                 self.consumers.append(consumer)
@@ -431,6 +429,8 @@ class Queue:
     def remove_consumer(self, consumer: QueueConsumer) -> None:
         if consumer in self.consumers:
             self.consumers.remove(consumer)
+            if type(self.selector) is SingleActive:
+                self.selector.removed(consumer)
             if not self.consumers and self.expires_ms is not None:
                 self.touch()
 

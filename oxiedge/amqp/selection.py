@@ -14,11 +14,17 @@ declared single-active.  A queue without one pays one ``is None`` test per dispa
   consumer that can take it (credit: prefetch, channel bound, send buffer); consumers of
   one priority take turns; a lower priority gets messages only while every higher one is
   blocked.  Priorities are any signed integer, 0 by default.
-* :class:`SingleActive` (RabbitMQ's single active consumer, rabbitmq.com/docs/consumers):
-  only the first registered consumer gets messages; when it has no credit the queue waits
-  for it rather than use another one.  When it is cancelled or its channel or connection
-  closes, its unacked messages go back to the queue (as for any consumer) and the next
-  consumer in registration order takes over with them.  ``basic.get`` is unaffected.
+* :class:`SingleActive` (RabbitMQ's single active consumer, rabbitmq.com/docs/consumers,
+  with consumer priorities as RabbitMQ 3.13+ combines them): one consumer of the queue is
+  *active* and gets every message; when it has no credit the queue waits for it rather
+  than use another one.  The consumers are kept in priority order as above, so the first
+  is the highest priority, the earliest registered within it.  The first consumer becomes
+  active; a consumer of a higher priority than the active one that arrives later takes
+  over, but only once the active one's unacknowledged deliveries are settled (until then
+  neither gets anything: processing order is kept).  When the active consumer is cancelled
+  or its channel or connection closes, its unacked messages go back to the queue (as for
+  any consumer) and the first consumer in that order takes over with them.  ``basic.get``
+  is unaffected.
 """
 
 from __future__ import annotations
@@ -31,6 +37,7 @@ class Candidate(Protocol):
     """A consumer as a selector sees it (``queues.QueueConsumer``)."""
 
     priority: int
+    unacked: int  # its deliveries not yet settled (always 0 for a no-ack consumer)
 
     def has_credit(self) -> bool: ...
 
@@ -46,13 +53,35 @@ class Selector(Protocol):
 
 
 class SingleActive:
-    """Only the first registered consumer receives (see the module docstring)."""
+    """Only the active consumer receives (see the module docstring); ``consumers`` are
+    sorted by priority, highest first (``insert_ranked``)."""
 
-    __slots__ = ()
+    __slots__ = ("active",)
+
+    def __init__(self) -> None:
+        self.active: Candidate | None = None
 
     def pick(self, consumers: Sequence[C]) -> C | None:
-        active = consumers[0]
-        return active if active.has_credit() else None
+        first = consumers[0]
+        active = self.active
+        if active is not first:
+            if active is not None and first.priority > active.priority and active.unacked:
+                return None  # the take-over waits for the active one's deliveries to settle
+            if active is None or first.priority > active.priority:
+                self.active = active = first
+        chosen: C = active  # type: ignore[assignment]  # (one of ``consumers``)
+        return chosen if chosen.has_credit() else None
+
+    def removed(self, consumer: Candidate) -> None:
+        """``consumer`` left the queue: the next ``pick`` chooses the active one again."""
+        if consumer is self.active:
+            self.active = None
+
+    def is_active(self, consumer: Candidate, consumers: Sequence[Candidate]) -> bool:
+        """Is ``consumer`` the one that gets the messages (or would, at the next one)?"""
+        if self.active is not None:
+            return consumer is self.active
+        return bool(consumers) and consumer is consumers[0]
 
 
 class RankedSelection:
@@ -81,6 +110,15 @@ class RankedSelection:
                     return consumer
             i = j
         return None
+
+
+def activity(selector: object, consumer: Candidate, consumers: Sequence[Candidate]) -> str:
+    """A consumer's state as RabbitMQ's management API names it (``activity_status``):
+    ``up`` on a queue without single active consumer, else ``single_active`` or
+    ``waiting``."""
+    if type(selector) is not SingleActive:
+        return "up"
+    return "single_active" if selector.is_active(consumer, consumers) else "waiting"
 
 
 def insert_ranked(consumers: list[C], consumer: C) -> None:

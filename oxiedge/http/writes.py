@@ -115,7 +115,9 @@ def consumer_json(row: dict[str, Any]) -> dict[str, Any]:
     return {"queue": {"name": row.get("queue"), "vhost": VHOST},
             "consumer_tag": row.get("consumer_tag"), "ack_required": row.get("ack_required"),
             "exclusive": row.get("exclusive"), "prefetch_count": row.get("prefetch", 0),
-            "arguments": {},
+            "arguments": {"x-priority": row["priority"]} if row.get("priority") else {},
+            "active": row.get("active", True),
+            "activity_status": row.get("activity_status", "up"),
             "channel_details": {"name": f"{conn} ({row.get('channel')})",
                                 "number": row.get("channel"), "connection_name": conn,
                                 "peer_host": host, "peer_port": port}}

@@ -1,10 +1,13 @@
 """Single active consumer (``x-single-active-consumer``) with stock pika against a real
 server, as RabbitMQ runs it (rabbitmq.com/docs/consumers): one consumer gets every
-message; the next in registration order takes over when it cancels, its channel closes or
-its connection goes, with the unacked messages it held.  ``oxiedge/amqp/selection.py``."""
+message; the next in order takes over when it cancels, its channel closes or
+its connection goes, with the unacked messages it held; with consumer priorities the highest
+is active (RabbitMQ 3.13+).  ``oxiedge/amqp/selection.py``."""
 
 from __future__ import annotations
 
+import http.client
+import json
 from typing import Any
 
 import pika
@@ -88,3 +91,73 @@ def test_sac_survives_restart(start_server: Any) -> None:
     wait_until(c, lambda: len(got) == 3)
     assert {name for name, _b in got} == {"x"}
     c.close()
+
+
+def _consumer_rows(server: Any) -> dict[str, dict[str, Any]]:
+    rows = [json.loads(line) for line in
+            server.cli("consumers", "--json").stdout.splitlines() if line.strip()]
+    return {r["consumer_tag"]: r for r in rows}
+
+
+def test_the_highest_priority_is_active_and_takes_over_once_settled(
+        start_server: Any) -> None:
+    """RabbitMQ 3.13+: a consumer of a higher priority than the active one takes over, but
+    only after the active one's unacked deliveries are settled; the state shows in
+    ``oxiedge consumers`` and in the management API's consumer objects."""
+    server = start_server("--http-port", "0")
+    conn = pika.BlockingConnection(params(server.amqp_port))
+    setup = conn.channel()
+    setup.queue_declare("sacp", arguments=SAC)
+    got: list[tuple[str, bytes, int]] = []
+    low = conn.channel()
+    low.basic_consume("sacp", lambda ch, m, _p, body: got.append(("low", body, m.delivery_tag)),
+                      consumer_tag="low")
+    for i in range(2):
+        setup.basic_publish("", "sacp", b"%d" % i)
+    wait_until(conn, lambda: len(got) == 2)
+    high = conn.channel()
+    high.basic_consume("sacp", lambda _c, _m, _p, body: got.append(("high", body, 0)),
+                       auto_ack=True, consumer_tag="high", arguments={"x-priority": 5})
+    for i in range(2, 4):
+        setup.basic_publish("", "sacp", b"%d" % i)
+    conn.process_data_events(time_limit=0.3)
+    assert [g[0] for g in got] == ["low", "low"]  # neither gets more before the settle
+    rows = _consumer_rows(server)
+    assert (rows["low"]["activity_status"], rows["low"]["active"]) == ("single_active", True)
+    assert (rows["high"]["activity_status"], rows["high"]["priority"]) == ("waiting", 5)
+    low.basic_ack(got[1][2], multiple=True)
+    wait_until(conn, lambda: len(got) == 4)
+    assert got[2:] == [("high", b"2", 0), ("high", b"3", 0)]
+    rows = _consumer_rows(server)
+    assert rows["high"]["activity_status"] == "single_active"
+    assert (rows["low"]["activity_status"], rows["low"]["active"]) == ("waiting", False)
+    api = http.client.HTTPConnection("127.0.0.1", server.http_port, timeout=30)
+    api.request("GET", "/api/consumers")
+    listed = {c["consumer_tag"]: c for c in json.loads(api.getresponse().read())}
+    assert (listed["high"]["active"], listed["high"]["activity_status"]) == \
+        (True, "single_active")
+    assert listed["high"]["arguments"] == {"x-priority": 5}
+    assert (listed["low"]["active"], listed["low"]["activity_status"]) == (False, "waiting")
+    conn.close()
+
+
+def test_takeover_goes_to_the_highest_priority_left(conn: Any) -> None:
+    setup = conn.channel()
+    setup.queue_declare("sacq", arguments=SAC)
+    got: list[tuple[str, bytes]] = []
+    chans = {}
+    for name, prio in (("a", 0), ("b", 1), ("c", 3), ("d", 1)):
+        chans[name] = ch = conn.channel()
+        ch.basic_consume("sacq", collector(got, name), auto_ack=True, consumer_tag=name,
+                         arguments={"x-priority": prio})
+    setup.basic_publish("", "sacq", b"0")
+    wait_until(conn, lambda: len(got) == 1)
+    assert got == [("c", b"0")]
+    chans["c"].basic_cancel("c")
+    setup.basic_publish("", "sacq", b"1")
+    wait_until(conn, lambda: len(got) == 2)
+    assert got[-1] == ("b", b"1")  # priority 1, registered before d
+    chans["b"].close()
+    setup.basic_publish("", "sacq", b"2")
+    wait_until(conn, lambda: len(got) == 3)
+    assert got[-1] == ("d", b"2")

@@ -2,10 +2,11 @@
 [--dry-run]``: a device's whole configuration as one JSON document (docs/definitions.md).
 
 Both are the operation ``definitions.export|import`` of the running server (the same code
-as ``GET|POST /api/definitions``). ``export`` also reads a stopped server's data dir. An
-import's uplink passwords are references (``${OXIEDGE_SECRET_UPLINK_NAME}``): the values
-this command's environment has for them are sent with the document; the server's own
-environment is asked for the others.
+as ``GET|POST /api/definitions``). Both also work on a stopped server's data dir: ``export``
+reads it, ``import`` applies the same operation to it (``admin/offline_definitions.py``),
+making the data dir if there is none. An import's uplink passwords are references
+(``${OXIEDGE_SECRET_UPLINK_NAME}``): the values this command's environment has for them
+are sent with the document; the server's own environment is asked for the others.
 """
 
 from __future__ import annotations
@@ -78,6 +79,17 @@ def _read(file: str) -> Any:
         _fail(f"{file} is not JSON: {exc}", 2)
 
 
+def _offline_import(data: Path | None, args: dict[str, Any]) -> Any:
+    def run(store: Any) -> Any:
+        from ..admin.offline_definitions import import_offline
+
+        cfg = _config(data)
+        return import_offline(store, cfg.data, cfg.users_path, args["document"],
+                              dry_run=args["dry_run"], secrets=args["secrets"])
+
+    return run
+
+
 @definitions_app.command("import")
 def definitions_import(
     file: Annotated[str, typer.Argument(help="the definitions file (- for stdin)")],
@@ -88,7 +100,8 @@ def definitions_import(
     """Import definitions: checked whole first (nothing changes if one field is wrong),
     then applied through the server's operations; what exists alike stays, so importing
     twice changes nothing. Uplink password references are read from this environment
-    (OXIEDGE_SECRET_UPLINK_NAME) or the server's."""
+    (OXIEDGE_SECRET_UPLINK_NAME) or the server's. With no server running it is applied to
+    the data dir (made if missing) by the same code."""
     from ..definitions.document import references
 
     doc = _read(file)
@@ -103,11 +116,15 @@ def definitions_import(
         _fail(f"{file} is larger than an admin request may be ({MAX_REQUEST >> 20} MiB): "
               "import it with POST /api/definitions (16 MiB), or in parts", 2)
     cfg = _config(data)
+    offline = _offline_import(data, args)
     if dry_run:
-        result = _request(data, "definitions.import", args, None)
+        result = _request(data, "definitions.import", args, offline)
     else:
-        result = run_with_progress(cfg.admin_socket, "definitions.import",
-                                   {**args, "progress": True}, "importing definitions")
+        result = run_with_progress(
+            cfg.admin_socket, "definitions.import", {**args, "progress": True},
+            "importing definitions",
+            lambda: _request(data, "definitions.import", args, offline, write=True,
+                             create=True))
     if as_json:
         sys.stdout.write(json.dumps(result, ensure_ascii=False) + "\n")
         return

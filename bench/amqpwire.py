@@ -157,10 +157,12 @@ class RawAmqp:
         self.sock.sendall(method(1, 60, 10, struct.pack(">IHB", 0, prefetch, 0)))
         self.expect(60, 11)
 
-    def consume(self, queue: str, tag: str = "bench", no_ack: bool = False) -> None:
+    def consume(self, queue: str, tag: str = "bench", no_ack: bool = False,
+                arguments: bytes = EMPTY_TABLE) -> None:
+        """basic.consume; ``arguments`` an encoded field table."""
         bits = 0x02 if no_ack else 0
         self.sock.sendall(method(1, 60, 20, struct.pack(">H", 0) + shortstr(queue) + shortstr(tag)
-                                 + bytes([bits]) + EMPTY_TABLE))
+                                 + bytes([bits]) + arguments))
         self.expect(60, 21)
 
     def close(self) -> None:

@@ -30,7 +30,6 @@ from oxiedge.amqp.messageops import AmqpMessageOps
 from oxiedge.amqp.operations import AmqpOperations
 from oxiedge.amqp.ports import ConnectionLimits
 from oxiedge.amqp.protocol import AmqpProtocol
-from oxiedge.amqp.stream_sync import StreamSync
 from oxiedge.operations import handlers
 from oxiedge.staged import COMMIT, MQTT, NOTHING, ROUTED, Origin, Staged
 from oxiedge.tls import TlsManager, open_secured, peer_name, transport_socket
@@ -86,9 +85,8 @@ class AmqpService:
         self._recovered = (0, 0)
         self._input_since_sample = 0
         self.broker.on_queue_expired = self._queue_expired
-        #: Delivers stream records once their round is synced (``stream_sync.py``).
-        self.stream_sync = StreamSync(app.store)
-        self.broker.streams.notify = self.stream_sync.note
+        # Stream consumers see a record once its round is synced (``stream.py``).
+        app.store.committer.after_sync.append(self.broker.streams.synced)
         app.store.register_view(persist.COLL, self._message_view)
 
     def note_publisher_input(self, size: int, alarms: Any) -> None:
@@ -136,7 +134,6 @@ class AmqpService:
         async with trio.open_nursery() as nursery:
             await nursery.start(self.broker.timers.run)
             nursery.start_soon(self._sweep_ack_timeouts)
-            nursery.start_soon(self.stream_sync.run)
             for listener in listeners:
                 nursery.start_soon(trio.serve_listeners,
                                    self.app.connections.guard(self._handle, "AMQP"), [listener])

@@ -22,15 +22,16 @@ admin rows) with three differences, each a small hook:
 
 The ``x-stream-offset`` header every delivery carries is written into the message's stored
 properties when it is appended (its offset is known then), so a delivery costs no header
-rewrite. Consumers see a record once its round is synced (``streams.notify`` asks the
-service's ``StreamSync`` task to tell :meth:`synced`), so an offset a consumer was given
-always names the same message, across a crash too. Retention (``x-max-age``,
+rewrite. Consumers see a record once its round is synced (the committer calls
+:meth:`Streams.synced` after each round, wired by the service), so an offset a consumer was
+given always names the same message, across a crash too. Retention (``x-max-age``,
 ``x-max-length-bytes``) removes whole segments when the active segment fills and at
 start-up, as RabbitMQ evaluates it on segment roll-over.
 """
 
 from __future__ import annotations
 
+import struct
 from collections import deque
 from collections.abc import Callable
 from typing import Any
@@ -59,6 +60,48 @@ def not_supported(q: Queue, what: str) -> AmqpError:
                      hard=True)
 
 
+_H = struct.Struct(">H")
+_I = struct.Struct(">I")
+_Q = struct.Struct(">q")
+#: The ``x-stream-offset`` entry of a headers table, up to its value (a signed long).
+_ENTRY = b"\x0fx-stream-offset" + b"l"
+_HEADERS = 0x2000
+
+
+def with_offset(props: bytes, offset: int) -> bytes:
+    """Raw content properties with the header ``x-stream-offset`` = ``offset`` added.
+
+    The headers table is the third property (after content-type and content-encoding): the
+    entry is appended to it in place, every other byte kept. Properties that already carry
+    the header (a stream message published again) or that do not parse take the general
+    rewrite (``properties.rewrite``), which replaces it."""
+    try:
+        flags = _H.unpack_from(props)[0]
+        if not flags & 1:  # (no second flags word)
+            off = 2
+            if flags & 0x8000:
+                off += 1 + props[off]
+            if flags & 0x4000:
+                off += 1 + props[off]
+            entry = _ENTRY + _Q.pack(offset)
+            if not flags & _HEADERS:
+                return b"".join((_H.pack(flags | _HEADERS), props[2:off],
+                                 _I.pack(len(entry)), entry, props[off:]))
+            n = _I.unpack_from(props, off)[0]
+            table = props[off + 4 : off + 4 + n]
+            if len(table) == n and _ENTRY[:-1] not in table:
+                return b"".join((props[:off], _I.pack(n + len(entry)), table, entry,
+                                 props[off + 4 + n :]))
+    except (IndexError, struct.error):
+        pass
+    try:
+        headers: dict[str, Any] = dict(properties.headers_of(props))
+    except AmqpError:
+        headers = {}
+    headers["x-stream-offset"] = Long(offset)
+    return properties.rewrite(props, headers)
+
+
 class Reader:
     """One consumer's place in the log and the records it read ahead."""
 
@@ -74,9 +117,8 @@ class Streams:
 
     def __init__(self, store: LogStore | None) -> None:
         self.store = store
-        #: called with a stream that appended records (the service's ``StreamSync`` then
-        #: awaits their round and calls ``StreamQueue.synced``)
-        self.notify: Callable[[StreamQueue], None] = _no_notice
+        #: streams with appended records not known synced yet
+        self.unsynced: set[StreamQueue] = set()
         self.counters = {"stream_appended": 0, "stream_delivered": 0,
                          "stream_retention_removed": 0}
 
@@ -97,6 +139,15 @@ class Streams:
         q.log.recover()
         q.retain()
 
+    def synced(self, generation: int) -> None:
+        """The committer synced its rounds up to ``generation`` (``after_sync``): the
+        streams that appended in them deliver what their consumers may now see."""
+        for q in list(self.unsynced):
+            if q.log.synced(generation):
+                self.unsynced.discard(q)
+            if q.readers and not q.deleted:
+                q.dispatch()
+
     def status(self, queues: Any) -> dict[str, int]:
         """The figures of ``oxiedge status`` (section ``amqp``)."""
         streams = [q for q in queues if isinstance(q, StreamQueue)]
@@ -105,10 +156,6 @@ class Streams:
                 "stream_bytes": sum(q.log.bytes for q in streams),
                 "stream_segments": sum(len(q.log.segments) for q in streams),
                 **self.counters}
-
-
-def _no_notice(q: StreamQueue) -> None:
-    pass
 
 
 class StreamQueue(Queue):
@@ -133,19 +180,14 @@ class StreamQueue(Queue):
         returns ``COMMIT``: the publisher's confirm waits for the round's sync."""
         log = self.log
         offset = log.tail
-        try:
-            headers: dict[str, Any] = dict(properties.headers_of(props))
-        except AmqpError:
-            headers = {}
-        headers["x-stream-offset"] = Long(offset)
-        props = properties.rewrite(props, headers)
+        props = with_offset(props, offset)
         now_ms = int(self.clock() * 1000)
         log.append(persist.encode_record(exchange, routing_key, props, body), now_ms)
         self.published += 1
         self.streams.counters["stream_appended"] += 1
         if log.segments[-1].first == offset and len(log.segments) > 1:
             self.retain()  # the active segment filled: RabbitMQ's moment for retention
-        self.streams.notify(self)
+        self.streams.unsynced.add(self)
         return COMMIT
 
     def retain(self) -> None:
@@ -153,12 +195,6 @@ class StreamQueue(Queue):
                                   int(self.clock() * 1000))
         self.streams.counters["stream_retention_removed"] += removed
         self.dropped += removed
-
-    def synced(self, offset: int) -> None:
-        """The records below ``offset`` are durable: consumers may have them."""
-        self.log.synced(offset)
-        if self.readers:
-            self.dispatch()
 
     # -- consumers ------------------------------------------------------------------------
 

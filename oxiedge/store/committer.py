@@ -35,6 +35,7 @@ lost write through ``fdatasync``. It exercises the real failure path of the real
 from __future__ import annotations
 
 import errno
+import logging
 import os
 import queue
 import sys
@@ -184,6 +185,9 @@ class GroupCommitter:
         self.failed_event = trio.Event()
         #: ``time.monotonic()`` when the sync in flight started (None: no sync running)
         self.sync_started: float | None = None
+        #: called with the generation of each synced round, after its waiters were woken
+        #: (stream queues learn which of their records readers may see); never raises here
+        self.after_sync: list[Callable[[int], None]] = []
 
     @property
     def failed(self) -> BaseException | None:
@@ -296,6 +300,15 @@ class GroupCommitter:
             self._start_round()
             if self._syncing is not None and self._wake is not None:
                 self._wake.set()  # nobody leads this round: the committer waits for it
+        if error is None:
+            self._synced(round_.number)
+
+    def _synced(self, generation: int) -> None:
+        for fn in self.after_sync:
+            try:
+                fn(generation)
+            except Exception:  # a listener's bug must not stop durable writing
+                logging.getLogger(__name__).exception("after-sync listener failed")
 
     async def _lead(self) -> None:
         """Wait for the sync in flight in this task (it started the round)."""
@@ -382,6 +395,7 @@ class GroupCommitter:
             self.ops += count
             self.rounds += 1
             self.synced_generation = round_.number
+            self._synced(round_.number)
         except Exception as exc:
             self._fail(exc)
             round_.error = exc

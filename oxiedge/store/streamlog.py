@@ -23,10 +23,10 @@ is over a byte bound or their newest record is older than an age bound: one
 turns into a range tombstone each (cheap on an SD card: no per-record write). A reader
 never seeks below ``first`` (the oldest live offset), so it never walks those tombstones.
 
-Visibility: a record is *committed* once the round holding it is synced (``synced``; the
-owner learns it from the committer). Readers see committed records only, so an offset a
-reader was given is never reassigned after a crash: an unsynced record that a crash loses
-was seen by nobody.
+Visibility: a record is *committed* once the round holding it is synced (``synced``, with
+the round's generation, from the committer's ``after_sync`` listeners). Readers see
+committed records only, so an offset a reader was given is never reassigned after a crash:
+an unsynced record that a crash loses was seen by nobody.
 
 Memory per stream: the segment list (one small object per segment: 8 MiB of log each by
 default) and a window of the newest records (``WINDOW`` records, ``WINDOW_BYTES``), which
@@ -80,7 +80,8 @@ class StreamLog:
 
     __slots__ = ("_chunk_gen", "_deferred", "_dirty", "bytes", "cf", "chunk_start",
                  "committed", "owner", "record_prefix", "removed_segments", "segment_bytes",
-                 "segment_prefix", "segments", "store", "tail", "window", "window_bytes")
+                 "segment_prefix", "segments", "store", "tail", "unsynced", "window",
+                 "window_bytes")
 
     def __init__(self, store: LogStore, cf: str, owner: int, *, record_prefix: bytes,
                  segment_prefix: bytes, segment_bytes: int = SEGMENT_BYTES) -> None:
@@ -102,6 +103,8 @@ class StreamLog:
         self._dirty: dict[int, Segment] = {}  # segments whose record the next round writes
         self._deferred = False
         self.removed_segments = 0
+        #: ``(generation, tail)`` of each round with appends not known synced yet
+        self.unsynced: deque[tuple[int, int]] = deque()
 
     # -- keys -----------------------------------------------------------------------------
 
@@ -141,6 +144,9 @@ class StreamLog:
         if generation != self._chunk_gen:
             self._chunk_gen = generation
             self.chunk_start = offset
+            self.unsynced.append((generation, offset + 1))
+        else:
+            self.unsynced[-1] = (generation, offset + 1)
         window = self.window
         window.append((offset, now_ms, value))
         self.window_bytes += len(value)
@@ -159,10 +165,13 @@ class StreamLog:
                                  _SEG.pack(seg.first_ms, seg.last_ms, seg.count, seg.bytes))
         self._dirty.clear()
 
-    def synced(self, offset: int) -> None:
-        """Every record below ``offset`` is durable: readers may see it."""
-        if offset > self.committed:
-            self.committed = min(offset, self.tail)
+    def synced(self, generation: int) -> bool:
+        """The committer synced every round up to ``generation``: readers may see the
+        records those rounds held. Returns whether nothing appended waits for a sync."""
+        unsynced = self.unsynced
+        while unsynced and unsynced[0][0] <= generation:
+            self.committed = unsynced.popleft()[1]
+        return not unsynced
 
     @property
     def last_chunk(self) -> int:
@@ -251,6 +260,7 @@ class StreamLog:
         self._dirty.clear()
         self.window.clear()
         self.window_bytes = self.bytes = 0
+        self.unsynced.clear()
         self.committed = self.tail
 
     # -- recovery -------------------------------------------------------------------------

@@ -1,4 +1,5 @@
-"""Stream arguments, sans-IO: intervals, offsets, what a stream declare or consume refuses."""
+"""Stream arguments, sans-IO: intervals, offsets, what a stream declare or consume refuses,
+and the x-stream-offset header written into a message's properties."""
 
 from __future__ import annotations
 
@@ -6,8 +7,10 @@ from typing import Any
 
 import pytest
 
+from oxiedge.amqp import spec
 from oxiedge.amqp.errors import AmqpError
 from oxiedge.amqp.fields import Timestamp
+from oxiedge.amqp.stream import with_offset
 from oxiedge.amqp.stream_args import (
     StartAt,
     check_stream_declare,
@@ -72,3 +75,23 @@ def test_declare_flags_and_arguments() -> None:
         check_stream_declare("q", {"x-message-ttl": 5}, durable=True, exclusive=False,
                              auto_delete=False)
     assert err.value.code == 406 and "'x-message-ttl'" in err.value.text
+
+
+@pytest.mark.parametrize("props", [
+    spec.BasicProperties(),
+    spec.BasicProperties(delivery_mode=2),
+    spec.BasicProperties(content_type="text/plain", delivery_mode=2, message_id="m1"),
+    spec.BasicProperties(content_type="a", content_encoding="gzip", headers={"k": "v"},
+                         priority=3, timestamp=1700000000, app_id="x"),
+    spec.BasicProperties(headers={}),
+    spec.BasicProperties(headers={"x-stream-offset": 5, "n": 1}),  # published again
+])
+def test_offset_header_added_with_every_other_property_kept(props: Any) -> None:
+    raw = props.encode()
+    out, _ = spec.BasicProperties.decode(with_offset(raw, 1234))
+    headers = dict(props.headers or {})
+    headers["x-stream-offset"] = 1234
+    assert out.headers == headers
+    for name in spec.PROPERTY_NAMES:
+        if name != "headers":
+            assert getattr(out, name) == getattr(props, name), name

@@ -29,15 +29,16 @@ def fill(log: StreamLog, store: Store, n: int, at_ms: int = 1000, step_ms: int =
     for i in range(n):
         log.append(b"v%04d" % (log.tail), at_ms + i * step_ms)
     store.commit_blocking()
-    log.synced(log.tail)
+    log.synced(store.committer.synced_generation)
 
 
 def test_appends_are_seen_only_once_synced(store: Store) -> None:
     log = make(store)
     assert log.append(b"a", 1) == 0 and log.append(b"b", 2) == 1
     assert log.read(0, 10) == []  # not synced: nobody may see offset 0 yet
+    store.committer.after_sync.append(log.synced)  # (the service wires Streams.synced)
     store.commit_blocking()
-    log.synced(log.tail)
+    assert log.committed == 2 and not log.unsynced
     assert log.read(0, 10) == [(0, 1, b"a"), (1, 2, b"b")]
     assert log.read(1, 10) == [(1, 2, b"b")] and log.read(2, 10) == []
 

@@ -26,6 +26,7 @@ from ..sizes import parse_memory_watermark, parse_size
 from ..store import QueryError, StoreError
 from ..store.format import FORMAT_VERSION
 from ..uplink.definitions import redact_documents
+from . import export
 from .definitions import ServerTarget
 from .health import HealthChecks
 from .protocol import MAX_REQUEST, AdminError, decode_request, encode
@@ -46,9 +47,13 @@ def core_handlers(app: App, parts: dict[str, StatusPart] | None = None) -> dict[
     parts = {} if parts is None else parts
     store = app.store
 
-    async def find(args: dict[str, Any]) -> list[dict[str, Any]]:
+    async def find(args: dict[str, Any]) -> list[dict[str, Any]] | Streamed:
         coll = _need_str(args, "collection")
         limit = args.get("limit")
+        if args.get("progress") and export.streams(coll, args.get("sort")):
+            return Streamed(lambda emit: export.find_with_progress(
+                store, coll, args.get("filter"), None if limit is None else int(limit),
+                int(args.get("skip") or 0), emit))
         docs = await trio.to_thread.run_sync(
             lambda: store.find(coll, args.get("filter"), args.get("sort"),
                                None if limit is None else int(limit), int(args.get("skip") or 0))

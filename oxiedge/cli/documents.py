@@ -16,6 +16,7 @@ from . import complete
 from .base import (
     DataOpt,
     JsonOpt,
+    _config,
     _fail,
     _print_rows,
     _request,
@@ -45,7 +46,8 @@ def find(
     data: DataOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Find documents in a collection."""
+    """Find documents in a collection. On a terminal, an unsorted find of a large collection
+    draws a progress bar on stderr (documents scanned, rate, time left)."""
     spec: Any = None
     if filter:
         try:
@@ -67,7 +69,16 @@ def find(
 
         return redact_documents(collection, store.find(collection, spec, sort, limit, skip))
 
-    rows = _request(data, "find", args, offline)
+    from ..admin.export import streams
+
+    if streams(collection, sort):  # a bar on a terminal while a large collection is read
+        from .progress import run_with_progress
+
+        rows = run_with_progress(_config(data).admin_socket, "find", {**args, "progress": True},
+                                 f"reading {collection}",
+                                 lambda: _request(data, "find", args, offline))
+    else:
+        rows = _request(data, "find", args, offline)
     _print_rows(rows, as_json, collection)
 
 

@@ -93,8 +93,10 @@ class IngestDestination(Protocol):
         """Its routes; while there is none the bus pays one truth test per publish."""
         ...
 
-    def stage_publish(self, topic: str, payload: bytes) -> bool:
-        """Stage the documents of the routes matching ``topic``; True if any was."""
+    def stage_publish(self, topic: str, payload: bytes, props: MessageProps | None = None
+                      ) -> bool:  # fmt: skip
+        """Stage the documents of the routes matching ``topic`` (with ``_props``); True if
+        any was."""
         ...
 
 
@@ -104,7 +106,8 @@ class Outbox(Protocol):
     origin: Origin
     skipped: int
 
-    def enqueue(self, topic: str, payload: bytes, retain: bool = False) -> None: ...
+    def enqueue(self, topic: str, payload: bytes, retain: bool = False,
+                props: MessageProps | None = None) -> None: ...
 
 
 class Outboxes(Protocol):
@@ -153,12 +156,12 @@ class Bus:
                 if uplink.origin is origin:
                     continue  # the echo rule: a command never goes back where it came from
                 if routable:
-                    uplink.enqueue(topic, payload, retain)
+                    uplink.enqueue(topic, payload, retain, props)
                     staged = COMMIT
                 else:
                     uplink.skipped += 1
         ingest = self.ingest
-        if ingest is not None and ingest.routes and ingest.stage_publish(topic, payload):
+        if ingest is not None and ingest.routes and ingest.stage_publish(topic, payload, props):
             staged = COMMIT
         return staged
 
@@ -189,7 +192,7 @@ class Bus:
         return COMMIT if staged else NOTHING
 
     def publish(self, origin: Origin, topic: str, payload: bytes, qos: int,
-                retain: bool) -> Staged:
+                retain: bool, props: MessageProps | None = None) -> Staged:
         """Publish from ``origin`` (not an MQTT client, not AMQP) into every destination:
         through the MQTT router when MQTT runs, else straight to the others. ``COMMIT``:
         ``await store.commit()`` before acknowledging the source. Raises ``ValueError`` for
@@ -197,8 +200,8 @@ class Bus:
         runs)."""
         mqtt = self.mqtt
         if mqtt is not None:
-            return COMMIT if mqtt.publish_from_bridge(topic, payload, qos, retain, origin) \
-                else NOTHING
+            return COMMIT if mqtt.publish_from_bridge(topic, payload, qos, retain, origin,
+                                                      props) else NOTHING
         if mqtt_to_routing_key(topic) is None:
             raise ValueError(f"topic {topic!r} has no AMQP routing key")
-        return self.fan_out(origin, topic, payload, qos, retain)
+        return self.fan_out(origin, topic, payload, qos, retain, props)

@@ -96,7 +96,7 @@ class Publisher(Protocol):
     (``uplink/manager.py``)."""
 
     def publish(self, origin: Origin, topic: str, payload: bytes, qos: int,
-                retain: bool) -> Staged:
+                retain: bool, props: MessageProps | None = None) -> Staged:
         """Publish from ``origin`` into every destination but ``origin``; ``COMMIT``: commit
         before acknowledging the source. Raises ``ValueError`` for a topic that cannot be
         published."""

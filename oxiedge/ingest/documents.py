@@ -2,7 +2,10 @@
 
 A JSON-object payload is the document; any other payload becomes ``{"payload": value}`` —
 the JSON value, else the UTF-8 text, else base64 with ``"_payload_encoding": "base64"``.
-Every document gets ``_topic`` and ``_received_at`` (ms).
+Every document gets ``_topic`` and ``_received_at`` (ms); a publish with MQTT 5 properties
+(an MQTT 5 publisher's, or an AMQP publisher's as ``bridge/props.py`` maps them) also gets
+``_props``: ``content_type`` and ``user_properties`` (``[name, value]`` pairs in order,
+duplicates kept), each only when present.
 
 PUBACK means the document is stored: a document the store's encoder refuses (JSON nested
 deeper than it writes, a string it cannot hold) is stored instead in its *fallback* form,
@@ -16,6 +19,21 @@ import base64
 from typing import Any
 
 import orjson
+
+from ..staged import MessageProps
+
+
+def props_field(props: MessageProps | None) -> dict[str, Any] | None:
+    """The ``_props`` of a publish with ``props`` (None: nothing to record)."""
+    if props is None or (props.content_type is None and not props.user_properties):
+        return None
+    out: dict[str, Any] = {}
+    if props.content_type is not None:
+        out["content_type"] = storable_text(props.content_type)
+    if props.user_properties:
+        out["user_properties"] = [[storable_text(k), storable_text(v)]
+                                  for k, v in props.user_properties]
+    return out
 
 
 def payload_document(topic: str, payload: bytes, received_ms: int) -> dict[str, Any]:

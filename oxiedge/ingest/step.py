@@ -23,9 +23,10 @@ import trio
 
 from ..app import App
 from ..mqtt.topics import topic_matches
+from ..staged import MessageProps
 from ..store import StoreError, validate_collection_name
 from . import indexes
-from .documents import fallback_document, payload_document, storable_text
+from .documents import fallback_document, payload_document, props_field, storable_text
 from .retention import Policy, Retention, validate_policy
 from .routes import Route, RouteError, parse_route
 from .stored import CONFIG, find, result, row, stage_add, stored_routes
@@ -77,8 +78,10 @@ class Ingest:
             return "MQTT ingest bridge off - no routes"
         return f"MQTT ingest bridge on - {len(self.routes)} route(s)"
 
-    def stage_publish(self, topic: str, payload: bytes) -> bool:
-        """Stage the documents of one publish; True if anything was staged.
+    def stage_publish(self, topic: str, payload: bytes, props: MessageProps | None = None
+                      ) -> bool:  # fmt: skip
+        """Stage the documents of one publish (with ``_props`` from ``props``, see
+        ``documents.py``); True if anything was staged.
 
         The router calls it only while ``routes`` is non-empty."""
         # Two routes into one collection: one document.
@@ -88,12 +91,15 @@ class Ingest:
             return False
         now_ms = int(time.time() * 1000)
         doc = payload_document(topic, payload, now_ms)
+        extra = props_field(props)
+        if extra is not None:
+            doc["_props"] = extra
         store = self.app.store
         for collection in collections:
             try:
                 store.stage_insert(collection, doc)
             except ValueError as exc:  # StoreError too: the encoder refused the document
-                if not self._stage_fallback(collection, topic, payload, now_ms, exc):
+                if not self._stage_fallback(collection, topic, payload, now_ms, exc, extra):
                     continue
             self.ingested += 1
             if self.retention.policies:
@@ -101,12 +107,14 @@ class Ingest:
         return True
 
     def _stage_fallback(self, collection: str, topic: str, payload: bytes, now_ms: int,
-                        exc: ValueError) -> bool:
+                        exc: ValueError, extra: dict[str, Any] | None) -> bool:
         """Stage the fallback form of a refused document; False if even that failed."""
         reason = str(exc)[:200]
+        doc = fallback_document(topic, payload, now_ms, reason)
+        if extra is not None:
+            doc["_props"] = extra  # (strings only, made storable)
         try:
-            self.app.store.stage_insert(collection, fallback_document(topic, payload, now_ms,
-                                                                      reason))
+            self.app.store.stage_insert(collection, doc)
         except ValueError as again:  # cannot happen for a valid route: say it loudly
             self.failed += 1
             self.app.log.error("ingest: document for %r in %s not stored: %s", topic,

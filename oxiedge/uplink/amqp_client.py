@@ -15,6 +15,8 @@ classes; this module adds what only a client needs, with no I/O and no trio (the
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from oxiedge.amqp import spec
 from oxiedge.amqp.codec import (
     PROTOCOL_HEADER,
@@ -25,6 +27,8 @@ from oxiedge.amqp.codec import (
 )
 from oxiedge.amqp.constants import ACCESS_REFUSED, PRECONDITION_FAILED
 from oxiedge.amqp.errors import AmqpError
+from oxiedge.bridge.props import to_amqp
+from oxiedge.staged import MessageProps
 
 #: Largest frame we accept and propose (RabbitMQ's default); the server may lower it.
 FRAME_MAX = 131072
@@ -93,19 +97,20 @@ class UpstreamFrames:
 
 # ----------------------------------------------------------------- frames out
 def publish_bytes(exchange: str, routing_key: str, payload: bytes, *, seq: int, topic: str,
-                  device_id: str, link_name: str, timestamp: int, frame_max: int) -> bytes:
+                  device_id: str, link_name: str, timestamp: int, frame_max: int,
+                  mqtt5: MessageProps | None = None, now: float = 0.0) -> bytes:
     """One outbox message as Basic.Publish + content header + body frames ≤ ``frame_max``.
 
     Persistent (``delivery-mode`` 2) and ``mandatory`` (an unroutable message comes back
     as Basic.Return instead of vanishing); ``message-id`` ``device/link/seq`` lets the
-    consumer drop the duplicates an at-least-once resend after a reconnect produces."""
-    props = spec.BasicProperties(
-        headers={"x-oxiedge-device": device_id, "x-oxiedge-topic": topic},
-        delivery_mode=2,
-        message_id=f"{device_id}/{link_name}/{seq}",
-        timestamp=timestamp,
-        app_id="oxiedge",
-    )
+    consumer drop the duplicates an at-least-once resend after a reconnect produces.
+    ``mqtt5``: the message's properties, mapped as across ``amq.topic`` (``bridge/props.py``:
+    content type, correlation id, headers, ``expiration`` left at ``now``, wall clock)."""
+    headers: dict[str, object] = {"x-oxiedge-device": device_id, "x-oxiedge-topic": topic}
+    mapped = spec.BasicProperties() if mqtt5 is None else to_amqp(mqtt5, True, now)
+    props = replace(mapped, headers={**(mapped.headers or {}), **headers}, delivery_mode=2,
+                    message_id=f"{device_id}/{link_name}/{seq}", timestamp=timestamp,
+                    app_id="oxiedge")
     try:
         method = spec.BasicPublish(0, exchange, routing_key, True, False)
         return encode_content(CHANNEL, method, props.encode(), payload, frame_max)

@@ -66,6 +66,7 @@ from oxiedge.uplink.link import (
     upstream_filter,
     upstream_name,
 )
+from oxiedge.uplink.msgprops import expired
 from oxiedge.uplink.streams import connect_tcp, oneline, start_tls
 
 log = logging.getLogger("oxiedge")
@@ -397,6 +398,10 @@ class _Link:
         everything behind it; dropping it would lose it."""
         opts = self.options
         key = upstream_name("amqp", opts.prefix, msg.topic)
+        wall = time.time()
+        if msg.props is not None and expired(msg.props, wall):
+            self.io.confirmed(msg.seq)  # past its Message Expiry: never sent (msgprops.py)
+            return None
         try:
             if key is None:
                 raise ValueError("no AMQP routing key for it")
@@ -405,7 +410,7 @@ class _Link:
                                  link_name=opts.name,
                                  # when it was published HERE, not when a backlog drains
                                  timestamp=msg.enqueued_ms // 1000 or now,
-                                 frame_max=self.frame_max)
+                                 frame_max=self.frame_max, mqtt5=msg.props, now=wall)
         except ValueError as exc:
             self.io.park(msg.seq, str(exc))
             return None

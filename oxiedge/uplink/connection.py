@@ -21,6 +21,7 @@ from typing import Protocol
 
 import trio
 
+from ..staged import MessageProps
 from .definitions import UplinkDef
 from .link import Endpoint, OutMessage
 from .outbox import Outbox
@@ -58,7 +59,8 @@ class ConnectionHost(Protocol):
     def after_removal(self) -> None: ...
     def note_returned(self, seq: int, reason: str) -> None: ...
     def note_parked(self, seq: int, reason: str) -> None: ...
-    async def deliver(self, topic: str, payload: bytes) -> None: ...
+    async def deliver(self, topic: str, payload: bytes,
+                      props: MessageProps | None = None) -> None: ...
     def connected(self, endpoint: Endpoint, detail: str) -> None: ...
 
 
@@ -149,8 +151,9 @@ class UplinkConnection:
         if len(self.inflight) <= u.definition.window - u.batch_min or not self.inflight:
             u.lot.unpark_all()
 
-    async def deliver(self, topic: str, payload: bytes) -> None:
-        await self.uplink.deliver(topic, payload)
+    async def deliver(self, topic: str, payload: bytes,
+                      props: MessageProps | None = None) -> None:
+        await self.uplink.deliver(topic, payload, props)
 
     def up(self, endpoint: Endpoint, detail: str = "") -> None:
         self.up_at = time.monotonic()

@@ -30,6 +30,7 @@ from typing import Protocol
 from urllib.parse import unquote, urlsplit
 
 from ..errors import ConfigError
+from ..staged import MessageProps
 from ..topicmap import mqtt_to_routing_key, routing_key_to_mqtt
 
 SCHEMES = {"amqp": 5672, "amqps": 5671, "mqtt": 1883, "mqtts": 8883}
@@ -165,6 +166,7 @@ class OutMessage:
     payload: bytes
     enqueued_ms: int = 0   # when it was published here (ms since the epoch)
     retain: bool = False   # MQTT: published with RETAIN here (kept upstream too)
+    props: MessageProps | None = None  # its properties (MQTT 5 upstream, AMQP mapping)
 
 
 class LinkIO(Protocol):
@@ -177,9 +179,10 @@ class LinkIO(Protocol):
     def confirmed(self, seq: int) -> None:
         """The upstream confirmed ``seq``: the manager deletes it from the outbox."""
 
-    async def deliver(self, topic: str, payload: bytes) -> None:
-        """Publish an inbound message locally at QoS 1 under the LOCAL ``topic``; returns
-        once it is on disk. Raises ``LinkError`` if it cannot be published (bad topic)."""
+    async def deliver(self, topic: str, payload: bytes, props: MessageProps | None = None) -> None:
+        """Publish an inbound message (with its MQTT 5 ``props``) locally at QoS 1 under the
+        LOCAL ``topic``; returns once it is on disk. Raises ``LinkError`` if it cannot be
+        published (bad topic)."""
 
     def up(self, endpoint: Endpoint, detail: str = "") -> None:
         """The handshake with ``endpoint`` completed (state → connected)."""

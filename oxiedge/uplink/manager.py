@@ -29,7 +29,7 @@ from typing import Any
 import trio
 
 from ..mqtt.topics import topic_matches
-from ..staged import COMMIT, Publisher
+from ..staged import COMMIT, MessageProps, Publisher
 from .definitions import (
     CONFIG,
     KIND,
@@ -153,11 +153,12 @@ class UplinkManager:
             self._cache[topic] = targets
         return targets
 
-    async def deliver(self, uplink: Uplink, topic: str, payload: bytes) -> None:
-        """Publish an inbound command locally (its origin: the uplink) and wait until it
-        is durable."""
+    async def deliver(self, uplink: Uplink, topic: str, payload: bytes,
+                      props: MessageProps | None = None) -> None:
+        """Publish an inbound command locally (its origin: the uplink; ``props``: its
+        MQTT 5 properties) and wait until it is durable."""
         try:
-            staged = self.bus.publish(uplink.origin, topic, payload, 1, False)
+            staged = self.bus.publish(uplink.origin, topic, payload, 1, False, props)
         except ValueError:
             raise LinkError(f"inbound topic {topic!r} cannot be published locally") from None
         if staged & COMMIT:

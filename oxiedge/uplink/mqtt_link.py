@@ -1,5 +1,6 @@
-"""The MQTT 3.1.1 uplink: one client connection from this device to an upstream broker
-(Mosquitto, EMQX, RabbitMQ's MQTT plugin), on trio.
+"""The MQTT uplink: one client connection from this device to an upstream broker
+(Mosquitto, EMQX, RabbitMQ's MQTT plugin), on trio, in MQTT 5 when the upstream speaks it
+and MQTT 3.1.1 otherwise.
 
 Theory of operation
 -------------------
@@ -7,8 +8,16 @@ Theory of operation
 CONNECT with ``clean_session=0`` - the upstream keeps a *persistent session* for our client
 id, so commands published while the device is offline wait there - SUBSCRIBEs the ``--in``
 filters at QoS 1 and reports ``io.up``. All of that is bounded by ``connect_timeout``.
-Packets are encoded and decoded by the broker's own sans-IO codec (``oxiedge.mqtt.codec``);
-this module only moves bytes and keeps the client-side state.
+Packets are encoded and decoded by the broker's own sans-IO codecs through ``Wire``
+(``mqtt_wire.py``: the one place MQTT 5 and 3.1.1 differ); this module only moves bytes and
+keeps the client-side state. The first connection of an uplink to an endpoint speaks MQTT 5;
+an upstream that refuses it (CONNACK 0x84, or a 3.1.1 CONNACK) is connected to again at
+once in 3.1.1, and that endpoint is remembered as 3.1.1 for the life of the process.
+In MQTT 5 each message goes with its properties (``msgprops.py``: Content Type, Response
+Topic, Correlation Data, User Properties, the Message Expiry Interval left; a message that
+expired in the outbox is not sent), and an inbound message's properties are published
+locally with it; a PUBACK that refuses a message (0x80 or above) confirms it all the same
+and is logged with its reason (resending could only be refused again).
 
 Then four tasks share the connection until it fails:
 
@@ -63,31 +72,25 @@ Decisions
 from __future__ import annotations
 
 import logging
-import math
+import time
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from typing import NoReturn
 
 import trio
 
-from ..mqtt.codec import Decoder, ProtocolError, encode, encode_publish
+from ..mqtt.codec import ProtocolError
 from ..mqtt.packets import (
     Connack,
-    Connect,
-    Disconnect,
     Packet,
-    Pingreq,
     Pingresp,
     Puback,
-    Pubcomp,
     Publish,
-    Pubrec,
     Pubrel,
     Suback,
-    Subscribe,
     Unsuback,
-    Unsubscribe,
 )
+from ..mqtt.packets5 import Puback5, Publish5
 from .link import (
     Endpoint,
     LinkError,
@@ -97,6 +100,8 @@ from .link import (
     upstream_filter,
     upstream_name,
 )
+from .mqtt_wire import Unsupported, Wire, keep_alive_seconds, refusal
+from .msgprops import inbound_props, publish_block
 from .streams import first_link_error, io_reason, open_stream
 
 log = logging.getLogger("oxiedge.uplink")
@@ -120,25 +125,9 @@ DEAD_AFTER = 1.5
 #: Most upstream topic names kept encoded (a device publishes to few topics, forever).
 TOPIC_CACHE_MAX = 1024
 
-#: CONNACK return codes (3.2.2.3) as reasons.
-CONNACK_REASONS = {
-    1: "unacceptable protocol version",
-    2: "client identifier rejected",
-    3: "server unavailable",
-    4: "bad user name or password",
-    5: "not authorized",
-}
-
-_DISCONNECT = encode(Disconnect())
-_PINGREQ = encode(Pingreq())
-
-
-def keep_alive_seconds(heartbeat: float) -> int:
-    """The CONNECT keep-alive for ``--heartbeat``: whole seconds (the field is 16-bit),
-    rounded up; 0 (or less) disables keep-alive and dead-link detection."""
-    if heartbeat <= 0:
-        return 0
-    return min(0xFFFF, max(1, math.ceil(heartbeat)))
+#: Endpoints (``uplink name @ endpoint``) that refused MQTT 5: connected to in 3.1.1.
+MQTT311_ONLY: set[str] = set()
+Inbound = Publish | Publish5
 
 
 async def run_mqtt_link(endpoint: Endpoint, options: LinkOptions, io: LinkIO) -> NoReturn:
@@ -146,6 +135,7 @@ async def run_mqtt_link(endpoint: Endpoint, options: LinkOptions, io: LinkIO) ->
 
     Raises ``LinkError`` with a one-line reason; never returns."""
     where = endpoint.redacted()
+    known = f"{options.name}@{where}"
     phase = ["TLS connection" if endpoint.tls else "TCP connection"]
     stream: trio.abc.Stream | None = None
     link: _Link | None = None
@@ -154,13 +144,25 @@ async def run_mqtt_link(endpoint: Endpoint, options: LinkOptions, io: LinkIO) ->
         with _as_link_error(where):
             try:
                 with trio.fail_after(options.connect_timeout):
-                    stream = await open_stream(endpoint, options)
-                    link = _Link(stream, endpoint, options, io, phase)
-                    detail = await link.handshake()
+                    while True:
+                        level = 4 if known in MQTT311_ONLY else 5
+                        stream = await open_stream(endpoint, options)
+                        link = _Link(stream, endpoint, options, io, phase, level)
+                        try:
+                            detail = await link.handshake()
+                            break
+                        except Unsupported as exc:
+                            if level == 4:
+                                raise
+                            log.info("uplink %s: %s; connecting in MQTT 3.1.1", options.name,
+                                     exc)
+                            MQTT311_ONLY.add(known)
+                            await trio.aclose_forcefully(stream)
+                            stream = link = None
             except trio.TooSlowError:
                 raise LinkError(f"{where}: timed out after {options.connect_timeout:g} s "
                                 f"waiting for the {phase[0]} (connect timeout)") from None
-        io.up(endpoint, detail)
+        io.up(endpoint, f"MQTT {'5' if link.wire.level == 5 else '3.1.1'}, {detail}")
         await link.run()
     except LinkError:
         orderly = False
@@ -180,7 +182,7 @@ async def _close(stream: trio.abc.Stream, link: _Link | None) -> None:
         with trio.move_on_after(0.5) as scope:
             scope.shield = True
             try:
-                await stream.send_all(_DISCONNECT)
+                await stream.send_all(link.wire.disconnect)
             except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
                 pass
     await trio.aclose_forcefully(stream)
@@ -203,14 +205,14 @@ class _Link:
     """The client-side state of one connection (see the module docstring)."""
 
     def __init__(self, stream: trio.abc.Stream, endpoint: Endpoint, options: LinkOptions,
-                 io: LinkIO, phase: list[str]) -> None:
+                 io: LinkIO, phase: list[str], level: int) -> None:
         self.stream = stream
         self.phase = phase            # what the handshake waits for (timeout message)
         self.endpoint = endpoint
         self.where = endpoint.redacted()
         self.options = options
         self.io = io
-        self.decoder = Decoder(MAX_INBOUND_PACKET)
+        self.wire = Wire(level, MAX_INBOUND_PACKET)
         self.keep_alive = keep_alive_seconds(options.heartbeat)
         self.connected = False
         self._send_lock = trio.Lock()
@@ -224,7 +226,7 @@ class _Link:
         self.inflight: dict[int, int] = {}   # packet id -> outbox seq, awaiting PUBACK
         self._next_id = 1
         self._ids_freed = trio.Event()
-        self._early: list[Packet] = []       # PUBLISH/PUBREL that arrived before SUBACK
+        self._early: list[Packet | Publish5 | Puback5] = []  # PUBLISH/PUBREL before SUBACK
         self._topics: dict[str, bytes] = {}  # local topic -> encoded upstream name
 
     # ------------------------------------------------------------ wire
@@ -236,10 +238,10 @@ class _Link:
             self.writing = False
             self.last_sent = trio.current_time()
 
-    async def next_packet(self) -> Packet:
+    async def next_packet(self) -> Packet | Publish5 | Puback5:
         """The next packet from the upstream; EOF is a ``LinkError``."""
         while True:
-            packet = self.decoder.next_packet()
+            packet = self.wire.next_packet()
             if packet is not None:
                 return packet
             data = await self.stream.receive_some(READ_SIZE)
@@ -247,7 +249,7 @@ class _Link:
                 raise LinkError("connection closed by upstream")
             # Any bytes prove the upstream alive, also part of a big packet on a slow link.
             self.last_received = trio.current_time()
-            self.decoder.feed(data)
+            self.wire.feed(data)
 
     # ------------------------------------------------------------ handshake
     async def handshake(self) -> str:
@@ -255,25 +257,22 @@ class _Link:
         detail for ``io.up``."""
         ep, opts = self.endpoint, self.options
         self.phase[0] = "CONNACK"
-        await self.send(encode(Connect(
-            client_id=opts.client_id,
-            clean_session=False,  # persistent session: commands wait while we are away
-            keep_alive=self.keep_alive,
-            username=ep.username,
-            password=ep.password.encode("utf-8") if ep.password is not None else None,
-        )))
+        # A persistent session: commands wait while we are away.
+        await self.send(self.wire.connect(
+            opts.client_id, self.keep_alive, ep.username,
+            ep.password.encode("utf-8") if ep.password is not None else None))
         connack = await self._expect(Connack)
         assert isinstance(connack, Connack)
         if connack.return_code:
-            reason = CONNACK_REASONS.get(connack.return_code, "refused")
+            reason = self.wire.connack_reason(connack.return_code)
             raise LinkError(f"{self.where} refused the connection: {reason} "
-                            f"(CONNACK return code {connack.return_code})")
+                            f"({self.wire.connack_code(connack.return_code)})")
         detail = "session resumed" if connack.session_present else "new session"
         if opts.inbound:
             filters = [upstream_filter("mqtt", opts.prefix, f) for f in opts.inbound]
             self.phase[0] = "SUBACK"
             # Packet id 1 is free: no PUBLISH is in flight before the SUBACK.
-            await self.send(encode(Subscribe(1, tuple((f, 1) for f in filters))))
+            await self.send(self.wire.subscribe(1, filters))
             suback = await self._expect(Suback)
             assert isinstance(suback, Suback)
             if suback.packet_id != 1 or len(suback.return_codes) != len(filters):
@@ -289,20 +288,21 @@ class _Link:
         if opts.retired:
             # Filters an earlier --in had: the persistent session would keep them forever.
             self.phase[0] = "UNSUBACK"
-            await self.send(encode(Unsubscribe(2, tuple(opts.retired))))
+            await self.send(self.wire.unsubscribe(2, tuple(opts.retired)))
             await self._expect(Unsuback)
             detail += f", unsubscribed {len(opts.retired)} old filter(s)"
         self.connected = True
         return detail
 
-    async def _expect(self, kind: type[Connack] | type[Suback] | type[Unsuback]) -> Packet:
+    async def _expect(self, kind: type[Connack] | type[Suback] | type[Unsuback]
+                      ) -> Packet | Publish5 | Puback5:  # fmt: skip
         """Read until a ``kind`` packet arrives. A resumed session may start delivering
         (PUBLISH, PUBREL) before the SUBACK/UNSUBACK: those are kept for the reader."""
         while True:
             packet = await self.next_packet()
             if isinstance(packet, kind):
                 return packet
-            if isinstance(packet, Publish | Pubrel) and kind is not Connack:
+            if isinstance(packet, Publish | Publish5 | Pubrel) and kind is not Connack:
                 self._early.append(packet)
                 continue
             raise LinkError(f"unexpected {type(packet).__name__.upper()} from upstream "
@@ -313,7 +313,7 @@ class _Link:
         """Run the reader, deliverer, sender and watchdog until one fails."""
         try:
             with _as_link_error(self.where):
-                send_ch, recv_ch = trio.open_memory_channel[Publish](INBOUND_BUFFER)
+                send_ch, recv_ch = trio.open_memory_channel[Inbound](INBOUND_BUFFER)
                 async with trio.open_nursery() as nursery:
                     nursery.start_soon(self._guarded, self._reader, send_ch)
                     nursery.start_soon(self._guarded, self._deliverer, recv_ch)
@@ -331,16 +331,19 @@ class _Link:
         with _as_link_error(self.where):
             await task(*args)
 
-    async def _reader(self, inbound: trio.MemorySendChannel[Publish]) -> None:
+    async def _reader(self, inbound: trio.MemorySendChannel[Inbound]) -> None:
         early, self._early = self._early, []
         for packet in early:
             await self._dispatch(packet, inbound)
         while True:
             await self._dispatch(await self.next_packet(), inbound)
 
-    async def _dispatch(self, packet: Packet, inbound: trio.MemorySendChannel[Publish]
-                        ) -> None:
-        if isinstance(packet, Puback):
+    async def _dispatch(self, packet: Packet | Publish5 | Puback5,
+                        inbound: trio.MemorySendChannel[Inbound]) -> None:
+        if isinstance(packet, Puback | Puback5):
+            if isinstance(packet, Puback5):  # refused upstream (module docstring)
+                log.warning("uplink %s: upstream refused a message: %s", self.options.name,
+                            refusal(packet.reason_code))
             seq = self.inflight.pop(packet.packet_id, None)
             if seq is None:
                 # Not ours (a stale id): nothing to confirm. Never confirm a guess.
@@ -349,7 +352,7 @@ class _Link:
                 return
             self.io.confirmed(seq)
             self._ids_freed.set()
-        elif isinstance(packet, Publish):
+        elif isinstance(packet, Publish | Publish5):
             self.stalled = True
             try:
                 await inbound.send(packet)
@@ -359,13 +362,13 @@ class _Link:
         elif isinstance(packet, Pubrel):
             # QoS 2 inbound, second half (4.3.3): the message was delivered before our
             # PUBREC; answer every PUBREL, also for ids of an earlier connection.
-            await self.send(encode(Pubcomp(packet.packet_id)))
+            await self.send(self.wire.pubcomp(packet.packet_id))
         elif isinstance(packet, Pingresp):
             self.ping_outstanding = False
         else:
             raise LinkError(f"unexpected {type(packet).__name__.upper()} from upstream")
 
-    async def _deliverer(self, inbound: trio.MemoryReceiveChannel[Publish]) -> None:
+    async def _deliverer(self, inbound: trio.MemoryReceiveChannel[Inbound]) -> None:
         name, prefix = self.options.name, self.options.prefix
         async for msg in inbound:
             topic = local_topic("mqtt", prefix, msg.topic)
@@ -375,7 +378,7 @@ class _Link:
             else:
                 self.delivering = True
                 try:
-                    await self.io.deliver(topic, msg.payload)
+                    await self.io.deliver(topic, msg.payload, inbound_props(msg))
                 except LinkError as exc:
                     # Refused for good: acknowledged and dropped (module docstring).
                     log.warning("uplink %s: inbound message on %r dropped, it cannot be "
@@ -387,10 +390,10 @@ class _Link:
             # Acknowledge only now, after the local durable commit (MQTT-4.3.2-2/4.3.3-2).
             if msg.qos == 1:
                 assert msg.packet_id is not None
-                await self.send(encode(Puback(msg.packet_id)))
+                await self.send(self.wire.puback(msg.packet_id))
             elif msg.qos == 2:
                 assert msg.packet_id is not None
-                await self.send(encode(Pubrec(msg.packet_id)))
+                await self.send(self.wire.pubrec(msg.packet_id))
 
     async def _sender(self) -> None:
         while True:
@@ -402,6 +405,7 @@ class _Link:
             batch = await self.io.take(min(free, TAKE_LIMIT))
             frames: list[bytes] = []
             size = 0
+            wall = time.time()
             for msg in batch:
                 topic = self._upstream_topic(msg.topic)
                 if topic is None:
@@ -411,10 +415,14 @@ class _Link:
                     self.io.park(msg.seq, "its upstream MQTT topic would be longer than 65535 "
                                  "bytes with the prefix")
                     continue
+                block = publish_block(msg.props, wall) if self.wire.level == 5 else b""
+                if block is None:
+                    self.io.confirmed(msg.seq)  # past its Message Expiry: never sent
+                    continue
                 pid = self._allocate_id()
                 self.inflight[pid] = msg.seq
                 # RETAIN as published here (a bridge keeps retained status retained)
-                frame = encode_publish(topic, msg.payload, 1, msg.retain, False, pid)
+                frame = self.wire.publish(topic, msg.payload, msg.retain, pid, block)
                 frames.append(frame)
                 size += len(frame)
                 if size >= WRITE_CHUNK:  # big payloads: do not copy the whole batch
@@ -466,7 +474,7 @@ class _Link:
                 self.ping_outstanding = True
                 # A write blocked by a stuck peer must not stop the dead-link check.
                 with trio.move_on_at(dead_at):
-                    await self.send(_PINGREQ)
+                    await self.send(self.wire.pingreq)
                 continue
             wake = dead_at
             if not self.ping_outstanding:

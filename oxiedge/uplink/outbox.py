@@ -3,9 +3,10 @@
 Theory of operation
 -------------------
 Records live in the ``uplink`` column family, key ``b"o" + NAME + b"\\0" + seq (8 bytes BE)``,
-value ``enqueued_ms (8 bytes BE) + flags (1 byte: 1 = RETAIN) + topic length (2 bytes BE) +
-topic + payload``. ``seq`` grows by one per message and is never reused, also across restarts
-with an empty outbox: key ``b"n" + NAME`` holds a high-water mark, reserved ``_RESERVE`` seqs
+value ``enqueued_ms (8 bytes BE) + flags (1 byte: 1 = RETAIN, 2 = PROPS) + topic length
+(2 bytes BE) + topic + [PROPS: the message's properties, ``msgprops.py``] + payload``.
+``seq`` grows by one per message and is never reused, also across restarts with an empty
+outbox: key ``b"n" + NAME`` holds a high-water mark, reserved ``_RESERVE`` seqs
 ahead in the same batch as the record that crosses it. Key order is publish order, so the
 upstream sees each topic's messages in order, and ``DEVICE/UPLINK/SEQ`` is a unique message id.
 
@@ -35,15 +36,18 @@ import time
 from array import array
 from collections.abc import Callable, Iterator
 
+from ..staged import MessageProps
 from ..store import Store
 from ..store.encoding import prefix_end
 from .link import OutMessage
+from .msgprops import decode_props, encode_props
 
 CF = "uplink"
 _SEQ = struct.Struct(">Q")
 _HEAD = struct.Struct(">QBH")
 _RESERVE = 1024
 _RETAIN = 1
+_PROPS = 2
 _CHUNK = 4096
 #: Flags of a waiting record in ``_Sizes`` (the low 30 bits hold the size + 1).
 RETURNED = 1 << 30
@@ -165,17 +169,29 @@ def _mark_key(name: str) -> bytes:
     return b"n" + name.encode()
 
 
-def encode_record(topic: str, payload: bytes, now_ms: int, retain: bool = False) -> bytes:
+def encode_record(topic: str, payload: bytes, now_ms: int, retain: bool = False,
+                  props: MessageProps | None = None) -> bytes:
     raw = topic.encode()
-    return _HEAD.pack(now_ms, _RETAIN if retain else 0, len(raw)) + raw + payload
+    flags = (_RETAIN if retain else 0) | (0 if props is None else _PROPS)
+    head = _HEAD.pack(now_ms, flags, len(raw)) + raw
+    return head + payload if props is None else head + encode_props(props) + payload
 
 
 def decode_record(value: bytes) -> tuple[int, bool, str, bytes]:
-    """``(enqueued_ms, retain, topic, payload)``."""
+    """``(enqueued_ms, retain, topic, payload)`` (``record_props``: its properties)."""
     enqueued, flags, length = _HEAD.unpack_from(value)
-    start = _HEAD.size
-    return (enqueued, bool(flags & _RETAIN), value[start:start + length].decode(),
-            value[start + length:])
+    start = _HEAD.size + length
+    if flags & _PROPS:
+        start = decode_props(value, start)[1]
+    return (enqueued, bool(flags & _RETAIN), value[_HEAD.size:_HEAD.size + length].decode(),
+            value[start:])
+
+
+def record_props(value: bytes) -> MessageProps | None:
+    """The properties of a record (None without)."""
+    if not value[_HEAD.size - 3] & _PROPS:
+        return None
+    return decode_props(value, _HEAD.size + _HEAD.unpack_from(value)[2])[0]
 
 
 def check_record(value: bytes) -> None:
@@ -187,6 +203,7 @@ def check_record(value: bytes) -> None:
         raise ValueError("topic longer than the record")
     if not bytes(value[_HEAD.size:_HEAD.size + length]).decode():  # UnicodeDecodeError too
         raise ValueError("empty topic")
+    record_props(value)  # (ValueError when they do not decode)
 
 
 class Outbox:
@@ -239,14 +256,16 @@ class Outbox:
         self._reserved = self.next_seq  # the first stage reserves the next block
 
     # ------------------------------------------------------------------ writes
-    def stage(self, topic: str, payload: bytes, retain: bool = False) -> int:
-        """Stage one message into the current group-commit batch; returns its seq."""
+    def stage(self, topic: str, payload: bytes, retain: bool = False,
+              props: MessageProps | None = None) -> int:
+        """Stage one message (with its ``props``) into the current group-commit batch;
+        returns its seq."""
         seq = self.next_seq
         self.next_seq += 1
         if seq >= self._reserved:
             self._reserved = seq + _RESERVE
             self.store.stage_put(CF, _mark_key(self.name), _SEQ.pack(self._reserved))
-        value = encode_record(topic, payload, int(time.time() * 1000), retain)
+        value = encode_record(topic, payload, int(time.time() * 1000), retain, props)
         self.store.stage_put(CF, self._key(seq), value)
         self.sizes.append(seq, len(value))
         self.messages += 1
@@ -354,7 +373,7 @@ class Outbox:
             if not self.sendable_now(seq):
                 continue  # confirmed or dropped (delete not committed yet), or flagged
             enqueued, retain, topic, payload = decode_record(value)
-            yield OutMessage(seq, topic, payload, enqueued, retain)
+            yield OutMessage(seq, topic, payload, enqueued, retain, record_props(value))
             n += 1
             if n >= limit:
                 return
@@ -371,7 +390,7 @@ class Outbox:
                 continue
             self.set_flag(seq, 0)
             enqueued, retain, topic, payload = decode_record(value)
-            out.append(OutMessage(seq, topic, payload, enqueued, retain))
+            out.append(OutMessage(seq, topic, payload, enqueued, retain, record_props(value)))
         return out
 
     def oldest_age(self) -> float:

@@ -46,7 +46,7 @@ from typing import Any, Protocol
 import trio
 
 from ..amqp.constants import ACCESS_REFUSED
-from ..staged import Origin
+from ..staged import MessageProps, Origin
 from ..store import CommitError
 from .connection import UplinkConnection
 from .definitions import UplinkDef
@@ -91,7 +91,8 @@ class Host(Protocol):
     device_id: str
     flush_soon: trio.Event  # set when confirmed deletes wait for a commit round
 
-    async def deliver(self, uplink: Uplink, topic: str, payload: bytes) -> None:
+    async def deliver(self, uplink: Uplink, topic: str, payload: bytes,
+                      props: MessageProps | None = None) -> None:
         """Publish an inbound command locally; returns once it is durable."""
         ...
 
@@ -187,9 +188,10 @@ class Uplink:
         """Whether ``topic`` has an upstream name (a topic with '.' has no AMQP routing key)."""
         return upstream_name(self.protocol, self.prefix, topic) is not None
 
-    def enqueue(self, topic: str, payload: bytes, retain: bool = False) -> None:
+    def enqueue(self, topic: str, payload: bytes, retain: bool = False,
+                props: MessageProps | None = None) -> None:
         """Stage one local message with an upstream name (the caller commits)."""
-        seq = self.outbox.stage(topic, payload, retain)
+        seq = self.outbox.stage(topic, payload, retain, props)
         if self.refused and topic in self.refused:
             self.outbox.set_flag(seq, PARKED)  # the upstream refuses this topic: kept, unsent
         self.enqueued += 1
@@ -229,9 +231,10 @@ class Uplink:
             self.app.store.kick()
 
     # ---------------------------------------------------------------- inbound
-    async def deliver(self, topic: str, payload: bytes) -> None:
+    async def deliver(self, topic: str, payload: bytes,
+                      props: MessageProps | None = None) -> None:
         """Publish an inbound command locally through the manager (awaits its commit)."""
-        await self.manager.deliver(self, topic, payload)
+        await self.manager.deliver(self, topic, payload, props)
 
     def connected(self, endpoint: Endpoint, detail: str) -> None:
         """A link is up at ``endpoint`` (``detail``: what it negotiated, if anything)."""

@@ -36,7 +36,8 @@ class UplinkStub:
     def targets(self, topic: str) -> tuple[tuple[UplinkStub, bool], ...]:
         return ((self, True),) if topic.startswith(self.out_prefix) else ()
 
-    def enqueue(self, topic: str, payload: bytes, retain: bool = False) -> None:
+    def enqueue(self, topic: str, payload: bytes, retain: bool = False,
+                props: object = None) -> None:
         self.enqueued.append(topic)
 
 

@@ -14,7 +14,7 @@ from oxiedge.amqp import spec
 from oxiedge.amqp.fields import Raw, Timestamp
 from oxiedge.bridge.props import from_amqp, to_amqp, valid_shortstr
 from oxiedge.staged import MessageProps
-from tests.bridge.conftest import amqp, consume
+from tests.bridge.conftest import amqp, consume, find
 from tests.conftest import ServerProcess
 from tests.mqtt.paho5 import Client5, props
 
@@ -150,3 +150,25 @@ def test_amqp_publish_reaches_a_v5_session_with_properties_after_sigkill(
     assert m.properties.CorrelationData == b"long" * 100
     assert not hasattr(m.properties, "ContentType")
     stored.close()
+
+
+def test_ingest_documents_get_props(start_server: Start) -> None:
+    server = start_server()
+    server.cli("ingest", "add", "lab/#:lab")
+    pub = Client5(server.mqtt_port, "v5-lab")
+    pub.connect()
+    p = props(ContentType="application/json", UserProperty=[("unit", "C"), ("unit", "F")])
+    assert pub.publish("lab/t1", b'{"v": 1}', 1, properties=p) == 0
+    assert pub.publish("lab/t2", b'{"v": 2}', 1) == 0  # no properties: no _props
+    pub.close()
+    with amqp(server.amqp_port) as conn:
+        ch = conn.channel()
+        ch.confirm_delivery()
+        ch.basic_publish("amq.topic", "lab.t3", b"3", pika.BasicProperties(
+            delivery_mode=2, content_type="text/plain", headers={"k": "v", "n": 1}))
+    docs = {d["_topic"]: d for d in find(server, "lab")}
+    assert docs["lab/t1"]["_props"] == {"content_type": "application/json",
+                                        "user_properties": [["unit", "C"], ["unit", "F"]]}
+    assert "_props" not in docs["lab/t2"]
+    assert docs["lab/t3"]["_props"] == {"content_type": "text/plain",
+                                        "user_properties": [["k", "v"], ["n", "1"]]}

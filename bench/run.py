@@ -24,7 +24,7 @@ import traceback
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from bench import brokers, procstat, report, scen_amqp, scen_disk, scen_mqtt, scen_stream
+from bench import brokers, procstat, report, scen_amqp, scen_disk, scen_mqtt, scen_stream, scen_tx
 from bench.brokers import Started, Target
 from bench.machine import describe as describe_machine
 from bench.machine import one_line
@@ -48,6 +48,9 @@ SCENARIOS: dict[str, tuple[Scenario, str]] = {
     "amqp-latency": (scen_amqp.latency, "AMQP publish→deliver at 1k msgs/s (pika)"),
     "amqp-confirm-seq": (scen_amqp.confirm_sequential,
                          "AMQP sequential persistent publish→confirm, durable queue (raw)"),
+    "amqp-tx-1": (scen_tx.tx_each, "AMQP tx.commit after every persistent publish (raw)"),
+    "amqp-tx-100": (scen_tx.tx_batch,
+                    "AMQP tx.commit after every 100 persistent publishes (raw)"),
     "amqp-stream-publish": (scen_stream.stream_publish,
                             "AMQP persistent + confirms into a stream queue, 1 connection"),
     "amqp-stream-consume": (scen_stream.stream_consume,

@@ -149,3 +149,25 @@ def test_mqtt_readings_feed_a_stream_through_amq_topic(start_server: Any) -> Non
     got = take(connect(srv), "readings", 50, "first")
     assert offsets(got) == list(range(50))
     assert [json.loads(g[1])["seq"] for g in got] == list(range(50))
+
+
+def test_management_api_and_metrics_show_streams(start_server: Any) -> None:
+    from tests.http.conftest import HttpClient
+
+    srv = start_server("--http-port", "0")
+    conn = connect(srv)
+    ch = conn.channel()
+    ch.confirm_delivery()
+    declare(ch, "shown", **{"x-max-age": "6h"})
+    publish(ch, "shown", 4)
+    http = HttpClient(srv.http_port)
+    try:
+        q = http.get("/api/queues/%2F/shown").json()
+        assert q["type"] == "stream" and q["messages"] == 4 and q["durable"]
+        assert q["arguments"]["x-max-age"] == "6h"
+        metrics = http.get("/metrics").body.decode()
+    finally:
+        http.close()
+    assert "oxiedge_amqp_streams 1" in metrics
+    assert "oxiedge_amqp_stream_messages 4" in metrics
+    assert "oxiedge_amqp_stream_appended_total 4" in metrics

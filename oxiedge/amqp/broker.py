@@ -177,6 +177,8 @@ class Broker(PublishPath):
             found = self.get_queue(name, owner)
             self.counters["queues_declared"] += 1
             return found, False
+        if isinstance(self.queues.get(name), StreamQueue) and "x-queue-type" not in arguments:
+            arguments = {**arguments, "x-queue-type": "stream"}  # (RabbitMQ: the existing type)
         args.check_queue_args(_vhost("queue", name), arguments, durable=durable,
                               exclusive=exclusive, auto_delete=auto_delete)
         if not name:

@@ -49,8 +49,24 @@ from oxiedge.store.streamlog import SEGMENT_BYTES, Record, StreamLog
 #: Key prefixes of stream records and segment records in the ``amqp`` family.
 RECORD_PREFIX = b"s"
 SEGMENT_PREFIX = b"t"
-#: Records one read of a consumer behind the window takes from the store.
+#: Records (and bytes, about) one read of a consumer behind the window takes.
 READ_AHEAD = 128
+READ_AHEAD_BYTES = 1 << 20
+
+
+def open_log(store: LogStore, qid: int, arguments: dict[str, Any]) -> StreamLog:
+    """The log of stream ``qid`` (not recovered yet)."""
+    segment = arguments.get("x-stream-max-segment-size-bytes")
+    return StreamLog(store, persist.CF, qid, record_prefix=RECORD_PREFIX,
+                     segment_prefix=SEGMENT_PREFIX,
+                     segment_bytes=int(segment) if segment else SEGMENT_BYTES)
+
+
+def log_figures(log: StreamLog) -> dict[str, Any]:
+    """A stream's figures in its ``oxiedge queues`` row (live, and offline from disk)."""
+    return {"ready": len(log), "type": "stream", "first_offset": log.first,
+            "next_offset": log.tail, "committed_offset": log.committed, "bytes": log.bytes,
+            "segments": len(log.segments), "limit": 0}
 
 
 def not_supported(q: Queue, what: str) -> AmqpError:
@@ -125,11 +141,8 @@ class Streams:
     def open(self, q: StreamQueue) -> None:
         """Give a new (declared or recovered) stream its log and read its segments."""
         a = q.arguments
-        segment = a.get("x-stream-max-segment-size-bytes")
         assert self.store is not None, "streams need a store"
-        q.log = StreamLog(self.store, persist.CF, q.qid, record_prefix=RECORD_PREFIX,
-                          segment_prefix=SEGMENT_PREFIX,
-                          segment_bytes=int(segment) if segment else SEGMENT_BYTES)
+        q.log = open_log(self.store, q.qid, a)
         q.streams = self
         age = interval_seconds(a["x-max-age"]) if "x-max-age" in a else None
         q.max_age_ms = None if age is None else age * 1000
@@ -249,7 +262,7 @@ class StreamQueue(Queue):
             if not ahead:
                 if reader.cursor >= log.committed:
                     return
-                ahead.extend(log.read(reader.cursor, READ_AHEAD))
+                ahead.extend(log.read(reader.cursor, READ_AHEAD, READ_AHEAD_BYTES))
                 if not ahead:  # (only quarantined records there)
                     reader.cursor = log.committed
                     return
@@ -299,10 +312,7 @@ class StreamQueue(Queue):
 
     def row(self) -> dict[str, Any]:
         row = super().row()
-        log = self.log
-        row.update(type="stream", first_offset=log.first,
-                   next_offset=log.tail, committed_offset=log.committed, bytes=log.bytes,
-                   segments=len(log.segments), limit=0,
+        row.update(log_figures(self.log),
                    max_age_s=None if self.max_age_ms is None else self.max_age_ms // 1000,
                    max_length_bytes=self.max_length_bytes)
         return row

@@ -13,6 +13,8 @@ from oxiedge.amqp import persist
 from oxiedge.amqp.broker import builtin_exchanges, exchange_of_doc
 from oxiedge.amqp.exchanges import binding_row, exchange_binding_row
 from oxiedge.amqp.queues import Queue
+from oxiedge.amqp.stream import log_figures, open_log
+from oxiedge.amqp.stream_args import is_stream
 
 
 def _queue_rows(store: Any) -> list[dict[str, Any]]:
@@ -30,6 +32,10 @@ def _queue_rows(store: Any) -> list[dict[str, Any]]:
         # What the data dir says: its stored messages, the queue's own length limit.
         row.update(ready=ready.get(q.qid, 0), type=arguments.get("x-queue-type", "classic"),
                    limit=arguments.get("x-max-length"))
+        if is_stream(arguments):  # its segment records say how long it is
+            log = open_log(store, q.qid, arguments)
+            log.recover()
+            row.update(log_figures(log))
         rows.append(row)
     return rows
 

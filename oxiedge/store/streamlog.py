@@ -182,9 +182,13 @@ class StreamLog:
 
     # -- reading --------------------------------------------------------------------------
 
-    def read(self, offset: int, limit: int) -> list[Record]:
-        """Up to ``limit`` committed records from ``offset`` (raised to ``first``) on."""
+    def read(self, offset: int, limit: int, max_bytes: int = WINDOW_BYTES) -> list[Record]:
+        """Up to ``limit`` committed records from ``offset`` (raised to ``first``) on; from
+        the store, about ``max_bytes`` at most (the log's mean record size decides how
+        many: big messages are read a few at a time)."""
         offset = max(offset, self.first)
+        if self.bytes and len(self):
+            limit = max(1, min(limit, max_bytes * len(self) // self.bytes))
         end = min(offset + limit, self.committed)
         if offset >= end:
             return []

@@ -84,6 +84,9 @@ def test_restart_keeps_offsets_and_a_consumer_resumes(start_server: Any) -> None
     rest = take(conn, "resume", 8, first[-1][0] + 1)
     assert [(o, b) for o, b, _h in rest] == [(i, b"m%d" % i) for i in range(12, 20)]
     assert "recovered 1 durable queues" in (srv.line("AMQP listening on") or "")
+    srv.stop()
+    row = stream_row(srv, "resume")  # offline, from the data directory
+    assert (row["type"], row["ready"], row["next_offset"]) == ("stream", 20, 20)
 
 
 def test_retention_by_bytes_removes_whole_segments(start_server: Any) -> None:

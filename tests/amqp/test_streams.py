@@ -202,6 +202,11 @@ def test_accepted_declare_arguments(conn: Any) -> None:
                              "x-stream-max-segment-size-bytes": 1 << 20,
                              "x-initial-cluster-size": 1,
                              "x-queue-leader-locator": "client-local"})
+    # a re-declare without the type takes the stream's (RabbitMQ)
+    ch.queue_declare("s-args", durable=True, arguments={
+        "x-max-age": "7D", "x-max-length-bytes": 1 << 30,
+        "x-stream-max-segment-size-bytes": 1 << 20, "x-initial-cluster-size": 1,
+        "x-queue-leader-locator": "client-local"})
     with pytest.raises(ChannelClosedByBroker) as err:
         ch.queue_declare("s-args", durable=True, arguments={"x-queue-type": "classic"})
     assert err.value.reply_code == 406

@@ -113,3 +113,13 @@ def test_drop_removes_everything_of_one_stream_only(store: Store, tmp_path: Path
     fresh_b.recover()
     assert (fresh_a.tail, len(fresh_a)) == (0, 0)
     assert (fresh_b.tail, len(fresh_b)) == (5, 5)
+
+
+def test_a_read_from_the_store_is_bounded_in_bytes(store: Store) -> None:
+    log = make(store, segment_bytes=1 << 30)
+    for _ in range(WINDOW + 200):
+        log.append(b"x" * 10_000, 1)  # 10 kB records: the window holds the newest 100
+    store.commit_blocking()
+    log.synced(store.committer.synced_generation)
+    assert len(log.read(0, 1000, 100_000)) == 9  # ~100 kB: mean record 10,008 bytes
+    assert len(log.read(0, 1000, 1)) == 1  # never less than one

@@ -47,6 +47,9 @@ class Stats:
         "retained_refused",
         "sessions_expired",
         "sessions_refused",
+        "shared_handed_on",
+        "shared_lost",
+        "shared_undelivered",
         "subscriptions_refused",
         "takeovers",
         "topics_refused",
@@ -83,6 +86,11 @@ class Stats:
         self.retained_refused = 0  # retained messages not kept (--mqtt-retained-max/-bytes)
         self.sessions_expired = 0  # persistent sessions offline --mqtt-session-expiry long
         self.sessions_refused = 0  # CONNACK 3: --mqtt-max-sessions reached
+        # $share groups (shared.py): messages of an ending member given to another one, those
+        # over HAND_ON_MAX that ended with it, and messages no member could take
+        self.shared_handed_on = 0
+        self.shared_lost = 0
+        self.shared_undelivered = 0
         self.subscriptions_refused = 0  # SUBACK 0x80: --mqtt-max-subscriptions(-levels)
         self.takeovers = 0  # MQTT-3.1.4-2
         self.topics_refused = 0  # over --mqtt-max-topic-levels/-length (0x80 or close)
@@ -96,8 +104,8 @@ class Stats:
 class Limits:
     """Bounds shared by all sessions (defaults: ``oxiedge.config``; docs/limits.md)."""
 
-    __slots__ = ("max_backlog_bytes", "max_inflight", "max_qos2_pending", "max_sessions",
-                 "max_subscription_levels", "max_subscriptions", "max_topic_length",
+    __slots__ = ("max_backlog_bytes", "max_inflight", "max_keepalive", "max_qos2_pending",
+                 "max_sessions", "max_subscription_levels", "max_subscriptions", "max_topic_length",
                  "max_topic_levels", "memory_queue_bytes", "memory_queue_limit", "out_limit",
                  "queue_bytes", "queue_limit", "retained_bytes", "retained_max",
                  "session_expiry")  # fmt: skip
@@ -119,6 +127,7 @@ class Limits:
         session_expiry: int | None = None,
         max_qos2_pending: int = MAX_QOS2_PENDING,
         max_backlog_bytes: int | None = None,
+        max_keepalive: int = 65535,
     ) -> None:
         self.queue_limit = queue_limit  # queued (not yet sent) messages per session
         self.queue_bytes = queue_bytes  # their topic + payload bytes per session
@@ -140,3 +149,5 @@ class Limits:
         self.max_qos2_pending = max_qos2_pending  # inbound QoS 2 ids awaiting PUBREL
         # Topic + payload bytes of all persistent sessions' queues together (None: no bound).
         self.max_backlog_bytes = max_backlog_bytes
+        # The longest keep-alive an MQTT 5 client gets (Server Keep Alive, 3.2.2.3.14).
+        self.max_keepalive = max_keepalive

@@ -35,6 +35,7 @@ from oxiedge.mqtt.router import (
     with_ids,
 )
 from oxiedge.mqtt.session import Hold, Limits, Outlet, Session, Stats
+from oxiedge.mqtt.shared import SHARE_PREFIX, share_problem, split_share
 from oxiedge.mqtt.topics import TopicTrie, topic_filter_problem, topic_limit_problem
 from oxiedge.mqtt.wills import DelayedWills
 from oxiedge.staged import Fanout
@@ -145,7 +146,7 @@ class Broker:
             max_owner = max(max_owner, rs.owner)
             for flt, qos in rs.subs.items():
                 s.subs[flt] = qos
-                self.router.subscriptions.add(flt, s, qos)
+                self.router.add(flt, s, qos)  # (a $share/... string: its group, shared.py)
                 self.router.levels += filter_levels(flt)
             # Counters, head and tail only: the messages stay on disk until delivered.
             s.queue.recover()
@@ -187,8 +188,7 @@ class Broker:
         old = self.sessions.get(client_id)
         staged = False
         if old is not None and (clean or old.clean):
-            self.discard_session(old)
-            staged = old.store is not None
+            staged = self.discard_session(old) or old.store is not None
             old = None
         if old is not None:
             if user is not None and old.user != user:
@@ -206,16 +206,20 @@ class Broker:
             staged = True
         return s, False, staged
 
-    def discard_session(self, s: Session) -> None:
-        """Forget a session and its subscriptions; stage removal of its records."""
+    def discard_session(self, s: Session) -> bool:
+        """Forget a session and its subscriptions; stage removal of its records. True if
+        messages it owed went to another member of a shared group and staged durable work
+        (shared.py; the records' removal is staged either way)."""
         if self.sessions.get(s.client_id) is s:
             del self.sessions[s.client_id]
+        staged = self.router.hand_on(s) if self.router.shared.groups else False
         for flt in s.subs:
             self.router.remove(flt, s)
         s.subs.clear()
         s.replay = None
         self.router.clear_routes()
         s.stage_delete()
+        return staged
 
     def expire_sessions(self, now: float, wall: float = 0.0) -> list[Session]:
         """Discard the persistent sessions offline for ``limits.session_expiry`` seconds
@@ -289,7 +293,14 @@ class Broker:
 
     # ------------------------------------------------------------- subscriptions
     def filter_problem(self, topic_filter: str) -> str | None:
-        """Why ``topic_filter`` cannot be subscribed (syntax or the topic bounds), or None."""
+        """Why ``topic_filter`` cannot be subscribed (syntax or the topic bounds), or None.
+        A ``$share/GROUP/FILTER`` is checked as a share and its FILTER as a filter."""
+        problem = share_problem(topic_filter)
+        if problem is not None:
+            return problem
+        parts = split_share(topic_filter)
+        if parts is not None:
+            topic_filter = parts[1]
         problem = topic_filter_problem(topic_filter)
         if problem is None:
             lim = self.limits
@@ -353,7 +364,8 @@ class Broker:
         if replay is None:
             replay = s.replay = RetainedReplay()
         for flt, granted in resulting:
-            replay.add(flt, granted)
+            if not flt.startswith(SHARE_PREFIX):  # not for a shared subscription (4.8.2)
+                replay.add(flt, granted)
 
     def replay_step(self, s: Session, budget: int = REPLAY_BATCH) -> bool:
         """Send up to ``budget`` owed retained messages (RETAIN set, MQTT-3.3.1-8) while

@@ -120,7 +120,8 @@ class ConnectStep:
         terms = None
         if isinstance(pkt, Connect5):
             self.level = 5
-            terms = Connect5Terms.of(pkt, self.limits.session_expiry)
+            terms = Connect5Terms.of(pkt, self.limits.session_expiry,
+                                     self.limits.max_keepalive)
             if pkt.properties.authentication_method is not None:
                 # Enhanced authentication (4.12): no method is supported.
                 self.outlet.write(encode5(Connack5(0x8C)))
@@ -218,7 +219,7 @@ class ConnectStep:
                 self._perms.counters["mqtt_queued_dropped"] += unreadable
                 yield KICK
         s.resend()
-        return pkt.keep_alive
+        return pkt.keep_alive if terms is None else terms.keep_alive
 
     def _open_session5(self, client_id: str, clean_start: bool, terms: Connect5Terms
                        ) -> tuple[Session, bool, bool]:  # fmt: skip
@@ -230,8 +231,8 @@ class ConnectStep:
         staged = False
         old = broker.sessions.get(client_id)
         if old is not None and clean_start and durable:
-            broker.discard_session(old)  # a new durable session replaces it
-            staged = old.store is not None
+            # a new durable session replaces it (its shared messages go to other members)
+            staged = broker.discard_session(old) or old.store is not None
         s, present, more = broker.open_session(client_id, not durable and
                                                (clean_start or old is None), self.username or "")
         return s, present, staged or more
@@ -251,6 +252,6 @@ class ConnectStep:
             present, assigned=assigned, receive_maximum=h5.receive_max,
             max_packet_size=self.max_packet_size)))
         s.peer = Peer5(self.broker.stats, receive_maximum=terms.receive_maximum,
-                       max_packet=terms.max_packet)
+                       max_packet=terms.max_packet, alias_max=terms.topic_alias_maximum)
         s.window = min(self.limits.max_inflight, terms.receive_maximum)
         return s.set_expiry(terms.session_expiry, None)

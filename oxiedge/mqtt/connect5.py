@@ -49,21 +49,30 @@ class Connect5Terms:
     receive_maximum: int  # the client's: in-flight PUBLISHes to it at most
     max_packet: int  # the client's Maximum Packet Size
     topic_alias_maximum: int  # the client's: aliases the broker may use towards it
+    keep_alive: int  # seconds, as granted
+    server_keep_alive: bool  # lowered from the client's: CONNACK says so (3.2.2.3.14)
 
     @classmethod
-    def of(cls, pkt: Connect5, cap: int | None) -> Connect5Terms:
-        """The terms of ``pkt`` under the broker's ``--mqtt-session-expiry`` (``cap``)."""
+    def of(cls, pkt: Connect5, cap: int | None, max_keepalive: int = 65535) -> Connect5Terms:
+        """The terms of ``pkt`` under the broker's ``--mqtt-session-expiry`` (``cap``) and
+        ``--mqtt-max-keepalive``: a longer keep-alive, or 0 (none) under a real bound, is
+        lowered to it (MQTT-3.2.2-21: the client then uses the server's value)."""
         props = pkt.properties
         asked = props.session_expiry_interval or 0
         granted = asked
         if cap is not None and (asked == NEVER or asked > cap):
             granted = cap
+        keep = pkt.keep_alive
+        if keep > max_keepalive or (keep == 0 and max_keepalive < 65535):
+            keep = max_keepalive
         return cls(
             session_expiry=granted,
             capped=granted != asked,
             receive_maximum=props.receive_maximum or 65535,
             max_packet=props.maximum_packet_size or (1 << 28),
             topic_alias_maximum=props.topic_alias_maximum or 0,
+            keep_alive=keep,
+            server_keep_alive=keep != pkt.keep_alive,
         )
 
     def connack(self, present: bool, *, assigned: str | None, receive_maximum: int,
@@ -75,6 +84,7 @@ class Connect5Terms:
             receive_maximum=receive_maximum,
             topic_alias_maximum=TOPIC_ALIAS_MAXIMUM,
             maximum_packet_size=max_packet_size,
-            shared_subscription_available=0,
+            shared_subscription_available=1,
+            server_keep_alive=self.keep_alive if self.server_keep_alive else None,
         )
         return Connack5(0, present, props)

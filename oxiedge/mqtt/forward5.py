@@ -24,6 +24,14 @@ it (``publish``) - the remaining Message Expiry Interval, the client's Subscript
 Identifiers, its Maximum Packet Size (MQTT-3.1.2-24: a PUBLISH that would exceed it is not
 sent, counted, and the message counts as delivered) - and knows its Receive Maximum. A
 3.1.1 session has none (``Session.peer`` is None) and takes none of this path.
+
+Outbound Topic Aliases (3.3.2.3.4): when the client announced a Topic Alias Maximum, the
+first PUBLISH of a topic to it carries the topic and a new alias, every later one the
+alias and an empty topic, until its ``alias_max`` aliases are taken; topics after that go
+with their name. The table is the ``Peer5``'s, made anew for every connection (never
+persisted, never forwarded: MQTT-3.3.2-7), and an alias is taken only once its PUBLISH is
+known to fit the client's Maximum Packet Size (a dropped one would leave the client
+without the mapping).
 """
 
 from __future__ import annotations
@@ -32,10 +40,11 @@ import time
 from collections.abc import Callable
 
 from oxiedge.mqtt.bounds import Stats
+from oxiedge.mqtt.encode import encode_varint
 from oxiedge.mqtt.encode5 import NO_PROPERTY_BYTES, encode_publish5
 from oxiedge.mqtt.message import Message, Message5
 from oxiedge.mqtt.packets import PacketType
-from oxiedge.mqtt.properties import NO_PROPERTIES, Properties, encode_properties
+from oxiedge.mqtt.properties import NO_PROPERTIES, Properties, encode_properties, read_varint
 from oxiedge.staged import MessageProps
 
 _PUBLISH = PacketType.PUBLISH
@@ -82,14 +91,25 @@ def expired(msg: Message, now: float) -> bool:
     return type(msg) is Message5 and msg.expired(now)
 
 
+def with_alias(block: bytes, alias: int) -> bytes:
+    """An encoded property block with a Topic Alias (0x23) added at its end (properties
+    may come in any order on the wire, 2.2.2.2)."""
+    length, i = read_varint(block, 0, len(block))
+    return encode_varint(length + 3) + block[i:] + bytes((0x23, alias >> 8, alias & 0xFF))
+
+
 class Peer5:
     """A session's MQTT 5 client, as its deliveries need it (see the module docstring)."""
 
-    __slots__ = ("clock", "max_packet", "receive_maximum", "stats", "sub_ids")
+    __slots__ = ("alias_max", "aliases", "clock", "max_packet", "receive_maximum", "stats",
+                 "sub_ids")
 
     def __init__(self, stats: Stats, *, receive_maximum: int = 65535,
-                 max_packet: int = 1 << 28, clock: WallClock = time.time) -> None:  # fmt: skip
+                 max_packet: int = 1 << 28, alias_max: int = 0,
+                 clock: WallClock = time.time) -> None:  # fmt: skip
         self.stats = stats
+        self.alias_max = alias_max  # the client's Topic Alias Maximum (3.1.2.11.5)
+        self.aliases: dict[bytes, int] = {}  # outbound: topic -> its alias (this connection)
         self.receive_maximum = receive_maximum  # the client's (3.1.2.11.3)
         self.max_packet = max_packet  # the client's Maximum Packet Size (3.1.2.11.4)
         self.clock = clock
@@ -120,7 +140,23 @@ class Peer5:
             block = encode_properties(Properties(subscription_identifiers=ids), _PUBLISH)
         else:
             block = NO_PROPERTY_BYTES
-        data = encode_publish5(msg.topic_b, msg.payload, qos, retain, dup, pid, block)
+        topic_b = msg.topic_b
+        if self.alias_max:
+            alias = self.aliases.get(topic_b)
+            if alias is not None:
+                return self._fit(encode_publish5(b"", msg.payload, qos, retain, dup, pid,
+                                                 with_alias(block, alias)))
+            if len(self.aliases) < self.alias_max:
+                alias = len(self.aliases) + 1
+                data = self._fit(encode_publish5(topic_b, msg.payload, qos, retain, dup, pid,
+                                                 with_alias(block, alias)))
+                if data is not None:
+                    self.aliases[topic_b] = alias
+                return data
+        return self._fit(encode_publish5(topic_b, msg.payload, qos, retain, dup, pid, block))
+
+    def _fit(self, data: bytes) -> bytes | None:
+        """``data``, or None (counted) when over the client's Maximum Packet Size."""
         if len(data) > self.max_packet:
             self.stats.dropped_too_large += 1
             return None

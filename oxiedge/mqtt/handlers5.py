@@ -49,9 +49,8 @@ from oxiedge.mqtt.packets5 import (
 from oxiedge.mqtt.properties import NO_PROPERTIES
 from oxiedge.mqtt.reasons import ReasonCode as RC
 from oxiedge.mqtt.router import ID_SHIFT, NO_LOCAL, RETAIN_AS_PUBLISHED
+from oxiedge.mqtt.shared import SHARE_PREFIX, share_problem
 from oxiedge.mqtt.topics import sys_topic, topic_filter_problem
-
-SHARE_PREFIX = "$share/"
 
 
 class TopicAliasInvalid(ProtocolError):
@@ -232,9 +231,8 @@ class Handlers5:
         fresh: dict[str, bool] = {}  # filter -> not subscribed before (Retain Handling 1)
         for i, sub in enumerate(subs):
             flt = sub.topic_filter
-            if flt.startswith(SHARE_PREFIX):
-                codes[i] = RC.SHARED_SUBSCRIPTIONS_NOT_SUPPORTED
-                continue
+            if sub.no_local and flt.startswith(SHARE_PREFIX):
+                raise ProtocolViolation("No Local on a shared subscription (MQTT-3.8.3-4)")
             fresh.setdefault(flt, flt not in s.subs)
             # The options live in the subscription's value above its QoS (router.py).
             wanted.append((flt, sub.qos | (NO_LOCAL if sub.no_local else 0)
@@ -262,7 +260,7 @@ class Handlers5:
         grants = self.h.grants
         if self._perms.active and grants is not None and not grants.may_subscribe(flt):
             return RC.UNSPECIFIED_ERROR
-        if topic_filter_problem(flt) is not None:
+        if share_problem(flt) is not None or topic_filter_problem(flt) is not None:
             return RC.TOPIC_FILTER_INVALID
         return RC.QUOTA_EXCEEDED
 

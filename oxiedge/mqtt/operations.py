@@ -150,8 +150,7 @@ class MqttOperations:
         messages = len(s.queue) + len(s.inflight)
         subscriptions = len(s.subs)
         durable = s.store is not None
-        self.broker.discard_session(s)
-        if durable:
+        if self.broker.discard_session(s) or durable:
             await self._commit()
         return SessionDeleted(client, messages, subscriptions, connected)
 

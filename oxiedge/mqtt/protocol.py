@@ -211,7 +211,7 @@ class MqttProtocol(ConnectStep):
                 broker.stats.wills += 1
                 kick = broker.route(will.topic, will.payload, will.qos, will.retain)
         if s is not None and ours and s.clean:
-            broker.discard_session(s)  # MQTT-3.1.2-6: ends with the connection
+            kick = broker.discard_session(s) or kick  # MQTT-3.1.2-6: ends with it
         elif s is not None and ours:
             s.offline_since = self.clock()  # its --mqtt-session-expiry runs from now
             if s.expiry is not None:

@@ -24,13 +24,15 @@ finds either nothing (nobody got anything) or its packet id (nobody gets it twic
 from __future__ import annotations
 
 from collections.abc import Callable
+from itertools import islice
 
 from oxiedge.mqtt.forward5 import to_bus
 from oxiedge.mqtt.message import Message5
 from oxiedge.mqtt.properties import NO_PROPERTIES, Properties
 from oxiedge.mqtt.retain import RetainedStore
-from oxiedge.mqtt.session import Hold, Message, Session, Stats
-from oxiedge.mqtt.topics import TopicTrie
+from oxiedge.mqtt.session import Hold, Message, Pending, Session, Stats
+from oxiedge.mqtt.shared import HAND_ON_MAX, SHARE_PREFIX, SharedGroup, SharedSubscriptions
+from oxiedge.mqtt.topics import TopicTrie, topic_matches
 from oxiedge.staged import MQTT, Fanout, Origin
 
 #: Topics whose merged subscriber list is cached (``Router.routes``). When full the cache
@@ -89,6 +91,8 @@ class Router:
         # Retain As Published), beside ``routes``; empty while no subscription has any.
         self.specials: dict[str, Special] = {}
         self._routes_bytes = 0  # sum of the cached topics' lengths
+        # $share/GROUP/FILTER subscriptions: one delivery per group (shared.py).
+        self.shared = SharedSubscriptions()
         # Permission rules exist (docs/permissions.md): deliveries, live and retained, go
         # only to sessions whose client may read the topic. Checked once per topic and
         # session: the route cache holds the filtered result.
@@ -103,12 +107,18 @@ class Router:
     # ------------------------------------------------------------- subscriptions
     def add(self, topic_filter: str, s: Session, qos: int) -> None:
         """Subscribe ``s`` (new filter or a new QoS for it); the caller counts levels."""
-        self.subscriptions.add(topic_filter, s, qos)
+        if topic_filter.startswith(SHARE_PREFIX):
+            self.shared.add(topic_filter, s, qos)
+        else:
+            self.subscriptions.add(topic_filter, s, qos)
         self.clear_routes()
 
     def remove(self, topic_filter: str, s: Session) -> None:
         """Remove ``s``'s subscription to ``topic_filter`` and its levels."""
-        self.subscriptions.remove(topic_filter, s)
+        if topic_filter.startswith(SHARE_PREFIX):
+            self.shared.remove(topic_filter, s)
+        else:
+            self.subscriptions.remove(topic_filter, s)
         self.levels -= filter_levels(topic_filter)
         self.clear_routes()
 
@@ -116,6 +126,7 @@ class Router:
         """Forget the cached routes (the subscriptions or their read rules changed)."""
         self.routes.clear()
         self.specials.clear()
+        self.shared.routes.clear()
         self._routes_bytes = 0
 
     # ------------------------------------------------------------------ holding
@@ -165,7 +176,8 @@ class Router:
         if route is None:
             route = self._route_of(topic)
         sp = self.specials.get(topic) if self.specials else None
-        if route or retain or sp:  # (no subscriber, not retained: no ``Message`` is built)
+        sh = self.shared.match(topic) if self.shared.groups else None
+        if route or retain or sp or sh:  # (no subscriber, not retained: no ``Message``)
             msg = Message(topic, payload, topic_b)
             if qos0_frame is not None:
                 msg.qos0 = qos0_frame
@@ -178,6 +190,8 @@ class Router:
                 if s.deliver(msg, granted if granted < qos else qos, False, hold):
                     staged = True
             if sp and self._special(sp, msg, qos, retain, hold, publisher):
+                staged = True
+            if sh and self._shared(sh, msg, qos, retain, hold):
                 staged = True
             if hold is not None:
                 self.held()
@@ -217,7 +231,8 @@ class Router:
         if route is None:
             route = self._route_of(topic)
         sp = self.specials.get(topic) if self.specials else None
-        if route or retain or sp:
+        sh = self.shared.match(topic) if self.shared.groups else None
+        if route or retain or sp or sh:
             msg = Message5(topic, payload, topic_b, props, expires_at)
             if retain:
                 staged = self.retained.keep(msg, qos)
@@ -226,6 +241,8 @@ class Router:
                 if s.deliver(msg, granted if granted < qos else qos, False, hold):
                     staged = True
             if sp and self._special(sp, msg, qos, retain, hold, publisher):
+                staged = True
+            if sh and self._shared(sh, msg, qos, retain, hold):
                 staged = True
             if hold is not None:
                 self.held()
@@ -250,6 +267,50 @@ class Router:
             if s.deliver(msg if not ids else with_ids(msg, ids), q if q < qos else qos,
                          retain and rap, hold):  # fmt: skip
                 staged = True
+        return staged
+
+    def _shared(self, groups: tuple[SharedGroup, ...], msg: Message, qos: int, retain: bool,
+                hold: Hold | None, without: Session | None = None) -> bool:
+        """One delivery per matching shared group (``SharedGroup.pick``)."""
+        staged = False
+        for g in groups:
+            got = g.pick(msg.topic, qos, self.acl_active, without)
+            if got is None:
+                self.stats.shared_undelivered += 1
+                continue
+            s, value = got
+            sid = value >> ID_SHIFT
+            m = msg
+            if sid or (type(msg) is Message5 and msg.props.subscription_identifiers):
+                m = with_ids(msg, (sid,) if sid else ())  # (this member's own, or none)
+            q = value & 3
+            if s.deliver(m, q if q < qos else qos, retain and bool(value & RETAIN_AS_PUBLISHED),
+                         hold):  # fmt: skip
+                staged = True
+        return staged
+
+    def hand_on(self, s: Session) -> bool:
+        """``s``'s session ends: its unacknowledged and queued messages go to other
+        members of its shared groups (shared.py); True if durable work was staged."""
+        groups = self.shared.of(s)
+        if not groups:
+            return False
+        owed: list[Pending] = list(s.inflight.values())
+        owed += islice((p for p in s.queue if not p.held), HAND_ON_MAX)
+        if len(owed) > HAND_ON_MAX:
+            self.stats.shared_lost += len(owed) - HAND_ON_MAX
+            del owed[HAND_ON_MAX:]
+        staged = False
+        hold = self.hold
+        for p in owed:
+            for g in groups:
+                if topic_matches(g.filter, p.msg.topic):
+                    if self._shared((g,), p.msg, p.qos, False,
+                                    hold if p.qos == 2 else None, s):  # fmt: skip
+                        staged = True
+                    self.stats.shared_handed_on += 1
+                    break
+        self.held()
         return staged
 
     def _route_of(self, topic: str) -> Route:

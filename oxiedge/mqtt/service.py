@@ -65,6 +65,7 @@ class MqttService:
             max_topic_length=config.mqtt_max_topic_length,
             session_expiry=config.mqtt_session_expiry,
             max_backlog_bytes=budget,
+            max_keepalive=config.mqtt_max_keepalive,
         )
         self.max_packet_size = config.mqtt_max_packet_size
         self.max_connect_size = config.mqtt_max_connect_size  # before CONNECT is accepted
@@ -296,6 +297,7 @@ class MqttService:
             connect_timeout=self.connect_timeout,
             max_sessions=lim.max_sessions,
             session_expiry=lim.session_expiry,
+            max_keepalive=lim.max_keepalive,
             max_subscriptions=lim.max_subscriptions,
             subscription_levels=b.subscription_levels,
             max_subscription_levels=lim.max_subscription_levels,

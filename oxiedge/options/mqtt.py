@@ -76,6 +76,13 @@ class MqttSettings:
         limits=Bound("MQTT", "sessions (online + persistent offline)",
                      "CONNACK 3 for a new client id",
                      "`mqtt.sessions_refused`"))
+    mqtt_max_keepalive: int = option(
+        count(1), "65535",
+        "longest keep-alive an MQTT 5 client gets, seconds: a longer one (or 0) is lowered to "
+        "it and CONNACK says so with Server Keep Alive (3.1.1 clients keep theirs)",
+        limits=Bound("MQTT", "keep-alive of an MQTT 5 client",
+                     "lowered to the bound; CONNACK carries Server Keep Alive",
+                     "-", default="65535 s (the protocol's largest: no bound)"))
     mqtt_session_expiry: int | None = option(
         EXPIRY, "1d",
         "a persistent MQTT session offline this long is deleted with its queued messages (30m, "

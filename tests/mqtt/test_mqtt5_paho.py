@@ -45,7 +45,7 @@ def test_connack_announces_what_the_broker_does(shared_mqtt: Server, v5: Make) -
     assert p.AssignedClientIdentifier.startswith("oxiedge-")  # MQTT-3.2.2-16
     assert p.ReceiveMaximum >= 1 and p.TopicAliasMaximum >= 1
     assert p.MaximumPacketSize > 0
-    assert p.SharedSubscriptionAvailable == 0
+    assert p.SharedSubscriptionAvailable == 1
     for absent in ("RetainAvailable", "MaximumQoS", "WildcardSubscriptionAvailable",
                    "SubscriptionIdentifierAvailable"):
         assert not hasattr(p, absent)  # absent means available
@@ -155,7 +155,7 @@ def test_reason_codes_of_acks_and_unsuback(shared_mqtt: Server, v5: Make) -> Non
     assert c.publish("r5/x", b"\xff\xfe", 2, properties=bad) in (0x99, 0x92)
     assert c.publish("r5/x", "fine ü".encode(), 1, properties=bad) == 0
     assert c.subscribe("r5/a", 1) == [1]
-    assert c.subscribe("$share/g/r5/a", 1) == [0x9E]
+    assert c.subscribe("$share//r5/a", 1) == [0x8F]
     assert c.unsubscribe("r5/a", "r5/never") == [0x00, 0x11]
 
 

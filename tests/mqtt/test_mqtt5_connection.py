@@ -1,0 +1,107 @@
+"""An MQTT 5 connection's own terms against a real ``oxiedge serve``: Server Keep Alive
+under ``--mqtt-max-keepalive``, Topic Aliases from the broker to a client (per connection,
+never beyond the client's maximum), enhanced authentication refused with 0x8C."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from oxiedge.mqtt.packets5 import (
+    Connack5,
+    Connect5,
+    Puback5,
+    Publish5,
+    Suback5,
+    Subscribe5,
+    Subscription,
+)
+from oxiedge.mqtt.properties import Properties
+from tests.conftest import ServerProcess
+
+from .test_mqtt5_durability import Raw5
+
+Start = Callable[..., ServerProcess]
+NONE = Properties()
+ALIASES = Properties(topic_alias_maximum=2, session_expiry_interval=60)
+
+
+def connack(port: int | None, keep_alive: int, props: Properties = NONE) -> Connack5:
+    c = Raw5(port)
+    c.send(Connect5("ka", True, keep_alive, properties=props))
+    ack = c.next()
+    c.close()
+    assert isinstance(ack, Connack5)
+    return ack
+
+
+def test_server_keep_alive_lowers_a_longer_one(start_mqtt: Start) -> None:
+    srv = start_mqtt("--mqtt-max-keepalive", "60")
+    port = srv.mqtt_port
+    assert connack(port, 120).properties.server_keep_alive == 60  # MQTT-3.2.2-21
+    assert connack(port, 0).properties.server_keep_alive == 60  # 0 (none) is longer still
+    assert connack(port, 30).properties.server_keep_alive is None  # kept as asked
+
+
+def test_the_keep_alive_granted_is_the_one_enforced(start_mqtt: Start) -> None:
+    srv = start_mqtt("--mqtt-max-keepalive", "1")  # 1.5 x 1 s without a packet ends it
+    c = Raw5(srv.mqtt_port)
+    c.send(Connect5("ka-short", True, 600))
+    ack = c.next()
+    assert isinstance(ack, Connack5) and ack.properties.server_keep_alive == 1
+    assert c.next().reason_code == 0x8D  # type: ignore[attr-defined]
+
+
+def test_default_has_no_bound(shared_mqtt: ServerProcess) -> None:
+    assert connack(shared_mqtt.mqtt_port, 0).properties.server_keep_alive is None
+    assert connack(shared_mqtt.mqtt_port, 65535).properties.server_keep_alive is None
+
+
+def test_topic_aliases_to_the_client(shared_mqtt: ServerProcess) -> None:
+    port = shared_mqtt.mqtt_port
+    sub = Raw5(port)
+    sub.connect("al-sub", props=ALIASES)
+    sub.send(Subscribe5(1, (Subscription("al/#", 1),)))
+    assert sub.next() == Suback5(1, (1,))
+    pub = Raw5(port)
+    pub.connect("al-pub", props=Properties())
+    seen = []
+    for i, topic in enumerate(["al/a", "al/a", "al/b", "al/c", "al/b", "al/a"]):
+        pub.publish(topic, f"{i}".encode(), 1, i + 1, Properties(content_type="t"))
+        p = sub.next()
+        assert isinstance(p, Publish5) and p.packet_id is not None
+        sub.send(Puback5(p.packet_id))
+        seen.append((p.topic, p.properties.topic_alias, p.properties.content_type))
+    assert seen == [("al/a", 1, "t"), ("", 1, "t"), ("al/b", 2, "t"),
+                    ("al/c", None, "t"),  # both aliases taken: the name itself
+                    ("", 2, "t"), ("", 1, "t")]  # fmt: skip
+    sub.close()
+    # A new connection starts without aliases (never persisted, MQTT-3.3.2-7).
+    sub = Raw5(port)
+    sub.connect("al-sub", clean_start=False, props=ALIASES)
+    pub.send(Publish5("al/b", b"again", 0))
+    p = sub.next()
+    assert isinstance(p, Publish5) and (p.topic, p.properties.topic_alias) == ("al/b", 1)
+    sub.close()
+    pub.close()
+
+
+def test_no_aliases_without_a_client_maximum(shared_mqtt: ServerProcess) -> None:
+    port = shared_mqtt.mqtt_port
+    sub = Raw5(port)
+    sub.connect("na-sub", props=Properties())
+    sub.send(Subscribe5(1, (Subscription("na/#", 0),)))
+    assert sub.next() == Suback5(1, (0,))
+    pub = Raw5(port)
+    pub.connect("na-pub", props=Properties())
+    for _ in range(2):
+        pub.send(Publish5("na/x", b"x", 0))
+        p = sub.next()
+        assert isinstance(p, Publish5) and (p.topic, p.properties.topic_alias) == ("na/x", None)
+    sub.close()
+    pub.close()
+
+
+def test_an_authentication_method_gets_0x8c(shared_mqtt: ServerProcess) -> None:
+    ack = connack(shared_mqtt.mqtt_port, 60, Properties(authentication_method="SCRAM-SHA-1",
+                                                        authentication_data=b"n,,n=u,r=x"))
+    assert ack.reason_code == 0x8C  # Bad authentication method (4.12)

@@ -143,7 +143,9 @@ class Bus:
     def fan_out(self, origin: Origin, topic: str, payload: bytes, qos: int,
                 retain: bool, props: MessageProps | None = None) -> Staged:
         """Stage one publish into every destination beyond the MQTT sessions except its
-        origin; ``COMMIT`` if anything durable was staged (nothing else is reported).
+        origin; ``COMMIT`` if anything durable was staged, ``ROUTED`` if a destination took it
+        without (an AMQP queue that is not durable: MQTT 5's PUBACK 0x10 must not say that
+        nobody took it).
         ``props``: its properties (None: it has none, the 3.1.1 case)."""
         staged = NOTHING
         bridge = self.bridge
@@ -204,4 +206,4 @@ class Bus:
                                                       props) else NOTHING
         if mqtt_to_routing_key(topic) is None:
             raise ValueError(f"topic {topic!r} has no AMQP routing key")
-        return self.fan_out(origin, topic, payload, qos, retain, props)
+        return self.fan_out(origin, topic, payload, qos, retain, props) & COMMIT

@@ -31,7 +31,7 @@ from oxiedge.amqp.operations import AmqpOperations
 from oxiedge.amqp.ports import ConnectionLimits
 from oxiedge.amqp.protocol import AmqpProtocol
 from oxiedge.operations import handlers
-from oxiedge.staged import COMMIT, MQTT, NOTHING, ROUTED, Origin, Staged
+from oxiedge.staged import COMMIT, MQTT, NOTHING, REFUSED, ROUTED, Origin, Staged
 from oxiedge.tls import TlsManager, open_secured, peer_name, transport_socket
 
 if TYPE_CHECKING:
@@ -285,7 +285,8 @@ class AmqpService:
         an uplink; never ``AMQP``, whose clients publish through their connection); stage
         its durable records.
 
-        Returns a ``staged.Staged``: ``ROUTED`` if it reached a queue; on ``COMMIT``,
+        Returns a ``staged.Staged``: ``ROUTED`` if it reached a queue, ``REFUSED`` if a
+        queue's reject-publish refused it (MQTT 5's PUBACK 0x97); on ``COMMIT``,
         ``await store.commit()`` before acknowledging the source. An unknown exchange
         routes nowhere (``NOTHING``).
         """
@@ -298,4 +299,4 @@ class AmqpService:
         # to the bus from amq.topic (the echo rule).
         flags, _queues = self.broker.publish(x, routing_key, properties.encode(), body,
                                              persistent, properties.expiration, origin=origin)
-        return flags & (ROUTED | COMMIT)
+        return flags & (ROUTED | COMMIT | REFUSED)

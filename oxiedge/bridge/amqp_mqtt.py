@@ -45,7 +45,7 @@ from typing import Any, Protocol
 
 from ..amqp import spec
 from ..amqp.exchanges import Exchange
-from ..staged import COMMIT, NOTHING, MessageProps, Origin, Staged
+from ..staged import COMMIT, NOTHING, REFUSED, ROUTED, MessageProps, Origin, Staged
 from ..topicmap import EXCHANGE, mqtt_to_routing_key, routing_key_to_mqtt
 from . import props as mapping
 
@@ -102,7 +102,9 @@ class TopicBridge:
         staged = self.amqp.publish_from_bridge(EXCHANGE, key, payload, qos >= 1, properties,
                                                origin=origin)
         self.counters["mqtt_to_amqp"] += 1
-        return staged & COMMIT
+        # (ROUTED: a queue took it; REFUSED: a queue's reject-publish refused it - for MQTT
+        # 5's reason codes, 0x10 and 0x97)
+        return staged & (COMMIT | ROUTED | REFUSED)
 
     # ------------------------------------------------------------ AMQP → MQTT
     def topic_of(self, routing_key: str) -> str | None:

@@ -241,6 +241,11 @@ class Decoder:
         self._pos = 0
         buf += data
 
+    def discard(self) -> None:
+        """Drop everything received and not yet decoded (a connection ending)."""
+        self._buf = b""
+        self._pos = 0
+
     @property
     def first_byte(self) -> int | None:
         """The first byte of the next (possibly incomplete) packet, if any arrived."""

@@ -39,6 +39,7 @@ from oxiedge.mqtt.packets import (
     Unsubscribe,
 )
 from oxiedge.mqtt.session import Session
+from oxiedge.mqtt.shared import unshared
 from oxiedge.mqtt.topics import sys_topic
 from oxiedge.net.actions import CHECKPOINT
 
@@ -221,13 +222,15 @@ class Handlers:
                            ) -> tuple[list[int], list[tuple[str, int]], bool]:
         """SUBSCRIBE with the read rules: a denied filter gets 0x80 (3.9.3), the others are
         subscribed as usual and keep their position in the SUBACK (MQTT-3.8.4-5)."""
-        allowed = [(f, q) for f, q in topics if grants.may_subscribe(f)]
+        # (a shared subscription is checked as its topic filter, as Mosquitto does)
+        allowed = [(f, q) for f, q in topics if grants.may_subscribe(unshared(f))]
         if len(allowed) == len(topics):
             return self.broker.subscribe(s, topics)
         self._perms.counters["mqtt_subscribe_denied"] += len(topics) - len(allowed)
         got, accepted, staged = self.broker.subscribe(s, allowed)
         it = iter(got)
-        codes = [next(it) if grants.may_subscribe(f) else SUBACK_FAILURE for f, _q in topics]
+        codes = [next(it) if grants.may_subscribe(unshared(f)) else SUBACK_FAILURE
+                 for f, _q in topics]  # fmt: skip
         return codes, accepted, staged
 
     def _on_unsubscribe(self, p: Unsubscribe) -> bool:

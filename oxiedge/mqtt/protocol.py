@@ -57,6 +57,7 @@ from oxiedge.mqtt.ports import Alarms, Log, Outlet
 from oxiedge.mqtt.reasons import ReasonCode
 from oxiedge.mqtt.session import Session
 from oxiedge.mqtt.topics import sys_topic
+from oxiedge.mqtt.will5 import send_will5
 from oxiedge.net.actions import (
     BLOCKED,
     CHECKPOINT,
@@ -69,6 +70,9 @@ from oxiedge.net.actions import (
 
 #: Packets one burst handles between two checkpoints.
 BURST_SLICE = 512
+#: Seconds an MQTT 5 connection is read (and its input dropped) after the broker's
+#: DISCONNECT for a broken rule (``_linger``).
+LINGER_S = 2.0
 _STEPPED = (Subscribe, Unsubscribe)
 _CONNECT_FIRST = first_byte(PacketType.CONNECT)
 
@@ -206,7 +210,8 @@ class MqttProtocol(ConnectStep):
                 # A will obeys the publish rules at the moment it would go out.
                 self._perms.counters["mqtt_wills_denied"] += 1
             elif isinstance(will, Will5):
-                kick = self._will5(will, s if ours else None)
+                kick = send_will5(broker, will, self.client_id, self.session,
+                                  s if ours else None)
             else:
                 broker.stats.wills += 1
                 kick = broker.route(will.topic, will.payload, will.qos, will.retain)
@@ -219,27 +224,6 @@ class MqttProtocol(ConnectStep):
                 if s.set_expiry(s.expiry, time.time() + s.expiry):
                     kick = True  # MQTT 5: its deadline on disk (the clock runs while down)
         return kick
-
-    def _will5(self, will: Will5, s: Session | None) -> bool:
-        """An MQTT 5 will: now, or at the earlier of its Will Delay Interval and the end of
-        its session (``wills.py``); True if publishing it now staged durable work."""
-        broker = self.broker
-        delay = will.properties.will_delay_interval or 0
-        mine = self.session
-        if delay and mine is not None and mine.conn is not None \
-                and broker.sessions.get(self.client_id) is mine:
-            # A new connection resumed the session before this one was done closing: a
-            # reconnect within the delay, so no will (MQTT-3.1.3-9).
-            broker.stats.wills_skipped += 1
-            return False
-        if s is not None and not s.clean and s.expiry:
-            delay = min(delay, s.expiry)  # (the session's end sends it too)
-        elif s is None or s.clean:
-            delay = 0  # the session ends now
-        now = time.time()
-        if not delay:
-            return broker.publish_will5(will, now)
-        return broker.wills.delay(self.client_id, now + delay, will)  # (its record: commit)
 
     def _detach(self) -> None:
         """The session leaves this connection (owed retained messages end with it)."""
@@ -280,7 +264,8 @@ class MqttProtocol(ConnectStep):
             self.ended_by_broker = exc.by_broker
             self.close_reason = str(exc)
         except ProtocolError as exc:
-            if self.level == 5 and self.session is not None:
+            told = self.level == 5 and self.session is not None
+            if told:
                 self._ready = b""
                 self._h.replies.clear()
                 self.broker.stats.disconnects_sent += 1
@@ -291,6 +276,8 @@ class MqttProtocol(ConnectStep):
                 stats.topics_refused += 1
             self._abnormal = True
             self.close_reason = f"protocol error: {exc}"
+            if told:
+                yield from self._linger()
         self._h.replies.clear()  # nothing of an unfinished burst is acknowledged
         self._ready = b""
         # The session leaves now: a publish routed before the stream's close is queued,
@@ -298,6 +285,17 @@ class MqttProtocol(ConnectStep):
         self._detach()
         self._closed = Close(self.close_reason)
         yield self._closed
+
+    def _linger(self) -> Generator[object, None, None]:
+        """After a DISCONNECT for a broken rule: nothing more is sent (MQTT-3.14.4-1), and
+        what the client still sends (PUBRELs for PUBRECs it had not read yet) is read and
+        dropped until it closes or ``LINGER_S`` passed, so that it reads the DISCONNECT
+        instead of a reset of a connection closed on its unread input."""
+        self._detach()
+        self.deadline = self.clock() + LINGER_S
+        while not (self._timed_out or self._eof):
+            self.decoder.discard()
+            yield NEED_DATA
 
     def _read(self) -> Generator[object, None, None]:
         """Wait for more input; raises ``CloseConnection`` at the deadline or end of input."""
@@ -329,6 +327,9 @@ class MqttProtocol(ConnectStep):
         if exc is not None:  # CommitError: nothing that waited for it may be acked
             self.broker.stats.commit_errors += 1
             self._log.error("MQTT: commit failed, closing %s: %s", clip(self.client_id), exc)
+            if self._h5 is not None:  # MQTT 5: PUBACK/PUBREC 0x80 with why, then DISCONNECT
+                self.broker.stats.disconnects_sent += 1
+                self.outlet.write(self._h5.failed(f"commit failed: {exc}"))
             raise CloseConnection(f"commit failed: {exc}")
 
     # -------------------------------------------------------------------- bursts

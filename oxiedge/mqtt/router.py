@@ -33,7 +33,7 @@ from oxiedge.mqtt.retain import RetainedStore
 from oxiedge.mqtt.session import Hold, Message, Pending, Session, Stats
 from oxiedge.mqtt.shared import HAND_ON_MAX, SHARE_PREFIX, SharedGroup, SharedSubscriptions
 from oxiedge.mqtt.topics import TopicTrie, topic_matches
-from oxiedge.staged import MQTT, Fanout, Origin
+from oxiedge.staged import COMMIT, MQTT, REFUSED, Fanout, Origin
 
 #: Topics whose merged subscriber list is cached (``Router.routes``). When full the cache
 #: is cleared wholesale: a publisher cycling through more topics than this pays one trie
@@ -101,6 +101,10 @@ class Router:
         # whenever deliveries were added to it (the service's releaser task wakes up).
         self.hold = Hold()
         self.on_hold: Callable[[], None] | None = None
+        # ``route5``'s last message was taken by nobody (MQTT 5's reason code 0x10).
+        self.unrouted = False
+        # ... and a destination's bound refused it (0x97: reject-publish through amq.topic).
+        self.refused = False
         # The destinations outside MQTT (see ``route``); wired once by ``server.py``.
         self.bus: Fanout | None = None
 
@@ -199,7 +203,7 @@ class Router:
         # (the one place MQTT hands a publish on; everything above is MQTT's own)
         bus = self.bus
         if bus is not None and bus.fan_out(MQTT if origin is None else origin, topic,
-                                           payload, qos, retain):
+                                           payload, qos, retain) & COMMIT:
             staged = True
         # ---- end of the destinations outside MQTT ---------------------------------------
         return staged
@@ -220,20 +224,25 @@ class Router:
         subscribers get (``forward5.forwarded``), ``expires_at`` its wall-clock deadline.
         Without either it is ``route`` (3.1.1 subscribers share one QoS 0 frame; its own
         frame is an MQTT 5 one, so it is never passed on as theirs). ``origin``: another
-        origin of the bus whose publish has properties (``None``: an MQTT 5 client)."""
+        origin of the bus whose publish has properties (``None``: an MQTT 5 client).
+
+        Afterwards ``unrouted`` says whether nothing took it: no session (its options
+        aside), no destination of the bus (PUBACK/PUBREC 0x10, "no matching subscribers")."""
         if origin is None:
             self.stats.messages_in5 += 1
-        if props is NO_PROPERTIES and expires_at is None:
-            return self.route(topic, payload, qos, retain, origin, topic_b, None, publisher)
         self.stats.messages_in += 1
         staged = False
+        self.refused = False
         route = self.routes.get(topic)
         if route is None:
             route = self._route_of(topic)
         sp = self.specials.get(topic) if self.specials else None
         sh = self.shared.match(topic) if self.shared.groups else None
+        unrouted = not (route or sp or sh)
         if route or retain or sp or sh:
-            msg = Message5(topic, payload, topic_b, props, expires_at)
+            msg = (Message(topic, payload, topic_b)
+                   if props is NO_PROPERTIES and expires_at is None
+                   else Message5(topic, payload, topic_b, props, expires_at))
             if retain:
                 staged = self.retained.keep(msg, qos)
             hold = self.hold if qos == 2 else None
@@ -247,9 +256,16 @@ class Router:
             if hold is not None:
                 self.held()
         bus = self.bus
-        if bus is not None and bus.fan_out(MQTT if origin is None else origin, topic, payload,
-                                           qos, retain, to_bus(props, expires_at)):
-            staged = True
+        if bus is not None:
+            fan = bus.fan_out(MQTT if origin is None else origin, topic, payload, qos, retain,
+                              None if props is NO_PROPERTIES and expires_at is None
+                              else to_bus(props, expires_at))  # fmt: skip
+            if fan:
+                unrouted = False
+                if fan & COMMIT:
+                    staged = True
+                self.refused = bool(fan & REFUSED)
+        self.unrouted = unrouted
         return staged
 
     @staticmethod

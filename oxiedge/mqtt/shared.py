@@ -47,6 +47,12 @@ def split_share(topic_filter: str) -> tuple[str, str] | None:
     return group, flt
 
 
+def unshared(topic_filter: str) -> str:
+    """The FILTER of a ``$share/GROUP/FILTER`` (what the read rules check), else itself."""
+    parts = split_share(topic_filter)
+    return topic_filter if parts is None else parts[1]
+
+
 def share_problem(topic_filter: str) -> str | None:
     """Why a ``$share/...`` string is no shared subscription (4.8.2), or None."""
     parts = split_share(topic_filter)

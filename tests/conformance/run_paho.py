@@ -161,23 +161,13 @@ def _tail(detail: str) -> str:
 
 #: MQTT 5 suite: test name -> why it fails against oxiedge (what is not done yet).
 KNOWN5: dict[str, str] = {
-    "test_shared_subscriptions": "shared subscriptions (`$share/GROUP/FILTER`) are not done "
-                                 "yet: SUBACK 0x9E, which the suite's own client refuses to "
-                                 "parse (it accepts only 0, 1, 2 and 0x80 in a SUBACK)",
-    "test_server_topic_alias": "the broker does not yet send Topic Aliases to clients (it "
-                               "may not: a client's Topic Alias Maximum is a maximum)",
-    "test_server_keep_alive": "the test assumes a broker that caps keep-alive at 60 s and "
-                              "says so with Server Keep Alive; oxiedge has no keep-alive cap "
-                              "(no option for it yet), so it sends none",
-    "test_flow_control2": "oxiedge sends DISCONNECT 0x93 and closes at the 1,025th QoS 2 "
-                          "PUBLISH awaiting PUBREL, as the test wants; the suite's client is "
-                          "still sending PUBRELs for the earlier PUBRECs and dies on the "
-                          "closed socket (BrokenPipeError) before it reads the DISCONNECT",
     "test_subscribe_options": "a race in the test: it waits for the first client's SUBACK "
                               "twice, so the first client's PUBLISH can be handled before "
-                              "the second client's SUBSCRIBE (it passes when the SUBSCRIBE "
-                              "wins; test_request_response has the same race)",
-    "test_request_response": "same race as test_subscribe_options (passed in this run)",
+                              "the second client's SUBSCRIBE (the two packets arrive on two "
+                              "connections microseconds apart; which one the broker reads "
+                              "first is not fixed: trio runs tasks woken together in either "
+                              "order). It passes when the SUBSCRIBE wins",
+    "test_request_response": "same race as test_subscribe_options",
 }
 NOT_RUN5 = {
     "client_test.py": "the MQTT 3.1.1 suite: its own block above",

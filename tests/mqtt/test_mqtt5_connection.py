@@ -11,6 +11,7 @@ from oxiedge.mqtt.packets5 import (
     Connect5,
     Puback5,
     Publish5,
+    Pubrel5,
     Suback5,
     Subscribe5,
     Subscription,
@@ -105,3 +106,37 @@ def test_an_authentication_method_gets_0x8c(shared_mqtt: ServerProcess) -> None:
     ack = connack(shared_mqtt.mqtt_port, 60, Properties(authentication_method="SCRAM-SHA-1",
                                                         authentication_data=b"n,,n=u,r=x"))
     assert ack.reason_code == 0x8C  # Bad authentication method (4.12)
+
+
+def test_0x10_only_when_nothing_took_the_message(start_server: Start) -> None:
+    import pika
+
+    srv = start_server("--ingest", "ing/#:docs")
+    conn = pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", srv.amqp_port))
+    ch = conn.channel()
+    ch.queue_declare("q10", durable=False, exclusive=True)
+    ch.queue_bind("q10", "amq.topic", "amqp.#")
+    pub = Raw5(srv.mqtt_port)
+    pub.connect("z-pub", props=Properties())
+    codes = []
+    for pid, topic in enumerate(["none/x", "amqp/x", "ing/x"], start=1):
+        for qos in (1, 2):
+            pub.send(Publish5(topic, b"{}", qos, False, False, pid * 2 + qos))
+            ack = pub.next()
+            codes.append((topic, qos, ack.reason_code))  # type: ignore[attr-defined]
+            if qos == 2:
+                pub.send(Pubrel5(pid * 2 + qos))
+                pub.next()
+    # An AMQP queue that is not durable took it (no commit needed): not 0x10 either.
+    assert codes == [("none/x", 1, 0x10), ("none/x", 2, 0x10), ("amqp/x", 1, 0),
+                     ("amqp/x", 2, 0), ("ing/x", 1, 0), ("ing/x", 2, 0)]  # fmt: skip
+    assert ch.basic_get("q10", auto_ack=True)[2] == b"{}"
+    # A queue whose bound refuses under reject-publish: 0x97 (Quota exceeded).
+    ch.queue_declare("qfull", durable=False, exclusive=True,
+                     arguments={"x-max-length": 1, "x-overflow": "reject-publish"})
+    ch.queue_bind("qfull", "amq.topic", "full.#")
+    for pid, want in ((20, 0), (21, 0x97)):
+        pub.send(Publish5("full/x", b"f", 1, False, False, pid))
+        assert pub.next() == Puback5(pid, want)
+    conn.close()
+    pub.close()

@@ -153,8 +153,12 @@ def test_reason_codes_of_acks_and_unsuback(shared_mqtt: Server, v5: Make) -> Non
     assert c.publish("r5/x", b"\xff\xfe", 1, properties=bad) == 0x99
     # (paho sends PUBREL after a refusing PUBREC anyway; that id is unknown: PUBCOMP 0x92)
     assert c.publish("r5/x", b"\xff\xfe", 2, properties=bad) in (0x99, 0x92)
-    assert c.publish("r5/x", "fine ü".encode(), 1, properties=bad) == 0
+    # Accepted, but nobody subscribed: 0x10 (No matching subscribers) at QoS 1 and 2.
+    assert c.publish("r5/x", "fine ü".encode(), 1, properties=bad) == 0x10
+    assert c.publish("r5/x", b"plain", 1) == 0x10
     assert c.subscribe("r5/a", 1) == [1]
+    assert c.publish("r5/a", b"taken", 1) == 0
+    assert c.get().payload == b"taken"
     assert c.subscribe("$share//r5/a", 1) == [0x8F]
     assert c.unsubscribe("r5/a", "r5/never") == [0x00, 0x11]
 

@@ -261,3 +261,18 @@ def test_delete_stream(conn: Any, filled: str) -> None:
     declare(ch, filled)
     assert ch.queue_declare(filled, passive=True).method.message_count == 0
     assert take(conn, filled, 0, "first") == []
+
+
+def test_dead_letters_land_in_a_stream(conn: Any) -> None:
+    ch = conn.channel()
+    ch.exchange_declare("s-dlx", "fanout", durable=True)
+    declare(ch, "s-dead")
+    ch.queue_bind("s-dead", "s-dlx")
+    ch.queue_declare("s-work", durable=True, arguments={"x-dead-letter-exchange": "s-dlx"})
+    ch.confirm_delivery()
+    ch.basic_publish("", "s-work", b"bad", pika.BasicProperties(delivery_mode=2))
+    m, _p, _b = ch.basic_get("s-work")
+    ch.basic_reject(m.delivery_tag, requeue=False)
+    got = take(conn, "s-dead", 1, "first")
+    assert got[0][1] == b"bad" and got[0][0] == 0
+    assert got[0][2]["x-death"][0]["reason"] == "rejected"

@@ -48,7 +48,7 @@ class Reader(Protocol):
 class PendingCodec:
     """``m`` records <-> ``Pending``; a queue counts topic + payload bytes."""
 
-    __slots__ = ("_topics", "dup_below", "reader")
+    __slots__ = ("_head", "_last", "_topics", "dup_below", "reader")
 
     def __init__(self) -> None:
         self.dup_below = 0  # seqs below: possibly sent before a restart (DUP)
@@ -58,9 +58,20 @@ class PendingCodec:
         # Topics read back, checked once (a backlog holds a few topics many times): the
         # raw topic -> (topic, the raw topic every message of it shares).
         self._topics: dict[bytes, tuple[str, bytes]] = {}
+        # The header (flags, topic length, topic) of the last MQTT 3.1.1 record decoded and
+        # what it decoded to: a backlog's next record has the same one, mostly. (Starts as
+        # flags 0xFF, which no record has: ``decode`` refuses QoS 3.)
+        self._head = b"\xff"
+        self._last: tuple[str, bytes, int, bool] = ("", b"", 0, False)
 
     def decode(self, seq: int, value: bytes) -> Pending | None:
-        """``persist.check_msg_value`` with the topic checked once per topic."""
+        """``persist.check_msg_value`` with the topic checked once per topic (and a record
+        with the header of the one before checked by comparing that header)."""
+        head = self._head
+        if value.startswith(head) and self.reader is None:
+            topic, topic_b, qos, retain = self._last
+            return Pending(seq, Message(topic, value[len(head):], topic_b), qos, retain,
+                           seq < self.dup_below, len(value) - 3)
         length = len(value)
         if length < 3:
             raise ValueError("message header does not match its length")
@@ -84,6 +95,7 @@ class PendingCodec:
         else:
             msg = Message(topic, value[end:], topic_b)
             size = length - 3  # topic + payload
+            self._head, self._last = value[:end], (topic, topic_b, flags & 3, bool(flags & 4))
         return Pending(seq, msg, flags & 3, bool(flags & 4), seq < self.dup_below, size)
 
     def raw_size(self, value: bytes) -> int:

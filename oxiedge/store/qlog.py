@@ -232,13 +232,14 @@ class QueueLog(Generic[E]):
         assert store is not None
         codec, ready, cf, n = self.codec, self.ready, self.cf, 0
         decode, unpack = codec.decode, _SEQ.unpack_from
-        window, window_bytes = self.window, self.window_bytes
+        window, window_bytes = self.window - len(ready), self.window_bytes
         width = len(self.prefix) + _SEQ.size
         at = width - _SEQ.size
         start, end = self.key(self.disk_from), self.key(self.disk_to)
         next_from = self.disk_to
         each = self.bytes // self.count if self.count > 0 else 0  # the queue's mean size
-        chunk = max(1, min(window, window_bytes // each if each else _CHUNK))
+        chunk = max(1, min(window, (window_bytes - self.ready_bytes) // each if each else _CHUNK))
+        add, held = ready.append, self.ready_bytes  # (``held``: ``ready_bytes``, kept local)
         while True:
             pairs = store.read_range(cf, start, end, chunk)
             for key, value in pairs:
@@ -255,19 +256,20 @@ class QueueLog(Generic[E]):
                     self.skipped += 1
                     self._gone(seq, codec.raw_size(value))
                     continue
-                ready.append(item)
-                self.ready_bytes += item.size
+                add(item)
+                held += item.size
                 n += 1
-                if n >= window or self.ready_bytes >= window_bytes:
+                if n >= window or held >= window_bytes:
                     next_from = seq + 1
                     break
             else:
                 if len(pairs) == chunk:  # more on disk: go on after the last key read
                     start = pairs[-1][0] + b"\x00"
-                    each = max(1, self.ready_bytes // max(1, n))
-                    chunk = max(1, min(window - n, (window_bytes - self.ready_bytes) // each))
+                    each = max(1, held // max(1, len(ready)))
+                    chunk = max(1, min(window - n, (window_bytes - held) // each))
                     continue
             break
+        self.ready_bytes = held
         self.disk_from = next_from
         self.read_back += n
 
@@ -376,11 +378,15 @@ class QueueLog(Generic[E]):
             self.store.defer(self._flush)
 
     def _flush(self) -> None:
-        """Stage the run removed since the last round and the metadata record."""
-        self._dirty = False
+        """Stage the run removed since the last round and the metadata record; read the
+        next window ahead for a consumer that is draining the disk part."""
         store = self.store
         if self._closed or store is None:
+            self._dirty = False
             return
+        if self.out and self.disk_to > self.disk_from and len(self.ready) < self.window >> 1:
+            self._read_back()  # (``_dirty`` still set: what it removes joins this round)
+        self._dirty = False
         floor = self._floor()  # every seq below the smallest live one is removed
         if floor > self.deleted_to:
             self.deleted_to = floor

@@ -6,9 +6,13 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 
+import pytest
+
+from oxiedge.mqtt import persist
 from oxiedge.mqtt.broker import Broker
 from oxiedge.mqtt.codec import encode
 from oxiedge.mqtt.packets import Puback, Publish
+from oxiedge.mqtt.queue import PendingCodec
 from oxiedge.mqtt.session import Limits
 from oxiedge.store import Store
 from oxiedge.store.qlog import WINDOW
@@ -48,6 +52,28 @@ def test_offline_backlog_is_on_disk_and_read_back_a_window_at_a_time(store: Stor
     assert q.read_back == n
     store.commit_blocking()
     assert list(store.iter_raw("mqtt", b"m")) == []
+
+
+def test_read_back_decodes_records_that_share_a_header_and_those_that_do_not() -> None:
+    codec = PendingCodec()
+    enc = persist.encode_msg
+    records = [enc(1, False, b"a/b", b"1"), enc(1, False, b"a/b", b"22"),
+               enc(2, True, b"a/b", b"3"), enc(1, False, b"a/c", b""),
+               enc(1, False, b"a/c", b"55555")]
+    got = [codec.decode(seq, value) for seq, value in enumerate(records)]
+    assert [(p.msg.topic, p.msg.payload, p.qos, p.retain, p.size) for p in got if p] == [
+        ("a/b", b"1", 1, False, 4), ("a/b", b"22", 1, False, 5), ("a/b", b"3", 2, True, 4),
+        ("a/c", b"", 1, False, 3), ("a/c", b"55555", 1, False, 8)]
+
+    class NoC:
+        def may_read(self, topic: str) -> bool:
+            return topic != "a/c"
+
+    codec.reader = NoC()  # a reader set later applies to the header seen before, too
+    assert codec.decode(5, records[4]) is None
+    assert codec.decode(6, records[0]) is not None
+    with pytest.raises(ValueError):
+        codec.decode(7, b"\x01\x00\x09a/b")  # topic length beyond the record
 
 
 def test_restart_reads_counters_and_redelivers_with_dup(store: Store) -> None:

@@ -91,6 +91,26 @@ def test_deep_backlog_leaves_memory_once_synced_and_reads_back_in_windows(store:
     assert q.read_back == 1000 and len(q) == 0 and q.bytes == 0
 
 
+def test_a_draining_consumer_gets_the_next_window_read_ahead_in_the_round(store: Store) -> None:
+    q = make(store, window=8)
+    fill(q, 0, 40, keep=False)
+    store.commit_blocking()
+    fill(q, 40, 1)  # lets go of what is synced
+    first = q.peek()
+    assert first is not None and q.read_back == 8 and len(q.ready) == 8
+    for _ in range(6):  # the consumer takes and acknowledges 6: the window runs low
+        item = q.peek()
+        assert item is not None
+        q.pop()
+        q.ack(item.seq)
+    q.peek()
+    q.pop()  # one out (a consumer is draining), one left in memory
+    assert len(q.ready) == 1 and q.read_back == 8
+    store.commit_blocking()  # the round reads ahead: ``peek`` will not wait for the disk
+    assert len(q.ready) == 8 and q.read_back == 15
+    assert drain(q) == list(range(7, 41))
+
+
 def test_a_consumer_that_keeps_up_is_served_from_memory(store: Store) -> None:
     q = make(store, window=8)
     for seq in range(100):

@@ -1,6 +1,7 @@
 """A deep backlog in one offline MQTT session: memory, restart and SD-card cost.
 
-``python -m bench.backlog [--messages 1000000] [--payload 100] [--json FILE]``
+``python -m bench.backlog [--messages 1000000] [--payload 100] [--json FILE]
+[--tree LABEL=DIR ...] [--rounds R] [--py-spy PATH] [--memory-max 512M]``
 
 Sequence: start oxiedge (the per-session bounds lifted to hold N) → RSS idle → one
 persistent QoS 1 subscriber goes offline → a raw publisher fills N QoS 1 messages, 500 in
@@ -9,6 +10,16 @@ SIGKILL → restart on the same data dir (time from exec to ``oxiedge ready``, R
 the restart) → the subscriber reconnects and drains everything, acknowledging each
 message (drain rate, bytes written) → RSS after the drain. RSS per queued message is
 ``(full - idle) / N``.
+
+``--tree LABEL=DIR`` (repeatable) runs the same sequence against another checkout with its
+own ``.venv`` (``DIR/.venv/bin/python -m oxiedge``), ``--rounds`` times, the trees taking
+turns: a before/after in one invocation on a machine whose load moves. ``--py-spy PATH``
+samples the broker during each drain (``--format raw``: collapsed stacks, next to the JSON;
+``--gil``: the thread that holds the GIL, so CPU in Python rather than waits).
+``--memory-max`` runs the broker in a systemd scope with ``MemoryMax`` where ``systemd-run
+--scope`` works; where it does not (no systemd as PID 1, as in a container) the run records
+the broker's peak RSS (``VmHWM``) after the fill and after the drain and whether it stayed
+under the cap (``within_cap``).
 """
 
 from __future__ import annotations
@@ -18,6 +29,7 @@ import json
 import shutil
 import signal
 import struct
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -37,6 +49,39 @@ def rss_mb(t: Target, pause: float = 2.0) -> float:
     time.sleep(pause)  # let the allocator and the last commit round settle
     s = procstat.sample(t.pid)
     return s.rss / 1e6 if s else float("nan")
+
+
+def peak_rss_mb(pid: int | None) -> float:
+    """The process's peak resident set (``/proc/PID/status`` VmHWM) in MB."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024 / 1e6
+    except OSError:
+        pass
+    return float("nan")
+
+
+def memory_cap(limit: str) -> tuple[list[str], str]:
+    """The command prefix that runs the broker under a memory cap of ``limit`` (``512M``),
+    and how: a systemd scope where ``systemd-run`` works, else none - the fallback is the
+    peak-RSS check of ``run`` (``VmHWM`` of the broker against the cap after every step)."""
+    if not limit:
+        return [], ""
+    prefix = ["systemd-run", "--scope", "--quiet", "-p", f"MemoryMax={limit}"]
+    try:
+        ok = subprocess.run([*prefix, "true"], capture_output=True, timeout=30).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        ok = False
+    if ok:
+        return prefix, f"systemd-run --scope -p MemoryMax={limit}"
+    return [], f"peak RSS (VmHWM) checked against {limit} (systemd-run --scope unavailable)"
+
+
+def _bytes_of(limit: str) -> int:
+    units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+    return int(limit[:-1]) * units[limit[-1].upper()] if limit[-1:].isalpha() else int(limit)
 
 
 def written(pid: int | None) -> int:
@@ -117,14 +162,17 @@ def drain(t: Target, n: int) -> tuple[int, float]:
     return got, elapsed
 
 
-def run(a: argparse.Namespace) -> dict[str, Any]:
+def run(a: argparse.Namespace, tree: Path | None = None, spy: Path | None = None
+        ) -> dict[str, Any]:
     n = a.messages
     args = ["--mqtt-queue-limit", str(n + 1000), "--mqtt-queue-bytes", "64GiB",
             "--amqp-port", "off", *a.oxiedge_arg]
-    st: Started = brokers.start_oxiedge(args, timeout=300)
+    prefix, how = memory_cap(a.memory_max)
+    st: Started = brokers.start_oxiedge(args, timeout=300, tree=tree, cpu_prefix=prefix)
     data = st.tmp / "data"
     tmps = [st.tmp]
-    out: dict[str, Any] = {"messages": n, "payload": a.payload}
+    out: dict[str, Any] = {"messages": n, "payload": a.payload, "memory_cap": how}
+    peaks: list[float] = []
     try:
         out["rss_idle_mb"] = rss_mb(st.target)
         w0 = written(st.target.pid)
@@ -132,23 +180,57 @@ def run(a: argparse.Namespace) -> dict[str, Any]:
         out.update(filled=acked, fill_s=secs, fill_msg_s=acked / secs if secs else 0.0)
         out["rss_full_mb"] = rss_mb(st.target)
         out["fill_write_bytes"] = written(st.target.pid) - w0
+        peaks.append(peak_rss_mb(st.target.pid))
         out["rss_per_msg_b"] = (out["rss_full_mb"] - out["rss_idle_mb"]) * 1e6 / max(1, acked)
         st.stop(remove=False, sig=signal.SIGKILL)
-        st = brokers.start_oxiedge(args, data=data, timeout=300)
+        st = brokers.start_oxiedge(args, data=data, timeout=300, tree=tree, cpu_prefix=prefix)
         tmps.append(st.tmp)
         out["ready_after_sigkill_s"] = st.ready_s
         out["recovered"] = [x for x in st.log_lines if "recovered" in x]
         out["rss_after_restart_mb"] = rss_mb(st.target)
         w0 = written(st.target.pid)
+        sampler = None
+        if a.py_spy and spy is not None:
+            sampler = subprocess.Popen([a.py_spy, "record", "--format", "raw", "--rate", "200",
+                                        "--gil", "--nonblocking",
+                                        "--pid", str(st.target.pid), "--output", str(spy)],
+                                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            time.sleep(1.0)  # attached before the drain starts
+        c0 = procstat.sample(st.target.pid)
         got, secs = drain(st.target, acked)
+        c1 = procstat.sample(st.target.pid)
+        if c0 and c1:  # the broker's CPU per message drained: less load-dependent than rate
+            out["drain_cpu_us"] = (c1.cpu - c0.cpu) * 1e6 / max(1, got)
+        if sampler is not None:
+            sampler.send_signal(signal.SIGINT)
+            sampler.wait(30)
         out.update(drained=got, drain_s=secs, drain_msg_s=got / secs if secs else 0.0)
         out["drain_write_bytes"] = written(st.target.pid) - w0
         out["rss_drained_mb"] = rss_mb(st.target)
+        peaks.append(peak_rss_mb(st.target.pid))
+        out["peak_rss_mb"] = max(peaks)
+        if a.memory_max:
+            out["within_cap"] = out["peak_rss_mb"] * 1e6 <= _bytes_of(a.memory_max)
     finally:
         st.stop(remove=False)
         for d in tmps:
             shutil.rmtree(d, ignore_errors=True)
     return out
+
+
+ROW = ("| tree | N | RSS idle / full / after SIGKILL+restart / drained MB | B per msg | "
+       "ready after SIGKILL s | fill msg/s | drain msg/s | broker CPU µs per drained msg | "
+       "written fill / drain B per msg |")
+
+
+def row(label: str, r: dict[str, Any]) -> str:
+    n = max(1, r.get("filled", 0))
+    return (f"| {label} | {r['messages']:,} | {r['rss_idle_mb']:.1f} / {r['rss_full_mb']:.1f} / "
+            f"{r['rss_after_restart_mb']:.1f} / {r['rss_drained_mb']:.1f} | "
+            f"{r['rss_per_msg_b']:.1f} | {r['ready_after_sigkill_s']:.2f} | "
+            f"{r['fill_msg_s']:,.0f} | {r['drain_msg_s']:,.0f} | "
+            f"{r.get('drain_cpu_us', float('nan')):.1f} | {r['fill_write_bytes'] / n:.0f} / "
+            f"{r['drain_write_bytes'] / n:.0f} |")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -157,24 +239,36 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--messages", type=int, default=1_000_000)
     p.add_argument("--payload", type=int, default=100)
     p.add_argument("--oxiedge-arg", action="append", default=[])
+    p.add_argument("--tree", action="append", default=[], metavar="LABEL=DIR",
+                   help="also run against this checkout (its own .venv); repeatable")
+    p.add_argument("--rounds", type=int, default=1)
+    p.add_argument("--memory-max", default="", metavar="SIZE",
+                   help="run the broker under this memory cap (512M; module docstring)")
+    p.add_argument("--py-spy", help="py-spy executable: sample the broker during the drain")
     p.add_argument("--json", type=Path)
     a = p.parse_args(argv)
     info = describe(".")
     print("machine:", one_line(info), flush=True)
-    r = run(a)
-    print(json.dumps(r, default=str), flush=True)
+    trees: list[tuple[str, Path | None]] = [("this", None)]
+    for spec in a.tree:
+        label, _, where = spec.partition("=")
+        trees.append((label, Path(where).resolve()))
+    results: list[dict[str, Any]] = []
+    for k in range(a.rounds):
+        for label, tree in trees:
+            spy = a.json.with_suffix(f".{label}.{k}.spy") if a.json else None
+            r = run(a, tree, spy)
+            r["tree"], r["round"] = label, k
+            print(json.dumps(r, default=str), flush=True)
+            results.append(r)
     print()
-    print("| N | RSS idle / full / after SIGKILL+restart / drained MB | B per msg | "
-          "ready after SIGKILL s | fill msg/s | drain msg/s | written fill / drain B per msg |")
-    print("|---|---|---|---|---|---|---|")
-    n = max(1, r.get("filled", 0))
-    print(f"| {r['messages']:,} | {r['rss_idle_mb']:.1f} / {r['rss_full_mb']:.1f} / "
-          f"{r['rss_after_restart_mb']:.1f} / {r['rss_drained_mb']:.1f} | "
-          f"{r['rss_per_msg_b']:.1f} | {r['ready_after_sigkill_s']:.2f} | "
-          f"{r['fill_msg_s']:,.0f} | {r['drain_msg_s']:,.0f} | "
-          f"{r['fill_write_bytes'] / n:.0f} / {r['drain_write_bytes'] / n:.0f} |")
+    print(ROW)
+    print("|---|---|---|---|---|---|---|---|---|")
+    for r in results:
+        print(row(r["tree"], r))
     if a.json:
-        a.json.write_text(json.dumps({"machine": info, "result": r}, indent=1, default=str))
+        a.json.write_text(json.dumps({"machine": info, "results": results}, indent=1,
+                                     default=str))
     return 0
 
 

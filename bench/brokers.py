@@ -248,17 +248,21 @@ def oxiedge_command() -> list[str]:
 
 def start_oxiedge(extra_args: list[str] | None = None, data: Path | None = None,
                   cpu_prefix: list[str] | None = None, env: dict[str, str] | None = None,
-                  timeout: float = 60.0, name: str = "oxiedge") -> Started:
-    """``oxiedge serve`` on free ports (port 0), temp data dir; waits for ``oxiedge ready``."""
+                  timeout: float = 60.0, name: str = "oxiedge",
+                  tree: Path | None = None) -> Started:
+    """``oxiedge serve`` on free ports (port 0), temp data dir; waits for ``oxiedge ready``.
+    ``tree``: another checkout with its own ``.venv`` (a before/after in one invocation)."""
     tmp = Path(tempfile.mkdtemp(prefix="bench-oxi-"))
     data = data or tmp / "data"
-    cmd = [*(cpu_prefix or []), *oxiedge_command(), "serve", "--data", str(data),
+    command = oxiedge_command() if tree is None else [
+        str(tree / ".venv" / "bin" / "python"), "-m", "oxiedge"]
+    cmd = [*(cpu_prefix or []), *command, "serve", "--data", str(data),
            "--bind", "127.0.0.1", "--mqtt-port", "0", "--amqp-port", "0",
-           "--http-port", "off", *(extra_args or [])]  # (--oxiedge-arg=--http-port=0 wins)
+           *_http_off(tree), *(extra_args or [])]  # (--oxiedge-arg=--http-port=0 wins)
     log = tmp / "oxiedge.log"
     t0 = time.monotonic()
     proc = popen_broker(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd=tmp,
-                        env=_with_repo_on_path(env))
+                        env=_with_repo_on_path(env, tree or REPO))
     t = Target(name, pid=proc.pid, log_path=log)
     st = Started(t, proc, tmp)
     ready = threading.Event()
@@ -295,10 +299,17 @@ def start_oxiedge(extra_args: list[str] | None = None, data: Path | None = None,
     return st
 
 
-def _with_repo_on_path(extra: dict[str, str] | None) -> dict[str, str]:
+def _http_off(tree: Path | None) -> list[str]:
+    """``--http-port off``, unless ``tree`` predates the HTTP listener (no such flag)."""
+    if tree is not None and not (tree / "oxiedge" / "http").is_dir():
+        return []
+    return ["--http-port", "off"]
+
+
+def _with_repo_on_path(extra: dict[str, str] | None, repo: Path = REPO) -> dict[str, str]:
     """The server runs in its temp dir: make this checkout importable when not installed."""
     env = dict(os.environ, **(extra or {}))
-    env["PYTHONPATH"] = os.pathsep.join(x for x in (str(REPO), env.get("PYTHONPATH")) if x)
+    env["PYTHONPATH"] = os.pathsep.join(x for x in (str(repo), env.get("PYTHONPATH")) if x)
     return env
 
 

@@ -123,7 +123,7 @@ class AmqpMessageOps:
             return rows
         stored = False
         for m in taken:
-            stored |= m.stored
+            stored |= m.stored is True  # (a non-persistent one: nothing to sync)
             self.broker.forget(q, m)
         q.delivered += len(taken)
         self.broker.counters["delivered"] += len(taken)

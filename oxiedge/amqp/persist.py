@@ -6,8 +6,11 @@
 * Persistent messages (delivery-mode 2) on durable queues are raw records in the ``amqp``
   column family: key ``b"m" + qid (8 bytes BE) + seq (8 bytes BE)``; value
   ``version octet, exchange shortstr, routing-key shortstr, uint32 length + the content
-  properties exactly as received (flags word onwards), body``.  An ack deletes by key
-  ``(qid, seq)``; deleting a queue deletes its whole key range.
+  properties exactly as received (flags word onwards), body``.  A durable classic or
+  quorum queue keeps them as a queue log (``queuelog.py``, ``store/qlog.py``): its counters
+  in ``b"c" + qid`` (floor, tail, count, body bytes), an acknowledged run deleted as one
+  range; a non-persistent message paged to disk is the same record behind the one-byte
+  mark ``VOLATILE`` (discarded after a restart).  Deleting a queue deletes its key range.
 * ``find _amqp`` shows those records as ``{"_kind": "qmsg", ...}`` through a store view.
 
 Nothing here awaits: callers stage, then ``await store.commit()`` (or ``kick()``).
@@ -31,6 +34,9 @@ from oxiedge.amqp import spec
 CF = "amqp"
 COLL = "_amqp"
 MSG_PREFIX = b"m"
+META_PREFIX = b"c"
+#: Marks the record of a non-persistent message paged to disk (never a record version).
+VOLATILE = b"\x80"
 _KEY = struct.Struct(">QQ")
 _I = struct.Struct(">I")
 _Q = struct.Struct(">Q")
@@ -41,6 +47,16 @@ _VERSION_TTL = 2
 def msg_key(qid: int, seq: int) -> bytes:
     """Raw key of message ``seq`` of queue ``qid``."""
     return MSG_PREFIX + _KEY.pack(qid, seq)
+
+
+def meta_key(qid: int) -> bytes:
+    """Raw key of the queue log counters of queue ``qid``."""
+    return META_PREFIX + _Q.pack(qid)
+
+
+def parse_meta_key(key: bytes) -> int:
+    """The qid of a queue log counters key."""
+    return int(_Q.unpack_from(key, 1)[0])
 
 
 def queue_range(qid: int) -> tuple[bytes, bytes]:
@@ -70,6 +86,8 @@ def decode_record(value: bytes) -> tuple[str, str, bytes, bytes, float]:
     """``(exchange, routing_key, properties, body, expires)`` of a stored message
     (``expires`` = wall-clock deadline in seconds, 0 = no TTL)."""
     expires = 0.0
+    if value[:1] == VOLATILE:
+        value = value[1:]
     if value and value[0] == _VERSION_TTL:
         expires = _Q.unpack_from(value, 1)[0] / 1000
         value = bytes((_VERSION,)) + value[9:]
@@ -86,6 +104,20 @@ def decode_record(value: bytes) -> tuple[str, str, bytes, bytes, float]:
         raise ValueError("AMQP message record shorter than its properties")
     return (exchange, routing_key, bytes(value[off : off + plen]), bytes(value[off + plen :]),
             expires)
+
+
+def body_size(value: bytes) -> int:
+    """The body length of a record, read from its header only (never raises: a record
+    that does not parse counts its whole length)."""
+    try:
+        off = 1 if value[:1] == VOLATILE else 0
+        if value[off] == _VERSION_TTL:
+            off += 8
+        off += 2 + value[off + 1]
+        off += 1 + value[off]
+        return max(0, len(value) - off - 4 - _I.unpack_from(value, off)[0])
+    except (IndexError, struct.error):
+        return len(value)
 
 
 def jsonable(value: Any) -> Any:

@@ -202,16 +202,26 @@ class PublishPath:
     # -- messages ----------------------------------------------------------------------
 
     def store_message(self, q: Queue, msg: QueuedMessage, record: bytes) -> None:
-        """Stage the durable record of a persistent message on a durable queue."""
-        self.store.stage_put(persist.CF, persist.msg_key(q.qid, msg.seq), record)
+        """Stage the durable record of a persistent message on a durable queue (a queue
+        log stages it as the message is appended)."""
+        if q.log is not None:
+            q.log.stage(msg.seq, record)
+        else:
+            self.store.stage_put(persist.CF, persist.msg_key(q.qid, msg.seq), record)
         msg.stored = True
         self.counters["persisted"] += 1
 
     def forget(self, q: Queue, msg: QueuedMessage) -> None:
         """Stage the deletion of a message's durable record (ack, drop, purge)."""
-        if msg.stored:
+        stored = msg.stored
+        if stored:
             msg.stored = False
-            self.store.stage_delete_key(persist.CF, persist.msg_key(q.qid, msg.seq))
+            if q.log is not None:
+                q.log.done(msg)  # (an in-order run becomes one range delete)
+                if stored is not True:
+                    return  # a non-persistent message: nothing to make durable
+            else:
+                self.store.stage_delete_key(persist.CF, persist.msg_key(q.qid, msg.seq))
             # Cheap when already kicked; the round itself runs only once this task yields,
             # so the deletes of one burst still share one commit.
             self.store.kick()

@@ -1,7 +1,10 @@
 """Recovery of the durable AMQP state at start-up (before any listener opens).
 
 Exchanges, queues and bindings come from their ``_amqp`` documents, messages from the
-``amqp`` column family (key ``(queue id, seq)``).  A record recovery cannot use is
+``amqp`` column family (key ``(queue id, seq)``).  A queue on a queue log (``queuelog.py``:
+durable classic and quorum queues) reads its counters, head and tail, no message; a priority
+queue reads its messages.  The key space is walked one queue at a time (one seek each) to
+find the messages of queues that are gone.  A record recovery cannot use is
 quarantined (``store.quarantine*``), never silently dropped; a message whose queue is gone
 is deleted unless a queue record was quarantined in the same start (then it may be that
 queue's, and is moved aside too).
@@ -12,7 +15,7 @@ from __future__ import annotations
 import struct
 from typing import Any
 
-from oxiedge.amqp import persist
+from oxiedge.amqp import persist, queuelog
 from oxiedge.amqp.broker import Broker, exchange_of_doc
 from oxiedge.amqp.errors import AmqpError
 from oxiedge.amqp.exchanges import SUPPORTED_TYPES, Binding, ExchangeBinding
@@ -80,32 +83,39 @@ def recover(broker: Broker) -> tuple[int, int]:
         b.doc_id = doc["_id"]
         bx.add(b)
     messages = 0
+    for q in by_qid.values():
+        if queuelog.attach(q, store):
+            messages += queuelog.recover(q)
     orphans: set[int] = set()
     loaded: list[tuple[Queue, QueuedMessage]] = []
-    for key, value in store.iter_raw(persist.CF, persist.MSG_PREFIX):
-        if len(key) != 17:
-            store.quarantine(persist.CF, key, value, f"AMQP message key of {len(key)} bytes")
-            continue
-        qid, seq = persist.parse_key(key)
+    for qid in _qids_with_messages(store):
         mq = by_qid.get(qid)
-        if mq is None:
-            if queue_quarantined or store.quarantined_now:  # maybe a lost queue's
+        if mq is not None and mq.log is not None:
+            continue  # on its queue log: read back when delivered
+        lost = mq is None and (queue_quarantined or store.quarantined_now)
+        if mq is None and not lost:
+            orphans.add(qid)
+            continue
+        for key, value in store.iter_range(persist.CF, *persist.queue_range(qid)):
+            seq = persist.parse_key(key)[1] if len(key) == 17 else -1
+            if seq < 0:
+                store.quarantine(persist.CF, key, value, f"AMQP message key of {len(key)} bytes")
+                continue
+            if mq is None:  # maybe a lost queue's
                 store.quarantine(persist.CF, key, value,
                                  f"message {seq} of quarantined queue #{qid}")
-            else:
-                orphans.add(qid)
-            continue
-        try:
-            exchange, routing_key, props, body, expires = persist.decode_record(value)
-            scan_properties(props)
-        except (ValueError, IndexError, struct.error, AmqpError) as exc:
-            store.quarantine(persist.CF, key, value,
-                             f"message {seq} of queue {mq.name!r}: {exc}")
-            continue
-        loaded.append((mq, QueuedMessage(seq, exchange, routing_key, props, body, True,
-                                         True, expires)))
-        mq.next_seq = seq + 1
-        messages += 1
+                continue
+            try:
+                exchange, routing_key, props, body, expires = persist.decode_record(value)
+                scan_properties(props)
+            except (ValueError, IndexError, struct.error, AmqpError) as exc:
+                store.quarantine(persist.CF, key, value,
+                                 f"message {seq} of queue {mq.name!r}: {exc}")
+                continue
+            loaded.append((mq, QueuedMessage(seq, exchange, routing_key, props, body, True,
+                                             True, expires)))
+            mq.next_seq = seq + 1
+            messages += 1
     # Enqueued only once every queue knows its next seq: a message dropped at a length
     # limit during recovery may be dead-lettered into another recovered queue, and its
     # new record must not take the key of one not loaded yet.
@@ -115,10 +125,35 @@ def recover(broker: Broker) -> tuple[int, int]:
             mq.ttl_seen = True
     del loaded
     for q in by_qid.values():
+        if q.log is not None:
+            queuelog.trim(q)
+    for q in by_qid.values():
         q.arm()  # head expiry (TTLs kept running while the server was down), x-expires
     for qid in orphans:
         store.stage_delete_range(persist.CF, *persist.queue_range(qid))
+    for key, _value in store.iter_raw(persist.CF, persist.META_PREFIX):
+        if len(key) != 9 or persist.parse_meta_key(key) not in by_qid:
+            store.stage_delete_key(persist.CF, key)  # the counters of a queue gone
     for q in by_qid.values():
         messages -= q.dropped
         q.published = 0
     return len(by_qid), messages
+
+
+def _qids_with_messages(store: Any) -> list[int]:
+    """The queue ids that have message records: one seek per queue, not one step per
+    message (a key too short to name a queue is moved aside)."""
+    qids: list[int] = []
+    start, end = persist.MSG_PREFIX, b"n"  # every key under "m"
+    while pairs := store.read_range(persist.CF, start, end, 1):
+        key, value = pairs[0]
+        if len(key) < 9:
+            store.quarantine(persist.CF, key, value, f"AMQP message key of {len(key)} bytes")
+            start = key + b"\x00"
+            continue
+        qid = int.from_bytes(key[1:9], "big")
+        qids.append(qid)
+        if qid == (1 << 64) - 1:
+            break
+        start = persist.queue_range(qid)[1]
+    return qids

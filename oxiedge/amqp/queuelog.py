@@ -1,0 +1,193 @@
+"""A durable queue's ready messages on the store's queue log (``oxiedge/store/qlog.py``).
+
+Theory of operation
+-------------------
+A durable classic or quorum queue (not a priority queue, not an exclusive one) keeps its
+ready messages in a :class:`~oxiedge.store.qlog.QueueLog` over the records it already had:
+key ``b"m" + qid + seq`` in the ``amqp`` column family (``persist.py``), so key order is
+delivery order, with its counters in ``b"c" + qid``. :class:`LogReady` stands in for the
+queue's ready deque (as ``priority.PriorityReady`` does), so dispatch, ``basic.get``, TTL
+expiry and the length limits, which work on the head, are unchanged:
+
+* ``popleft`` = the log's ``peek`` + ``pop``: the message is *out* until the broker forgets
+  it (ack, drop, expiry, dead-lettering: ``PublishPath.forget`` calls :meth:`LogReady.done`).
+  A consumer that keeps up is served from the log's window in memory; a deep backlog is
+  read back a window at a time, in sequential batches.
+* ``put_back``: a requeue (nack, reject, recover, a closed channel) returns the message to
+  its place, redelivered.
+* a persistent message's record is handed over by ``PublishPath.store_message``
+  (:meth:`LogReady.stage`) and staged by the log's ``append``; a non-persistent one is kept
+  in the window without a record while the window has room, else written with the
+  :data:`persist.VOLATILE` mark: it pages to disk like the others, and a restart discards
+  it when it is read back (it was written by an earlier run: ``Codec.recovered_tail``).
+* purge is the log's ``discard_waiting`` (one range delete for the disk run); deleting the
+  queue drops the log and its counters with the queue's key range.
+
+Recovery (``recovery.py``) calls the log's ``recover``: the counters, the head and the tail,
+no message. Every message recovered is redelivered. A record that does not decode when read
+back is quarantined by the log (counted, logged) and delivery goes on.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections import deque
+from collections.abc import Iterator
+from typing import Any, SupportsIndex
+
+from oxiedge.amqp import persist
+from oxiedge.amqp.errors import AmqpError
+from oxiedge.amqp.properties import scan_properties
+from oxiedge.amqp.queues import VOLATILE, Queue, QueuedMessage
+from oxiedge.store.qlog import QueueLog
+
+
+class Codec:
+    """``amqp`` message records <-> :class:`QueuedMessage` (size: the body's length)."""
+
+    __slots__ = ("queue", "recovered_tail")
+
+    def __init__(self, queue: Queue) -> None:
+        self.queue = queue
+        self.recovered_tail = 0  # seqs below were written before this run: redelivered
+
+    def decode(self, seq: int, value: bytes) -> QueuedMessage | None:
+        stored: int = True
+        if value[:1] == persist.VOLATILE:
+            if seq < self.recovered_tail:
+                return None  # a non-persistent message of an earlier run
+            value, stored = value[1:], VOLATILE
+        try:
+            exchange, routing_key, props, body, expires = persist.decode_record(value)
+            scan_properties(props)
+        except (IndexError, struct.error, AmqpError) as exc:
+            raise ValueError(str(exc)) from None
+        if expires:
+            self.queue.ttl_seen = True  # its deadline needs the queue's timer
+        return QueuedMessage(seq, exchange, routing_key, props, body, stored,
+                             seq < self.recovered_tail, expires)
+
+    def raw_size(self, value: bytes) -> int:
+        return persist.body_size(value)
+
+
+class LogReady(deque[QueuedMessage]):
+    """The ready messages of a durable queue on its queue log (module docstring)."""
+
+    __slots__ = ("codec", "log", "queue", "record", "record_seq", "store")
+
+    def __init__(self, queue: Queue, store: Any) -> None:
+        super().__init__()
+        self.queue = queue
+        self.store = store
+        self.codec = Codec(queue)
+        self.log: QueueLog[QueuedMessage] = QueueLog(
+            self.codec, store, persist.CF, persist.msg_key(queue.qid, 0)[:9],
+            persist.meta_key(queue.qid))
+        self.record: bytes | None = None  # the record of message ``record_seq``, staged
+        self.record_seq = 0
+
+    # -- what the queue and the publish path call --------------------------------------
+    def stage(self, seq: int, record: bytes) -> None:
+        """The record of persistent message ``seq``: written when it is appended, or now
+        over the old one (a message already queued: its delivery count changed)."""
+        if seq < self.log.tail:
+            self.store.stage_put(persist.CF, self.log.key(seq), record)
+        else:
+            self.record, self.record_seq = record, seq
+
+    def append(self, msg: QueuedMessage) -> None:
+        log = self.log
+        size = len(msg.body)
+        if msg.seq == self.record_seq and self.record is not None:
+            record, self.record = self.record, None
+            log.append(msg, size, record)
+            return
+        msg.stored = VOLATILE  # the log must hear when it leaves
+        if not log.append(msg, size, None):  # beyond the window: paged to disk as well
+            log.append(msg, size, persist.VOLATILE + persist.encode_record(
+                msg.exchange, msg.routing_key, msg.properties, msg.body, msg.expires))
+            self.store.kick()  # no publisher waits for it, but the page must be synced
+
+    def done(self, msg: QueuedMessage) -> None:
+        """``msg`` (popped) left the queue: acked, dropped, expired or dead-lettered."""
+        self.log.ack(msg.seq)
+
+    def put_back(self, msgs: list[QueuedMessage]) -> None:
+        """Requeued messages (sorted by seq) back to their places."""
+        self.log.put_back(msgs)
+
+    def purge(self) -> int:
+        return self.log.discard_waiting()
+
+    def drop(self) -> None:
+        """The queue is deleted (its key range with it): stage nothing more."""
+        self.log.close()
+        self.store.stage_delete_key(persist.CF, persist.meta_key(self.queue.qid))
+
+    # -- the deque operations a Queue uses (on the head) -------------------------------
+    def popleft(self) -> QueuedMessage:
+        log = self.log
+        if log.peek() is None:
+            raise IndexError("pop from an empty queue")
+        return log.pop()
+
+    def __len__(self) -> int:
+        return len(self.log)
+
+    def __bool__(self) -> bool:
+        return len(self.log) > 0
+
+    def __getitem__(self, index: SupportsIndex) -> QueuedMessage:  # type: ignore[override]
+        if index.__index__() == 0:
+            head = self.log.peek()
+            if head is None:
+                raise IndexError("queue is empty")
+            return head
+        return list(self)[index]
+
+    def __iter__(self) -> Iterator[QueuedMessage]:
+        """Every waiting message in order, disk ones read (admin and tests)."""
+        return iter(self.log)
+
+    def clear(self) -> None:
+        self.purge()
+
+
+def attach(q: Queue, store: Any) -> bool:
+    """Put the ready messages of durable queue ``q`` on a queue log (only plain ready
+    deques: a priority queue keeps its levels in memory); False if it stays as it is."""
+    if type(q.ready) is not deque or q.ready:
+        return False
+    ready = LogReady(q, store)
+    q.ready = ready
+    q.log = ready
+    return True
+
+
+def recover(q: Queue) -> int:
+    """Find the head, tail and counts of ``q``'s log (no message is read); returns how
+    many messages it holds. Every one of them is redelivered."""
+    ready = q.ready
+    assert isinstance(ready, LogReady)
+    log = ready.log
+    log.recover()
+    ready.codec.recovered_tail = log.tail
+    q.next_seq = max(q.next_seq, log.tail, 1)
+    q.ready_bytes = log.queued_bytes
+    if q.message_ttl is not None:
+        q.ttl_seen = True
+    return len(log)
+
+
+def trim(q: Queue) -> None:
+    """Recovered beyond its length limits (lowered since): drop from the head as enqueue
+    would (dead-lettered where the queue has a DLX); reads back only what it drops."""
+    ready = q.ready
+    while ready and (len(ready) > q.limit
+                     or (q.max_bytes is not None and q.ready_bytes > q.max_bytes)):
+        old = ready.popleft()
+        q.ready_bytes -= len(old.body)
+        q.dropped += 1
+        if q.on_drop is not None:
+            q.on_drop(q, old)

@@ -204,8 +204,8 @@ class PublishPath:
     def store_message(self, q: Queue, msg: QueuedMessage, record: bytes) -> None:
         """Stage the durable record of a persistent message on a durable queue (a queue
         log stages it as the message is appended)."""
-        if q.log is not None:
-            q.log.stage(msg.seq, record)
+        if q.paged is not None:
+            q.paged.stage(msg.seq, record)
         else:
             self.store.stage_put(persist.CF, persist.msg_key(q.qid, msg.seq), record)
         msg.stored = True
@@ -216,8 +216,8 @@ class PublishPath:
         stored = msg.stored
         if stored:
             msg.stored = False
-            if q.log is not None:
-                q.log.done(msg)  # (an in-order run becomes one range delete)
+            if q.paged is not None:
+                q.paged.done(msg)  # (an in-order run becomes one range delete)
                 if stored is not True:
                     return  # a non-persistent message: nothing to make durable
             else:

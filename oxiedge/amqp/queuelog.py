@@ -38,7 +38,7 @@ from typing import Any, SupportsIndex
 from oxiedge.amqp import persist
 from oxiedge.amqp.errors import AmqpError
 from oxiedge.amqp.properties import scan_properties
-from oxiedge.amqp.queues import VOLATILE, Queue, QueuedMessage
+from oxiedge.amqp.queues import VOLATILE, ByteLimitedQueue, Queue, QueuedMessage
 from oxiedge.store.qlog import QueueLog
 
 
@@ -156,12 +156,13 @@ class LogReady(deque[QueuedMessage]):
 
 def attach(q: Queue, store: Any) -> bool:
     """Put the ready messages of durable queue ``q`` on a queue log (only plain ready
-    deques: a priority queue keeps its levels in memory); False if it stays as it is."""
-    if type(q.ready) is not deque or q.ready:
+    deques: a priority queue keeps its levels in memory, a stream queue has its own log);
+    False if it stays as it is."""
+    if type(q) not in (Queue, ByteLimitedQueue) or type(q.ready) is not deque or q.ready:
         return False
     ready = LogReady(q, store)
     q.ready = ready
-    q.log = ready
+    q.paged = ready
     return True
 
 

@@ -107,10 +107,10 @@ class Queue:
                  "consumer_timeout_ms", "consumers", "dead_lettered", "deleted", "delivered",
                  "delivery_limit", "dlrk", "dlx", "doc_id", "dropped", "durable",
                  "exclusive_owner", "expired", "expires_ms", "had_consumer", "last_used", "limit",
-                 "log", "max_bytes", "message_ttl", "name", "next_seq", "on_drop", "on_expire",
-                 "on_unused", "overflow", "plain", "published", "qid", "queue_type", "ready",
-                 "ready_bytes", "reject_publish", "rejected", "selector", "sources", "timer_at",
-                 "timers", "ttl_seen", "unacked")  # fmt: skip
+                 "max_bytes", "message_ttl", "name", "next_seq", "on_drop", "on_expire",
+                 "on_unused", "overflow", "paged", "plain", "published", "qid", "queue_type",
+                 "ready", "ready_bytes", "reject_publish", "rejected", "selector", "sources",
+                 "timer_at", "timers", "ttl_seen", "unacked")  # fmt: skip
 
     def __init__(
         self,
@@ -176,7 +176,7 @@ class Queue:
         self.deleted = False
         self.had_consumer = False
         self.doc_id: int | None = None  # _amqp document of a durable queue
-        self.log: ReadyLog | None = None  # ``ready`` on a queue log (``queuelog.py``)
+        self.paged: ReadyLog | None = None  # ``ready`` on a queue log (``queuelog.py``)
         self._rr = 0
         self._dispatching = False
         self._fresh: QueuedMessage | None = None
@@ -292,8 +292,8 @@ class Queue:
         if self.max_bytes is not None:
             self.ready_bytes += sum(len(m.body) for m in msgs)
         last = msgs[-1].seq
-        if self.log is not None:
-            self.log.put_back(msgs)
+        if self.paged is not None:
+            self.paged.put_back(msgs)
         elif len(msgs) <= _BISECT_MAX:
             for msg in msgs:
                 if not ready or ready[0].seq > msg.seq:
@@ -427,8 +427,8 @@ class Queue:
         """Drop every ready message (``forget`` each stored one's record); how many."""
         ready = self.ready
         self.ready_bytes = 0
-        if self.log is not None:
-            return self.log.purge()
+        if self.paged is not None:
+            return self.paged.purge()
         count = len(ready)
         for msg in ready:
             if msg.stored:
@@ -439,8 +439,8 @@ class Queue:
     def drop_ready(self) -> None:
         """The queue is deleted: let go of its ready messages (their records go with the
         queue's key range)."""
-        if self.log is not None:
-            self.log.drop()
+        if self.paged is not None:
+            self.paged.drop()
         else:
             self.ready.clear()
         self.ready_bytes = 0

@@ -90,7 +90,7 @@ def recover(broker: Broker) -> tuple[int, int]:
     loaded: list[tuple[Queue, QueuedMessage]] = []
     for qid in _qids_with_messages(store):
         mq = by_qid.get(qid)
-        if mq is not None and mq.log is not None:
+        if mq is not None and mq.paged is not None:
             continue  # on its queue log: read back when delivered
         lost = mq is None and (queue_quarantined or store.quarantined_now)
         if mq is None and not lost:
@@ -125,7 +125,7 @@ def recover(broker: Broker) -> tuple[int, int]:
             mq.ttl_seen = True
     del loaded
     for q in by_qid.values():
-        if q.log is not None:
+        if q.paged is not None:
             queuelog.trim(q)
     for q in by_qid.values():
         q.arm()  # head expiry (TTLs kept running while the server was down), x-expires

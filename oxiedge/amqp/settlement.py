@@ -287,7 +287,7 @@ class Settlement:
                 flags |= KICK | UNSYNCED
                 continue
             msg.properties = deadletter.with_delivery_count(msg.properties, count)
-            if msg.stored:  # the count survives a restart with the message
+            if msg.stored is True:  # the count survives a restart with the message
                 broker.store_message(queue, msg, persist.encode_record(
                     msg.exchange, msg.routing_key, msg.properties, msg.body, msg.expires))
                 broker.counters["persisted"] -= 1

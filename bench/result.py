@@ -28,6 +28,7 @@ class Options:
     latency_count: int = 2_000
     rate: float = 1_000.0  # AMQP publish→deliver pacing, msgs/s
     idle_timeout: float = 3.0  # a stream that stays silent this long ends the run (loss)
+    mqtt_level: int = 4  # MQTT scenarios: 4 is MQTT 3.1.1, 5 is MQTT 5 (--mqtt-version)
 
 
 @dataclass

@@ -22,6 +22,7 @@ import sys
 import time
 import traceback
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from pathlib import Path
 
 from bench import brokers, procstat, report, scen_amqp, scen_disk, scen_mqtt, scen_stream, scen_tx
@@ -89,6 +90,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--drain-count", type=int, default=Options.drain_count)
     p.add_argument("--latency-count", type=int, default=Options.latency_count)
     p.add_argument("--rate", type=float, default=Options.rate)
+    p.add_argument("--mqtt-version", default="3.1.1",
+                   help="comma list of 3.1.1,5: run every MQTT scenario in each version, "
+                        "interleaved, one row per version (an MQTT 5 row is named "
+                        "'SCENARIO v5')")
     p.add_argument("--rabbit-queue-type", default="quorum", choices=["quorum", "classic"])
     p.add_argument("--no-rabbit-mqtt", action="store_true",
                    help="do not enable RabbitMQ's MQTT plugin (durable MQTT peer)")
@@ -217,13 +222,14 @@ def _run_all(a: argparse.Namespace, o: Options, scen: list[str],
              targets: list[Target], every: set[int]) -> int:
     runs: dict[tuple[str, str], list[Result]] = {}
     placements = parse_placements(a.placements) if a.placements else [""]
+    levels = parse_mqtt_versions(a.mqtt_version)
     pids = [t.pid for t in targets if t.pid]
     rows: list[str] = []
     for rep in range(a.repeats):
-        for s in scen:
+        for s, level in ((n, lv) for n in scen for lv in (levels if is_mqtt(n) else [4])):
             fn = SCENARIOS[s][0]
             for pl in placements:
-                row = f"{s} @{pl}" if pl else s
+                row = s + (" v5" if level == 5 else "") + (f" @{pl}" if pl else "")
                 if row not in rows:
                     rows.append(row)
                 if pl:
@@ -232,7 +238,7 @@ def _run_all(a: argparse.Namespace, o: Options, scen: list[str],
                 for t in targets[k:] + targets[:k]:  # rotate the order each repeat
                     others = [x.pid for x in targets if x is not t and x.pid and x.started]
                     with paused(others if a.pause_others else []):
-                        r = run_one(fn, s, t, o)
+                        r = run_one(fn, s, t, replace(o, mqtt_level=level))
                     r.scenario = row
                     runs.setdefault((row, t.name), []).append(r)
                     print(f"[{rep + 1}/{a.repeats}] {row:20s} {t.name:10s} {describe(r)}",
@@ -286,6 +292,20 @@ def paused(pids: list[int]) -> Iterator[None]:
             for p in tree:
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(p, signal.SIGCONT)
+
+
+def parse_mqtt_versions(spec: str) -> list[int]:
+    """``--mqtt-version``: ``3.1.1``, ``5`` or both, as protocol levels (4, 5)."""
+    names = {"3.1.1": 4, "4": 4, "5": 5}
+    out = [names.get(x.strip(), 0) for x in spec.split(",") if x.strip()]
+    if not out or 0 in out:
+        raise SystemExit(f"--mqtt-version {spec!r}: give 3.1.1, 5 or 3.1.1,5")
+    return list(dict.fromkeys(out))
+
+
+def is_mqtt(scenario: str) -> bool:
+    """Whether a scenario speaks MQTT (and so runs in each ``--mqtt-version``)."""
+    return scenario.startswith("mqtt-") or scenario == "bridge-mqtt-amqp"
 
 
 def parse_cpus(spec: str) -> set[int]:

@@ -4,6 +4,11 @@ Throughput is counted on the receiving side: QoS 0 deliveries of one topic and p
 all have the same length, so a subscriber counts bytes (no per-packet parsing), and
 PUBACKs are 4 bytes each.  A run ends when every message arrived or after
 ``idle_timeout`` seconds of silence (the shortfall is reported as ``lost``).
+
+Every scenario runs in MQTT 3.1.1 or MQTT 5 (``Options.mqtt_level``, ``--mqtt-version``): the
+same messages, MQTT 5 packets with an empty property block. MQTT 5 PUBACKs may carry a
+reason code (Mosquitto answers 0x10 "no matching subscribers" to a publish nobody takes), so
+they are counted by their length bytes instead of as 4-byte units.
 """
 
 from __future__ import annotations
@@ -19,7 +24,7 @@ import uuid
 from dataclasses import replace
 
 from bench.brokers import Target
-from bench.mqttwire import PUBACK_LEN, RawMqtt, publish_packet, qos1_ring
+from bench.mqttwire import PUBACK_LEN, RawMqtt, count_packets, publish_packet, qos1_ring
 from bench.result import Meter, Options, Result, Skip, latency_result, paced
 
 LOWAT = 64 * 1024
@@ -41,8 +46,8 @@ def _need_mqtt(t: Target, scenario: str) -> tuple[str, int]:
     return t.mqtt
 
 
-def _connect(addr: tuple[str, int], cid: str, clean: bool = True) -> RawMqtt:
-    c = RawMqtt(*addr)
+def _connect(addr: tuple[str, int], cid: str, clean: bool = True, level: int = 4) -> RawMqtt:
+    c = RawMqtt(*addr, level=level)
     c.connect(cid, clean)
     return c
 
@@ -53,11 +58,11 @@ def qos0(t: Target, o: Options, subscribers: int = 1, scenario: str = "mqtt-qos0
     topic = f"bench/{_uid()}/q0"
     subs = []
     for i in range(subscribers):
-        c = _connect(addr, f"bsub-{_uid()}-{i}")
+        c = _connect(addr, f"bsub-{_uid()}-{i}", level=o.mqtt_level)
         c.subscribe(topic, 0)
         subs.append(c)
-    pub = _connect(addr, "bpub-" + _uid())
-    pkt = publish_packet(topic, _payload(o), 0)
+    pub = _connect(addr, "bpub-" + _uid(), level=o.mqtt_level)
+    pkt = publish_packet(topic, _payload(o), 0, level=o.mqtt_level)
     size = len(pkt)
     batch = 256
     chunk = pkt * batch
@@ -165,7 +170,9 @@ def _pipelined_qos1(c: RawMqtt, topic: str, o: Options, meter: Meter) -> tuple[i
 
     Returns (PUBACKs received, elapsed seconds, publishes sent).
     """
-    ring, size = qos1_ring(topic, _payload(o))
+    level = o.mqtt_level
+    ring, size = qos1_ring(topic, _payload(o), level)
+    pending = bytearray()
     ring_n = 65535
     view = memoryview(ring)
     sock = c.sock
@@ -194,9 +201,13 @@ def _pipelined_qos1(c: RawMqtt, topic: str, o: Options, meter: Meter) -> tuple[i
             break
         if not got:
             raise ConnectionError(f"broker closed the connection after {acked} PUBACKs")
-        rem += got
-        k = rem // PUBACK_LEN
-        rem -= k * PUBACK_LEN
+        if level == 5:  # (reason codes make PUBACKs of varying length)
+            pending += buf[:got]
+            k = count_packets(pending)
+        else:
+            rem += got
+            k = rem // PUBACK_LEN
+            rem -= k * PUBACK_LEN
         acked += k
         if sent < n and time.perf_counter() < deadline:
             send(min(k, n - sent))
@@ -208,7 +219,7 @@ def _pipelined_qos1(c: RawMqtt, topic: str, o: Options, meter: Meter) -> tuple[i
 def qos1_pipelined(t: Target, o: Options) -> Result:
     """QoS 1 publishes with ``window`` in flight and no subscriber: PUBACKs/s."""
     addr = _need_mqtt(t, "mqtt-qos1")
-    c = _connect(addr, "bpub-" + _uid())
+    c = _connect(addr, "bpub-" + _uid(), level=o.mqtt_level)
     meter = Meter(t.pid)
     acked, elapsed, sent = _pipelined_qos1(c, f"bench/{_uid()}/q1", o, meter)
     c.disconnect()
@@ -227,10 +238,10 @@ def durable_offline(t: Target, o: Options) -> Result:
     addr = _need_mqtt(t, "mqtt-durable-offline")
     topic = f"bench/{_uid()}/durable"
     sub_id = "bdur-" + _uid()
-    s = _connect(addr, sub_id, clean=False)
+    s = _connect(addr, sub_id, clean=False, level=o.mqtt_level)
     s.subscribe(topic, 1)
     s.disconnect()
-    c = _connect(addr, "bpub-" + _uid())
+    c = _connect(addr, "bpub-" + _uid(), level=o.mqtt_level)
     meter = Meter(t.pid)
     try:
         acked, elapsed, sent = _pipelined_qos1(c, topic, o, meter)
@@ -238,7 +249,7 @@ def durable_offline(t: Target, o: Options) -> Result:
         c.disconnect()
         # A clean session discards the queued messages (MQTT-3.1.2-6).
         with contextlib.suppress(OSError):
-            _connect(addr, sub_id, clean=True).disconnect()
+            _connect(addr, sub_id, clean=True, level=o.mqtt_level).disconnect()
     r = Result("mqtt-durable-offline", t.name, unit="PUBACKs/s", count=acked,
                elapsed=elapsed, lost=sent - acked)
     r.value = acked / elapsed if elapsed else 0.0
@@ -248,10 +259,12 @@ def durable_offline(t: Target, o: Options) -> Result:
 def qos1_sequential_raw(t: Target, o: Options) -> Result:
     """One QoS 1 PUBLISH at a time; latency from send to its PUBACK (raw socket)."""
     addr = _need_mqtt(t, "mqtt-qos1-seq")
-    c = _connect(addr, "bseq-" + _uid())
+    level = o.mqtt_level
+    c = _connect(addr, "bseq-" + _uid(), level=level)
     topic = f"bench/{_uid()}/seq"
     payload = _payload(o)
-    head = publish_packet(topic, payload, 1, 1)[: -len(payload) - 2]
+    tail = (b"\x00" if level == 5 else b"") + payload
+    head = publish_packet(topic, payload, 1, 1, level)[: -len(tail) - 2]
     sock = c.sock
     sock.settimeout(o.idle_timeout)
     lat: list[int] = []
@@ -260,15 +273,18 @@ def qos1_sequential_raw(t: Target, o: Options) -> Result:
     deadline = time.perf_counter() + o.duration
     pack = struct.Struct(">H").pack
     for i in range(o.latency_count):
-        pkt = head + pack(i % 65535 + 1) + payload
+        pkt = head + pack(i % 65535 + 1) + tail
         a = time.perf_counter_ns()
         sock.sendall(pkt)
         got = b""
-        while len(got) < PUBACK_LEN:
-            chunk = sock.recv(PUBACK_LEN - len(got))
+        want = PUBACK_LEN
+        while len(got) < want:
+            chunk = sock.recv(want - len(got))
             if not chunk:
                 raise ConnectionError("broker closed the connection")
             got += chunk
+            if len(got) >= 2:
+                want = 2 + got[1]  # (an MQTT 5 PUBACK may carry a reason code)
         lat.append(time.perf_counter_ns() - a)
         if time.perf_counter() > deadline:
             break
@@ -284,7 +300,7 @@ def qos1_sequential_paho(t: Target, o: Options) -> Result:
 
     addr = _need_mqtt(t, "mqtt-qos1-seq-paho")
     c = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id="bpaho-" + _uid(),
-                    protocol=mqtt.MQTTv311)
+                    protocol=mqtt.MQTTv5 if o.mqtt_level == 5 else mqtt.MQTTv311)
     c.connect(addr[0], addr[1], keepalive=60)
     c.loop_start()
     topic = f"bench/{_uid()}/paho"
@@ -329,8 +345,10 @@ def qos1_delivery_paho(t: Target, o: Options) -> Result:
     subscribed = threading.Event()
 
     def client(role: str) -> mqtt.Client:
+        v5 = o.mqtt_level == 5  # (MQTT 5: Clean Start is CONNECT's, paho's default 1)
         c = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id=f"b{role}-" + _uid(),
-                        protocol=mqtt.MQTTv311, clean_session=True)
+                        protocol=mqtt.MQTTv5 if v5 else mqtt.MQTTv311,
+                        clean_session=None if v5 else True)
         c.connect(addr[0], addr[1], keepalive=60)
         return c
 
@@ -408,15 +426,15 @@ def bridge_mqtt_amqp(t: Target, o: Options) -> Result:
         return d
 
     try:
-        probe = _connect(addr, "bprobe-" + uid)
-        probe.sock.sendall(publish_packet(topic, b"probe", 1, 1))
+        probe = _connect(addr, "bprobe-" + uid, level=o.mqtt_level)
+        probe.sock.sendall(publish_packet(topic, b"probe", 1, 1, o.mqtt_level))
         probe.read_packet()
         probe.disconnect()
         if wait_depth(1, 3.0) < 1:
             raise Skip(f"MQTT→AMQP bridge not there: a QoS 1 publish on {topic} did not reach a "
                        f"queue bound to amq.topic with bench.{uid}.#")
         ch.queue_purge(queue)
-        c = _connect(addr, "bpub-" + uid)
+        c = _connect(addr, "bpub-" + uid, level=o.mqtt_level)
         meter = Meter(t.pid)
         # Stay below oxiedge's default per-queue bound (amqp_queue_limit 100,000, drop
         # oldest) so that every PUBACKed message must be found in the queue afterwards.

@@ -25,6 +25,7 @@ several times its back-to-back figure (noisy: it depends on what else ran on the
 goes idle (on a VM the sleep halts the vCPU; the gap between the two is what the halt
 costs the next message, bench/README.md "Session 17").
 ``--profile CASE`` runs that case once under cProfile instead and prints the top functions.
+``--mqtt-version 5`` runs the cases with MQTT 5 clients (packets without properties).
 ``--tree DIR`` imports oxiedge from DIR (e.g. a ``git archive`` of main in /tmp) for a
 "before" figure in the same invocation. A profiling helper only; the server never
 imports it.
@@ -108,7 +109,9 @@ def _load(tree: str | None) -> dict[str, Any]:
     from oxiedge.bus import Bus
     from oxiedge.mqtt.broker import Broker
     from oxiedge.mqtt.codec import encode
+    from oxiedge.mqtt.encode5 import encode5
     from oxiedge.mqtt.packets import Connect, Publish, Subscribe
+    from oxiedge.mqtt.packets5 import Connect5, Publish5, Subscribe5, Subscription
     from oxiedge.mqtt.protocol import MqttProtocol
     from oxiedge.mqtt.session import Limits
     from oxiedge.net import COMMIT, NEED_DATA, SEND, Authenticate
@@ -118,7 +121,9 @@ def _load(tree: str | None) -> dict[str, Any]:
             "Broker": Broker, "encode": encode, "Connect": Connect, "Publish": Publish,
             "Subscribe": Subscribe, "MqttProtocol": MqttProtocol, "Limits": Limits,
             "COMMIT": COMMIT, "NEED_DATA": NEED_DATA, "SEND": SEND,
-            "Authenticate": Authenticate, "Store": Store}
+            "Authenticate": Authenticate, "Store": Store, "encode5": encode5,
+            "Connect5": Connect5, "Publish5": Publish5, "Subscribe5": Subscribe5,
+            "Subscription": Subscription, "level": 4}
 
 
 def drive(proto: Any, wire: Wire, data: bytes, m: dict[str, Any]) -> bytes:
@@ -145,6 +150,14 @@ def drive(proto: Any, wire: Wire, data: bytes, m: dict[str, Any]) -> bytes:
 def connect(h: Harness, client_id: str, subscribe: int | None = None) -> tuple[Any, Wire]:
     m = h.mods
     proto, wire = h.peer(client_id)
+    if m["level"] == 5:
+        out = drive(proto, wire, m["encode5"](m["Connect5"](client_id)), m)
+        assert out[:1] == b"\x20" and out[3] == 0, out
+        if subscribe is not None:
+            sub = m["Subscribe5"](1, (m["Subscription"](TOPIC, subscribe),))
+            out = drive(proto, wire, m["encode5"](sub), m)
+            assert out == b"\x90\x04\x00\x01\x00" + bytes((subscribe,)), out
+        return proto, wire
     out = drive(proto, wire, m["encode"](m["Connect"](client_id)), m)
     assert out == b"\x20\x02\x00\x00", out
     if subscribe is not None:
@@ -155,6 +168,11 @@ def connect(h: Harness, client_id: str, subscribe: int | None = None) -> tuple[A
 
 def _publishes(m: dict[str, Any], qos: int, payload: bytes) -> list[bytes]:
     """The PUBLISH packets of ids 1..65535 (one if QoS 0)."""
+    if m["level"] == 5:
+        enc, pub = m["encode5"], m["Publish5"]
+        if qos == 0:
+            return [enc(pub(TOPIC, payload, 0))]
+        return [enc(pub(TOPIC, payload, qos, packet_id=i)) for i in range(1, 65536)]
     if qos == 0:
         return [m["encode"](m["Publish"](TOPIC, payload, 0))]
     return [m["encode"](m["Publish"](TOPIC, payload, qos, packet_id=i)) for i in range(1, 65536)]
@@ -178,7 +196,8 @@ def make_case(case: str, h: Harness, payload: bytes) -> Callable[[int], None]:
     pub, pw = connect(h, "pub")
     pkts = _publishes(m, qos, payload)
     acks = [b"\x40\x02" + i.to_bytes(2, "big") for i in range(65536)]
-    tail = len(payload) + 2  # the packet id sits right before the payload
+    # the packet id sits right before the payload (MQTT 5: and the property length)
+    tail = len(payload) + 2 + (1 if m["level"] == 5 else 0)
 
     if qos == 0:
         pkt = pkts[0]
@@ -235,8 +254,10 @@ def main() -> None:
                    help="with --pace: busy-wait between messages instead of sleeping")
     p.add_argument("--profile", choices=CASES)
     p.add_argument("--tree", help="import oxiedge from this directory")
+    p.add_argument("--mqtt-version", default="3.1.1", choices=["3.1.1", "5"])
     a = p.parse_args()
     m = _load(a.tree)
+    m["level"] = 5 if a.mqtt_version == "5" else 4
     payload = bytes(range(256))[: a.payload] * (a.payload // 256 + 1)
     payload = payload[: a.payload]
     import oxiedge

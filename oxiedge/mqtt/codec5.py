@@ -172,6 +172,15 @@ class Decoder5(Decoder):
     def next_item5(self) -> Packet5 | Connect | RawPublish5 | int | None:
         """The next complete MQTT 5 packet (a PUBLISH as ``RawPublish5``, a plain PUBACK
         as its packet id), or None when more bytes are needed."""
+        buf, pos = self._buf, self._pos
+        if len(buf) - pos >= 4 and buf[pos] == _PUBACK_FIRST and buf[pos + 1] == 2 \
+                and (buf[pos + 2] or buf[pos + 3]) and not self._failed:
+            # A subscriber's hot path, before any framing call: a PUBACK of remaining
+            # length 2 (Success, no properties) is its packet id, as in 3.1.1.
+            self._pos = pos + 4
+            return (buf[pos + 2] << 8) | buf[pos + 3]
+        if pos >= len(buf) and not self._failed:
+            return None  # (the end of a read: no framing call)
         frame = self.take_frame()
         if frame is None:
             return None

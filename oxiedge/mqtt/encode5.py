@@ -100,15 +100,23 @@ def _ack(ptype: PacketType, packet_id: int, reason_code: int, properties: Proper
                   + encode_properties(properties, ptype))  # fmt: skip
 
 
+_PUBACK2 = _SHORT[PacketType.PUBACK]
+_PUBREC2 = _SHORT[PacketType.PUBREC]
+
+
 def encode_puback5(packet_id: int, reason_code: int = 0,
                    properties: Properties = NO_PROPERTIES) -> bytes:  # fmt: skip
     """PUBACK (3.4)."""
+    if not reason_code and properties is NO_PROPERTIES:
+        return _PUBACK2 + packet_id.to_bytes(2, "big")  # (every publish's: one call)
     return _ack(PacketType.PUBACK, packet_id, reason_code, properties)
 
 
 def encode_pubrec5(packet_id: int, reason_code: int = 0,
                    properties: Properties = NO_PROPERTIES) -> bytes:  # fmt: skip
     """PUBREC (3.5)."""
+    if not reason_code and properties is NO_PROPERTIES:
+        return _PUBREC2 + packet_id.to_bytes(2, "big")
     return _ack(PacketType.PUBREC, packet_id, reason_code, properties)
 
 

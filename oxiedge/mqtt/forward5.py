@@ -121,6 +121,17 @@ class Peer5:
         """The PUBLISH of ``msg`` for this client, or None: expired (MQTT-3.3.2-5) or
         over the client's Maximum Packet Size (MQTT-3.1.2-25); both are counted and
         the caller treats the message as delivered."""
+        if qos == 0 and not retain and not ids and not self.alias_max \
+                and (type(msg) is not Message5 or msg.expires_at is None):
+            # The same bytes for every MQTT 5 subscriber without aliases: encoded once per
+            # message, or the publisher's own frame (``Router.route5``), as ``Message.qos0``
+            # is for 3.1.1 subscribers
+            data = msg.qos0v5
+            if data is None:
+                block = msg.block if type(msg) is Message5 else NO_PROPERTY_BYTES
+                data = msg.qos0v5 = encode_publish5(msg.topic_b, msg.payload, 0, False, False,
+                                                    None, block)
+            return self._fit(data)
         if type(msg) is Message5:
             exp = msg.expires_at
             if exp is None and not ids:

@@ -121,7 +121,7 @@ class Handlers5:
     def on_publish(self, p: RawPublish5) -> None:
         h = self.h
         h.published = True
-        topic, topic_b, qos, retain, _dup, pid, payload, _frame, props = p
+        topic, topic_b, qos, retain, _dup, pid, payload, frame, props = p
         expires_at = None
         if props is not NO_PROPERTIES:
             alias = props.topic_alias
@@ -151,7 +151,8 @@ class Handlers5:
             return
         route5 = self._route5
         if qos == 0:
-            if route5(topic, payload, 0, retain, topic_b, props, expires_at, h.session):
+            if route5(topic, payload, 0, retain, topic_b, props, expires_at, h.session, None,
+                      frame):  # (MQTT 5 subscribers share the received frame: Peer5)
                 h.kick = True
         elif qos == 1:
             if route5(topic, payload, 1, retain, topic_b, props, expires_at, h.session):

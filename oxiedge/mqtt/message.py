@@ -25,13 +25,16 @@ _PUBLISH = PacketType.PUBLISH
 class Message:
     """One published message, shared by every session it is delivered to."""
 
-    __slots__ = ("payload", "qos0", "topic", "topic_b")
+    __slots__ = ("payload", "qos0", "qos0v5", "topic", "topic_b")
 
     def __init__(self, topic: str, payload: bytes, topic_b: bytes | None = None) -> None:
         self.topic = topic
         self.topic_b = topic.encode("utf-8") if topic_b is None else topic_b
         self.payload = payload
         self.qos0: bytes | None = None  # the QoS 0 PUBLISH bytes, encoded once for fan-out
+        # ... and for MQTT 5 subscribers (``forward5.Peer5``): encoded once, or the frame an
+        # MQTT 5 publisher sent when it is exactly that
+        self.qos0v5: bytes | None = None
 
     def qos0_bytes(self) -> bytes:
         raw = self.qos0

@@ -219,12 +219,15 @@ class Router:
         expires_at: float | None,
         publisher: Session | None = None,
         origin: Origin | None = None,
+        frame: bytes | None = None,
     ) -> bool:
         """``route`` for a PUBLISH from an MQTT 5 client: ``props`` are the properties its
         subscribers get (``forward5.forwarded``), ``expires_at`` its wall-clock deadline.
         Without either it is ``route`` (3.1.1 subscribers share one QoS 0 frame; its own
         frame is an MQTT 5 one, so it is never passed on as theirs). ``origin``: another
-        origin of the bus whose publish has properties (``None``: an MQTT 5 client).
+        origin of the bus whose publish has properties (``None``: an MQTT 5 client);
+        ``frame``: the received packet, for a QoS 0 PUBLISH that MQTT 5 subscribers get
+        byte for byte (one without properties: ``RawPublish5.frame``).
 
         Afterwards ``unrouted`` says whether nothing took it: no session (its options
         aside), no destination of the bus (PUBACK/PUBREC 0x10, "no matching subscribers")."""
@@ -240,9 +243,12 @@ class Router:
         sh = self.shared.match(topic) if self.shared.groups else None
         unrouted = not (route or sp or sh)
         if route or retain or sp or sh:
-            msg = (Message(topic, payload, topic_b)
-                   if props is NO_PROPERTIES and expires_at is None
-                   else Message5(topic, payload, topic_b, props, expires_at))
+            if props is NO_PROPERTIES and expires_at is None:
+                msg = Message(topic, payload, topic_b)
+                if frame is not None:
+                    msg.qos0v5 = frame  # (what MQTT 5 subscribers get: forward5.Peer5)
+            else:
+                msg = Message5(topic, payload, topic_b, props, expires_at)
             if retain:
                 staged = self.retained.keep(msg, qos)
             hold = self.hold if qos == 2 else None

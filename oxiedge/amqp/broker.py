@@ -15,7 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 from oxiedge.amqp import arguments as args
-from oxiedge.amqp import deadletter, persist, queuelog
+from oxiedge.amqp import deadletter, paging, persist
 from oxiedge.amqp.constants import (
     ACCESS_REFUSED,
     NOT_FOUND,
@@ -222,7 +222,7 @@ class Broker(PublishPath):
                 "_kind": "queue", "name": name, "qid": qid, "durable": True,
                 "auto_delete": auto_delete, "arguments": q.arguments})
             q.doc_id = doc["_id"]
-            queuelog.attach(q, self.store)  # its ready messages on a queue log
+            paging.attach(q, self.store)  # its ready messages on queue logs
             staged = True
         # The default exchange binds every queue by name implicitly (spec 3.1.3.1).
         return q, staged

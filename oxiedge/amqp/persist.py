@@ -35,6 +35,8 @@ CF = "amqp"
 COLL = "_amqp"
 MSG_PREFIX = b"m"
 META_PREFIX = b"c"
+LEVEL_PREFIX = b"p"  # + qid + level + seq: a priority queue's records (``prioritylog.py``)
+LEVEL_META_PREFIX = b"d"  # + qid + level: their counters
 #: Marks the record of a non-persistent message paged to disk (never a record version).
 VOLATILE = b"\x80"
 _KEY = struct.Struct(">QQ")
@@ -57,6 +59,21 @@ def meta_key(qid: int) -> bytes:
 def parse_meta_key(key: bytes) -> int:
     """The qid of a queue log counters key."""
     return int(_Q.unpack_from(key, 1)[0])
+
+
+def level_prefix(qid: int, level: int) -> bytes:
+    """Key prefix of the records of priority ``level`` of priority queue ``qid``."""
+    return LEVEL_PREFIX + _Q.pack(qid) + bytes((level,))
+
+
+def level_meta_key(qid: int, level: int) -> bytes:
+    """Raw key of the queue log counters of priority ``level`` of queue ``qid``."""
+    return LEVEL_META_PREFIX + _Q.pack(qid) + bytes((level,))
+
+
+def level_range(qid: int) -> tuple[bytes, bytes]:
+    """``[start, end)`` covering every priority level record of queue ``qid``."""
+    return LEVEL_PREFIX + _Q.pack(qid), LEVEL_PREFIX + _Q.pack(qid + 1)
 
 
 def queue_range(qid: int) -> tuple[bytes, bytes]:

@@ -137,7 +137,8 @@ class PriorityQueue(Queue):
 
     def requeue(self, msgs: list[QueuedMessage]) -> None:
         """Unacked messages back to their places in their levels, redelivered."""
-        if not msgs:
+        if not msgs or self.paged is not None:  # (on queue logs: as any queue)
+            super().requeue(msgs)
             return
         ready = self.ready
         assert isinstance(ready, PriorityReady)

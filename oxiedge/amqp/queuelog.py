@@ -23,9 +23,9 @@ expiry and the length limits, which work on the head, are unchanged:
 * purge is the log's ``discard_waiting`` (one range delete for the disk run); deleting the
   queue drops the log and its counters with the queue's key range.
 
-Recovery (``recovery.py``) calls the log's ``recover``: the counters, the head and the tail,
-no message. Every message recovered is redelivered. A record that does not decode when read
-back is quarantined by the log (counted, logged) and delivery goes on.
+Which queues go on a queue log, and their recovery (counters, head and tail, no message),
+are in ``paging.py``. Every message recovered is redelivered. A record that does not
+decode when read back is quarantined by the log (counted, logged) and delivery goes on.
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ from typing import Any, SupportsIndex
 from oxiedge.amqp import persist
 from oxiedge.amqp.errors import AmqpError
 from oxiedge.amqp.properties import scan_properties
-from oxiedge.amqp.queues import VOLATILE, ByteLimitedQueue, Queue, QueuedMessage
+from oxiedge.amqp.queues import VOLATILE, Queue, QueuedMessage
 from oxiedge.store.qlog import QueueLog
 
 
@@ -76,12 +76,13 @@ class LogReady(deque[QueuedMessage]):
 
     __slots__ = ("codec", "log", "queue", "record", "record_seq", "store")
 
-    def __init__(self, queue: Queue, store: Any) -> None:
+    def __init__(self, queue: Queue, store: Any, log: QueueLog[QueuedMessage] | None = None,
+                 codec: Codec | None = None) -> None:
         super().__init__()
         self.queue = queue
         self.store = store
-        self.codec = Codec(queue)
-        self.log: QueueLog[QueuedMessage] = QueueLog(
+        self.codec = codec or Codec(queue)
+        self.log: QueueLog[QueuedMessage] = log or QueueLog(
             self.codec, store, persist.CF, persist.msg_key(queue.qid, 0)[:9],
             persist.meta_key(queue.qid))
         self.record: bytes | None = None  # the record of message ``record_seq``, staged
@@ -152,43 +153,3 @@ class LogReady(deque[QueuedMessage]):
 
     def clear(self) -> None:
         self.purge()
-
-
-def attach(q: Queue, store: Any) -> bool:
-    """Put the ready messages of durable queue ``q`` on a queue log (only plain ready
-    deques: a priority queue keeps its levels in memory, a stream queue has its own log);
-    False if it stays as it is."""
-    if type(q) not in (Queue, ByteLimitedQueue) or type(q.ready) is not deque or q.ready:
-        return False
-    ready = LogReady(q, store)
-    q.ready = ready
-    q.paged = ready
-    return True
-
-
-def recover(q: Queue) -> int:
-    """Find the head, tail and counts of ``q``'s log (no message is read); returns how
-    many messages it holds. Every one of them is redelivered."""
-    ready = q.ready
-    assert isinstance(ready, LogReady)
-    log = ready.log
-    log.recover()
-    ready.codec.recovered_tail = log.tail
-    q.next_seq = max(q.next_seq, log.tail, 1)
-    q.ready_bytes = log.queued_bytes
-    if q.message_ttl is not None:
-        q.ttl_seen = True
-    return len(log)
-
-
-def trim(q: Queue) -> None:
-    """Recovered beyond its length limits (lowered since): drop from the head as enqueue
-    would (dead-lettered where the queue has a DLX); reads back only what it drops."""
-    ready = q.ready
-    while ready and (len(ready) > q.limit
-                     or (q.max_bytes is not None and q.ready_bytes > q.max_bytes)):
-        old = ready.popleft()
-        q.ready_bytes -= len(old.body)
-        q.dropped += 1
-        if q.on_drop is not None:
-            q.on_drop(q, old)

@@ -1,13 +1,13 @@
 """Recovery of the durable AMQP state at start-up (before any listener opens).
 
 Exchanges, queues and bindings come from their ``_amqp`` documents, messages from the
-``amqp`` column family (key ``(queue id, seq)``).  A queue on a queue log (``queuelog.py``:
-durable classic and quorum queues) reads its counters, head and tail, no message; a priority
-queue reads its messages.  The key space is walked one queue at a time (one seek each) to
-find the messages of queues that are gone.  A record recovery cannot use is
-quarantined (``store.quarantine*``), never silently dropped; a message whose queue is gone
-is deleted unless a queue record was quarantined in the same start (then it may be that
-queue's, and is moved aside too).
+``amqp`` column family (key ``(queue id, seq)``).  A queue on queue logs (``paging.py``:
+durable classic, quorum and priority queues) reads its counters, head and tail, no message;
+a priority queue with records of the older layout reads them.  The key space is walked one
+queue at a time (one seek each) to find the messages of queues that are gone.  A record
+recovery cannot use is quarantined (``store.quarantine*``), never silently dropped; a
+message whose queue is gone is deleted unless a queue record was quarantined in the same
+start (then it may be that queue's, and is moved aside too).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from __future__ import annotations
 import struct
 from typing import Any
 
-from oxiedge.amqp import persist, queuelog
+from oxiedge.amqp import paging, persist
 from oxiedge.amqp.broker import Broker, exchange_of_doc
 from oxiedge.amqp.errors import AmqpError
 from oxiedge.amqp.exchanges import SUPPORTED_TYPES, Binding, ExchangeBinding
@@ -83,12 +83,14 @@ def recover(broker: Broker) -> tuple[int, int]:
         b.doc_id = doc["_id"]
         bx.add(b)
     messages = 0
+    with_records = _qids_with_messages(store)
+    legacy = set(with_records)  # (a priority queue with these keeps them in memory)
     for q in by_qid.values():
-        if queuelog.attach(q, store):
-            messages += queuelog.recover(q)
+        if paging.attach(q, store, q.qid in legacy):
+            messages += paging.recover(q)
     orphans: set[int] = set()
     loaded: list[tuple[Queue, QueuedMessage]] = []
-    for qid in _qids_with_messages(store):
+    for qid in with_records:
         mq = by_qid.get(qid)
         if mq is not None and mq.paged is not None:
             continue  # on its queue log: read back when delivered
@@ -126,14 +128,15 @@ def recover(broker: Broker) -> tuple[int, int]:
     del loaded
     for q in by_qid.values():
         if q.paged is not None:
-            queuelog.trim(q)
+            paging.trim(q)
     for q in by_qid.values():
         q.arm()  # head expiry (TTLs kept running while the server was down), x-expires
     for qid in orphans:
         store.stage_delete_range(persist.CF, *persist.queue_range(qid))
-    for key, _value in store.iter_raw(persist.CF, persist.META_PREFIX):
-        if len(key) != 9 or persist.parse_meta_key(key) not in by_qid:
-            store.stage_delete_key(persist.CF, key)  # the counters of a queue gone
+    for prefix in (persist.META_PREFIX, persist.LEVEL_META_PREFIX):
+        for key, _value in store.iter_raw(persist.CF, prefix):
+            if len(key) < 9 or persist.parse_meta_key(key) not in by_qid:
+                store.stage_delete_key(persist.CF, key)  # the counters of a queue gone
     for q in by_qid.values():
         messages -= q.dropped
         q.published = 0

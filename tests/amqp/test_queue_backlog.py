@@ -12,6 +12,7 @@ from __future__ import annotations
 import struct
 from typing import Any
 
+import pika
 import pytest
 
 from bench.amqpwire import RawAmqp, ack_frame
@@ -172,6 +173,30 @@ def test_purge_and_requeue_on_a_deep_queue(start_server: Any) -> None:
     srv.start()
     c = connect(srv)
     assert c.channel().queue_declare("pq", passive=True).method.message_count == 0
+
+
+def test_priority_levels_on_disk_keep_their_order_across_sigkill(start_server: Any) -> None:
+    srv = start_server()
+    c = connect(srv)
+    ch = c.channel()
+    ch.queue_declare("prio", durable=True, arguments={"x-max-priority": 5})
+    n = 2 * WINDOW
+    for i in range(n):  # low first, deeper than a window, then high ones
+        ch.basic_publish("", "prio", body(i), pika.BasicProperties(delivery_mode=2))
+    for i in range(n, n + WINDOW + 10):
+        ch.basic_publish("", "prio", body(i), pika.BasicProperties(delivery_mode=2,
+                                                                    priority=3))
+    ch.confirm_delivery()  # its confirm comes after every earlier publish is on disk
+    ch.basic_publish("", "prio", body(-1 & 0xFF), pika.BasicProperties(delivery_mode=2,
+                                                                        priority=9))
+    srv.kill()
+    srv.start()
+    assert recovered(srv) == f"recovered 1 durable queues, {n + WINDOW + 11} messages"
+    c = connect(srv)
+    ch = c.channel()
+    got = bodies(ch, "prio")
+    high = [body(255)] + [body(i) for i in range(n, n + WINDOW + 10)]
+    assert got == high + [body(i) for i in range(n)]
 
 
 @pytest.mark.slow

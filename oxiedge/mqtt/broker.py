@@ -15,11 +15,12 @@ from __future__ import annotations
 
 import itertools
 import secrets
+import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
 from oxiedge.mqtt import persist
-from oxiedge.mqtt.forward5 import forwarded
+from oxiedge.mqtt.forward5 import expired, forwarded
 from oxiedge.mqtt.packets import SUBACK_FAILURE
 from oxiedge.mqtt.packets5 import Will5
 from oxiedge.mqtt.persist import RawStore
@@ -34,7 +35,7 @@ from oxiedge.mqtt.router import (
     filter_levels,
     with_ids,
 )
-from oxiedge.mqtt.session import Hold, Limits, Outlet, Session, Stats
+from oxiedge.mqtt.session import Hold, Limits, Message, Outlet, Session, Stats
 from oxiedge.mqtt.shared import SHARE_PREFIX, share_problem, split_share
 from oxiedge.mqtt.topics import TopicTrie, topic_filter_problem, topic_limit_problem
 from oxiedge.mqtt.wills import DelayedWills
@@ -403,6 +404,12 @@ class Broker:
             topic = replay.topics[replay.index]
             replay.index += 1
             r = self.retained.get(topic)
+            if r is not None and expired(r.msg, time.time()):
+                # Past its Message Expiry Interval: never delivered (no packet id spent on
+                # it), and gone from disk (MQTT-3.3.2-5).
+                self.stats.expired += 1
+                staged |= self.retained.keep(Message(topic, b"", r.msg.topic_b), 0)
+                continue
             if r is not None and router.acl_active and s.acl is not None \
                     and not s.acl.may_read(topic):
                 continue  # a subscriber never receives a retained message it may not read

@@ -247,7 +247,8 @@ class ConnectStep:
             s.clean = True
         h5 = self._h5 = Handlers5(self._h, self._perms, alias_max=TOPIC_ALIAS_MAXIMUM,
                                   receive_max=self.limits.max_qos2_pending,
-                                  session_expiry=terms.session_expiry)  # fmt: skip
+                                  session_expiry=terms.session_expiry,
+                                  problem_info=terms.problem_info)  # fmt: skip
         self.outlet.write(encode5(terms.connack(
             present, assigned=assigned, receive_maximum=h5.receive_max,
             max_packet_size=self.max_packet_size)))

@@ -51,6 +51,7 @@ class Connect5Terms:
     topic_alias_maximum: int  # the client's: aliases the broker may use towards it
     keep_alive: int  # seconds, as granted
     server_keep_alive: bool  # lowered from the client's: CONNACK says so (3.2.2.3.14)
+    problem_info: bool  # Request Problem Information (3.1.2.11.7): Reason Strings wanted
 
     @classmethod
     def of(cls, pkt: Connect5, cap: int | None, max_keepalive: int = 65535) -> Connect5Terms:
@@ -73,6 +74,7 @@ class Connect5Terms:
             topic_alias_maximum=props.topic_alias_maximum or 0,
             keep_alive=keep,
             server_keep_alive=keep != pkt.keep_alive,
+            problem_info=props.request_problem_information != 0,
         )
 
     def connack(self, present: bool, *, assigned: str | None, receive_maximum: int,

@@ -40,7 +40,7 @@ from oxiedge.mqtt.packets import (
 )
 from oxiedge.mqtt.session import Session
 from oxiedge.mqtt.shared import unshared
-from oxiedge.mqtt.topics import sys_topic
+from oxiedge.mqtt.topics import reserved_topic
 from oxiedge.net.actions import CHECKPOINT
 
 #: A SUBSCRIBE / UNSUBSCRIBE with more filters than this is applied in steps of at most
@@ -99,7 +99,7 @@ class Handlers:
         self.published = True
         topic, topic_b, qos, retain, _dup, pid, payload, frame = p
         if ((self._perms.active and not self.grants.may_publish(topic))  # type: ignore[union-attr]
-                or (topic[0] == "$" and sys_topic(topic))):  # $SYS is the broker's (systree.py)
+                or (topic[0] == "$" and reserved_topic(topic))):  # $SYS, $share/
             self._deny_publish(qos, pid)  # type: ignore[arg-type]
             return
         if qos == 0:

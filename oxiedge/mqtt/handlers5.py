@@ -51,7 +51,7 @@ from oxiedge.mqtt.properties import NO_PROPERTIES, Properties
 from oxiedge.mqtt.reasons import ReasonCode as RC
 from oxiedge.mqtt.router import ID_SHIFT, NO_LOCAL, RETAIN_AS_PUBLISHED
 from oxiedge.mqtt.shared import SHARE_PREFIX, share_problem, unshared
-from oxiedge.mqtt.topics import sys_topic, topic_filter_problem
+from oxiedge.mqtt.topics import reserved_topic, topic_filter_problem
 
 
 class TopicAliasInvalid(ProtocolError):
@@ -86,7 +86,7 @@ class Handlers5:
     """One MQTT 5 client's handlers; the burst state is ``h``'s (see the module doc)."""
 
     def __init__(self, h: Handlers, perms: PermissionStore, *, alias_max: int,
-                 receive_max: int, session_expiry: int,
+                 receive_max: int, session_expiry: int, problem_info: bool = True,
                  wall: WallClock = time.time) -> None:  # fmt: skip
         self.h = h
         self.broker = h.broker
@@ -99,6 +99,9 @@ class Handlers5:
         self.session_expiry = session_expiry  # as CONNECT (or a DISCONNECT) set it
         self.wall = wall
         self.keep_will = False  # DISCONNECT 0x04: the will is published (3.14.2.1)
+        # Request Problem Information 0: no Reason String but on CONNACK, PUBLISH and
+        # DISCONNECT (MQTT-3.1.2-29)
+        self.problem_info = problem_info
 
     def table(self) -> dict[type, Callable[[Any], bool]]:
         """Packet type -> handler, as ``Handlers.table`` (PUBLISH: ``on_publish``; a PUBACK
@@ -145,7 +148,7 @@ class Handlers5:
                 return
             props, expires_at = forwarded(props, self.wall())
         if ((self._perms.active and not h.grants.may_publish(topic))  # type: ignore[union-attr]
-                or (topic[0] == "$" and sys_topic(topic))):  # $SYS is the broker's (systree.py)
+                or (topic[0] == "$" and reserved_topic(topic))):  # $SYS, $share/
             self._perms.counters["mqtt_publish_denied"] += 1
             self._ack(qos, pid, RC.NOT_AUTHORIZED)  # type: ignore[arg-type]
             return
@@ -191,13 +194,14 @@ class Handlers5:
         PUBRECs go out as 0x80 with ``reason`` as their Reason String, the rest of its
         replies not at all, then DISCONNECT 0x80 (the connection closes)."""
         props = Properties(reason_string=reason[:120])
+        ack_props = props if self.problem_info else NO_PROPERTIES
         out = []
         for r in self.h.replies:
             kind = r[0] >> 4
             if kind in (4, 5) and len(r) >= 4:  # PUBACK, PUBREC (remaining length < 128)
                 pid = int.from_bytes(r[2:4], "big")
                 ack = encode_puback5 if kind == 4 else encode_pubrec5
-                out.append(ack(pid, RC.UNSPECIFIED_ERROR, props))
+                out.append(ack(pid, RC.UNSPECIFIED_ERROR, ack_props))
         out.append(encode_disconnect5(RC.UNSPECIFIED_ERROR, props))
         return b"".join(out)
 

@@ -28,6 +28,7 @@ import trio
 from oxiedge.mqtt.localclient import LocalClientError, local_client
 from oxiedge.mqtt.packets import SUBACK_FAILURE, Publish
 from oxiedge.mqtt.protocol import MqttProtocol
+from oxiedge.mqtt.reasons import ReasonCode
 from oxiedge.mqtt.session import Message
 from oxiedge.mqtt.topics import valid_topic_name
 from oxiedge.operations import (
@@ -162,6 +163,7 @@ class MqttOperations:
         proto = getattr(outlet, "protocol", None)
         if not isinstance(proto, MqttProtocol):
             raise OperationError(f"client {client!r}: its connection cannot be ended", REFUSED)
+        proto.disconnect5(ReasonCode.ADMINISTRATIVE_ACTION)  # (MQTT 5 clients hear why)
         proto.end("kicked by the administrator")
         with trio.move_on_after(KICK_WAIT_S):  # `oxiedge sessions` then shows it offline
             while s.conn is outlet:
@@ -336,6 +338,7 @@ def _end(s: Session, reason: str) -> None:
     outlet, s.conn, s.replay = s.conn, None, None
     proto = getattr(outlet, "protocol", None)
     if isinstance(proto, MqttProtocol):
+        proto.disconnect5(ReasonCode.ADMINISTRATIVE_ACTION)  # (MQTT 5 clients hear why)
         proto.end(reason)
 
 

@@ -28,6 +28,12 @@ def sys_topic(topic: str) -> bool:
     return topic.startswith("$SYS") and (len(topic) == 4 or topic[4] == "/")
 
 
+def reserved_topic(topic: str) -> bool:
+    """A topic no client may publish to: ``$SYS`` (``sys_topic``) or one under ``$share/``,
+    the prefix of shared subscriptions (as Mosquitto refuses it)."""
+    return sys_topic(topic) or topic.startswith("$share/")
+
+
 def topic_filter_problem(topic_filter: str) -> str | None:
     """``None`` if ``topic_filter`` is a valid subscription filter, else the reason."""
     if not topic_filter:

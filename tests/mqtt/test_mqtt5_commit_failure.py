@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from oxiedge.mqtt.broker import Broker
 from oxiedge.mqtt.codec5 import decode_all5
 from oxiedge.mqtt.encode5 import encode5
@@ -26,7 +28,9 @@ from oxiedge.store import Store
 from .test_protocol import Clock, Peer
 
 
-async def test_a_failed_commit_answers_0x80_with_a_reason(tmp_path: Path) -> None:
+@pytest.mark.parametrize("problem_info", [None, 0])
+async def test_a_failed_commit_answers_0x80_with_a_reason(tmp_path: Path,
+                                                         problem_info: int | None) -> None:
     store = Store.open(tmp_path / "db")
     try:
         async with store.running():
@@ -37,7 +41,8 @@ async def test_a_failed_commit_answers_0x80_with_a_reason(tmp_path: Path) -> Non
                 session_expiry_interval=600))))
             await sub.feed(encode5(Subscribe5(1, (Subscription("f/#", 2),))))
             pub = Peer(broker, store, clock)
-            await pub.feed(encode5(Connect5("p", True, 60)))
+            await pub.feed(encode5(Connect5("p", True, 60, properties=Properties(
+                request_problem_information=problem_info))))
             proto = pub.proto
             proto.receive_data(encode5(Publish5("f/1", b"x", 1, False, False, 7))
                                + encode5(Publish5("f/2", b"y", 2, False, False, 8)))
@@ -53,7 +58,9 @@ async def test_a_failed_commit_answers_0x80_with_a_reason(tmp_path: Path) -> Non
             out += pub.wire.take()
             got = decode_all5(out)
             reason = Properties(reason_string="commit failed: [Errno 5] injected I/O error")
-            assert got == [Puback5(7, 0x80, reason), Pubrec5(8, 0x80, reason),
+            # (Request Problem Information 0: no Reason String but on DISCONNECT)
+            ack = reason if problem_info is None else Properties()
+            assert got == [Puback5(7, 0x80, ack), Pubrec5(8, 0x80, ack),
                            Disconnect5(0x80, reason)]  # fmt: skip
             assert broker.stats.commit_errors == 1
     finally:

@@ -9,6 +9,7 @@ from collections.abc import Callable
 from oxiedge.mqtt.packets5 import (
     Connack5,
     Connect5,
+    Disconnect5,
     Puback5,
     Publish5,
     Pubrel5,
@@ -140,3 +141,12 @@ def test_0x10_only_when_nothing_took_the_message(start_server: Start) -> None:
         assert pub.next() == Puback5(pid, want)
     conn.close()
     pub.close()
+
+
+def test_an_administrators_kick_says_0x98(start_mqtt: Start) -> None:
+    srv = start_mqtt()
+    c = Raw5(srv.mqtt_port)
+    c.connect("kicked", props=Properties())
+    assert "client 'kicked' disconnected" in srv.cli("client", "kick", "kicked").stdout
+    assert c.next() == Disconnect5(0x98)  # Administrative action
+    c.close()

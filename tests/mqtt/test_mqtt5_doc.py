@@ -39,3 +39,18 @@ def test_the_property_table_is_the_codecs() -> None:
 
 def test_the_reason_code_table_is_the_codecs() -> None:
     assert reason_table() in DOC.read_text(), "docs/mqtt5.md:\n" + reason_table()
+
+
+MQTT_DOC = DOC.parent / "mqtt.md"
+
+
+def test_mqtt_md_says_what_oxiedge_does_with_every_property_and_reason_code() -> None:
+    text = MQTT_DOC.read_text()
+    props = text[text.index("### Every MQTT 5 property"):text.index("### Every MQTT 5 reason")]
+    missing = [s.name for s in SPECS.values() if f"| 0x{s.ident:02X} | {s.name} |" not in props]
+    assert not missing, missing
+    codes = text[text.index("| code | name | oxiedge |"):]
+    codes = codes[:codes.index("\n\n")]
+    listed = {int(c, 16) for row in codes.splitlines()[2:]
+              for c in row.split("|")[1].replace(",", " ").split()}  # fmt: skip
+    assert {code for code, _name, _packets in TABLE} == listed

@@ -85,6 +85,7 @@ def test_one_delivery_per_group_round_robin_mqtt5(shared_mqtt: ServerProcess, v5
     assert other.get().payload == b"both"
     assert len(drain(a) + drain(b)) == 1
     pub.publish("sh5/t", b"", 0, retain=True)
+    assert pub.publish("$share/g/sh5/t", b"x", 1) == 0x87  # no topic (as Mosquitto)
     # A bad share: no share name, a wildcard in it, no filter.
     raw = Raw5(port)
     raw.connect("sh-bad", props=Properties())

@@ -30,6 +30,7 @@ _MAPPED = {
     "max_queued_messages": "--mqtt-queue-limit",
     "max_queued_bytes": "--mqtt-queue-bytes",
     "max_packet_size": "--mqtt-max-packet-size",
+    "max_keepalive": "--mqtt-max-keepalive",
 }
 #: directives without effect on what the tests observe here
 _IGNORED = {"sys_interval", "log_type", "log_dest", "connection_messages", "persistence_location"}
@@ -106,8 +107,11 @@ def main(argv: list[str]) -> None:
         shutil.rmtree(data, ignore_errors=True)
     data.mkdir(parents=True, exist_ok=True)
     os.dup2(2, 1)  # Mosquitto logs to stderr; the tests read the broker's stderr
+    # (Mosquitto keeps a persistent session for ever unless persistent_client_expiration
+    # is set; oxiedge's default is a day, which an MQTT 5 CONNACK would announce)
     cmd = [sys.executable, "-m", "oxiedge", "serve", "--data", str(data), "--bind", "127.0.0.1",
-           "--mqtt-port", str(port), "--amqp-port", "off", "--http-port", "off", *extra]
+           "--mqtt-port", str(port), "--amqp-port", "off", "--http-port", "off",
+           "--mqtt-session-expiry", "never", *extra]
     env = {k: v for k, v in os.environ.items() if not k.startswith("OXIEDGE_")}
     env["PYTHONUNBUFFERED"] = "1"
     os.chdir(os.environ.get("OXIEDGE_SHIM_REPO", os.getcwd()))

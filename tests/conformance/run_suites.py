@@ -105,6 +105,29 @@ def fetch_sdist(suite: Suite, cache: Path) -> Path:
     return found[0]
 
 
+def git_dir(repo: str) -> Path:
+    """The local clone of ``owner/name`` (``$OXIEDGE_CONFORMANCE_GIT/owner+name/repo``, by
+    default where the ``fetch`` tool puts it: ``/work/.mirror``)."""
+    base = Path(os.environ.get("OXIEDGE_CONFORMANCE_GIT", "/work/.mirror"))
+    return base / repo.replace("/", "+") / "repo"
+
+
+def fetch_git(suite: Suite, cache: Path) -> Path:
+    """A tarball of the pinned commit in the cache, made once with ``git archive``."""
+    assert suite.git is not None
+    repo, commit = suite.git
+    tarball = cache / "sdists" / f"{suite.dist}-git-{commit[:12]}.tar"
+    if tarball.exists():
+        return tarball
+    clone = git_dir(repo)
+    if not (clone / "HEAD").exists():
+        raise RuntimeError(f"no clone of {repo} at {clone} (OXIEDGE_CONFORMANCE_GIT)")
+    tarball.parent.mkdir(parents=True, exist_ok=True)
+    _run(["git", "--git-dir", str(clone), "archive", "--prefix", f"{suite.dist}-{commit[:12]}/",
+          "-o", str(tarball), commit])
+    return tarball
+
+
 def unpack(suite: Suite, tarball: Path, cache: Path) -> Path:
     """Unpack a fresh copy of the sdist and apply the overlays; return its root."""
     work = cache / "work" / suite.name
@@ -151,7 +174,7 @@ def ensure_venv(suite: Suite, src: Path, cache: Path) -> Path:
     """A virtualenv with the library (from its sdist) and its test requirements; its python."""
     venv = cache / "venvs" / suite.name
     python = venv / "bin" / "python"
-    pins = json.dumps([suite.dist, suite.version, *suite.requirements])
+    pins = json.dumps([suite.dist, suite.version, *(suite.git or ()), *suite.requirements])
     stamp = venv / ".oxiedge-pins"
     if python.exists() and stamp.exists() and stamp.read_text() == pins:
         return python
@@ -169,13 +192,13 @@ class Oxiedge(ServeProcess):
     """A real ``oxiedge serve`` on a free AMQP port with a throwaway data dir."""
 
     def __init__(self, log_path: Path, tls: Path | None = None,
-                 management: bool = False) -> None:
+                 management: bool = False, amqp_port: int = 0) -> None:
         tls_args = [] if tls is None else [
             "--amqp-tls-port", str(TLS_PORT), "--tls-cert", str(tls / "server.pem"),
             "--tls-key", str(tls / "server.key")]
         http_args = ["--http-port", "0"] if management else ["--http-port", "off"]
         super().__init__(Path(tempfile.mkdtemp(prefix="oxiedge-conformance-")), log_path, [
-            "--mqtt-port", "off", "--amqp-port", "0",
+            "--mqtt-port", "off", "--amqp-port", str(amqp_port),
             # The suites are written against RabbitMQ 3.x's 128 MiB message size limit
             # (aiormq's test_big_message sends 20 MiB); oxiedge's Pi default is 16 MiB.
             "--amqp-max-message-size", "128MiB",
@@ -262,7 +285,8 @@ def run_suite(suite: Suite, cache: Path) -> SuiteResult:
     logs.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
     try:
-        src = unpack(suite, fetch_sdist(suite, cache), cache)
+        tarball = fetch_git(suite, cache) if suite.git else fetch_sdist(suite, cache)
+        src = unpack(suite, tarball, cache)
         python = ensure_venv(suite, src, cache)
     except (RuntimeError, subprocess.TimeoutExpired, OSError) as exc:
         result.status, result.detail = "setup-error", str(exc)[-2000:]
@@ -275,7 +299,7 @@ def run_suite(suite: Suite, cache: Path) -> SuiteResult:
     rules.write_text(json.dumps([asdict(x) for x in suite.exclusions], indent=1))
     result.broker = broker_revision()
     with Oxiedge(logs / f"{suite.name}-server.log", tls_material(cache),
-                 suite.management) as server:
+                 suite.management, suite.amqp_port) as server:
         env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST", "OXIEDGE_"))}
         env.update(suite.env(server.port, server.tls_port, server.tls, server.http_url))
         env.update({"PYTHONPATH": str(HERE), "OXIEDGE_CONFORMANCE_RULES": str(rules),

@@ -65,6 +65,11 @@ class Suite:
     #: the server also serves the management HTTP API, and the suite's user is an
     #: administrator with every permission in '/' (RabbitMQ's default guest)
     management: bool = False
+    #: the suite comes from a git commit (owner/name, 40-hex commit) instead of a PyPI sdist:
+    #: ``git archive`` of that commit from a local clone (``run_suites.git_dir``)
+    git: tuple[str, str] | None = None
+    #: a fixed AMQP port for suites that hard-code it (pika dials 127.0.0.1:5672); 0 = free
+    amqp_port: int = 0
 
 
 def _docker_env(port: int, tls_port: int, _tls: Path, _http: str) -> dict[str, str]:
@@ -76,6 +81,11 @@ def _rabbitmq_env(port: int, tls_port: int, _tls: Path, _http: str) -> dict[str,
     # py-amqp and kombu read RABBITMQ_HOST and the docker-link style RABBITMQ_5672_TCP.
     return {"RABBITMQ_HOST": HOST, "RABBITMQ_5672_TCP": str(port),
             "RABBITMQ_5671_TCP": str(tls_port), "OXIEDGE_AMQP_PORT": str(port)}
+
+
+def _pika_env(port: int, _tls_port: int, _tls: Path, _http: str) -> dict[str, str]:
+    # pika's acceptance tests dial 127.0.0.1:5672 themselves (amqp_port=5672 below).
+    return {"OXIEDGE_AMQP_PORT": str(port)}
 
 
 def _amqpstorm_env(port: int, tls_port: int, tls: Path, http: str) -> dict[str, str]:
@@ -91,6 +101,19 @@ def _amqpstorm_env(port: int, tls_port: int, tls: Path, http: str) -> dict[str, 
 
 
 SUITES: tuple[Suite, ...] = (
+    Suite(
+        # pika's sdist has no tests: its acceptance tests come from the repository at a pinned
+        # commit (pika 1.4.0 as of 2026-08-21), run as pika's CI runs them but in one process.
+        name="pika", dist="pika", version="1.4.0",
+        git=("pika/pika", "2126d43a76c14fb8d365d96bd1bdcef13dad75b5"),
+        amqp_port=5672,
+        test_paths=("tests/acceptance",),
+        requirements=("pytest>=8,<10", "pytest-timeout", "gevent", "tornado", "twisted"),
+        env=_pika_env,
+        note="From git (the sdist has no tests): tests/acceptance of pika/pika at 2126d43a76c1, "
+             "plain TCP on 5672 (the suite's TLS mode, --use-tls, wants RabbitMQ to require "
+             "client certificates from its own CA in tests/certs, not run).",
+    ),
     Suite(
         name="aiormq", dist="aiormq", version="7.2.4",
         test_paths=("tests",),

@@ -31,6 +31,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from bench import procstat
 from bench.amqpwire import ConfirmTracker, RawAmqp, publish_frames
 from bench.backlog import rss_mb, written
 from bench.brokers import Started, Target
@@ -154,13 +155,14 @@ def run_one(root: Path, n: int, payload: int, extra: list[str]) -> dict[str, Any
         c.expect(50, 11)
         c.close()
         out["rss_idle_mb"] = rss_mb(st.target)
-        w0 = written(st.target.pid)
+        w0, c0 = written(st.target.pid), cpu(st.target)
         t0 = time.perf_counter()
         publish(st.target.amqp[1], QUEUE, range(n), payload=payload)
         secs = time.perf_counter() - t0
         out.update(filled=n, fill_s=secs, fill_msg_s=n / secs)
         out["rss_full_mb"] = rss_mb(st.target)
         out["fill_write_bytes"] = written(st.target.pid) - w0
+        out["fill_cpu_us_msg"] = (cpu(st.target) - c0) * 1e6 / n
         out["rss_per_msg_b"] = (out["rss_full_mb"] - out["rss_idle_mb"]) * 1e6 / n
         st.stop(remove=False, sig=signal.SIGKILL)
         st = start(root, args, data=data)
@@ -168,9 +170,10 @@ def run_one(root: Path, n: int, payload: int, extra: list[str]) -> dict[str, Any
         out["ready_after_sigkill_s"] = st.ready_s
         out["recovered"] = [x for x in st.log_lines if "recovered" in x]
         out["rss_after_restart_mb"] = rss_mb(st.target)
-        w0 = written(st.target.pid)
+        w0, c0 = written(st.target.pid), cpu(st.target)
         got, secs = drain(st.target, n)
         out.update(drained=got, drain_s=secs, drain_msg_s=got / secs if secs else 0.0)
+        out["drain_cpu_us_msg"] = (cpu(st.target) - c0) * 1e6 / max(1, got)
         out["drain_write_bytes"] = written(st.target.pid) - w0
         out["rss_drained_mb"] = rss_mb(st.target)
     finally:
@@ -178,6 +181,12 @@ def run_one(root: Path, n: int, payload: int, extra: list[str]) -> dict[str, Any
         for d in tmps:
             shutil.rmtree(d, ignore_errors=True)
     return out
+
+
+def cpu(t: Target) -> float:
+    """The broker's CPU seconds so far (user + system)."""
+    s = procstat.sample(t.pid)
+    return s.cpu if s else 0.0
 
 
 def _declare(queue: str) -> bytes:
@@ -209,15 +218,16 @@ def main(argv: list[str] | None = None) -> int:
     print()
     print("| build | N | RSS idle / full / after SIGKILL+restart / drained MB | B per msg | "
           "ready after SIGKILL s | fill msg/s | drain msg/s (pika, prefetch 1000) | "
-          "written fill / drain B per msg |")
-    print("|---|---|---|---|---|---|---|---|")
+          "broker CPU fill / drain µs per msg | written fill / drain B per msg |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for r in results:
         n = max(1, r["filled"])
         print(f"| {r['build']} | {r['messages']:,} | {r['rss_idle_mb']:.1f} / "
               f"{r['rss_full_mb']:.1f} / {r['rss_after_restart_mb']:.1f} / "
               f"{r['rss_drained_mb']:.1f} | {r['rss_per_msg_b']:.1f} | "
               f"{r['ready_after_sigkill_s']:.2f} | {r['fill_msg_s']:,.0f} | "
-              f"{r['drain_msg_s']:,.0f} | {r['fill_write_bytes'] / n:.0f} / "
+              f"{r['drain_msg_s']:,.0f} | {r['fill_cpu_us_msg']:.1f} / "
+              f"{r['drain_cpu_us_msg']:.1f} | {r['fill_write_bytes'] / n:.0f} / "
               f"{r['drain_write_bytes'] / n:.0f} |")
     if a.json:
         a.json.write_text(json.dumps({"machine": info, "results": results}, indent=1,

@@ -190,6 +190,10 @@ def iter_message_docs(store: Any, queue_name: Callable[[int], str | None]) -> It
     for key, value in store.iter_raw(CF, MSG_PREFIX):
         qid, seq = parse_key(key)
         yield message_doc(queue_name(qid) or f"#{qid}", qid, seq, value)
+    for key, value in store.iter_raw(CF, LEVEL_PREFIX):  # priority queues' levels
+        if len(key) == 18:
+            qid, seq = _Q.unpack_from(key, 1)[0], _Q.unpack_from(key, 10)[0]
+            yield message_doc(queue_name(qid) or f"#{qid}", qid, seq, value)
 
 
 # -- recovery checks: each raises ValueError naming what is wrong ------------------------

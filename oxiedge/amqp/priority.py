@@ -16,8 +16,9 @@ follows is RabbitMQ's documented behaviour (rabbitmq.com/docs/priority):
   *highest* priority message: a full priority queue makes room for a low one by dropping a
   high one, as in RabbitMQ;
 * a requeued message goes back to its place (by publish sequence) within its level;
-* after a restart every stored message is enqueued again in publish order and so lands in
-  its level as before (the priority is in its stored properties).
+* a durable priority queue keeps its levels on queue logs (``prioritylog.py``), one per
+  level, with this same head; one recovered with records of the older layout has them
+  enqueued again in publish order, each in its level (the priority is in its properties).
 
 Only priority queues pay: the level is read from the raw properties on the way in
 (``properties.priority_of``), plain queues keep their deque.  RabbitMQ's advice holds here

@@ -41,15 +41,23 @@ from oxiedge.amqp.properties import scan_properties
 from oxiedge.amqp.queues import VOLATILE, Queue, QueuedMessage
 from oxiedge.store.qlog import QueueLog
 
+_LEN = struct.Struct(">I")
+_CACHED = 256  # entries of each decode cache (then cleared, as the MQTT codec's topics)
+
 
 class Codec:
-    """``amqp`` message records <-> :class:`QueuedMessage` (size: the body's length)."""
+    """``amqp`` message records <-> :class:`QueuedMessage` (size: the body's length).
 
-    __slots__ = ("queue", "recovered_tail")
+    A backlog repeats a few exchange / routing-key pairs and property blocks many times:
+    each is decoded and checked once (a bounded cache), then only compared."""
+
+    __slots__ = ("_names", "_props", "queue", "recovered_tail")
 
     def __init__(self, queue: Queue) -> None:
         self.queue = queue
         self.recovered_tail = 0  # seqs below were written before this run: redelivered
+        self._names: dict[bytes, tuple[str, str]] = {}  # record head -> exchange, key
+        self._props: set[bytes] = set()  # property blocks that passed scan_properties
 
     def decode(self, seq: int, value: bytes) -> QueuedMessage | None:
         stored: int = True
@@ -58,14 +66,45 @@ class Codec:
                 return None  # a non-persistent message of an earlier run
             value, stored = value[1:], VOLATILE
         try:
-            exchange, routing_key, props, body, expires = persist.decode_record(value)
-            scan_properties(props)
+            if value[0] != 1:  # (a deadline, or not a record: the general decoder)
+                return self._decode(seq, value, stored)
+            end = 3 + value[1]
+            end += value[end - 1]
+            names = self._names.get(value[:end])
+            if names is None:
+                ex, rk, _p, _b, _e = persist.decode_record(value)
+                names = self._remember(self._names, value[:end], (ex, rk))
+            start = end + 4
+            length = _LEN.unpack_from(value, end)[0]
+            props = value[start : start + length]
+            if len(props) != length:
+                raise ValueError("AMQP message record shorter than its properties")
+            body = value[start + length :]
+            if props not in self._props:
+                scan_properties(props)
+                self._remember(self._props, props, None)
         except (IndexError, struct.error, AmqpError) as exc:
             raise ValueError(str(exc)) from None
+        return QueuedMessage(seq, names[0], names[1], props, body, stored,
+                             seq < self.recovered_tail)
+
+    def _decode(self, seq: int, value: bytes, stored: int) -> QueuedMessage:
+        exchange, routing_key, props, body, expires = persist.decode_record(value)
+        scan_properties(props)
         if expires:
             self.queue.ttl_seen = True  # its deadline needs the queue's timer
         return QueuedMessage(seq, exchange, routing_key, props, body, stored,
                              seq < self.recovered_tail, expires)
+
+    @staticmethod
+    def _remember(cache: Any, key: bytes, value: Any) -> Any:
+        if len(cache) >= _CACHED:
+            cache.clear()
+        if isinstance(cache, dict):
+            cache[key] = value
+        else:
+            cache.add(key)
+        return value
 
     def raw_size(self, value: bytes) -> int:
         return persist.body_size(value)

@@ -161,3 +161,37 @@ def test_takeover_goes_to_the_highest_priority_left(conn: Any) -> None:
     setup.basic_publish("", "sacq", b"2")
     wait_until(conn, lambda: len(got) == 3)
     assert got[-1] == ("d", b"2")
+
+
+class _Candidate:
+    def __init__(self, name: str, priority: int = 0) -> None:
+        self.name, self.priority, self.unacked, self.credit = name, priority, 0, True
+
+    def has_credit(self) -> bool:
+        return self.credit
+
+
+def test_selector_table() -> None:
+    """``selection.SingleActive`` without a socket: who is active as consumers come, hold
+    deliveries, settle and go."""
+    from oxiedge.amqp.selection import SingleActive, activity, insert_ranked
+
+    sac = SingleActive()
+    consumers: list[_Candidate] = []
+    a, b, c = _Candidate("a"), _Candidate("b", 5), _Candidate("c", 5)
+    insert_ranked(consumers, a)
+    assert sac.pick(consumers) is a
+    a.unacked = 2
+    insert_ranked(consumers, b)
+    assert sac.pick(consumers) is None  # b waits for a's deliveries to settle
+    assert [activity(sac, x, consumers) for x in (a, b)] == ["single_active", "waiting"]
+    a.unacked = 0
+    assert sac.pick(consumers) is b
+    insert_ranked(consumers, c)  # same priority, later: b stays
+    assert sac.pick(consumers) is b
+    b.credit = False
+    assert sac.pick(consumers) is None  # the queue waits for the active one
+    consumers.remove(b)
+    sac.removed(b)
+    assert sac.pick(consumers) is c
+    assert activity(object(), a, consumers) == "up"

@@ -185,6 +185,8 @@ def make_case(case: str, h: Harness, payload: bytes) -> Callable[[int], None]:
         pub, pw = connect(h, "pub")
         pkts = _publishes(m, 1, payload)
         pubacks = [b"\x40\x02" + i.to_bytes(2, "big") for i in range(1, 65536)]
+        if m["level"] == 5:  # MQTT 5: 0x10, no matching subscribers
+            pubacks = [b"\x40\x03" + i.to_bytes(2, "big") + b"\x10" for i in range(1, 65536)]
 
         def one(i: int) -> None:
             n = i % 65535

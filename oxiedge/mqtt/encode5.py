@@ -102,13 +102,18 @@ def _ack(ptype: PacketType, packet_id: int, reason_code: int, properties: Proper
 
 _PUBACK2 = _SHORT[PacketType.PUBACK]
 _PUBREC2 = _SHORT[PacketType.PUBREC]
+_PUBACK3 = _WITH_CODE[PacketType.PUBACK]
+_NO_MATCHING = b"\x10"  # (No matching subscribers: a PUBACK/PUBREC code, not an error)
 
 
 def encode_puback5(packet_id: int, reason_code: int = 0,
                    properties: Properties = NO_PROPERTIES) -> bytes:  # fmt: skip
     """PUBACK (3.4)."""
-    if not reason_code and properties is NO_PROPERTIES:
-        return _PUBACK2 + packet_id.to_bytes(2, "big")  # (every publish's: one call)
+    if properties is NO_PROPERTIES:  # (every publish's: one call)
+        if not reason_code:
+            return _PUBACK2 + packet_id.to_bytes(2, "big")
+        if reason_code == 0x10:
+            return _PUBACK3 + packet_id.to_bytes(2, "big") + _NO_MATCHING
     return _ack(PacketType.PUBACK, packet_id, reason_code, properties)
 
 

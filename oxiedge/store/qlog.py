@@ -25,13 +25,17 @@ back, so a delivery waiting for its round (an MQTT QoS 2 ``Hold``) is never read
 
 Removal: an acknowledged or dropped seq below every live seq (the usual case) only moves
 ``deleted_to`` (an in-order ack: the seq at ``deleted_to``, one compare); ``_flush``, just
-before the round is written (``Store.defer``), moves it up to the floor and stages one
-``delete_range`` for the run with the metadata record ``meta_key`` = floor, tail, count,
-bytes (8 bytes BE each). An acknowledgement out of order stages a point delete at once.
+before the round is written (``Store.defer``), moves it up to the floor and writes the
+metadata record ``meta_key`` = floor, tail, count, bytes (8 bytes BE each); the run below
+the floor goes as one ``delete_range`` once it is ``RANGE_RUN`` seqs long or the queue is
+empty (a range tombstone per round would make every iterator of a long drain slower; what
+is below the floor is never read: reads and recovery start at the floor, and recovery
+removes a run left over). An acknowledgement out of order stages a point delete at once.
 
-Recovery (``recover``) reads the metadata record, seeks to the first key at or above the
-floor and to the last key: no backlog read. A record missing or inconsistent with the
-keys (a data dir written before this layout) costs one scan of the keys, once. A record
+Recovery (``recover``, ``qlog_recover.py``) reads the metadata record, seeks to the first
+key at or above the floor and to the last key: no backlog read. A record missing or
+inconsistent with the keys (a data dir written before this layout) costs one scan of the
+keys, once. A record
 that does not decode when read back is quarantined (``store.quarantine``: moved aside,
 counted, logged) and delivery goes on.
 
@@ -43,25 +47,28 @@ from __future__ import annotations
 
 import bisect
 import operator
-import struct
 from collections import deque
 from collections.abc import Callable, Iterator
 from typing import Generic
 
 from .encoding import prefix_end
 from .qlog_api import Codec, E, Entry, Generations, LogStore, NoTally, Tally
+from .qlog_recover import META, SEQ, find
 
-__all__ = ["WINDOW", "WINDOW_BYTES", "Codec", "Entry", "Generations", "LogStore", "QueueLog",
-           "Tally"]
+__all__ = ["RANGE_RUN", "WINDOW", "WINDOW_BYTES", "Codec", "Entry", "Generations", "LogStore",
+           "QueueLog", "Tally"]
 
-_SEQ = struct.Struct(">Q")
+_SEQ = SEQ
 _SEQ_OF = operator.attrgetter("seq")
-_META = struct.Struct(">QQQQ")  # floor, tail, count, bytes
 #: The window of a queue whose consumer is attached: messages, bytes (whichever first).
 WINDOW = 1024
 WINDOW_BYTES = 1 << 20
 #: Records in the first read of a read-back when the queue's mean size is not known.
 _CHUNK = 64
+#: Acknowledged seqs gathered below the floor before their range delete is staged (at once
+#: when the queue is empty): each range tombstone in the memtable is work for every iterator
+#: made on the family until it is flushed, so a long drain must not leave one per round.
+RANGE_RUN = 1024
 
 
 class QueueLog(Generic[E]):
@@ -390,11 +397,12 @@ class QueueLog(Generic[E]):
         floor = self._floor()  # every seq below the smallest live one is removed
         if floor > self.deleted_to:
             self.deleted_to = floor
-        if self.deleted_to > self.flushed_to:
+        if self.deleted_to > self.flushed_to and (
+                self.deleted_to - self.flushed_to >= RANGE_RUN or self.count <= 0):
             store.stage_delete_range(self.cf, self.key(self.flushed_to), self.key(self.deleted_to))
             self.flushed_to = self.deleted_to
         # (Never negative: a quarantined record counts its raw size, a guess.)
-        store.stage_put(self.cf, self.meta_key, _META.pack(
+        store.stage_put(self.cf, self.meta_key, META.pack(
             self.deleted_to, self.tail, max(0, self.count), max(0, self.bytes)))
 
     def discard_waiting(self) -> int:
@@ -453,54 +461,17 @@ class QueueLog(Generic[E]):
 
     # ---------------------------------------------------------------- recovery
     def recover(self) -> None:
-        """Find this queue's head, tail, count and bytes on disk (module docstring); every
-        record found is waiting on disk afterwards."""
+        """Find this queue's head, tail, count and bytes on disk (``qlog_recover.py``, no
+        message read); every record found is waiting on disk afterwards."""
         store = self.store
         assert store is not None and self._end is not None
-        meta: tuple[int, int, int, int] | None = None
-        raw = store.get_raw(self.cf, self.meta_key)
-        if raw is not None and len(raw) == _META.size:
-            meta = _META.unpack(raw)
-        elif raw is not None:
-            store.quarantine(self.cf, self.meta_key, raw, f"queue counters of {len(raw)} bytes")
-        width = len(self.prefix) + _SEQ.size
-        floor = meta[0] if meta is not None else 0
-        head = next(iter(store.iter_range(self.cf, self.key(floor), self._end)), None)
-        last = store.last_key(self.cf, self.prefix, self._end) if head is not None else None
-        first_seq = last_seq = -1
-        if head is not None and last is not None and len(head[0]) == len(last) == width:
-            first_seq = _SEQ.unpack_from(head[0], width - _SEQ.size)[0]
-            last_seq = _SEQ.unpack_from(last, width - _SEQ.size)[0]
-        if meta is not None and (
-                (head is None and meta[2] == 0)
-                or (first_seq >= floor and 0 <= last_seq < meta[1]
-                    and 0 < meta[2] <= last_seq - first_seq + 1)):
-            self.tail, self.count, self.bytes = meta[1], meta[2], meta[3]
-        else:
-            first_seq, last_seq = self._scan()
-            self.tail = max(last_seq + 1, meta[1] if meta is not None else 0)
+        found = find(store, self.cf, self.prefix, self._end, self.meta_key, self.codec.raw_size)
+        self.tail, self.count, self.bytes = found.tail, found.count, found.bytes
+        if found.scanned:
             self._touch()
         self.tally.backlog_bytes += self.bytes
         if self.count:
-            self.disk_from, self.disk_to = first_seq, last_seq + 1
-            self.deleted_to = self.flushed_to = first_seq
+            self.disk_from, self.disk_to = found.first, found.last + 1
+            self.deleted_to = self.flushed_to = found.first
         else:
             self.deleted_to = self.flushed_to = self.tail
-
-    def _scan(self) -> tuple[int, int]:
-        """Count every record (no usable metadata); ``(first seq, last seq)``, -1 if none."""
-        store = self.store
-        assert store is not None and self._end is not None
-        width = len(self.prefix) + _SEQ.size
-        first = last = -1
-        self.count = self.bytes = 0
-        for key, value in store.iter_range(self.cf, self.prefix, self._end):
-            if len(key) != width:
-                store.quarantine(self.cf, key, value, f"queue key of {len(key)} bytes")
-                continue
-            seq = _SEQ.unpack_from(key, width - _SEQ.size)[0]
-            first = seq if first < 0 else first
-            last = seq
-            self.count += 1
-            self.bytes += self.codec.raw_size(value)
-        return first, last

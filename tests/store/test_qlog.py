@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from oxiedge.store import Store
-from oxiedge.store.qlog import QueueLog
+from oxiedge.store.qlog import RANGE_RUN, QueueLog
 
 CF = "amqp"
 PREFIX = b"Q" + (7).to_bytes(8, "big")
@@ -133,6 +133,32 @@ def test_acked_runs_go_as_one_range_delete_per_round_and_counters_persist(store:
     again = make(store)
     again.recover()
     assert (len(again), again.tail, again.deleted_to) == (0, 50, 50)
+
+
+def test_a_long_drain_leaves_one_range_delete_per_run_and_recovery_removes_a_run_left(
+        store: Store) -> None:
+    n = RANGE_RUN + 100
+    q = make(store, window=8)
+    fill(q, 0, n, keep=False)
+    store.commit_blocking()
+    fill(q, n, 1)
+    for _ in range(10):
+        item = q.peek()
+        assert item is not None
+        q.pop()
+        q.ack(item.seq)
+    store.commit_blocking()
+    # Below the floor, not deleted yet: the run is short and the queue is not empty.
+    assert (q.deleted_to, q.flushed_to) == (10, 0)
+    assert next(store.iter_raw(CF, PREFIX))[0] == PREFIX + (0).to_bytes(8, "big")
+    again = make(store)  # as after a SIGKILL now: the counters' floor is 10
+    again.recover()
+    assert (len(again), again.disk_from) == (n - 9, 10)
+    store.commit_blocking()  # recovery staged the range delete of what was left below
+    assert next(store.iter_raw(CF, PREFIX))[0] == PREFIX + (10).to_bytes(8, "big")
+    assert drain(again)[:2] == [10, 11]
+    store.commit_blocking()
+    assert list(store.iter_raw(CF, PREFIX)) == []
 
 
 def test_out_of_order_ack_deletes_that_record_alone(store: Store) -> None:

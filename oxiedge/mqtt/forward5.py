@@ -132,6 +132,15 @@ class Peer5:
                 data = msg.qos0v5 = encode_publish5(msg.topic_b, msg.payload, 0, False, False,
                                                     None, block)
             return self._fit(data)
+        if type(msg) is not Message5 and not ids and not self.alias_max:
+            # A message without properties to a client without aliases (the common case):
+            # as 3.1.1 encodes it, with an empty property block
+            data = encode_publish5(msg.topic_b, msg.payload, qos, retain, dup, pid,
+                                   NO_PROPERTY_BYTES)
+            if len(data) > self.max_packet:
+                self.stats.dropped_too_large += 1
+                return None
+            return data
         if type(msg) is Message5:
             exp = msg.expires_at
             if exp is None and not ids:

@@ -104,7 +104,8 @@ class PriorityLogReady(deque[QueuedMessage]):
         return sum(len(log) for log in self.levels)
 
     def __bool__(self) -> bool:
-        return self._head() is not None
+        log = self._head()
+        return log is not None and log.peek() is not None
 
     def __getitem__(self, index: SupportsIndex) -> QueuedMessage:  # type: ignore[override]
         if index.__index__() == 0:

@@ -176,7 +176,9 @@ class LogReady(deque[QueuedMessage]):
         return len(self.log)
 
     def __bool__(self) -> bool:
-        return len(self.log) > 0
+        """Is there a next message (read back if need be)? Never true while ``popleft``
+        would find nothing, even if the counters were off."""
+        return self.log.peek() is not None
 
     def __getitem__(self, index: SupportsIndex) -> QueuedMessage:  # type: ignore[override]
         if index.__index__() == 0:

@@ -43,6 +43,7 @@ import trio
 
 from oxiedge.amqp import spec
 from oxiedge.amqp.codec import HEARTBEAT_FRAME, Command, encode_method
+from oxiedge.bridge.props import from_amqp
 from oxiedge.uplink.amqp_client import (
     CHANNEL,
     INBOUND_CHANNEL,
@@ -445,7 +446,9 @@ class _Link:
                                        INBOUND)
                 continue
             try:
-                await self.io.deliver(topic, cmd.body or b"")
+                # its properties mapped as across amq.topic (MQTT 5 subscribers get them)
+                props = from_amqp(cmd.properties, time.time()) if cmd.properties else None
+                await self.io.deliver(topic, cmd.body or b"", props)
             except LinkError as exc:
                 log.warning("uplink %s: rejecting inbound message for %r: %s",
                             opts.name, topic, exc)

@@ -83,7 +83,7 @@ class RecordingIO:
         self.confirmed_seqs.append(seq)
         self._poke()
 
-    async def deliver(self, topic: str, payload: bytes) -> None:
+    async def deliver(self, topic: str, payload: bytes, props: Any = None) -> None:
         self.deliver_calls += 1
         self._poke()
         if self.deliver_mode == "hang":

@@ -7,6 +7,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pika
+
 from oxiedge.staged import MessageProps
 from oxiedge.uplink.msgprops import decode_props, encode_props, publish_block
 from oxiedge.uplink.outbox import decode_record, encode_record, record_props
@@ -102,11 +104,24 @@ def test_amqp_upstream_gets_the_amq_topic_mapping(tmp_path: Path, start_server: 
     dev = unique("a")
     srv = start_server("--device-id", dev, data=tmp_path / "edge")
     srv.cli("uplink", "add", "upa", f"amqp://guest:guest@127.0.0.1:{central.amqp_port}/",
-            "--out", "sensors/#")
+            "--out", "sensors/#", "--in", "cmd/#")
     wait_status(srv, "upa", connected, "connected")
     local = Client5(srv.mqtt_port, "local-a")
     local.connect()
+    assert local.subscribe("cmd/#", 1) == [1]
     assert local.publish("sensors/a", b"1", 1, properties=_mqtt_props()) == 0
+    # A command from the AMQP upstream comes down with its properties mapped back.
+    with amqp(central.amqp_port) as conn:
+        ch = conn.channel()
+        ch.confirm_delivery()
+        ch.basic_publish("amq.topic", "cmd.go", b"go", pika.BasicProperties(
+            delivery_mode=2, content_type="text/plain", correlation_id="c-7",
+            headers={"x-reply-to-topic": "rep.dev", "u": "1"}))
+    m = local.get()
+    assert (m.topic, m.payload) == ("cmd/go", b"go")
+    assert (m.properties.ContentType, m.properties.CorrelationData,
+            m.properties.ResponseTopic) == ("text/plain", b"c-7", "rep/dev")
+    assert m.properties.UserProperty == [("u", "1")]
     local.close()
     wait_status(srv, "upa", drained, "drained")
     with amqp(central.amqp_port) as conn:

@@ -392,6 +392,27 @@ def session_summaries(store: RawStore) -> Iterator[tuple[str, dict[str, int], in
         yield client_id, subs, queued, rel
 
 
+def session_expiries(store: RawStore) -> dict[str, tuple[int, float | None]]:
+    """Client id -> ``(interval, deadline or None)`` of every MQTT 5 session's ``e`` record,
+    read only (offline listings: a record that does not decode is left out, not moved)."""
+    owners: dict[int, str] = {}
+    for key, value in store.iter_raw(CF, SESSION):
+        try:
+            client_id, owner, _subs, _user = check_session(key, value)
+        except ValueError:
+            continue
+        owners[owner] = client_id
+    out: dict[str, tuple[int, float | None]] = {}
+    for key, value in store.iter_raw(CF, EXPIRY):
+        cid = owners.get(int.from_bytes(key[1:1 + _Q], "big"))
+        try:
+            if cid is not None:
+                out[cid] = decode_expiry(value)
+        except ValueError:
+            continue
+    return out
+
+
 def load_retained_records(store: RawStore) -> Iterator[tuple[str, int, bytes]]:
     """``(topic, QoS byte, rest)`` of every retained message (``check_retained``)."""
     for key, value in store.iter_raw(CF, RETAIN):

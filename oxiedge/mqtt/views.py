@@ -4,6 +4,7 @@ run time (connections, drop counters since start) shows as not connected / 0."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -20,6 +21,8 @@ def offline_views(store: RawStore) -> dict[str, Callable[[], list[dict[str, Any]
     """``{"sessions": fn, "retained": fn}`` reading the store (never writing)."""
 
     def sessions() -> list[dict[str, Any]]:
+        v5 = persist.session_expiries(store)
+        wall = time.time()
         rows = [
             {
                 "client": client,
@@ -29,7 +32,9 @@ def offline_views(store: RawStore) -> dict[str, Callable[[], list[dict[str, Any]
                 "queued": queued,
                 "inflight": rel,
                 "dropped": 0,
-                "expires_in": None,  # a server starting now gives it its full expiry
+                # 3.1.1: a server starting now gives it its full expiry (None); MQTT 5: its
+                # own deadline, which runs while the broker is down
+                "expires_in": _expires_in(v5.get(client), wall),
             }
             for client, subs, queued, rel in persist.session_summaries(store)
         ]
@@ -42,3 +47,12 @@ def offline_views(store: RawStore) -> dict[str, Callable[[], list[dict[str, Any]
         ]
 
     return {"sessions": sessions, "retained": retained}
+
+
+def _expires_in(expiry: tuple[int, float | None] | None, wall: float) -> int | None:
+    """Seconds an MQTT 5 session has left (its client connected when the server stopped:
+    its whole interval, which starts at the next start)."""
+    if expiry is None:
+        return None
+    interval, deadline = expiry
+    return interval if deadline is None else max(0, round(deadline - wall))

@@ -7,7 +7,7 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from tests.conftest import ServerProcess
+from tests.conftest import ServerProcess, run_cli
 from tests.mqtt.paho5 import Client5, props
 
 Start = Callable[..., ServerProcess]
@@ -32,3 +32,18 @@ def test_v5_session_expires_in(start_mqtt: Start) -> None:
     assert rows["rows-live"]["expires_in"] is None  # connected
     assert not rows["rows-kept"]["connected"] and rows["rows-live"]["connected"]
     live.close()
+
+
+def test_v5_session_expires_in_with_no_server(start_mqtt: Start) -> None:
+    server = start_mqtt()
+    kept = Client5(server.mqtt_port, "rows-off")
+    kept.connect(properties=props(1, SessionExpiryInterval=600))
+    kept.disconnect()
+    server.stop()
+    out = run_cli(server.data, "sessions", "--json")
+    assert out.returncode == 0, out.stderr
+    text = out.stdout
+    rows = json.loads(text) if text.lstrip().startswith("[") else \
+        [json.loads(line) for line in text.splitlines() if line.strip()]
+    row = {r["client"]: r for r in rows}["rows-off"]
+    assert 590 <= row["expires_in"] <= 600 and not row["connected"]

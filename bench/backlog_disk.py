@@ -1,11 +1,12 @@
 """What a backlog costs the card: bytes written per acknowledged message, fill then drain.
 
 ``python -m bench.backlog_disk [--messages 200000] [--payload 100]
-[--broker oxiedge --broker mosquitto-10s ...] [--oxiedge-arg ARG ...] [--json FILE]``
+[--broker oxiedge --broker mosquitto-10s ...] [--hold S] [--oxiedge-arg ARG ...] [--json FILE]``
 
 One persistent QoS 1 subscriber subscribes and goes away; a raw publisher fills N QoS 1
 messages into its session (500 in flight); the subscriber comes back and drains them,
-acknowledging each (``backlog.fill`` / ``backlog.drain``). What the broker's process tree
+acknowledging each (``backlog.fill`` / ``backlog.drain``), ``--hold`` seconds after the fill
+(a backlog waits: an outage). What the broker's process tree
 caused to be written to storage (``/proc/PID/io`` ``write_bytes``, summed over the tree,
 counted when a page is dirtied) is read before the fill, after it, and after the drain; the
 figure is per message acknowledged to the publisher. A graceful stop's final save is not
@@ -91,14 +92,16 @@ def start(name: str, n: int, oxiedge_args: list[str]) -> Started:
     raise SystemExit(f"unknown broker {name!r} (one of {', '.join(BROKERS)})")
 
 
-def run(name: str, n: int, payload: int, oxiedge_args: list[str]) -> dict[str, Any]:
+def run(name: str, n: int, payload: int, oxiedge_args: list[str], hold: float = 0.0
+        ) -> dict[str, Any]:
     st = start(name, n, oxiedge_args)
     t = st.target
-    out: dict[str, Any] = {"broker": name, "messages": n, "payload": payload}
+    out: dict[str, Any] = {"broker": name, "messages": n, "payload": payload, "hold_s": hold}
     try:
         time.sleep(2.0)  # start-up writes settle
         w0 = tree_written(t.pid)
         acked, secs = fill(t, n, payload)
+        time.sleep(hold)
         w1 = tree_written(t.pid)
         got, dsecs = drain(t, acked)
         time.sleep(12.0)  # a Mosquitto autosave period and a commit round after the drain
@@ -118,6 +121,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--messages", type=int, default=200_000)
     p.add_argument("--payload", type=int, default=100)
     p.add_argument("--broker", action="append", choices=BROKERS)
+    p.add_argument("--hold", type=float, default=0.0, help="seconds between fill and drain")
     p.add_argument("--oxiedge-arg", action="append", default=[])
     p.add_argument("--json", type=Path)
     a = p.parse_args(argv)
@@ -125,15 +129,15 @@ def main(argv: list[str] | None = None) -> int:
     print("machine:", one_line(info), flush=True)
     results = []
     for name in a.broker or BROKERS:
-        r = run(name, a.messages, a.payload, a.oxiedge_arg)
+        r = run(name, a.messages, a.payload, a.oxiedge_arg, a.hold)
         print(json.dumps(r), flush=True)
         results.append(r)
     print()
-    print("| broker | N x payload | acked / drained | written: fill / drain MB | "
+    print("| broker | N x payload | held s | acked / drained | written: fill (+ held) / drain MB | "
           "B written per acknowledged msg |")
-    print("|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|")
     for r in results:
-        print(f"| {r['broker']} | {r['messages']:,} x {r['payload']} B | "
+        print(f"| {r['broker']} | {r['messages']:,} x {r['payload']} B | {r['hold_s']:.0f} | "
               f"{r['filled']:,} / {r['drained']:,} | {r['fill_written'] / 1e6:.1f} / "
               f"{r['drain_written'] / 1e6:.1f} | {r['per_msg']:.0f} |")
     if a.json:

@@ -54,6 +54,12 @@ class MemoryProfile:
     total_memtables: int = 32 << 20
     max_total_wal: int = 32 << 20
     max_open_files: int = 64
+    # Write-once/delete-once tuning of the churning families (docs/storage.md, "What a
+    # backlog writes"): L0 files before a compaction, WAL files kept for reuse, and the
+    # compact-on-deletion collector.
+    l0_trigger: int = 4
+    recycle_wals: int = 0
+    deletion_collector: bool = True
 
 
 SMALL = MemoryProfile()
@@ -74,9 +80,11 @@ def _family_options(profile: MemoryProfile, cache: Cache, churning: bool) -> Opt
     opts.set_max_write_buffer_number(profile.max_write_buffers)
     opts.set_compression_type(DBCompressionType.lz4())
     if churning:
-        # Compact files whose sliding window of 1000 entries holds >= 500 deletions, or
-        # whose deletion ratio exceeds one half (docs/storage.md: tombstones).
-        opts.add_compact_on_deletion_collector_factory(1000, 500, 0.5)
+        opts.set_level_zero_file_num_compaction_trigger(profile.l0_trigger)
+        if profile.deletion_collector:
+            # Compact files whose sliding window of 1000 entries holds >= 500 deletions,
+            # or whose deletion ratio exceeds one half (docs/storage.md: tombstones).
+            opts.add_compact_on_deletion_collector_factory(1000, 500, 0.5)
     return opts
 
 
@@ -108,6 +116,8 @@ def open_db(path: Path, profile: MemoryProfile = SMALL, read_only: bool = False)
     opts.set_keep_log_file_num(3)
     opts.set_max_log_file_size(1 << 20)
     opts.set_max_background_jobs(2)
+    if profile.recycle_wals:
+        opts.set_recycle_log_file_num(profile.recycle_wals)
     families = {
         name: _family_options(profile, cache, churning=name in _CHURNING)
         for name in COLUMN_FAMILIES

@@ -10,7 +10,9 @@ server's own code instead: an ``AmqpService`` with N queues and the HTTP routes 
 process, each answer produced and its chunks drained with a checkpoint between them (as
 ``http/connection.py`` sends them), and a trio instrument reporting the longest task step
 in CPU time (``time.thread_time``: what the loop was held, whatever else the machine runs).
-Full GC passes (which any allocation may trigger) are reported apart.
+Full GC passes (which any allocation may trigger) are reported apart. Each answer runs under
+``gcpolicy.ANSWERS`` as the connection runs it (automatic collection paused while it is built
+and sent); ``--no-gc-pause`` measures without it (as before the pause).
 """
 
 from __future__ import annotations
@@ -87,11 +89,12 @@ class LongestStep(trio.abc.Instrument):
         return out
 
 
-async def _in_process(queues: int, scrapes: int, tmp: Path) -> None:
+async def _in_process(queues: int, scrapes: int, tmp: Path, pause: bool = True) -> None:
     from oxiedge.amqp.service import AmqpService
     from oxiedge.app import App
     from oxiedge.auth import UserStore
     from oxiedge.config import Config
+    from oxiedge.gcpolicy import ANSWERS
     from oxiedge.http.access import ANONYMOUS
     from oxiedge.http.messages import Request, Response
     from oxiedge.http.wiring import build
@@ -129,11 +132,18 @@ async def _in_process(queues: int, scrapes: int, tmp: Path) -> None:
                     found = server.router.route(req)
                     assert not isinstance(found, Response)
                     route, args = found
-                    answer = await server.router.call(route, req, ANONYMOUS, args)
-                    size = len(answer.body)
-                    for chunk in answer.chunks or ():
-                        size += len(chunk)
-                        await trio.lowlevel.checkpoint()
+                    if pause:
+                        ANSWERS.enter()
+                    try:
+                        answer = await server.router.call(route, req, ANONYMOUS, args)
+                        size = len(answer.body)
+                        for chunk in answer.chunks or ():
+                            size += len(chunk)
+                            await trio.lowlevel.checkpoint()
+                            ANSWERS.check()
+                    finally:
+                        if pause:
+                            ANSWERS.leave()
                 full = max(gc_pauses, default=0.0)
                 worst, with_gc = step.reset()
                 print(f"{path}: longest task step {worst * 1e3:.2f} ms CPU ({scrapes} "
@@ -150,10 +160,12 @@ def main() -> None:
     ap.add_argument("--queues", type=int, default=10_000)
     ap.add_argument("--scrapes", type=int, default=5)
     ap.add_argument("--in-process", action="store_true")
+    ap.add_argument("--no-gc-pause", action="store_true",
+                    help="(--in-process) answer without gcpolicy.ANSWERS' pause")
     a = ap.parse_args()
     if a.in_process:
         with tempfile.TemporaryDirectory() as tmp:
-            trio.run(_in_process, a.queues, a.scrapes, Path(tmp))
+            trio.run(_in_process, a.queues, a.scrapes, Path(tmp), not a.no_gc_pause)
         return
     http_port = free_port()
     srv = start_oxiedge(["--http-port", str(http_port)])

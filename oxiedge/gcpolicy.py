@@ -18,6 +18,9 @@ process anyway, so this is bounded by what start-up built.
 from __future__ import annotations
 
 import gc
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 
 def freeze_startup_objects() -> int:
@@ -25,3 +28,69 @@ def freeze_startup_objects() -> int:
     gc.collect()
     gc.freeze()
     return gc.get_freeze_count()
+
+
+#: The longest one pause of automatic collection lasts (a slow reader cannot stretch it).
+PAUSE_LIMIT_S = 1.0
+
+
+class CollectionPause:
+    """Automatic collection paused while a large answer is built and sent.
+
+    Why: an answer of a broker with 10,000 queues (``/metrics/per-object``, ``/api/queues``)
+    holds ~10,000 row dicts for a moment. Allocating them runs young collections, which
+    promote the rows still held to the old generation; CPython counts every promoted object
+    towards its next full collection, so a few such answers start one - a pass over every
+    object created since start-up that held the loop 27-70 ms with 10,000 queues
+    (``python -m bench.http_stall --in-process``). With collection paused, the rows are
+    freed by their reference counts when the answer is done and never promoted: the answer
+    costs no collection at all. Objects other tasks allocate meanwhile are collected as
+    usual by the first young collection after the pause.
+
+    Bounded: the pause ends when the last holder leaves or ``PAUSE_LIMIT_S`` after it began,
+    whichever is first (``check``, called between the chunks of an answer); it never
+    enables a collector that someone else disabled. Counted in ``oxiedge status`` ->
+    ``http`` (``gc_pauses``, ``gc_pauses_cut``).
+    """
+
+    def __init__(self, limit_s: float = PAUSE_LIMIT_S) -> None:
+        self.limit_s = limit_s
+        self.holders = 0
+        self.since: float | None = None  # when this object disabled the collector
+        self.pauses = 0
+        self.cut = 0
+
+    def enter(self) -> None:
+        self.holders += 1
+        if self.holders == 1 and gc.isenabled():
+            gc.disable()
+            self.since = time.monotonic()
+            self.pauses += 1
+
+    def leave(self) -> None:
+        self.holders -= 1
+        if self.holders == 0:
+            self._resume()
+
+    def check(self) -> None:
+        """End the pause if it has lasted ``limit_s`` (between the chunks of an answer)."""
+        if self.since is not None and time.monotonic() - self.since > self.limit_s:
+            self.cut += 1
+            self._resume()
+
+    def _resume(self) -> None:
+        if self.since is not None:
+            self.since = None
+            gc.enable()
+
+    @contextmanager
+    def held(self) -> Iterator[None]:
+        self.enter()
+        try:
+            yield
+        finally:
+            self.leave()
+
+
+#: The process's one pause (the collector is per process).
+ANSWERS = CollectionPause()

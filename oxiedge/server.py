@@ -307,6 +307,7 @@ async def _start_http(app: App, parts: Parts, nursery: trio.Nursery,
         parts.status["websocket"] = server.websocket
     await open_listeners(app, "http", server.run, nursery, parts.tls)
     parts.status["http"] = server
+    nursery.start_soon(view.sample_history)  # the console's rate ring, from start-up
     return view
 
 

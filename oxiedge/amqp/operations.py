@@ -324,11 +324,14 @@ class AmqpOperations:
                     ch.settlement.global_prefetch, ch.confirm))
         return sorted(rows, key=lambda r: (r.connection, r.number))
 
-    def consumer_rows(self) -> list[ConsumerRow]:
+    def consumer_rows(self, queue: str | None = None) -> list[ConsumerRow]:
+        """Every consumer's row (with ``queue``: of that queue only)."""
         rows = []
         for conn in self.connections():
             for number, ch in conn.proto.channels.items():
                 for c in ch.consumers:
+                    if queue is not None and c.queue.name != queue:
+                        continue
                     q = c.queue
                     status = activity(q.selector, c, q.consumers)
                     rows.append(ConsumerRow(q.name, c.tag, conn.peer, number, not c.no_ack,
@@ -382,7 +385,8 @@ class AmqpOperations:
                                                       a.text("reason", DEFAULT_CLOSE_REASON)),
                       writes=True),
             Operation("channels", "AMQP channels", lambda a: self.channel_rows()),
-            Operation("consumers", "AMQP consumers", lambda a: self.consumer_rows()),
+            Operation("consumers", "AMQP consumers (of one queue with queue)",
+                      lambda a: self.consumer_rows(a.text("queue", "") or None)),
         ]
 
 

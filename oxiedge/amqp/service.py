@@ -26,6 +26,7 @@ from oxiedge.amqp import persist, recovery, spec
 from oxiedge.amqp.acktimeout import AckTimeouts
 from oxiedge.amqp.broker import Broker
 from oxiedge.amqp.connection import AmqpConnection
+from oxiedge.amqp.exchanges import binding_row
 from oxiedge.amqp.messageops import AmqpMessageOps
 from oxiedge.amqp.operations import AmqpOperations
 from oxiedge.amqp.ports import ConnectionLimits
@@ -181,7 +182,7 @@ class AmqpService:
         return {
             "queues": lambda args: self.queue_rows(),
             "exchanges": lambda args: self.exchange_rows(),
-            "bindings": lambda args: self.broker.bindings(),
+            "bindings": lambda args: self.binding_rows(args.get("queue")),
             **handlers(self.operations.operations()),
             **handlers(self.message_ops.operations()),
         }
@@ -242,6 +243,19 @@ class AmqpService:
     def queue_row(self, name: str) -> dict[str, Any] | None:
         q = self.broker.queues.get(name)
         return None if q is None else q.row()
+
+    def binding_rows(self, queue: Any = None) -> list[dict[str, Any]]:
+        """``oxiedge bindings``' rows; with ``queue`` (a name), only that queue's, without
+        making a row for any other (the console's queue page)."""
+        if queue is None:
+            return self.broker.bindings()
+        q = self.broker.queues.get(str(queue))
+        if q is None:
+            return []
+        return [binding_row("", q.name, q.name, q.durable)] + [
+            binding_row(x.name, q.name, b.routing_key, b.doc_id is not None)
+            for x in self.broker.exchanges.values() for b in x.bindings.values()
+            if b.queue is q]
 
     def exchange_rows(self) -> list[dict[str, Any]]:
         return [x.row() for x in sorted(self.broker.exchanges.values(), key=lambda x: x.name)]

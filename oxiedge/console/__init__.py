@@ -19,6 +19,7 @@ from ..http.access import Need, Principal
 from ..http.messages import Request, Response
 
 if TYPE_CHECKING:
+    from ..http.credentials import Credentials
     from ..http.routes import BrokerView, Router
 
 #: (method, path, what it needs, the page's name in ``pages.PAGES``)
@@ -34,17 +35,21 @@ ROUTES = (
     ("GET", "/collections/*", Need.READ, "collection"),
     ("GET", "/uplinks", Need.READ, "uplinks"),
     ("GET", "/users", Need.READ, "users"),
-    ("GET", "/console/static/*", Need.READ, "asset"),
+    ("GET", "/console/static/*", Need.NOTHING, "asset"),  # (the login page's stylesheet)
     ("POST", "/console/action", Need.ADMIN, "action"),
+    ("GET", "/console/login", Need.NOTHING, "login"),
+    ("POST", "/console/login", Need.NOTHING, "login.submit"),
+    ("POST", "/console/logout", Need.NOTHING, "logout"),
 )
 
 
 class _Lazy:
     """Holds the console once a page has been asked for."""
 
-    def __init__(self, router: Router, broker: BrokerView) -> None:
+    def __init__(self, router: Router, broker: BrokerView, credentials: Credentials) -> None:
         self.router = router
         self.broker = broker
+        self.credentials = credentials
         self.console: Any = None
 
     def handler(self, page: str) -> Any:
@@ -52,14 +57,16 @@ class _Lazy:
             if self.console is None:
                 from .pages import Console  # the first page: load the console now
 
-                self.console = Console(self.router, self.broker)
+                self.console = Console(self.router, self.broker, self.credentials)
             result: Response = await self.console.serve(page, req, who, args)
             return result
         return serve
 
 
-def console_routes(router: Router, broker: BrokerView) -> None:
-    """Add the console's pages to the HTTP listener's route table."""
-    lazy = _Lazy(router, broker)
+def console_routes(router: Router, broker: BrokerView, credentials: Credentials) -> None:
+    """Add the console's pages to the HTTP listener's route table (a ``GET`` page sends a
+    browser without credentials to the login form)."""
+    lazy = _Lazy(router, broker, credentials)
     for method, path, need, page in ROUTES:
-        router.add(method, path, need, lazy.handler(page))
+        router.add(method, path, need, lazy.handler(page),
+                   page=method == "GET" and need is not Need.NOTHING)

@@ -53,27 +53,49 @@ def _q(name: str) -> str:
     return quote(name, safe="")
 
 
+def _user(form: dict[str, str]) -> dict[str, Any]:
+    return {"password": form.get("password", ""), "tags": form.get("tags", "")}
+
+
+def _permissions(form: dict[str, str]) -> dict[str, Any]:
+    return {op: form.get(op, "") for op in ("configure", "write", "read")}
+
+
 #: op -> the API request (method, path, JSON body) it makes for a target name and the
-#: form's ``payload``.
-ACTIONS: dict[str, Callable[[str, str], tuple[str, str, Any]]] = {
-    "queue.purge": lambda n, _p: ("DELETE", f"/api/queues/%2F/{_q(n)}/contents", None),
-    "queue.delete": lambda n, _p: ("DELETE", f"/api/queues/%2F/{_q(n)}", None),
-    "queue.publish": lambda n, p: ("POST", "/api/exchanges/%2F/amq.default/publish",
-                                   _test_message(n, p)),
-    "queue.get": lambda n, _p: ("POST", f"/api/queues/%2F/{_q(n)}/get", _PEEK),
-    "connection.close": lambda n, _p: ("DELETE", f"/api/connections/{_q(n)}", None),
-    "session.delete": lambda n, _p: ("DELETE", f"/api/mqtt/sessions/{_q(n)}", None),
-    "client.kick": lambda n, _p: ("DELETE", f"/api/mqtt/clients/{_q(n)}", None),
-    "retained.clear": lambda n, _p: ("DELETE", f"/api/mqtt/retained?{urlencode({'topic': n})}",
+#: form's other fields.
+ACTIONS: dict[str, Callable[[str, dict[str, str]], tuple[str, str, Any]]] = {
+    "queue.purge": lambda n, _f: ("DELETE", f"/api/queues/%2F/{_q(n)}/contents", None),
+    "queue.delete": lambda n, _f: ("DELETE", f"/api/queues/%2F/{_q(n)}", None),
+    "queue.publish": lambda n, f: ("POST", "/api/exchanges/%2F/amq.default/publish",
+                                   _test_message(n, f.get("payload", ""))),
+    "queue.get": lambda n, _f: ("POST", f"/api/queues/%2F/{_q(n)}/get", _PEEK),
+    "connection.close": lambda n, _f: ("DELETE", f"/api/connections/{_q(n)}", None),
+    "session.delete": lambda n, _f: ("DELETE", f"/api/mqtt/sessions/{_q(n)}", None),
+    "client.kick": lambda n, _f: ("DELETE", f"/api/mqtt/clients/{_q(n)}", None),
+    "retained.clear": lambda n, _f: ("DELETE", f"/api/mqtt/retained?{urlencode({'topic': n})}",
                                      None),
+    "user.put": lambda n, f: ("PUT", f"/api/users/{_q(n)}", _user(f)),
+    "user.delete": lambda n, _f: ("DELETE", f"/api/users/{_q(n)}", None),
+    "permissions.put": lambda n, f: ("PUT", f"/api/permissions/%2F/{_q(n)}", _permissions(f)),
+    "permissions.delete": lambda n, _f: ("DELETE", f"/api/permissions/%2F/{_q(n)}", None),
 }
 
 
-def _local(path: str) -> str:
+def local_path(path: str) -> str:
     """A path on this console to go back to ('/' for anything else)."""
     if not path.startswith("/") or path.startswith("//") or "\\" in path:
         return "/"
     return path.split("?", 1)[0]
+
+
+def cross_site(req: Request) -> str | None:
+    """Why a form post did not come from a page of this console (None: it did)."""
+    if req.headers.get("sec-fetch-site", "same-origin") not in ("same-origin", "none"):
+        return "a cross-site request may not change anything"
+    origin = req.headers.get("origin")
+    if origin is not None and urlsplit(origin).netloc != req.headers.get("host"):
+        return "the request's Origin is not this console"
+    return None
 
 
 def _forbidden(reason: str) -> Response:
@@ -90,16 +112,8 @@ class Actions:
     def token(self, who: Principal) -> str:
         return hmac.new(self._key, who.name.encode(), hashlib.sha256).hexdigest()[:32]
 
-    def _cross_site(self, req: Request) -> str | None:
-        if req.headers.get("sec-fetch-site", "same-origin") not in ("same-origin", "none"):
-            return "a cross-site request may not change anything"
-        origin = req.headers.get("origin")
-        if origin is not None and urlsplit(origin).netloc != req.headers.get("host"):
-            return "the request's Origin is not this console"
-        return None
-
     async def run(self, req: Request, who: Principal) -> Response:
-        why = self._cross_site(req)
+        why = cross_site(req)
         if why is not None:
             return _forbidden(why)
         if len(req.body) > MAX_FORM:
@@ -111,9 +125,9 @@ class Actions:
         make = ACTIONS.get(op)
         if make is None:
             return _forbidden(f"unknown action {op[:40]!r}")
-        method, target_path, body = make(target, form.get("payload", ""))
+        method, target_path, body = make(target, form)
         notice = await self._call(method, target_path, body, who, f"{op} {target}")
-        back = _local(form.get("back", "/"))
+        back = local_path(form.get("back", "/"))
         return Response(303, b"", "text/plain; charset=utf-8",
                         [("location", f"{back}?{urlencode({'msg': notice})}"),
                          ("cache-control", "no-store")])

@@ -56,13 +56,16 @@ def page(title: str, body: str, current: str, user: str, notice: str = "") -> st
     nav = "".join(f'<a href="{esc(p)}"{" aria-current=page" if p == current else ""}>'
                   f"{esc(label)}</a>" for p, label in NAV)
     flash = f'<p class="notice" role="status">{esc(notice)}</p>' if notice else ""
+    out = "" if user == "anonymous" else (  # (the anonymous administrator: no users exist)
+        '<form method=post action="/console/logout" class="inline">'
+        "<button type=submit>Log out</button></form>")
     return ("<!doctype html><html lang=en><head><meta charset=utf-8>"
             '<meta name=viewport content="width=device-width,initial-scale=1">'
             f"<title>{esc(title)} - oxiedge</title>"
             '<link rel=stylesheet href="/console/static/console.css">'
             '<script defer src="/console/static/console.js"></script></head><body>'
             f'<header><strong>oxiedge</strong><nav>{nav}</nav>'
-            f'<span class="who">{esc(user)}</span></header>'
+            f'<span class="who">{esc(user)}</span>{out}</header>'
             f"<main><h1>{esc(title)}</h1>{flash}{body}</main></body></html>")
 
 
@@ -215,3 +218,32 @@ def _pager(total: int, first: int, page: int) -> str:
     if first + MAX_ROWS < total:
         links.append(f'<a href="?page={page + 1}">next</a>')
     return f'<p class="more">{shown} {" ".join(links)}</p>'
+
+
+def _hidden(csrf: str, back: str, op: str) -> str:
+    return "".join(f'<input type=hidden name="{k}" value="{esc(v)}">'
+                   for k, v in (("op", op), ("csrf", csrf), ("back", back)))
+
+
+def user_forms(csrf: str, back: str, users: Sequence[str]) -> str:
+    """The users page's two forms (administrators): add a user or change its password and
+    tags; set a user's AMQP permissions (regular expressions, as ``oxiedge permissions
+    set``)."""
+    tags = "".join(f"<option>{t}</option>" for t in
+                   ("administrator", "monitoring", "management")) + '<option value="">none</option>'
+    names = "".join(f"<option>{esc(u)}</option>" for u in users)
+    regex = "".join(f'<label>{op.title()} <input name={op} value=".*" size=8></label>'
+                    for op in ("configure", "write", "read"))
+    return (
+        '<h2>Add a user or change one</h2><form method=post action="/console/action" '
+        f'class="edit">{_hidden(csrf, back, "user.put")}'
+        "<label>User <input name=target required maxlength=200 autocomplete=off></label>"
+        "<label>Password <input name=password type=password required "
+        "autocomplete=new-password></label>"
+        f"<label>Tags <select name=tags>{tags}</select></label>"
+        "<button type=submit>Save user</button></form>"
+        + ("" if not users else
+           '<h2>Set permissions</h2><form method=post action="/console/action" '
+           f'class="edit">{_hidden(csrf, back, "permissions.put")}'
+           f"<label>User <select name=target>{names}</select></label>{regex}"
+           "<button type=submit>Save permissions</button></form>"))

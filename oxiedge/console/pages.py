@@ -16,13 +16,15 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from ..http.access import Need, Principal, refusal
+from ..http.api import binding_json
+from ..http.credentials import Credentials
+from ..http.history import SAMPLES
 from ..http.messages import Request, Response
 from ..http.nodes import permission_rows
 from ..http.routes import BrokerView, Router
 from ..operations import OperationError
 from .actions import Actions
 from .assets import asset
-from .history import SAMPLES, RateHistory
 from .html import (
     SECURITY_HEADERS,
     Column,
@@ -35,7 +37,9 @@ from .html import (
     page,
     stat,
     table,
+    user_forms,
 )
+from .login import Login
 
 #: A page: (request, who, path args) -> (title, menu entry, body HTML).
 Page = Callable[[Request, Principal, tuple[str, ...]], Awaitable[tuple[str, str, str]]]
@@ -89,9 +93,10 @@ def _admin(who: Principal) -> bool:
 class Console:
     """The pages of one listener (see the module docstring)."""
 
-    def __init__(self, router: Router, broker: BrokerView) -> None:
+    def __init__(self, router: Router, broker: BrokerView, credentials: Credentials) -> None:
         self.broker = broker
-        self.history = RateHistory()
+        self.login = Login(credentials)
+        self.history = broker.history  # sampled by the listener since start-up
         self.actions = Actions(router)
         self.pages: dict[str, Page] = {
             "overview": self.overview, "sessions": self.sessions, "retained": self.retained,
@@ -106,8 +111,10 @@ class Console:
             return asset(args[0])
         if name == "action":
             return await self.actions.run(req, who)
-        status = self.broker.status()
-        self.history.sample(time.monotonic(), status)
+        if name in ("login", "login.submit", "logout"):
+            handler = {"login": self.login.form, "login.submit": self.login.submit,
+                       "logout": self.login.logout}[name]
+            return await handler(req, who, args)
         try:
             title, current, body = await self.pages[name](req, who, args)
             fixed, _, body = body.rpartition(LIVE_MARK)
@@ -177,8 +184,8 @@ class Console:
                       x_from=-SAMPLES * 5.0)
                 + f'<div class="stats">{figures}</div>'
                 + f'<p class="hint">Disk: the broker stops publishers when less than '
-                  f"{limit:.0f} MB is free. Rates are sampled while a console page is open "
-                  f"(every 5 s, the last 10 minutes).</p>")
+                  f"{limit:.0f} MB is free. Rates: the broker samples its counters every 5 s "
+                  f"and keeps the last 10 minutes.</p>")
         return "Overview", "/", body
 
     # ------------------------------------------------------------------ MQTT
@@ -248,8 +255,9 @@ class Console:
         if row is None:
             raise OperationError(f"no queue {name!r}", "not_found")
         facts = "".join(stat(k, v) for k, v in row.items() if not isinstance(v, (dict, list)))
-        bindings = [b for b in await self._rows("bindings") if b.get("destination") == name]
-        consumers = [c for c in await self._rows("consumers") if c.get("queue") == name]
+        bindings = [dict(b, source=b["source"] or "(default)") for b in map(
+            binding_json, await self._rows("bindings", {"queue": name}))]
+        consumers = await self._rows("consumers", {"queue": name})
         buttons = (self._button(who, req, "queue.purge", name, "Purge",
                                 f"Purge every ready message of {name}?")
                    + self._button(who, req, "queue.delete", name, "Delete",
@@ -284,7 +292,7 @@ class Console:
     async def exchanges(self, _req: Request, _who: Principal, _args: tuple[str, ...]
                         ) -> tuple[str, str, str]:
         rows = [dict(r, name=r.get("name") or "(default)") for r in await self._rows("exchanges")]
-        bindings = await self._rows("bindings")
+        bindings = [binding_json(b) for b in await self._rows("bindings")]
         cols = [Column("name", "Name"), Column("type", "Type"), Column("durable", "Durable"),
                 Column("internal", "Internal")]
         bcols = [Column("source", "Source"), Column("destination", "Destination"),
@@ -385,21 +393,33 @@ class Console:
         return "Uplinks", "/uplinks", charts + table(
             cols, rows, None, "no uplinks (oxiedge uplink add ...)", "Uplinks")
 
-    async def users(self, _req: Request, who: Principal, _args: tuple[str, ...]
+    async def users(self, req: Request, who: Principal, _args: tuple[str, ...]
                     ) -> tuple[str, str, str]:
-        if not _admin(who):  # as /api/users: the user list is an administrator's
-            return "Users", "/users", ('<p class="empty">Users and permissions are shown to '
-                                       "users with the administrator tag.</p>")
+        # Names, tags and permissions to every console user (read-only without the
+        # administrator tag; never a password hash); the forms call PUT/DELETE /api/users
+        # and /api/permissions, which refuse anyone but an administrator anyway.
         users = [{"name": u["name"], "tags": ", ".join(u.get("tags") or [])}
-                 for u in self.broker.users()]  # (never the password hash)
+                 for u in self.broker.users()]
+        perms = permission_rows(self.broker)
+
+        def drop_user(row: dict[str, Any]) -> str:
+            return self._button(who, req, "user.delete", row["name"], "Delete",
+                                f"Delete the user {row['name']} and its permissions?")
+
+        def drop_perms(row: dict[str, Any]) -> str:
+            return self._button(who, req, "permissions.delete", str(row.get("user", "")),
+                                "Delete", f"Delete the permissions of {row.get('user')}?")
+
         cols = [Column("name", "User"), Column("tags", "Tags")]
         pcols = [Column("user", "User"), Column("vhost", "Vhost"),
                  Column("configure", "Configure"), Column("write", "Write"),
                  Column("read", "Read")]
+        forms = user_forms(self.actions.token(who), req.path,
+                           [u["name"] for u in users]) if _admin(who) else ""
         return "Users", "/users", (
-            table(cols, users, None, "no users: anonymous access (loopback only)", "Users")
+            forms + LIVE_MARK
+            + table(cols, users, drop_user, "no users: anonymous access (loopback only)",
+                    "Users")
             + "<h2>Permissions</h2>"
-            + table(pcols, permission_rows(self.broker), None,
-                    "no permission rules: every user may do everything", "Permissions")
-            + '<p class="hint">Change them with oxiedge user add / oxiedge permissions set, '
-              "or the API's PUT /api/users and /api/permissions.</p>")
+            + table(pcols, perms, drop_perms,
+                    "no permission rules: every user may do everything", "Permissions"))

@@ -31,14 +31,17 @@ of a reset.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from http import HTTPStatus
 from typing import Any, NoReturn, Protocol
+from urllib.parse import quote
 
 import h11
 import orjson
 import trio
 
+from ..gcpolicy import ANSWERS
 from ..ws.handshake import Refusal
 from .access import CredentialCache, Need, Principal, refusal
 from .bounds import (
@@ -71,6 +74,16 @@ def _reason(status: int) -> bytes:
         return HTTPStatus(status).phrase.encode()
     except ValueError:
         return b""
+
+
+def _session_refusal(response: Response, authorization: str | None) -> Response:
+    """A refusal of a request that ran as a console session (no Authorization header) is a
+    403 without the Basic challenge: the user is known, and a challenge would make the
+    browser prompt for Basic credentials over the console."""
+    if response.status != 401 or authorization is not None:
+        return response
+    headers = [h for h in response.headers if h[0] != "www-authenticate"]
+    return Response(403, response.body, response.content_type, headers, response.chunks)
 
 
 class WebSocketHost(Protocol):
@@ -111,6 +124,7 @@ class HttpConnection:
         self.h11 = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_HEADER_BYTES)
         self.cache = CredentialCache()
         self.served = 0
+        self.secure = isinstance(stream, trio.SSLStream)
 
     async def serve(self) -> None:
         try:
@@ -122,8 +136,9 @@ class HttpConnection:
                 if websocket is not None and request.path in websocket.paths:
                     await self._websocket(websocket, request)
                     return
-                response = await self._answer(request)
-                await self._respond(request.method, response)
+                with ANSWERS.held():  # no collection while an answer is built and sent
+                    response = await self._answer(request)
+                    await self._respond(request.method, response)
                 if not self._next_cycle():
                     return
         except _Close:
@@ -209,7 +224,8 @@ class HttpConnection:
                 return None
         target = head.target.decode("latin-1")
         try:
-            return Request.parse(head.method.decode("latin-1"), target, headers, bytes(body))
+            request = Request.parse(head.method.decode("latin-1"), target, headers, bytes(body))
+            return dataclasses.replace(request, secure=True) if self.secure else request
         except BadRequest as exc:
             self.counters["bad_requests"] += 1
             await self._respond(head.method.decode("latin-1"),
@@ -233,21 +249,27 @@ class HttpConnection:
         route, args = found
         who = NOBODY
         if route.need is not Need.NOTHING:
-            found_who = await server.credentials.principal(
-                request.headers.get("authorization"), self.cache)
+            header = request.headers.get("authorization")
+            found_who = await server.credentials.principal(header, self.cache,
+                                                           request.headers.get("cookie"))
             if isinstance(found_who, str):
                 self.counters["auth_failures"] += 1
+                if route.page and header is None:  # a browser: the console's login form
+                    return Response(303, b"", "text/plain; charset=utf-8", [
+                        ("location", "/console/login?next=" + quote(request.target, safe="/")),
+                        ("cache-control", "no-store")])
                 return not_authorised(found_who)
             who = found_who
             why = refusal(who, route.need)
             if why is not None:
                 self.counters["auth_failures"] += 1
-                return not_authorised(why)
+                return _session_refusal(not_authorised(why), header)
         try:
-            return await server.router.call(route, request, who, args)
+            answer = await server.router.call(route, request, who, args)
         except Exception as exc:  # a bug must cost one 500, never the connection or broker
             server.log.exception("HTTP %s %s failed", request.method, request.path)
             return error_response(500, "internal_error", type(exc).__name__)
+        return answer if who is NOBODY or who.anonymous else _session_refusal(answer, header)
 
     async def _websocket(self, websocket: WebSocketHost, request: Request) -> None:
         """An upgrade to MQTT over WebSocket: refused (and closed) or served here."""
@@ -284,6 +306,7 @@ class HttpConnection:
             for chunk in response.chunks:  # produced between turns of the event loop
                 await self._send(data)
                 await trio.lowlevel.checkpoint()
+                ANSWERS.check()  # (a slow reader does not keep the collector paused)
                 data = self.h11.send(h11.Data(data=chunk))
         elif method != "HEAD" and response.body:
             data += self.h11.send(h11.Data(data=response.body))

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 import trio
 
 from ..connections import ConnectionLimits
+from ..gcpolicy import ANSWERS
 from ..tls import TlsManager, open_secured
 from .bounds import (
     BODY_TIMEOUT,
@@ -89,6 +90,8 @@ class HttpServer:
     def status(self) -> dict[str, Any]:
         return {"open": self.open, **self.counters,
                 "auth_cache_hits": self.credentials.cache_hits,
+                "gc_pauses": ANSWERS.pauses, "gc_pauses_cut": ANSWERS.cut,
+                **{f"sessions_{k}": v for k, v in self.credentials.sessions.status().items()},
                 "max_header_bytes": MAX_HEADER_BYTES, "header_timeout_s": HEADER_TIMEOUT,
                 "max_body_bytes": MAX_BODY, "body_timeout_s": BODY_TIMEOUT,
                 "idle_timeout_s": IDLE_TIMEOUT, "max_requests_per_connection": MAX_REQUESTS}

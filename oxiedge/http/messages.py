@@ -40,6 +40,8 @@ class Request:
     path: str = ""
     segments: tuple[str, ...] = ()
     query: dict[str, str] = field(default_factory=dict)
+    #: it came over TLS (the listener sets it: a session cookie is then ``Secure``)
+    secure: bool = False
 
     @classmethod
     def parse(cls, method: str, target: str, headers: dict[str, str],

@@ -86,7 +86,9 @@ COUNTERS: dict[str, frozenset[str]] = {
                        "responses_5xx", "header_too_large", "header_timeouts",
                        "body_too_large", "body_timeouts", "idle_closed",
                        "request_limit_closed", "bad_requests", "auth_failures",
-                       "auth_cache_hits", "write_timeouts"}),
+                       "auth_cache_hits", "write_timeouts", "gc_pauses", "gc_pauses_cut",
+                       "sessions_opened", "sessions_expired", "sessions_evicted",
+                       "sessions_logouts"}),
 }
 #: Sections whose values are exported under another metric already, or are not figures.
 _SKIP_KEYS = frozenset({"pid", "version", "uptime_s", "format_version"})
@@ -105,7 +107,6 @@ class Snapshot:
     disk_free_limit_bytes: int = 0
     open_fds: int = 0
     max_fds: int = 0
-    queues: list[dict[str, Any]] = field(default_factory=list)
     #: ``(family, help, histogram)``: exported as Prometheus histograms
     histograms: list[tuple[str, str, Histogram]] = field(default_factory=list)
 

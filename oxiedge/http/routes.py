@@ -21,6 +21,7 @@ from typing import Any, Protocol
 
 from ..operations import BAD_REQUEST, FORBIDDEN, NOT_FOUND, UNAVAILABLE, OperationError
 from .access import Need, Principal
+from .history import RateHistory
 from .messages import (
     PROMETHEUS_TEXT,
     BadRequest,
@@ -47,6 +48,8 @@ class BrokerView(Protocol):
 
     node: str
     cluster: str
+    #: the counters sampled every few seconds since start-up (the console's charts)
+    history: RateHistory
 
     def status(self) -> dict[str, Any]:
         """``oxiedge status`` as the admin socket serves it."""
@@ -62,8 +65,8 @@ class BrokerView(Protocol):
     def queue_row(self, name: str) -> dict[str, Any] | None:
         """One queue's row (None: no such queue, or the AMQP broker is off)."""
 
-    def snapshot(self, with_queues: bool = False) -> Snapshot:
-        """What one ``/metrics`` scrape renders (the queue rows only ``with_queues``)."""
+    def snapshot(self) -> Snapshot:
+        """What one ``/metrics`` scrape renders."""
 
     def durable_problem(self) -> str | None:
         """Why durable writes do not work now (None: they do)."""
@@ -108,6 +111,8 @@ class Route:
     pattern: tuple[str, ...]
     need: Need
     handler: Handler
+    #: a console page: a browser without credentials is sent to the login form, not a 401
+    page: bool = False
 
     def match(self, segments: tuple[str, ...]) -> tuple[str, ...] | None:
         if len(segments) != len(self.pattern):
@@ -127,9 +132,10 @@ class Router:
     def __init__(self) -> None:
         self.routes: list[Route] = []
 
-    def add(self, methods: str, path: str, need: Need, handler: Handler) -> None:
+    def add(self, methods: str, path: str, need: Need, handler: Handler,
+            page: bool = False) -> None:
         pattern = tuple(s for s in path.split("/") if s)
-        self.routes.append(Route(frozenset(methods.split()), pattern, need, handler))
+        self.routes.append(Route(frozenset(methods.split()), pattern, need, handler, page))
 
     def route(self, request: Request) -> tuple[Route, tuple[str, ...]] | Response:
         allowed: set[str] = set()

@@ -26,6 +26,7 @@ from .api import api_routes
 from .compat import compat_routes
 from .credentials import Credentials
 from .definitions import definition_routes
+from .history import INTERVAL_S, RateHistory
 from .imports import import_routes
 from .listener import HttpServer
 from .local_api import local_routes
@@ -73,6 +74,7 @@ class ServerView:
         self._hashing = trio.CapacityLimiter(1)
         self.node = f"oxiedge@{socket.gethostname()}"
         self.cluster = app.config.device_id or self.node
+        self.history = RateHistory()  # the console's charts (docs/console.md)
 
     def status(self) -> dict[str, Any]:
         return server_status(self.app, self.parts)
@@ -96,7 +98,7 @@ class ServerView:
     def queue_row(self, name: str) -> dict[str, Any] | None:
         return None if self.amqp is None else self.amqp.queue_row(name)
 
-    def snapshot(self, with_queues: bool = False) -> Snapshot:
+    def snapshot(self) -> Snapshot:
         alarms = self.app.alarms
         return Snapshot(status=self.status(), node=self.node, cluster=self.cluster,
                         rss_bytes=alarms.rss, memory_limit_bytes=alarms.memory_limit,
@@ -104,8 +106,7 @@ class ServerView:
                         disk_free_limit_bytes=alarms.disk_free_limit,
                         open_fds=_open_fds(),
                         max_fds=resource.getrlimit(resource.RLIMIT_NOFILE)[0],
-                        queues=(self.rows("queues") or []) if with_queues else [],
-                        histograms=[] if with_queues else self._histograms())
+                        histograms=self._histograms())
 
     def _histograms(self) -> list[tuple[str, str, Histogram]]:
         committer = self.app.store.committer
@@ -183,6 +184,13 @@ class ServerView:
         self.app.users.reload()
         await self.operate("permissions.apply", {"op": "forget", "args": {"user": name}})
 
+    async def sample_history(self) -> None:
+        """Sample the counters into :attr:`history` every ``INTERVAL_S`` (a task of the
+        listener's nursery, from start-up: a chart has history the moment a page opens)."""
+        while True:
+            self.history.sample(trio.current_time(), self.status())
+            await trio.sleep(INTERVAL_S)
+
     async def pause(self) -> None:
         await trio.sleep(0)
 
@@ -197,6 +205,7 @@ def build(app: App, handlers: dict[str, Callable[[dict[str, Any]], Any]],
     """The listener and its view (``view.ready`` is the caller's to set); ``amqp``: the AMQP
     service's queue rows, when it runs."""
     view = ServerView(app, handlers, parts, amqp)
+    credentials = Credentials(app.users, app.logins, app.permissions.tags)
     router = Router()
     health_routes(router, view)
     metrics_routes(router, view)
@@ -209,6 +218,5 @@ def build(app: App, handlers: dict[str, Callable[[dict[str, Any]], Any]],
     definition_routes(router, view)
     import_routes(router, view)
     local_routes(router, view)
-    console_routes(router, view)  # last: its pages load at the first visit
-    credentials = Credentials(app.users, app.logins, app.permissions.tags)
+    console_routes(router, view, credentials)  # last: its pages load at the first visit
     return HttpServer(router, credentials, app.connections, tls, app.log), view

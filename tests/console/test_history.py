@@ -3,10 +3,11 @@ and the uplinks page's backlog chart against a real server whose uplink cannot c
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
-from oxiedge.console.history import SAMPLES, RateHistory
 from oxiedge.console.html import chart, esc
+from oxiedge.http.history import INTERVAL_S, SAMPLES, RateHistory
 from tests.conftest import ServerProcess
 
 
@@ -48,3 +49,11 @@ def test_uplinks_page_charts_the_backlog(http_server: ServerProcess, client_for:
     page = c.get("/uplinks").body.decode()
     assert "central" in page and "Backlog" in page and "Lag" in page
     assert '<td data-label="Backlog" class=num>3</td>' in page
+
+
+def test_the_ring_fills_from_start_up(http_server: ServerProcess, client_for: Any) -> None:
+    """The listener samples every 5 s whether or not a page is open: the first page a
+    browser opens already has a chart (two samples make the first rate)."""
+    time.sleep(2 * INTERVAL_S + 1)  # no request in between: only the broker samples
+    first = client_for(http_server).get("/?fragment=1").body.decode()
+    assert "<polyline" in first and "no data yet" not in first

@@ -69,13 +69,14 @@ def test_every_page_renders_and_stays_small(http_server: ServerProcess, client_f
 def test_login_and_tags(users_server: ServerProcess, client_for: Any) -> None:
     users_server.cli("queue", "declare", "work")
     c = client_for(users_server)
-    r = c.get("/")
-    assert r.status == 401 and r.headers["www-authenticate"].startswith("Basic")
-    assert c.get("/", ("admin", "wrong")).status == 401
+    r = c.get("/queues?page=1")  # a browser without credentials: to the login form
+    assert r.status == 303 and r.headers["location"] == "/console/login?next=/queues%3Fpage%3D1"
+    assert "www-authenticate" not in r.headers
+    assert c.get("/", ("admin", "wrong")).status == 401  # HTTP Basic as before (scripts)
     assert c.get("/queues", ("plain", "plain-pw")).status == 401  # no management tag
     watched = c.get("/queues", WATCHER)
     assert watched.status == 200 and b"work" in watched.body
-    assert b"<form method=post" not in watched.body  # read-only: no buttons that write
+    assert b'action="/console/action"' not in watched.body  # read-only: no buttons that write
     admin = c.get("/queues", ADMIN).body.decode()
     fields = _form(admin, "queue.purge", "work")
     # a monitoring user cannot post even a form made for an administrator
@@ -171,11 +172,13 @@ def test_test_message_get_and_users(users_server: ServerProcess, client_for: Any
     shown = c.get(r.headers["location"], ADMIN).body.decode()
     assert "&lt;b&gt;hello&lt;/b&gt;" in shown and "<b>hello" not in shown
     assert c.get("/api/queues/%2F/work", ADMIN).json()["messages_ready"] == 1  # peeked
-    # a monitoring user sees neither the forms nor the user list (as /api/users)
+    # a monitoring user sees no form; the users page read-only (never a hash)
     assert b"queue.publish" not in c.get("/queues/work", WATCHER).body
-    assert b"watcher" not in c.get("/users", WATCHER).body.split(b"<main>")[1]
+    watched = c.get("/users", WATCHER).body.decode()
+    assert "watcher" in watched and "<form method=post action=\"/console/action" not in watched
     users = c.get("/users", ADMIN).body.decode()
     assert "watcher" in users and "monitoring" in users and "pbkdf2" not in users
+    assert 'value="user.put"' in users and 'value="permissions.put"' in users
 
 
 def test_connected_mqtt_client_is_listed_and_kicked(http_server: ServerProcess,
@@ -224,3 +227,40 @@ def test_long_tables_are_paged_under_the_budget(http_server: ServerProcess,
     last = c.get("/mqtt/retained?page=4").body.decode()
     assert 'href="?page=3">previous</a>' in last and "next</a>" not in last
     assert c.get("/mqtt/retained?page=0").status == 400
+
+
+def test_users_page_edits_users_and_permissions(users_server: ServerProcess,
+                                                client_for: Any) -> None:
+    c = client_for(users_server)
+    form = {"content-type": "application/x-www-form-urlencoded"}
+    page = c.get("/users", ADMIN).body.decode()
+    token = _form(page, "user.delete", "watcher")["csrf"]
+
+    def post(fields: dict[str, str], auth: tuple[str, str] = ADMIN) -> str:
+        r = c.request("POST", "/console/action", auth, urlencode(
+            {"csrf": token, "back": "/users", **fields}).encode(), form)
+        assert r.status == 303, r.body
+        return parse_qs(urlsplit(r.headers["location"]).query)["msg"][0]
+
+    assert post({"op": "user.put", "target": "sensor", "password": "s-pw",
+                 "tags": "monitoring"}) == "user.put sensor: done"
+    assert c.get("/api/whoami", ("sensor", "s-pw")).json()["tags"] == ["monitoring"]
+    assert post({"op": "permissions.put", "target": "sensor", "configure": "^$",
+                 "write": "^$", "read": "^sensor"}) == "permissions.put sensor: done"
+    perms = c.get("/api/permissions/%2F/sensor", ADMIN).json()
+    assert (perms["configure"], perms["read"]) == ("^$", "^sensor")
+    # bad input comes back as the API's refusal, naming the field
+    assert "password" in post({"op": "user.put", "target": "x", "password": "", "tags": ""})
+    assert "tags" in post({"op": "user.put", "target": "x", "password": "p", "tags": "root"})
+    assert "404" in post({"op": "permissions.put", "target": "ghost", "configure": ".*",
+                          "write": ".*", "read": ".*"})
+    # a monitoring user is refused by the action route itself
+    r = c.request("POST", "/console/action", WATCHER, urlencode(
+        {"csrf": token, "op": "user.delete", "target": "admin"}).encode(), form)
+    assert r.status == 401
+    shown = c.get("/users", ADMIN).body.decode()
+    assert "sensor" in shown and "^sensor" in shown
+    assert post({"op": "permissions.delete", "target": "sensor"}).endswith("done")
+    assert post({"op": "user.delete", "target": "sensor"}) == "user.delete sensor: done"
+    assert c.get("/api/users/sensor", ADMIN).status == 404
+    assert "404" in post({"op": "user.delete", "target": "sensor"})

@@ -149,9 +149,8 @@ class FakeView:
     def queue_row(self, name: str) -> dict[str, Any] | None:
         return next((q for q in self.queues if q.get("name") == name), None)
 
-    def snapshot(self, with_queues: bool = False) -> Snapshot:
-        return Snapshot(self.status(), self.node, self.cluster,
-                        queues=self.queues if with_queues else [])
+    def snapshot(self) -> Snapshot:
+        return Snapshot(self.status(), self.node, self.cluster)
 
     def durable_problem(self) -> str | None:
         return self.durable

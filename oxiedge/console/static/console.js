@@ -20,7 +20,10 @@
       busy = true;
       var url = live.dataset.live + "?fragment=1" + (location.search ? "&" + location.search.slice(1) : "");
       fetch(url, { credentials: "same-origin", cache: "no-store" })
-        .then(function (r) { return r.ok ? r.text() : null; })
+        .then(function (r) {
+          if (r.redirected) { location.href = r.url; return null; } // the session ended
+          return r.ok ? r.text() : null;
+        })
         .then(function (text) {
           if (text !== null) { live.innerHTML = text; confirmForms(live); live.dataset.updated = Date.now(); }
         })

@@ -1,10 +1,11 @@
-"""The rate history behind the overview's chart (sans-IO): a bounded ring of counter samples.
+"""The rate history behind the console's charts (sans-IO): a bounded ring of counter samples.
 
-A sample is taken from ``oxiedge status`` when a console page or its live fragment is asked
-for, at most one per ``MIN_INTERVAL_S``; the ring keeps ``SAMPLES`` of them (10 minutes at
-the pages' 5 s refresh), so the memory is fixed: ~120 small tuples. Rates are the differences
-of consecutive samples over their time. The ring starts with the console (the broker keeps
-nothing for it before a page is first asked for: idle memory stays as it was).
+The HTTP listener's view takes a sample of ``oxiedge status`` every ``INTERVAL_S`` from the
+moment the listener starts (``wiring.ServerView.sample_history``), so a chart has the last
+minutes the moment a page opens. The ring keeps ``SAMPLES`` of them (10 minutes), so its
+memory is fixed: ~120 small tuples of counters, and beside each the backlog and lag of at
+most ``MAX_UPLINKS`` uplinks (~60 KB in all; docs/console.md). Rates are the differences of
+consecutive samples over their time.
 """
 
 from __future__ import annotations
@@ -13,7 +14,10 @@ import itertools
 from collections import deque
 from typing import Any
 
+#: How often the listener samples, and how many samples the ring keeps (10 minutes).
+INTERVAL_S = 5.0
 SAMPLES = 120
+#: Samples closer than this are not kept (a second caller cannot shrink the window).
 MIN_INTERVAL_S = 2.0
 #: Uplinks whose backlog and lag a sample keeps (the first by name; more are not charted).
 MAX_UPLINKS = 8

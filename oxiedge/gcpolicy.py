@@ -22,6 +22,8 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+import trio
+
 
 def freeze_startup_objects() -> int:
     """Collect start-up's garbage once, then freeze the survivors; returns how many."""
@@ -48,9 +50,12 @@ class CollectionPause:
     usual by the first young collection after the pause.
 
     Bounded: the pause ends when the last holder leaves or ``PAUSE_LIMIT_S`` after it began,
-    whichever is first (``check``, called between the chunks of an answer); it never
-    enables a collector that someone else disabled. Counted in ``oxiedge status`` ->
-    ``http`` (``gc_pauses``, ``gc_pauses_cut``).
+    whichever is first (``check``: called when a holder comes or goes, between the chunks of
+    an answer, and by the HTTP listener's :func:`watch` task while a pause lasts, so a
+    client that does not read, or a login waiting out the failed-login delay, cannot stretch
+    it); after a cut, answers already under way go on without a pause, and the next pause
+    begins once none is left. It never enables a collector that someone else disabled.
+    Counted in ``oxiedge status`` -> ``http`` (``gc_pauses``, ``gc_pauses_cut``).
     """
 
     def __init__(self, limit_s: float = PAUSE_LIMIT_S) -> None:
@@ -61,6 +66,7 @@ class CollectionPause:
         self.cut = 0
 
     def enter(self) -> None:
+        self.check()
         self.holders += 1
         if self.holders == 1 and gc.isenabled():
             gc.disable()
@@ -71,6 +77,8 @@ class CollectionPause:
         self.holders -= 1
         if self.holders == 0:
             self._resume()
+        else:
+            self.check()
 
     def check(self) -> None:
         """End the pause if it has lasted ``limit_s`` (between the chunks of an answer)."""
@@ -94,3 +102,11 @@ class CollectionPause:
 
 #: The process's one pause (the collector is per process).
 ANSWERS = CollectionPause()
+
+
+async def watch(pause: CollectionPause = ANSWERS) -> None:
+    """End a pause that outlives its limit even while no holder comes or goes (a task of the
+    HTTP listener: wakes twice per limit, a few microseconds each)."""
+    while True:
+        await trio.sleep(pause.limit_s / 2)
+        pause.check()

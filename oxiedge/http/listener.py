@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
+from .. import gcpolicy
 from ..connections import ConnectionLimits
 from ..gcpolicy import ANSWERS
 from ..tls import TlsManager, open_secured
@@ -62,6 +63,7 @@ class HttpServer:
             for listener in listeners:
                 nursery.start_soon(trio.serve_listeners,
                                    self.limits.guard(self._handle, "HTTP"), [listener])
+            nursery.start_soon(gcpolicy.watch)  # bounds the answers' collection pause
             task_status.started()
 
     async def _handle(self, stream: trio.abc.Stream) -> None:

@@ -7,8 +7,9 @@ import gc
 from collections.abc import Iterator
 
 import pytest
+import trio
 
-from oxiedge.gcpolicy import CollectionPause
+from oxiedge.gcpolicy import CollectionPause, watch
 
 
 @pytest.fixture(autouse=True)
@@ -51,3 +52,31 @@ def test_an_exception_resumes_collection() -> None:
     with pytest.raises(RuntimeError), pause.held():
         raise RuntimeError("a handler failed")
     assert gc.isenabled()
+
+
+def test_a_holder_coming_or_going_ends_an_overlong_pause() -> None:
+    pause = CollectionPause(limit_s=0.0)
+    pause.enter()  # a login waiting out its delay, say
+    assert not gc.isenabled()
+    pause.enter()  # another answer begins: the first pause is over its limit
+    assert gc.isenabled() and pause.cut == 1
+    pause.leave()
+    pause.leave()
+    assert gc.isenabled() and pause.holders == 0
+
+
+def test_the_listener_task_ends_a_pause_nobody_touches() -> None:
+    pause = CollectionPause(limit_s=0.0)
+    pause.enter()
+
+    async def main() -> None:
+        with trio.move_on_after(5):
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(watch, pause)
+                while not gc.isenabled():
+                    await trio.sleep(0.01)
+                nursery.cancel_scope.cancel()
+
+    trio.run(main)
+    assert gc.isenabled() and pause.cut == 1
+    pause.leave()

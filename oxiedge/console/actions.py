@@ -74,6 +74,7 @@ ACTIONS: dict[str, Callable[[str, dict[str, str]], tuple[str, str, Any]]] = {
     "client.kick": lambda n, _f: ("DELETE", f"/api/mqtt/clients/{_q(n)}", None),
     "retained.clear": lambda n, _f: ("DELETE", f"/api/mqtt/retained?{urlencode({'topic': n})}",
                                      None),
+    "index.add": lambda n, _f: ("PUT", f"/api/oxiedge/indexes/{_q(n)}/_received_at", None),
     "user.put": lambda n, f: ("PUT", f"/api/users/{_q(n)}", _user(f)),
     "user.delete": lambda n, _f: ("DELETE", f"/api/users/{_q(n)}", None),
     "permissions.put": lambda n, f: ("PUT", f"/api/permissions/%2F/{_q(n)}", _permissions(f)),

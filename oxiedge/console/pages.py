@@ -128,10 +128,11 @@ class Console:
 
     # ------------------------------------------------------------------ helpers
     def _button(self, who: Principal, req: Request, op: str, target: str, label: str,
-                confirm: str) -> str:
+                confirm: str, danger: bool = True) -> str:
         if not _admin(who):
             return ""
-        return button(op, target, label, self.actions.token(who), req.path, confirm)
+        return button(op, target, label, self.actions.token(who), req.path, confirm,
+                      danger=danger)
 
     async def _rows(self, op: str, args: dict[str, Any] | None = None) -> list[dict[str, Any]]:
         try:
@@ -344,7 +345,7 @@ class Console:
             + table(rcols, routes, None, "no ingest routes (oxiedge ingest add 'FILTER:NAME')",
                     "Ingest routes"))
 
-    async def collection(self, req: Request, _who: Principal, args: tuple[str, ...]
+    async def collection(self, req: Request, who: Principal, args: tuple[str, ...]
                          ) -> tuple[str, str, str]:
         name = args[0]
         since = int(time.time() * 1000) - CHART_WINDOW_MS
@@ -366,6 +367,13 @@ class Console:
                 f'<label>Field <select name=field>{choose}</select></label> '
                 f"<button type=submit>Chart</button></form>") if choose else ""
         keys = sorted({k for d in latest for k in d})[:12]
+        indexed = any(i.get("field") == "_received_at"
+                      for i in await self._rows("index.list", {"collection": name}))
+        if not indexed:  # the chart's find scans the whole collection without one
+            form += ('<p class="hint">No index on _received_at: each refresh reads the whole '
+                     "collection. " + (self._button(
+                         who, req, "index.add", name, "Create the index", "", danger=False)
+                         or f"(oxiedge index add {esc(name)} _received_at)") + "</p>")
         body = (form + LIVE_MARK
                 + chart([(field, points)], title=f"{field} over the last hour",
                         x_from=_span(points, CHART_WINDOW_MS / 1000))

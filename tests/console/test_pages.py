@@ -264,3 +264,21 @@ def test_users_page_edits_users_and_permissions(users_server: ServerProcess,
     assert post({"op": "user.delete", "target": "sensor"}) == "user.delete sensor: done"
     assert c.get("/api/users/sensor", ADMIN).status == 404
     assert "404" in post({"op": "user.delete", "target": "sensor"})
+
+
+def test_collection_page_offers_the_received_at_index(users_server: ServerProcess,
+                                                      client_for: Any) -> None:
+    users_server.cli("ingest", "add", "sensors/#:readings")
+    c = client_for(users_server)
+    page = c.get("/collections/readings", ADMIN).body.decode()
+    assert "No index on _received_at" in page
+    watched = c.get("/collections/readings", WATCHER).body.decode()
+    assert "oxiedge index add readings _received_at" in watched
+    assert 'value="index.add"' not in watched  # no button for a monitoring user
+    fields = _form(page, "index.add", "readings")
+    r = c.request("POST", "/console/action", ADMIN, urlencode(fields).encode(),
+                  {"content-type": "application/x-www-form-urlencoded"})
+    assert parse_qs(urlsplit(r.headers["location"]).query)["msg"] == ["index.add readings: done"]
+    assert [(i["collection"], i["field"]) for i in c.get("/api/oxiedge/indexes", ADMIN).json()
+            ] == [("readings", "_received_at")]
+    assert "No index on _received_at" not in c.get("/collections/readings", ADMIN).body.decode()

@@ -27,7 +27,8 @@ User Properties                   headers (long strings; a name of 256 bytes or 
                                   arrays, tables and decimals are left out
 Message Expiry Interval           ``expiration``: the interval left in milliseconds;
                                   back: the message expires ``expiration`` ms after it was
-                                  published (forwarded in whole seconds, rounded up)
+                                  published (forwarded in whole seconds, rounded up, at
+                                  most 0xFFFFFFFF: MQTT's longest)
 QoS 0 / QoS ≥ 1                   ``delivery_mode`` 1 / 2 (and back: 2 → QoS 1, else QoS 0)
 Payload Format Indicator          not carried: AMQP 0-9-1 has no field for it
 ================================  ===========================================================
@@ -58,6 +59,8 @@ _SWAP = str.maketrans("/.", "./")
 #: An MQTT string or binary field is at most this long (1.5.4, 1.5.6).
 _MQTT_MAX = 65535
 _INTEGERS = frozenset(b"bBsuIiIlLT")
+#: MQTT's longest Message Expiry Interval (4 bytes of seconds), in milliseconds.
+_EXPIRY_MAX_MS = 0xFFFFFFFF * 1000
 
 
 def valid_shortstr(data: bytes) -> bool:
@@ -146,13 +149,21 @@ def from_amqp(raw: bytes, now: float) -> MessageProps | None:
     user = tuple((name, text) for name, text in
                  ((name, _simple(field)) for name, field in headers.items())
                  if text is not None and _mqtt_string(name))
-    expires_at = None
-    if p.expiration is not None and p.expiration.isdigit():
-        expires_at = now + int(p.expiration) / 1000
+    ms = _expiration_ms(p.expiration)
+    expires_at = None if ms is None else now + ms / 1000
     if ctype is None and response_topic is None and corr is None and not user \
             and expires_at is None:
         return None
     return MessageProps(None, expires_at, ctype, response_topic, corr, user)
+
+
+def _expiration_ms(text: str | None) -> int | None:
+    """An ``expiration``'s milliseconds: ASCII digits only (``str.isdigit`` also takes
+    digits ``int`` refuses, such as ``²``); one past MQTT's longest Message Expiry Interval
+    is that longest, so the deadline fits a subscriber's PUBLISH and a record."""
+    if text is None or not (text.isascii() and text.isdigit()):
+        return None
+    return _EXPIRY_MAX_MS if len(text) > 13 else min(int(text), _EXPIRY_MAX_MS)
 
 
 def _longstr(field: Raw | None) -> str | None:

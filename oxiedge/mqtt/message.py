@@ -20,6 +20,15 @@ from oxiedge.mqtt.persist import MSG_V5, v5_part_end
 from oxiedge.mqtt.properties import Properties, decode_properties, encode_properties
 
 _PUBLISH = PacketType.PUBLISH
+#: The longest Message Expiry Interval a PUBLISH can say (4 bytes of seconds, 3.3.2.3.3).
+EXPIRY_MAX = 0xFFFFFFFF
+
+
+def expiry_left(exp: float, now: float) -> int:
+    """The Message Expiry Interval to forward at ``now`` for the deadline ``exp``
+    (MQTT-3.3.2-6): whole seconds rounded up, at least 1, at most ``EXPIRY_MAX`` (a deadline
+    ``EXPIRY_MAX`` seconds off can round up past it)."""
+    return min(EXPIRY_MAX, max(1, math.ceil(exp - now)))
 
 
 class Message:
@@ -79,7 +88,7 @@ class Message5(Message):
     def remaining(self, now: float) -> int | None:
         """The Message Expiry Interval to forward now (MQTT-3.3.2-6), None without one."""
         exp = self.expires_at
-        return None if exp is None else max(1, math.ceil(exp - now))
+        return None if exp is None else expiry_left(exp, now)
 
 
 def message_of(topic: str, topic_b: bytes, value: bytes, off: int) -> Message5:

@@ -11,12 +11,12 @@ passed in the outbox is not sent (the link drops it as confirmed, ``expired``).
 
 from __future__ import annotations
 
-import math
 import struct
 import time
 
 from ..mqtt.bodies import ProtocolError
 from ..mqtt.forward5 import forwarded, to_bus
+from ..mqtt.message import expiry_left
 from ..mqtt.packets import PacketType
 from ..mqtt.packets5 import Publish5
 from ..mqtt.properties import NO_PROPERTIES, Properties, decode_properties, encode_properties
@@ -70,7 +70,7 @@ def publish_block(mp: MessageProps | None, now: float) -> bytes | None:
     exp = mp.expires_at
     if exp is not None and exp <= now:
         return None
-    p = _mqtt(mp, None if exp is None else max(1, math.ceil(exp - now)))
+    p = _mqtt(mp, None if exp is None else expiry_left(exp, now))
     return b"\x00" if p == NO_PROPERTIES else encode_properties(p, _PUBLISH)
 
 

@@ -4,6 +4,7 @@ server, through a SIGKILL both ways."""
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable
 from typing import Any
@@ -13,7 +14,10 @@ import pika
 from oxiedge.amqp import spec
 from oxiedge.amqp.fields import Raw, Timestamp
 from oxiedge.bridge.props import from_amqp, to_amqp, valid_shortstr
+from oxiedge.mqtt.forward5 import from_bus
+from oxiedge.mqtt.message import Message5
 from oxiedge.staged import MessageProps
+from oxiedge.uplink.msgprops import publish_block
 from tests.bridge.conftest import amqp, consume, find
 from tests.conftest import ServerProcess
 from tests.mqtt.paho5 import Client5, props
@@ -70,6 +74,29 @@ def test_amqp_to_mqtt_as_rabbitmq_converts() -> None:
     assert from_amqp(spec.BasicProperties(delivery_mode=2).encode(), NOW) is None
     assert from_amqp(spec.BasicProperties(headers={"b": b"x"}).encode(), NOW) is None
     assert from_amqp(b"", NOW) is None
+
+
+def test_amqp_expiration_that_mqtt_cannot_say() -> None:
+    """Digits ``int`` refuses and numbers past MQTT's longest Message Expiry Interval: no
+    exception, and a deadline an MQTT 5 subscriber's PUBLISH and a record can carry."""
+    def mapped(expiration: str) -> MessageProps | None:
+        return from_amqp(spec.BasicProperties(expiration=expiration,
+                                              correlation_id="c").encode(), NOW)
+
+    assert mapped("\u00b2") == MessageProps(correlation_data=b"c")  # no expiry
+    longest = NOW + 0xFFFFFFFF
+    for expiration in ("99999999999999", "9" * 255):
+        mp = mapped(expiration)
+        assert mp is not None and mp.expires_at == longest
+        msg = Message5("t", b"", None, from_bus(mp), mp.expires_at)
+        assert msg.remaining(NOW) == 0xFFFFFFFF
+        assert msg.record(1, False)  # (its deadline fits the record's 8 bytes)
+        assert publish_block(mp, NOW) is not None
+    # A deadline 0xFFFFFFFF s off (an MQTT 5 publisher's longest) can round up past it
+    now = 1_800_000_000.1
+    assert math.ceil(now + 0xFFFFFFFF - now) > 0xFFFFFFFF
+    assert Message5("t", b"", None, from_bus(MessageProps()), now + 0xFFFFFFFF
+                    ).remaining(now) == 0xFFFFFFFF
 
 
 def _bound_queue(port: int) -> None:

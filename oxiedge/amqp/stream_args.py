@@ -36,7 +36,9 @@ STREAM_QUEUE_ARGS = ("x-max-age", "x-stream-max-segment-size-bytes", "x-initial-
 
 #: ``x-max-age`` / interval units, as RabbitMQ spells them (M is a month, m a minute).
 _UNITS = {"Y": 365 * 86400, "M": 30 * 86400, "D": 86400, "h": 3600, "m": 60, "s": 1}
-_INTERVAL = re.compile(r"^([0-9]+)([YMDhms])$")
+#: (At most 18 digits: a long string of them, which a long-string argument can carry, is
+#: no interval rather than a ValueError from ``int``, whose limit is 4,300 digits.)
+_INTERVAL = re.compile(r"^([0-9]{1,18})([YMDhms])$")
 
 
 def _text(v: Any) -> str | None:

@@ -25,7 +25,7 @@ NOW = 1_000_000_000
 @pytest.mark.parametrize(("text", "seconds"), [
     ("30s", 30), ("30m", 1800), ("6h", 21600), ("7D", 604800), ("1M", 2592000),
     ("1Y", 31536000), (b"2h", 7200), ("0s", None), ("10", None), ("6H", None), ("h", None),
-    ("-1h", None), (5, None)])
+    ("-1h", None), (5, None), ("9" * 5000 + "s", None)])
 def test_interval(text: Any, seconds: int | None) -> None:
     assert interval_seconds(text) == seconds
 
@@ -38,7 +38,8 @@ def test_start_at(value: Any, start: StartAt) -> None:
     assert start_at("q", value, NOW) == start
 
 
-@pytest.mark.parametrize("value", ["bogus", "0s", "10", True, 1.5, None, {"a": 1}])
+@pytest.mark.parametrize("value", ["bogus", "0s", "10", True, 1.5, None, {"a": 1},
+                                   "9" * 5000 + "h"])
 def test_bad_offset_is_406_naming_the_argument(value: Any) -> None:
     with pytest.raises(AmqpError) as err:
         start_at("q", value, NOW)
@@ -75,6 +76,10 @@ def test_declare_flags_and_arguments() -> None:
         check_stream_declare("q", {"x-message-ttl": 5}, durable=True, exclusive=False,
                              auto_delete=False)
     assert err.value.code == 406 and "'x-message-ttl'" in err.value.text
+    with pytest.raises(AmqpError) as err:  # (past int()'s digits: a 406, no ValueError)
+        check_stream_declare("q", {"x-max-age": "9" * 5000 + "D"}, durable=True,
+                             exclusive=False, auto_delete=False)
+    assert err.value.code == 406 and "'x-max-age'" in err.value.text
 
 
 @pytest.mark.parametrize("props", [

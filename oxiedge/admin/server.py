@@ -50,7 +50,8 @@ def core_handlers(app: App, parts: dict[str, StatusPart] | None = None) -> dict[
     async def find(args: dict[str, Any]) -> list[dict[str, Any]] | Streamed:
         coll = _need_str(args, "collection")
         limit = args.get("limit")
-        if args.get("progress") and export.streams(coll, args.get("sort")):
+        if (args.get("progress") and export.streams(coll, args.get("sort"))
+                and store.indexes.plan(coll, args.get("filter")) is None):  # else: the index
             return Streamed(lambda emit: export.find_with_progress(
                 store, coll, args.get("filter"), None if limit is None else int(limit),
                 int(args.get("skip") or 0), emit))

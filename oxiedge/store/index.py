@@ -333,6 +333,18 @@ class IndexCatalog:
     def candidate_ids(self, collection: str, spec: Any) -> list[int] | None:
         """Ids (ascending, deduplicated) of every document of ``collection`` that can match
         ``spec`` according to one ready index, or ``None`` if no index applies."""
+        best = self.plan(collection, spec)
+        if best is None:
+            return None
+        idef, ranges = best
+        self.scans_avoided += 1
+        ids = set(self._scan(idef, ranges))
+        return sorted(ids)
+
+    def plan(self, collection: str, spec: Any
+             ) -> tuple[IndexDef, list[tuple[bytes, bytes]]] | None:
+        """The ready index and key ranges a find of ``spec`` would read, or ``None`` if no
+        index applies (the find scans the collection). Reads nothing from the store."""
         defs = self.by_collection.get(collection)
         if not defs or not isinstance(spec, dict):
             return None
@@ -352,12 +364,7 @@ class IndexCatalog:
                 best = (idef, ranges)
                 if is_points:
                     break
-        if best is None:
-            return None
-        idef, ranges = best
-        self.scans_avoided += 1
-        ids = set(self._scan(idef, ranges))
-        return sorted(ids)
+        return best
 
     def _scan(self, idef: IndexDef, ranges: list[tuple[bytes, bytes]]) -> Iterator[int]:
         prefix = _U32.pack(idef.iid)

@@ -20,8 +20,12 @@ them) wait in ``fresh`` until their batch is synced, then cost nothing in memory
 counters; they join ``disk``. When ``ready`` runs empty, ``_read_back`` reads the next
 window from ``disk_from`` in a few bounded reads (``Store.read_range``: seek above every
 tombstone of the acknowledged head, a list of sequential pairs made by RocksDB's iterator,
-no Python step per pair), never one ``get`` per message. Only synced records are read
-back, so a delivery waiting for its round (an MQTT QoS 2 ``Hold``) is never read early.
+no Python step per pair, past the block cache: a backlog is read once), never one ``get``
+per message. While a consumer drains (something is out) and the window is half empty, the
+round's ``_flush`` reads ahead up to the window: after the burst's output went out, while
+the client works on what is in flight, not inside the acknowledgement that finds ``ready``
+empty. Only synced records are read back, so a delivery waiting for its round (an MQTT
+QoS 2 ``Hold``) is never read early.
 
 Removal: an acknowledged or dropped seq below every live seq (the usual case) only moves
 ``deleted_to`` (an in-order ack: the seq at ``deleted_to``, one compare); ``_flush``, just

@@ -21,13 +21,14 @@ import hmac
 import secrets
 from collections.abc import Callable
 from typing import Any
-from urllib.parse import parse_qsl, quote, urlencode, urlsplit
+from urllib.parse import parse_qsl, quote, urlencode
 
 import orjson
 
 from ..http.access import Principal, refusal
 from ..http.messages import BadRequest, Request, Response
 from ..http.routes import Router
+from ..http.sessions import foreign_origin
 
 #: Longest form accepted (a name and a token; the API's own names are bounded lower).
 MAX_FORM = 16384
@@ -91,12 +92,7 @@ def local_path(path: str) -> str:
 
 def cross_site(req: Request) -> str | None:
     """Why a form post did not come from a page of this console (None: it did)."""
-    if req.headers.get("sec-fetch-site", "same-origin") not in ("same-origin", "none"):
-        return "a cross-site request may not change anything"
-    origin = req.headers.get("origin")
-    if origin is not None and urlsplit(origin).netloc != req.headers.get("host"):
-        return "the request's Origin is not this console"
-    return None
+    return foreign_origin(req.headers)
 
 
 def _forbidden(reason: str) -> Response:

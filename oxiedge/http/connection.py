@@ -56,6 +56,7 @@ from .bounds import (
 from .credentials import Credentials
 from .messages import BadRequest, Request, Response, error_response, not_authorised
 from .routes import Router
+from .sessions import foreign_origin
 
 RECEIVE_SIZE = 65536
 #: After the last answer with input unread: how long and how much to drain before closing.
@@ -260,6 +261,11 @@ class HttpConnection:
                         ("cache-control", "no-store")])
                 return not_authorised(found_who)
             who = found_who
+            if header is None and not who.anonymous and request.method not in ("GET", "HEAD"):
+                foreign = foreign_origin(request.headers)  # a session's write: same origin
+                if foreign is not None:
+                    self.counters["auth_failures"] += 1
+                    return error_response(403, "access_refused", foreign)
             why = refusal(who, route.need)
             if why is not None:
                 self.counters["auth_failures"] += 1

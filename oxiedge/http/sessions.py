@@ -12,7 +12,10 @@ Basic credentials (``credentials.Credentials.principal``).
 The table keeps a digest of the token, never the token itself, with the user, the stored
 password hash it was opened against (a changed password or a removed user ends the session
 at its next request) and two times: a session ends ``IDLE_S`` after its last request and
-``LIFETIME_S`` after the login, whichever comes first; logout ends it at once. At most
+``LIFETIME_S`` after the login, whichever comes first; logout ends it at once. A request
+that runs as a session and may change something (any method but ``GET`` and ``HEAD``) must
+come from a page of this very origin (:func:`foreign_origin`): ``SameSite`` does not stop
+another port of the same host, which is the same site. At most
 ``MAX_SESSIONS`` are kept: a login beyond that ends the least recently used one (counted in
 ``evicted``). The clock is the caller's (``now``), so expiry is tested without sleeping.
 """
@@ -24,6 +27,7 @@ import secrets
 from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlsplit
 
 COOKIE = "oxiedge_session"
 #: Open sessions kept (a login beyond it ends the least recently used one).
@@ -125,3 +129,15 @@ def set_cookie(token: str, secure: bool, max_age: float = LIFETIME_S) -> str:
 def clear_cookie(secure: bool) -> str:
     """The ``Set-Cookie`` value that makes the browser forget the session."""
     return set_cookie("", secure, 0)
+
+
+def foreign_origin(headers: dict[str, str]) -> str | None:
+    """Why a request did not come from a page of this origin (None: it did, or the browser
+    said nothing). Browsers send ``Sec-Fetch-Site`` and, on a cross-origin post, ``Origin``;
+    another port of this host is ``same-site``, not ``same-origin``."""
+    if headers.get("sec-fetch-site", "same-origin") not in ("same-origin", "none"):
+        return "a request from another site or origin may not change anything"
+    origin = headers.get("origin")
+    if origin is not None and urlsplit(origin).netloc != headers.get("host"):
+        return "the request's Origin is not this console"
+    return None

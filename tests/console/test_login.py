@@ -98,6 +98,22 @@ def test_login_form_session_and_logout(users_server: ServerProcess, client_for: 
     assert c.request("GET", "/queues", None, None, forged).status == 303
     assert c.request("GET", "/api/whoami", None, None, forged).status == 401
 
+    # a session's write must come from this origin: another port of this host is the same
+    # *site* (SameSite lets the cookie go along) but not the same origin
+    publish = json.dumps({"routing_key": "work", "payload": "x", "payload_encoding": "string",
+                          "properties": {}}).encode()
+    path = "/api/exchanges/%2F/amq.default/publish"
+    for foreign in ({"origin": "http://127.0.0.1:1"}, {"sec-fetch-site": "same-site"},
+                    {"sec-fetch-site": "cross-site"}):
+        r = c.request("POST", path, None, publish, {"content-type": "text/plain",
+                                                     **session, **foreign})
+        assert r.status == 403 and r.json()["error"] == "access_refused", (foreign, r.body)
+    here = {"origin": f"http://127.0.0.1:{users_server.http_port}",
+            "sec-fetch-site": "same-origin"}
+    r = c.request("POST", path, None, publish, {"content-type": "application/json",
+                                                 **session, **here})
+    assert r.status == 200 and r.json() == {"routed": True}
+
     # a monitoring user's session: pages without buttons, and the API refuses its writes
     watcher = {"cookie": _cookie(_login(c, "watcher", "watcher-pw"))}
     page = c.request("GET", "/queues", None, None, watcher)

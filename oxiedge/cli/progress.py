@@ -6,6 +6,7 @@ draws nothing; the result is the same."""
 from __future__ import annotations
 
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -25,9 +26,10 @@ def run_with_progress(socket: Path, op: str, args: dict[str, Any], label: str,
     draw = sys.stderr.isatty() and not Settings.quiet
     bar: Any = None
     task: Any = None
+    started = 0.0
 
     def on_event(event: Any) -> None:
-        nonlocal bar, task
+        nonlocal bar, task, started
         if not draw or not isinstance(event, dict) or "done" not in event:
             return
         if bar is None:
@@ -44,9 +46,12 @@ def run_with_progress(socket: Path, op: str, args: dict[str, Any], label: str,
                            TimeRemainingColumn(), transient=True)
             bar.start()
             task = bar.add_task(label, total=event.get("total"), rate="")
+            started = time.monotonic()
         bar.update(task, completed=event["done"], total=event.get("total"))
-        speed = bar.tasks[0].speed  # (rich's estimate over its recent samples)
-        bar.update(task, rate="" if speed is None else f"{speed:,.0f}/s")
+        # The average since the bar appeared: rich's own estimate needs samples spread
+        # over time, and an operation's events can come in one burst at the end.
+        elapsed = time.monotonic() - started
+        bar.update(task, rate=f"{event['done'] / elapsed:,.0f}/s" if elapsed > 0.2 else "")
 
     try:
         return call_stream(socket, op, args, on_event, timeout=client.DEFAULT_TIMEOUT)

@@ -58,7 +58,7 @@ def deadline(expiration: str, now: float) -> float:
 
     RabbitMQ accepts only a non-negative integer; anything else is a 406 channel error.
     """
-    if not expiration.isdigit():
+    if not (expiration.isascii() and expiration.isdigit()):  # "²" is a digit to Python
         raise AmqpError(PRECONDITION_FAILED, f"invalid expiration '{expiration}'", 60, 40)
     # A TTL of 0 still lets a consumer with credit take the message at once (enqueue
     # dispatches synchronously); any later look finds it expired.

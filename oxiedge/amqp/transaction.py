@@ -87,7 +87,7 @@ class Transaction:
     def hold_publish(self, publish: HeldPublish) -> None:
         """A checked ``basic.publish`` waits for the commit (406 past the bounds)."""
         expiration = publish.expiration
-        if expiration is not None and not expiration.isdigit():
+        if expiration is not None and not (expiration.isascii() and expiration.isdigit()):
             # Refused now, not at the commit: a commit never stops half-way.
             raise AmqpError(PRECONDITION_FAILED, f"invalid expiration '{expiration}'", 60, 40)
         size = self.held_bytes + len(publish.body) + len(publish.properties)

@@ -52,7 +52,7 @@ def _integer(body: dict[str, Any], key: str, default: int | None, low: int, high
     raw = body.get(key, default)
     if raw is None:
         return None
-    if isinstance(raw, str) and raw.strip().isdigit():
+    if isinstance(raw, str) and raw.strip().isascii() and raw.strip().isdigit() and len(raw) <= 30:
         raw = int(raw)
     if isinstance(raw, bool) or not isinstance(raw, int):
         raise BadRequest(f"{key}: {str(raw)[:40]!r} is not an integer")
@@ -91,7 +91,7 @@ def publish_args(exchange: str, body: dict[str, Any]) -> dict[str, Any]:
         raise BadRequest("properties: must be a JSON object")
     properties = dict(properties)
     mode = properties.pop("delivery_mode", None)
-    if isinstance(mode, str) and mode.isdigit():
+    if isinstance(mode, str) and mode.isascii() and mode.isdigit() and len(mode) <= 3:
         mode = int(mode)
     if mode not in (None, 1, 2):
         raise BadRequest(f"properties.delivery_mode: {str(mode)[:20]!r} is not 1 or 2")

@@ -105,7 +105,7 @@ def node_routes(router: Router, broker: BrokerView) -> None:
 
     def port_listener(_req: Request, _who: Principal, args: tuple[str, ...]) -> Response:
         raw = args[0]
-        if not raw.isdigit() or not 0 < int(raw) < 65536:
+        if not (raw.isascii() and raw.isdigit() and len(raw) <= 5) or not 0 < int(raw) < 65536:
             raise BadRequest(f"port: {raw[:20]!r} is not a port number")
         ports = sorted({int(x["port"]) for x in broker.listeners()
                         if isinstance(x.get("port"), int)})

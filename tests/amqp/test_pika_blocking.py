@@ -456,6 +456,11 @@ def test_per_message_ttl(conn: Any) -> None:
         ch.basic_publish("", "ttl-q", b"bad", pika.BasicProperties(expiration="soon"))
         ch.queue_declare("ttl-q", passive=True)
     assert info.value.reply_code == 406
+    ch = conn.channel()  # a digit to Python's str.isdigit, but not a number: 406 too
+    with pytest.raises(ChannelClosedByBroker) as info:
+        ch.basic_publish("", "ttl-q", b"bad", pika.BasicProperties(expiration="\u00b2"))
+        ch.queue_declare("ttl-q", passive=True)
+    assert info.value.reply_code == 406
 
 
 def test_exchange_to_exchange_bindings(conn: Any) -> None:

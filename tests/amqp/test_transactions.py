@@ -121,6 +121,13 @@ def test_errors_are_immediate_and_modes_exclusive(conn: Any) -> None:
         ch.tx_commit()
     assert info.value.reply_code == 406
     assert ready(conn, "txexp") == 0  # nothing of that transaction was committed
+    ch = conn.channel()  # "²" is a digit to Python's str.isdigit, not an expiration
+    ch.tx_select()
+    with pytest.raises(ChannelClosedByBroker) as info:
+        ch.basic_publish("", "txexp", b"bad", pika.BasicProperties(expiration="\u00b2"))
+        ch.tx_commit()
+    assert info.value.reply_code == 406
+    assert ready(conn, "txexp") == 0
 
 
 def test_mandatory_unroutable_is_returned_at_commit(conn: Any) -> None:

@@ -335,6 +335,8 @@ def test_node_health_and_user_reads(path: str, status: int, body: Any) -> None:
 @pytest.mark.parametrize("path, status, field", [
     ("/api/health/checks/port-listener/abc", 400, "port"),
     ("/api/health/checks/port-listener/70000", 400, "port"),
+    ("/api/health/checks/port-listener/%C2%B2", 400, "port"),  # "²": a digit to isdigit
+    ("/api/health/checks/port-listener/" + "1" * 5000, 400, "port"),
     ("/api/health/checks/protocol-listener/gopher", 400, "protocol"),
     ("/api/aliveness-test/other", 404, None),
     ("/api/users/nobody", 404, None),

@@ -360,17 +360,21 @@ class QueueLog(Generic[E]):
         return removed
 
     def _floor(self) -> int:
-        """The smallest live seq (``tail`` when the queue is empty)."""
-        if self.out:
-            return min(self.out) if self._requeued else next(iter(self.out))
-        self._requeued = False
+        """The smallest live seq (``tail`` when the queue is empty). A message put back
+        (``put_back``) may be older than every one still out: both count."""
         if self.ready:
-            return self.ready[0].seq
-        if self.disk_to > self.disk_from:
-            return self.disk_from
-        if self.fresh:
-            return self.fresh[0][1].seq
-        return self.tail
+            floor = self.ready[0].seq
+        elif self.disk_to > self.disk_from:
+            floor = self.disk_from
+        elif self.fresh:
+            floor = self.fresh[0][1].seq
+        else:
+            floor = self.tail
+        if self.out:
+            first = min(self.out) if self._requeued else next(iter(self.out))
+            return first if first < floor else floor
+        self._requeued = False
+        return floor
 
     def _removed(self, seq: int) -> None:
         """Its record goes: with the run below the floor (deferred range), or alone."""

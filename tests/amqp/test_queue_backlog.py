@@ -185,6 +185,23 @@ def test_purge_and_requeue_on_a_deep_queue(start_server: Any) -> None:
     assert c.channel().queue_declare("pq", passive=True).method.message_count == 0
 
 
+def test_a_requeued_message_older_than_every_unacked_one_survives_sigkill(start_server: Any
+                                                                         ) -> None:
+    srv = start_server()
+    c = connect(srv)
+    ch = c.channel()
+    ch.queue_declare("rq", durable=True)
+    ch.queue_declare("rq.sync", durable=True)
+    publish(srv.amqp_port, "rq", range(3))
+    got = [ch.basic_get("rq") for _ in range(3)]
+    ch.basic_nack(got[0][0].delivery_tag, requeue=True)  # 0 waits again, 2 is still out
+    ch.basic_ack(got[1][0].delivery_tag)  # must not move the queue's floor past 0
+    publish(srv.amqp_port, "rq.sync", range(1))  # its confirm: the ack's round is on disk
+    srv.kill()
+    srv.start()
+    assert bodies(connect(srv).channel(), "rq") == [body(0), body(2)]
+
+
 def test_priority_levels_on_disk_keep_their_order_across_sigkill(start_server: Any) -> None:
     srv = start_server()
     c = connect(srv)

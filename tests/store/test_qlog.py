@@ -285,6 +285,16 @@ class QueueModel(RuleBasedStateMachine):
         assert self.q.ack(seq)
         del self.out[seq]
 
+    @precondition(lambda self: bool(self.out))
+    @rule(data=st.data())
+    def put_back(self, data: st.DataObject) -> None:
+        """A requeue: popped messages go back to their places (maybe below others out)."""
+        seqs = sorted(data.draw(st.sets(st.sampled_from(sorted(self.out)), min_size=1)))
+        self.q.put_back([Item(seq, self.out[seq]) for seq in seqs])
+        for seq in seqs:
+            self.waiting.append((seq, self.out.pop(seq)))
+        self.waiting = deque(sorted(self.waiting))
+
     @rule()
     def drop_oldest(self) -> None:
         item = self.q.drop_oldest()
@@ -360,3 +370,21 @@ def test_discard_waiting_removes_the_disk_run_with_one_range_delete(store: Store
     q.ack(first.seq)
     fill(q, 101, 2)
     assert drain(q) == [101, 102]
+
+
+def test_a_message_put_back_below_every_out_one_keeps_its_record(store: Store) -> None:
+    """A requeued message older than every message still out is live: neither the floor
+    in the counters nor a range delete of an in-order ack run may pass it."""
+    n = RANGE_RUN + 10
+    q = make(store, window=n + 1)
+    fill(q, 0, n)
+    store.commit_blocking()
+    taken = [q.pop() for _ in range(n)]
+    q.put_back([taken[0]])  # 0 requeued (a nack), 1.. still out
+    for item in taken[1:]:  # the rest acknowledged in order: one long run
+        q.ack(item.seq)
+    store.commit_blocking()
+    assert store.get_raw(CF, q.key(0)) is not None
+    again = make(store)  # as after a SIGKILL now
+    again.recover()
+    assert len(again) == 1 and drain(again) == [0]

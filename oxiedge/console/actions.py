@@ -84,8 +84,11 @@ ACTIONS: dict[str, Callable[[str, dict[str, str]], tuple[str, str, Any]]] = {
 
 
 def local_path(path: str) -> str:
-    """A path on this console to go back to ('/' for anything else)."""
-    if not path.startswith("/") or path.startswith("//") or "\\" in path:
+    """A path on this console to go back to ('/' for anything else). Only printable ASCII:
+    a browser drops tabs and newlines from a ``Location`` (``/<TAB>/evil.example`` is
+    ``//evil.example``, another host), and a header holds no other control character."""
+    if (not path.startswith("/") or path.startswith("//") or "\\" in path
+            or not all("!" <= ch <= "~" for ch in path)):
         return "/"
     return path.split("?", 1)[0]
 

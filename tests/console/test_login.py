@@ -84,6 +84,13 @@ def test_login_form_session_and_logout(users_server: ServerProcess, client_for: 
     r = _login(c, "plain", "plain-pw")
     assert r.status == 403 and "set-cookie" not in r.headers
 
+    # next= is a path of this console, never another host (a browser drops tabs and
+    # newlines from a Location: "/<TAB>/evil.example" would be "//evil.example")
+    for hostile in ("//evil.example", "/\\evil.example", "https://evil.example",
+                    "/\t/evil.example", "/\n/evil.example", "/\r\nx-evil: 1", "/\u00e9"):
+        r = _login(c, "admin", "admin-pw", nxt=hostile)
+        assert r.status == 303 and r.headers["location"] == "/", hostile
+        assert "x-evil" not in r.headers
     r = _login(c, "admin", "admin-pw")
     assert r.status == 303 and r.headers["location"] == "/queues"
     attributes = r.headers["set-cookie"]

@@ -261,8 +261,10 @@ class HttpConnection:
                         ("cache-control", "no-store")])
                 return not_authorised(found_who)
             who = found_who
-            if header is None and not who.anonymous and request.method not in ("GET", "HEAD"):
-                foreign = foreign_origin(request.headers)  # a session's write: same origin
+            if request.method not in ("GET", "HEAD"):
+                # a write from a browser must come from this origin, whoever it runs as: a
+                # session, Basic credentials the browser remembers, or anonymous
+                foreign = foreign_origin(request.headers)
                 if foreign is not None:
                     self.counters["auth_failures"] += 1
                     return error_response(403, "access_refused", foreign)

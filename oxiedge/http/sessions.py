@@ -13,9 +13,10 @@ The table keeps a digest of the token, never the token itself, with the user, th
 password hash it was opened against (a changed password or a removed user ends the session
 at its next request) and two times: a session ends ``IDLE_S`` after its last request and
 ``LIFETIME_S`` after the login, whichever comes first; logout ends it at once. A request
-that runs as a session and may change something (any method but ``GET`` and ``HEAD``) must
-come from a page of this very origin (:func:`foreign_origin`): ``SameSite`` does not stop
-another port of the same host, which is the same site. At most
+that may change something (any method but ``GET`` and ``HEAD``; a session's, and as well
+one with remembered Basic credentials or an anonymous one) must come from a page of this
+very origin (:func:`foreign_origin`): ``SameSite`` does not stop another port of the same
+host, which is the same site. At most
 ``MAX_SESSIONS`` are kept: a login beyond that ends the least recently used one (counted in
 ``evicted``). The clock is the caller's (``now``), so expiry is tested without sleeping.
 """

@@ -120,6 +120,13 @@ def test_login_form_session_and_logout(users_server: ServerProcess, client_for: 
     r = c.request("POST", path, None, publish, {"content-type": "application/json",
                                                  **session, **here})
     assert r.status == 200 and r.json() == {"routed": True}
+    # Basic credentials a browser remembers go along with another site's form too
+    for foreign in ({"origin": "http://evil.example"}, {"sec-fetch-site": "cross-site"}):
+        r = c.request("POST", path, ("admin", "admin-pw"), publish,
+                      {"content-type": "text/plain", **foreign})
+        assert r.status == 403 and r.json()["error"] == "access_refused", (foreign, r.body)
+    r = c.request("POST", path, ("admin", "admin-pw"), publish)  # a script: no such headers
+    assert r.status == 200 and r.json() == {"routed": True}
 
     # a monitoring user's session: pages without buttons, and the API refuses its writes
     watcher = {"cookie": _cookie(_login(c, "watcher", "watcher-pw"))}
@@ -165,3 +172,24 @@ def test_session_cookie_is_secure_over_tls(start_server: Callable[..., ServerPro
         assert page.status == 200 and b"Log out" in page.read()
     finally:
         conn.close()
+
+
+def test_anonymous_write_must_come_from_this_origin(http_server: ServerProcess,
+                                                    client_for: Any) -> None:
+    """No users on loopback: every request is the anonymous administrator, so a page of any
+    site the operator visits could post to the API - unless the write must come from here."""
+    http_server.cli("queue", "declare", "work")
+    c = client_for(http_server)
+    publish = json.dumps({"routing_key": "work", "payload": "x", "payload_encoding": "string",
+                          "properties": {}}).encode()
+    path = "/api/exchanges/%2F/amq.default/publish"
+    for foreign in ({"origin": "http://evil.example"}, {"origin": "null"},
+                    {"sec-fetch-site": "cross-site"}):
+        r = c.request("POST", path, None, publish, {"content-type": "text/plain", **foreign})
+        assert r.status == 403 and r.json()["error"] == "access_refused", (foreign, r.body)
+    here = {"origin": f"http://127.0.0.1:{http_server.http_port}",
+            "sec-fetch-site": "same-origin"}
+    for headers in (here, {}):  # this console's page, or a script
+        r = c.request("POST", path, None, publish, {"content-type": "application/json",
+                                                     **headers})
+        assert r.status == 200 and r.json() == {"routed": True}

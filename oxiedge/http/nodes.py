@@ -186,9 +186,10 @@ def user_routes(router: Router, broker: BrokerView) -> None:
 
     async def put_user(req: Request, _who: Principal, args: tuple[str, ...]) -> Response:
         name = args[0]
-        if not name or ":" in name or name.strip() != name:
-            raise BadRequest("name: a user name is non-empty, without ':' or surrounding "
-                             "spaces")
+        # (a line break would split the password file's NAME:HASH line: unreadable file)
+        if not name or ":" in name or name.strip() != name or not name.isprintable():
+            raise BadRequest("name: a user name is non-empty, printable, without ':' or "
+                             "surrounding spaces")
         body = body_object(req)
         password, stored = body.get("password"), body.get("password_hash")
         if password is not None and not isinstance(password, str):

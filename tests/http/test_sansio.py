@@ -453,6 +453,8 @@ def test_definitions_routes_call_the_shared_operation() -> None:
     ("PUT", "/api/users/carol", b'{"password": 5}', 400, "password:"),
     ("PUT", "/api/users/carol", b'{"password": "pw", "tags": "policymaker"}', 400, "tags:"),
     ("PUT", "/api/users/a%3Ab", b'{"password": "pw"}', 400, "name:"),
+    ("PUT", "/api/users/a%0Ab", b'{"password": "pw"}', 400, "name:"),
+    ("PUT", "/api/users/a%E2%80%A8b", b'{"password": "pw"}', 400, "name:"),
     ("DELETE", "/api/users/bob", b"", 204, None),
     ("DELETE", "/api/users/nobody", b"", 404, "no user"),
     ("PUT", "/api/permissions/%2F/bob", b'{"configure": ".*", "write": ".*", "read": ".*"}',

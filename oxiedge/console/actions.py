@@ -93,6 +93,14 @@ def local_path(path: str) -> str:
     return path.split("?", 1)[0]
 
 
+def form_fields(body: bytes, max_fields: int) -> dict[str, str] | None:
+    """A posted form's fields (None: more than ``max_fields``, which ``parse_qsl`` raises)."""
+    try:
+        return dict(parse_qsl(body.decode("utf-8", "replace"), max_num_fields=max_fields))
+    except ValueError:
+        return None
+
+
 def cross_site(req: Request) -> str | None:
     """Why a form post did not come from a page of this console (None: it did)."""
     return foreign_origin(req.headers)
@@ -118,8 +126,11 @@ class Actions:
             return _forbidden(why)
         if len(req.body) > MAX_FORM:
             return _forbidden("form too large")
-        form = dict(parse_qsl(req.body.decode("utf-8", "replace"), max_num_fields=16))
-        if not hmac.compare_digest(form.get("csrf", ""), self.token(who)):
+        form = form_fields(req.body, 16)
+        if form is None:
+            return _forbidden("too many form fields")
+        # (bytes: compare_digest raises on a str with a character beyond ASCII)
+        if not hmac.compare_digest(form.get("csrf", "").encode(), self.token(who).encode()):
             return _forbidden("missing or stale form token: reload the page and try again")
         op, target = form.get("op", ""), form.get("target", "")
         make = ACTIONS.get(op)

@@ -12,13 +12,11 @@ instead of the browser's HTTP Basic prompt; HTTP Basic still works for scripts a
 
 from __future__ import annotations
 
-from urllib.parse import parse_qsl
-
 from ..http.access import Need, Principal, refusal
 from ..http.credentials import Credentials
 from ..http.messages import Request, Response
 from ..http.sessions import clear_cookie, set_cookie
-from .actions import cross_site, local_path
+from .actions import cross_site, form_fields, local_path
 from .html import SECURITY_HEADERS, esc
 
 #: Longest login form read (a name and a password).
@@ -70,9 +68,9 @@ class Login:
 
     async def submit(self, req: Request, _who: Principal, _args: tuple[str, ...]) -> Response:
         why = cross_site(req)
-        if why is not None or len(req.body) > MAX_FORM:
+        form = form_fields(req.body, 8) if len(req.body) <= MAX_FORM else None
+        if why is not None or form is None:
             return _html(403, login_page(why or "form too large", "/"))
-        form = dict(parse_qsl(req.body.decode("utf-8", "replace"), max_num_fields=8))
         name, password = form.get("user", "")[:256], form.get("password", "")
         back = local_path(form.get("next", "/"))
         token = await self.credentials.login(name, password.encode())

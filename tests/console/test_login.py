@@ -81,6 +81,8 @@ def test_login_form_session_and_logout(users_server: ServerProcess, client_for: 
     assert after["failures"] >= before + 2  # through the broker's login path and throttle
     # another site cannot log a browser in, and a user without a console tag gets nothing
     assert _login(c, "admin", "admin-pw", {"origin": "http://evil.example"}).status == 403
+    many = "&".join(f"x{i}=1" for i in range(20)).encode()  # a 403, not a 500
+    assert c.request("POST", "/console/login", None, many, FORM).status == 403
     r = _login(c, "plain", "plain-pw")
     assert r.status == 403 and "set-cookie" not in r.headers
 

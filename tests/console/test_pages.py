@@ -96,6 +96,8 @@ def test_forms_work_without_javascript(users_server: ServerProcess, client_for: 
     # CSRF: no token, a wrong token, another site's Origin or Sec-Fetch-Site are refused
     for bad, headers in [({**fields, "csrf": ""}, form),
                          ({**fields, "csrf": "0" * 32}, form),
+                         ({**fields, "csrf": "\u00e9"}, form),  # (no 500: not ASCII)
+                         ({**fields, **{f"x{i}": "1" for i in range(20)}}, form),
                          (fields, {**form, "origin": "http://evil.example"}),
                          (fields, {**form, "sec-fetch-site": "cross-site"})]:
         r = c.request("POST", "/console/action", ADMIN, urlencode(bad).encode(), headers)

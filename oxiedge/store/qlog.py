@@ -78,7 +78,7 @@ RANGE_RUN = 1024
 class QueueLog(Generic[E]):
     """One queue: append, peek / pop, ack, drop the oldest, recover (module docstring)."""
 
-    __slots__ = ("_closed", "_dirty", "_end", "_requeued", "bytes", "cf", "codec", "count",
+    __slots__ = ("_closed", "_dirty", "_end", "_requeued", "bare", "bytes", "cf", "codec", "count",
                  "deleted_to", "disk_from", "disk_to", "flushed_to", "fresh", "meta_key", "out",
                  "out_bytes", "prefix", "quarantined", "read_back", "ready", "ready_bytes",
                  "skipped", "store", "tail", "tally", "window", "window_bytes")  # fmt: skip
@@ -108,6 +108,7 @@ class QueueLog(Generic[E]):
         self.deleted_to = 0  # every seq below is removed (its range delete maybe deferred)
         self.flushed_to = 0  # ... and staged as a range delete up to here
         self.quarantined = 0  # records read back that did not decode
+        self.bare: dict[int, int] = {}  # seq -> size: live, without a record (not in meta)
         self.skipped = 0  # records the codec refused on read-back (removed)
         self.read_back = 0  # messages read back from disk
         self._dirty = False
@@ -144,6 +145,8 @@ class QueueLog(Generic[E]):
         self.tally.backlog_bytes += size
         if value is not None:
             store.stage_put(self.cf, self.prefix + _SEQ.pack(item.seq), value)
+        else:
+            self.bare[item.seq] = size
         if not self._dirty:
             self._touch()
         fresh = self.fresh
@@ -314,6 +317,8 @@ class QueueLog(Generic[E]):
         self.out_bytes -= size
         self.count, self.bytes = self.count - 1, self.bytes - size
         self.tally.backlog_bytes -= size
+        if self.bare:
+            self.bare.pop(seq, None)
         if seq == self.deleted_to:  # in order: every seq below is removed already
             self.deleted_to = seq + 1  # (``_flush`` moves it on to the floor)
         else:
@@ -333,6 +338,7 @@ class QueueLog(Generic[E]):
         self.count, self.bytes = self.count - 1, self.bytes - size
         if self.store is not None:
             self.tally.backlog_bytes -= size
+            self.bare.pop(item.seq, None)
             self._removed(item.seq)
             self._touch()
         return item
@@ -355,6 +361,7 @@ class QueueLog(Generic[E]):
             self.bytes -= item.size
             if self.store is not None:
                 self.tally.backlog_bytes -= item.size
+                self.bare.pop(item.seq, None)
                 self._removed(item.seq)
         self._touch()
         return removed
@@ -409,9 +416,12 @@ class QueueLog(Generic[E]):
                 self.deleted_to - self.flushed_to >= RANGE_RUN or self.count <= 0):
             store.stage_delete_range(self.cf, self.key(self.flushed_to), self.key(self.deleted_to))
             self.flushed_to = self.deleted_to
-        # (Never negative: a quarantined record counts its raw size, a guess.)
+        # (Never negative: a quarantined record counts its raw size, a guess.) A message
+        # without a record is not counted: a restart will not find it.
+        bare = self.bare
+        count, size = self.count - len(bare), self.bytes - (sum(bare.values()) if bare else 0)
         store.stage_put(self.cf, self.meta_key, META.pack(
-            self.deleted_to, self.tail, max(0, self.count), max(0, self.bytes)))
+            self.deleted_to, self.tail, max(0, count), max(0, size)))
 
     def discard_waiting(self) -> int:
         """Remove every waiting message (a purge; the disk run as one range delete)."""
@@ -425,6 +435,7 @@ class QueueLog(Generic[E]):
         self.ready_bytes, self.disk_from = 0, self.disk_to
         self.tally.backlog_bytes -= self.bytes - self.out_bytes
         self.count, self.bytes = len(self.out), self.out_bytes
+        self.bare = {seq: size for seq, size in self.bare.items() if seq in self.out}
         for seq in gone if store is not None else ():
             self._removed(seq)
         self._touch()

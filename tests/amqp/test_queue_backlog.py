@@ -202,6 +202,25 @@ def test_a_requeued_message_older_than_every_unacked_one_survives_sigkill(start_
     assert bodies(connect(srv).channel(), "rq") == [body(0), body(2)]
 
 
+def test_a_restart_counts_only_the_messages_it_finds(start_server: Any) -> None:
+    """Non-persistent messages kept in the window without a record are not in the
+    counters: a restarted queue reports what it holds, and is empty once drained."""
+    srv = start_server()
+    c = connect(srv)
+    c.channel().queue_declare("mixed", durable=True)
+    c.close()
+    publish(srv.amqp_port, "mixed", range(1))
+    publish(srv.amqp_port, "mixed", range(1, 3), persistent=False)
+    publish(srv.amqp_port, "mixed", range(3, 4))
+    srv.kill()
+    srv.start()
+    assert recovered(srv) == "recovered 1 durable queues, 2 messages"
+    ch = connect(srv).channel()
+    assert ch.queue_declare("mixed", passive=True).method.message_count == 2
+    assert bodies(ch, "mixed") == [body(0), body(3)]
+    assert ch.queue_declare("mixed", passive=True).method.message_count == 0
+
+
 def test_priority_levels_on_disk_keep_their_order_across_sigkill(start_server: Any) -> None:
     srv = start_server()
     c = connect(srv)

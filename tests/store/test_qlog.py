@@ -388,3 +388,21 @@ def test_a_message_put_back_below_every_out_one_keeps_its_record(store: Store) -
     again = make(store)  # as after a SIGKILL now
     again.recover()
     assert len(again) == 1 and drain(again) == [0]
+
+
+def test_messages_without_a_record_are_not_in_the_counters_a_restart_reads(
+        store: Store) -> None:
+    q = make(store, window=8)
+    q.append(Item(0, b"a"), 1, b"va")
+    q.append(Item(1, b"b"), 1, None)  # kept in the window only: gone after a restart
+    q.append(Item(2, b"c"), 1, None)
+    q.append(Item(3, b"d"), 1, b"vd")
+    q.pop()
+    q.pop()  # 1 out, then acknowledged: no longer bare
+    q.ack(1)
+    store.commit_blocking()
+    again = make(store, window=8)
+    again.recover()
+    assert (len(again), again.bytes) == (2, 2)  # 0 (out here) and 3
+    assert drain(again) == [0, 3] and len(again) == 0
+    assert q.discard_waiting() == 2 and not q.bare  # 2 was bare, 3 not

@@ -60,6 +60,17 @@ def verify_password(password: bytes, encoded: str) -> bool:
     return hmac.compare_digest(digest, expected)
 
 
+#: What every way of naming a user (CLI, HTTP API, definitions import) is told.
+USER_NAME_RULE = "a user name is non-empty, printable, without ':' or surrounding spaces"
+
+
+def user_name_ok(name: str) -> bool:
+    """Can ``name`` be a password-file entry? (A line break would split its NAME:HASH line
+    and leave a file that no longer reads; a ':' would end the name early.)"""
+    return bool(name) and ":" not in name and name.strip() == name and name.isprintable() \
+        and not name.startswith("#")
+
+
 def read_user_file(path: Path) -> dict[str, str]:
     users: dict[str, str] = {}
     if not path.exists():
@@ -77,6 +88,9 @@ def read_user_file(path: Path) -> dict[str, str]:
 
 def write_user_file(path: Path, users: dict[str, str]) -> None:
     """Atomically rewrite the password file (mode 0600)."""
+    bad = next((name for name in users if not user_name_ok(name)), None)
+    if bad is not None:  # the last guard: every writer checks first, naming its field
+        raise UserFileError(f"{bad!r}: {USER_NAME_RULE}")
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
     body = "".join(f"{name}:{encoded}\n" for name, encoded in sorted(users.items()))

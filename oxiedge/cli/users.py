@@ -34,10 +34,10 @@ def user_add(
     """Add a user or change its password (prompts unless --password-stdin)."""
     from ..access import cli as access_cli
     from ..access.rules import TAGS
-    from ..auth import hash_password, put_user
+    from ..auth import USER_NAME_RULE, hash_password, put_user, user_name_ok
 
-    if not name or ":" in name or name.strip() != name:
-        _fail("user names must be non-empty, without ':' or surrounding spaces", 2)
+    if not user_name_ok(name):
+        _fail(USER_NAME_RULE, 2)
     tag_list = [t.strip() for t in tags.split(",") if t.strip()] if tags is not None else None
     if tag_list is not None and any(t not in TAGS for t in tag_list):
         _fail(f"tags must be among {', '.join(TAGS)}", 2)

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .. import __version__
+from ..auth import USER_NAME_RULE, user_name_ok
 from ..operations import BAD_REQUEST, OperationError
 
 VHOST = "/"
@@ -280,6 +281,9 @@ def check(doc: Any) -> Wanted:
     wanted = Wanted()
     for section, spec in _SECTIONS.items():
         setattr(wanted, section, _items(section, doc.get(section, []), spec, total))
+    for u, item in enumerate(wanted.users):
+        if not user_name_ok(item["name"]):
+            raise _bad(f"users[{u}].name", USER_NAME_RULE)
     for b, item in enumerate(wanted.bindings):
         if item["destination_type"] not in ("queue", "exchange"):
             raise _bad(f"bindings[{b}].destination_type", "must be queue or exchange")

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..auth import USER_NAME_RULE, user_name_ok
 from .access import Need, Principal
 from .messages import BadRequest, Request, Response, json_response, not_found
 from .routes import BrokerView, Router
@@ -186,10 +187,8 @@ def user_routes(router: Router, broker: BrokerView) -> None:
 
     async def put_user(req: Request, _who: Principal, args: tuple[str, ...]) -> Response:
         name = args[0]
-        # (a line break would split the password file's NAME:HASH line: unreadable file)
-        if not name or ":" in name or name.strip() != name or not name.isprintable():
-            raise BadRequest("name: a user name is non-empty, printable, without ':' or "
-                             "surrounding spaces")
+        if not user_name_ok(name):
+            raise BadRequest(f"name: {USER_NAME_RULE}")
         body = body_object(req)
         password, stored = body.get("password"), body.get("password_hash")
         if password is not None and not isinstance(password, str):

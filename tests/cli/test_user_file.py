@@ -13,7 +13,7 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 
-from oxiedge.auth import hash_password, put_user, read_user_file, remove_user
+from oxiedge.auth import UserFileError, hash_password, put_user, read_user_file, remove_user
 from tests.conftest import ServerProcess, clean_env, run_cli
 
 #: A cheap stored hash (the import and the HTTP API take hashes as they are).
@@ -82,3 +82,18 @@ def test_cli_http_and_import_at_once_lose_no_user(
     assert set(read_user_file(data / "passwd")) == want
     listed = server.cli("user", "list", "--json").stdout.splitlines()
     assert {json.loads(line)["user"] for line in listed} == want
+
+
+def test_a_name_that_would_break_the_file_is_refused_by_every_writer(tmp_path: Path) -> None:
+    path = tmp_path / "passwd"
+    put_user(path, "alice", HASH)
+    for bad in ("a\nb", "a\u2028b", "a:b", " a", "#a", ""):
+        try:
+            put_user(path, bad, HASH)
+        except UserFileError as exc:
+            assert "user name" in str(exc)
+        else:
+            raise AssertionError(f"{bad!r} was written")
+    assert read_user_file(path) == {"alice": HASH}  # the file still reads, unchanged
+    res = run_cli(tmp_path / "data", "user", "add", "a\u2028b", "--password-stdin", input="pw\n")
+    assert res.returncode == 2 and "user name" in res.stderr + res.stdout

@@ -43,6 +43,7 @@ def _state(**kw: Any) -> State:
     ({"oxiedge": {"acl": {"users": {"u": [["sometimes", "a"]]}}}},
      "oxiedge.acl.users.u[0]:"),
     ({"oxiedge": {"acl": {"default": {"mqtt": "maybe"}}}}, "oxiedge.acl.default.mqtt:"),
+    ({"users": [{"name": "ok"}, {"name": "a\nb"}]}, "users[1].name: a user name is"),
 ])
 def test_check_names_the_field(doc: Any, field: str) -> None:
     with pytest.raises(OperationError) as refused:

@@ -49,8 +49,11 @@ class PriorityLogReady(deque[QueuedMessage]):
         return self.levels[min(priority_of(msg.properties), len(self.levels) - 1)]
 
     def _head(self) -> QueueLog[QueuedMessage] | None:
+        """The highest level with a next message: a level's count may hold records that
+        its read-back skips or quarantines (an earlier run's transient messages), and
+        those must not hide a lower level's messages."""
         for log in reversed(self.levels):
-            if len(log):
+            if len(log) and log.peek() is not None:
                 return log
         return None
 
@@ -104,8 +107,7 @@ class PriorityLogReady(deque[QueuedMessage]):
         return sum(len(log) for log in self.levels)
 
     def __bool__(self) -> bool:
-        log = self._head()
-        return log is not None and log.peek() is not None
+        return self._head() is not None
 
     def __getitem__(self, index: SupportsIndex) -> QueuedMessage:  # type: ignore[override]
         if index.__index__() == 0:

@@ -245,6 +245,26 @@ def test_priority_levels_on_disk_keep_their_order_across_sigkill(start_server: A
     assert got == high + [body(i) for i in range(n)]
 
 
+def test_a_level_left_with_only_the_last_runs_transient_messages_hides_no_lower_one(
+        start_server: Any) -> None:
+    """After a restart the records of non-persistent messages paged to disk are skipped:
+    higher levels holding only those must not make the queue look empty."""
+    srv = start_server()
+    c = connect(srv)
+    ch = c.channel()
+    ch.queue_declare("prio2", durable=True, arguments={"x-max-priority": 5})
+    for level in (3, 4, 5):  # beyond each level's window: paged, marked transient
+        for i in range(WINDOW + 10):
+            ch.basic_publish("", "prio2", body(i), pika.BasicProperties(priority=level))
+    ch.confirm_delivery()  # its confirm comes after every earlier record is on disk
+    ch.basic_publish("", "prio2", body(255), pika.BasicProperties(delivery_mode=2))
+    srv.kill()
+    srv.start()
+    ch = connect(srv).channel()
+    got = ch.basic_get("prio2", auto_ack=True)
+    assert got[2] == body(255)
+
+
 @pytest.mark.slow
 def test_200k_backlog_rss_stays_flat_and_restart_reads_no_message(start_server: Any
                                                                   ) -> None:

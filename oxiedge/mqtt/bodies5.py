@@ -229,6 +229,8 @@ def _decode_unsubscribe(flags: int, body: bytes) -> Unsubscribe5:
     n = len(body)
     while off < n:
         topic, off = read_utf8(body, off, n)
+        if not topic:
+            raise MalformedPacket("empty topic filter in UNSUBSCRIBE (MQTT-4.7.3-1)")
         topics.append(topic)
     if not topics:
         raise ProtocolViolation("UNSUBSCRIBE without topic filters (3.10.3)")

@@ -306,7 +306,12 @@ class Handlers5:
         seen: set[str] = set()  # (a filter twice in one packet: the second did not exist)
         for flt in p.topics:
             there = flt in s.subs and flt not in seen
-            codes.append(RC.SUCCESS if there else RC.NO_SUBSCRIPTION_EXISTED)
+            if there:
+                codes.append(RC.SUCCESS)
+            elif share_problem(flt) is not None or topic_filter_problem(flt) is not None:
+                codes.append(RC.TOPIC_FILTER_INVALID)
+            else:
+                codes.append(RC.NO_SUBSCRIPTION_EXISTED)
             seen.add(flt)
         if self.broker.unsubscribe(s, p.topics):
             h.need_commit = True

@@ -146,9 +146,11 @@ _ROWS = (
 SPECS: dict[int, PropertySpec] = {row.ident: row for row in _ROWS}
 
 #: Byte properties whose only values are 0 and 1: anything else is a Protocol Error
-#: (3.1.2.11.7, 3.1.2.11.6, 3.2.2.3.4, -.5, -.11, -.12, -.13).
-_FLAGS = frozenset((REQUEST_PROBLEM_INFORMATION, REQUEST_RESPONSE_INFORMATION, MAXIMUM_QOS,
-                    RETAIN_AVAILABLE, WILDCARD_SUBSCRIPTION_AVAILABLE,
+#: (3.1.2.11.7, 3.1.2.11.6, 3.2.2.3.4, -.5, -.11, -.12, -.13; the Payload Format Indicator's
+#: two values, 3.3.2.3.2, as Mosquitto checks them).
+_FLAGS = frozenset((PAYLOAD_FORMAT_INDICATOR, REQUEST_PROBLEM_INFORMATION,
+                    REQUEST_RESPONSE_INFORMATION, MAXIMUM_QOS, RETAIN_AVAILABLE,
+                    WILDCARD_SUBSCRIPTION_AVAILABLE,
                     SUBSCRIPTION_IDENTIFIER_AVAILABLE, SHARED_SUBSCRIPTION_AVAILABLE))
 
 

@@ -1,4 +1,5 @@
-"""Opt-in: Mosquitto's own broker tests (MQTT 3.1.1 parts) against oxiedge must not regress.
+"""Opt-in: Mosquitto's own broker tests (MQTT 3.1.1 parts, and with their MQTT 5 parts) against
+oxiedge must not regress.
 
 Runs ``run_mosquitto.py`` (which archives the pinned ``test/`` tree of eclipse/mosquitto
 into its cache and builds a small virtualenv there: ``slow``, out of the default run) and
@@ -18,7 +19,14 @@ from pathlib import Path
 import pytest
 
 from tests.conformance import mosquitto_suite as suite
-from tests.conformance.run_mosquitto import DEFAULT_CACHE, DEFAULT_GIT, REPO, RESULTS_JSON, tree
+from tests.conformance.run_mosquitto import (
+    DEFAULT_CACHE,
+    DEFAULT_GIT,
+    REPO,
+    RESULTS5_JSON,
+    RESULTS_JSON,
+    tree,
+)
 
 
 @pytest.mark.slow
@@ -50,3 +58,29 @@ def test_mosquitto_baseline_is_for_the_pinned_commit() -> None:
     assert base["commit"] == suite.COMMIT
     assert set(base["failures"]) <= set(suite.KNOWN_DIFFERENCES), base["failures"].keys()
     assert not set(base["passes"]) & set(suite.excluded())
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(2400)
+def test_mosquitto_mqtt5_broker_tests_not_below_baseline(tmp_path: Path) -> None:
+    """The same for ``run_mosquitto --v5`` (every script with its MQTT 5 parts) against
+    ``mosquitto5_results.json``, its failures explained by ``KNOWN5``."""
+    if not (DEFAULT_GIT / "HEAD").exists() and not (tree(DEFAULT_CACHE, True) / "test").exists():
+        pytest.skip(f"no eclipse/mosquitto clone at {DEFAULT_GIT} (OXIEDGE_MOSQUITTO_GIT)")
+    out = tmp_path / "results5.json"
+    proc = subprocess.run([sys.executable, "-m", "tests.conformance.run_mosquitto", "--v5",
+                           "--json", str(out), "--no-doc"], cwd=REPO, capture_output=True,
+                          text=True, timeout=2300)  # fmt: skip
+    assert out.exists(), f"no results (exit {proc.returncode}):\n{proc.stdout[-3000:]}"
+    got = json.loads(out.read_text())
+    base = json.loads(RESULTS5_JSON.read_text())
+    regressed = sorted(set(base["passes"]) - set(got["passes"]))
+    assert not regressed, regressed
+    assert not sorted(set(got["failures"]) - set(suite.KNOWN5))
+
+
+def test_mosquitto_mqtt5_baseline_failures_are_explained() -> None:
+    base = json.loads(RESULTS5_JSON.read_text())
+    assert base["commit"] == suite.COMMIT
+    assert set(base["failures"]) <= set(suite.KNOWN5), base["failures"].keys()
+    assert not set(base["passes"]) & set(suite.excluded(True))

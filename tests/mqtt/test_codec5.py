@@ -241,6 +241,7 @@ MALFORMED: dict[str, tuple[bytes, type[ProtocolError]]] = {
         b"\x82\x0b\x00\x01\x04\x0b\x01\x0b\x02\x00\x01a\x00", ProtocolViolation),
     "subscribe no filters": (b"\x82\x03\x00\x01\x00", ProtocolViolation),
     "subscribe no options": (b"\x82\x06\x00\x01\x00\x00\x01a", MalformedPacket),
+    "unsubscribe empty filter": (b"\xa2\x05\x00\x01\x00\x00\x00", MalformedPacket),
     "subscribe flags 0": (b"\x80\x07\x00\x01\x00\x00\x01a\x00", MalformedPacket),
     "unsubscribe no filters": (b"\xa2\x03\x00\x01\x00", ProtocolViolation),
     "unsubscribe subscription id": (b"\xa2\x08\x00\x01\x02\x0b\x01\x00\x01a", MalformedPacket),
@@ -273,7 +274,8 @@ _u16 = st.integers(0, 0xFFFF)
 _KIND_VALUES: dict[int, Any] = {1: st.integers(0, 255), 2: _u16, 4: _u32, 6: text,
                                 7: st.binary(max_size=20)}  # fmt: skip
 _SPECIAL: dict[int, Any] = {  # values the spec restricts (Protocol Errors otherwise)
-    0x17: st.integers(0, 1), 0x19: st.integers(0, 1), 0x24: st.integers(0, 1),
+    0x01: st.integers(0, 1), 0x17: st.integers(0, 1), 0x19: st.integers(0, 1),
+    0x24: st.integers(0, 1),
     0x25: st.integers(0, 1), 0x28: st.integers(0, 1), 0x29: st.integers(0, 1),
     0x2A: st.integers(0, 1), 0x21: st.integers(1, 0xFFFF), 0x27: st.integers(1, 0xFFFF_FFFF),
     0x08: topic_names,

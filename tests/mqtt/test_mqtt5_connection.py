@@ -16,6 +16,8 @@ from oxiedge.mqtt.packets5 import (
     Suback5,
     Subscribe5,
     Subscription,
+    Unsuback5,
+    Unsubscribe5,
 )
 from oxiedge.mqtt.properties import Properties
 from tests.conftest import ServerProcess
@@ -149,4 +151,16 @@ def test_an_administrators_kick_says_0x98(start_mqtt: Start) -> None:
     c.connect("kicked", props=Properties())
     assert "client 'kicked' disconnected" in srv.cli("client", "kick", "kicked").stdout
     assert c.next() == Disconnect5(0x98)  # Administrative action
+    c.close()
+
+
+def test_unsuback_says_which_filter_was_invalid(shared_mqtt: ServerProcess) -> None:
+    c = Raw5(shared_mqtt.mqtt_port)
+    c.connect("unsub-codes", props=Properties())
+    c.send(Subscribe5(1, (Subscription("u/a", 1),)))
+    assert c.next() == Suback5(1, (1,))
+    c.send(Unsubscribe5(2, ("u/a", "u/never", "#/u", "$share//u")))
+    assert c.next() == Unsuback5(2, (0x00, 0x11, 0x8F, 0x8F))
+    c.sock.sendall(b"\xa2\x05\x00\x03\x00\x00\x00")  # an empty filter (MQTT-4.7.3-1)
+    assert c.next() == Disconnect5(0x81)
     c.close()

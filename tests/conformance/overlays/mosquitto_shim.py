@@ -15,7 +15,9 @@ exclusion in ``tests/conformance/mosquitto_suite.py``).
 State: Mosquitto keeps nothing between starts unless ``persistence true``; oxiedge always
 persists to its data dir. So each start without persistence gets an empty data dir, and a
 ``persistence true`` start reuses the data dir named after its ``persistence_file`` - under
-``$OXIEDGE_SHIM_STATE``, a directory the runner makes per test script.
+``$OXIEDGE_SHIM_STATE``, a directory the runner makes per test script - as long as a file
+of that name is in the working directory (where Mosquitto would have saved it; a script
+deletes it to start afresh).
 """
 
 from __future__ import annotations
@@ -102,6 +104,13 @@ def main(argv: list[str]) -> None:
     state = Path(os.environ.get("OXIEDGE_SHIM_STATE", "/tmp/oxiedge-mosquitto-shim"))
     if persistence:
         data = state / f"persist-{pfile}"
+        # Mosquitto saves to ``pfile`` in its working directory, and a script deletes that
+        # file to start afresh: the shim keeps a file of that name as the sign that the
+        # data dir is to be reused.
+        marker = Path(pfile)
+        if not marker.exists():
+            shutil.rmtree(data, ignore_errors=True)
+        marker.touch()
     else:
         data = state / f"fresh-{port}"
         shutil.rmtree(data, ignore_errors=True)

@@ -43,6 +43,9 @@ from oxiedge.store.qlog import QueueLog
 
 _LEN = struct.Struct(">I")
 _CACHED = 256  # entries of each decode cache (then cleared, as the MQTT codec's topics)
+#: A longer property block is checked each time: comparing it costs about what checking
+#: does, and 256 of them (up to a frame each) would stay in memory after their messages.
+_CACHED_PROPS = 512
 
 
 class Codec:
@@ -80,7 +83,9 @@ class Codec:
             if len(props) != length:
                 raise ValueError("AMQP message record shorter than its properties")
             body = value[start + length :]
-            if props not in self._props:
+            if len(props) > _CACHED_PROPS:
+                scan_properties(props)
+            elif props not in self._props:
                 scan_properties(props)
                 self._remember(self._props, props, None)
         except (IndexError, struct.error, AmqpError) as exc:

@@ -16,7 +16,9 @@ from .login import Logins
 from .lograte import LineBudget
 from .net.blocked import BlockedWatch
 from .service import Service
+from .sizes import backlog_budget
 from .store import Store
+from .store.backlog import Backlog
 
 
 def make_logger() -> logging.Logger:
@@ -55,6 +57,10 @@ class App:
     blocked: BlockedWatch = field(init=False)
     connections: ConnectionLimits = field(init=False)
     logins: Logins = field(init=False)
+    # --max-backlog-bytes: one budget for the bytes MQTT persistent sessions and AMQP queues
+    # paged to disk hold together (each service joins its tally); a fraction of the data
+    # filesystem's size is known only now.
+    backlog: Backlog = field(init=False)
 
     def __post_init__(self) -> None:
         config = self.config
@@ -65,3 +71,4 @@ class App:
                                             config.max_connections_per_source, self.log)
         self.logins = Logins(self.users, config.login_hash_threads, config.login_delay_max,
                              config.login_track_max)
+        self.backlog = Backlog(*backlog_budget(config.max_backlog_bytes, config.data))

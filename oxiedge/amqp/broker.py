@@ -87,9 +87,9 @@ class Broker(PublishPath):
     def __init__(self, store: Any, queue_limit: int = 100_000,
                  queue_bytes: int | None = None, clock: Clock = wall_clock) -> None:
         self.store = store
-        self.queue_limit = queue_limit
-        #: ready body bytes of a queue declared without x-max-length-bytes (None = no cap)
-        self.queue_bytes = queue_bytes
+        self.queue_limit = queue_limit  # of a queue held in memory; on disk: ``paging``
+        self.queue_bytes = queue_bytes  # ready bytes without x-max-length-bytes (None: no cap)
+        self.paging = paging.Paging(store)  # durable queues on queue logs, their bounds
         self.queues: dict[str, Queue] = {}
         self.exchanges_shared = ExchangesShared()
         self.exchanges: dict[str, Exchange] = {}
@@ -222,7 +222,7 @@ class Broker(PublishPath):
                 "_kind": "queue", "name": name, "qid": qid, "durable": True,
                 "auto_delete": auto_delete, "arguments": q.arguments})
             q.doc_id = doc["_id"]
-            paging.attach(q, self.store)  # its ready messages on queue logs
+            self.paging.attach(q)  # its ready messages on queue logs, disk-sized bounds
             staged = True
         # The default exchange binds every queue by name implicitly (spec 3.1.3.1).
         return q, staged

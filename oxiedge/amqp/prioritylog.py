@@ -23,7 +23,7 @@ from typing import Any, SupportsIndex
 
 from oxiedge.amqp import persist
 from oxiedge.amqp.properties import priority_of
-from oxiedge.amqp.queuelog import Codec, LogReady
+from oxiedge.amqp.queuelog import Codec, LogReady, PagedBytes
 from oxiedge.amqp.queues import Queue, QueuedMessage
 from oxiedge.store.qlog import QueueLog
 
@@ -33,17 +33,20 @@ class PriorityLogReady(deque[QueuedMessage]):
 
     __slots__ = ("codec", "levels", "queue", "store", "writer")
 
-    def __init__(self, queue: Queue, store: Any, max_priority: int) -> None:
+    def __init__(self, queue: Queue, store: Any, max_priority: int,
+                 paged: PagedBytes | None = None) -> None:
         super().__init__()
         self.queue = queue
         self.store = store
         self.codec = Codec(queue)
+        paged = paged or PagedBytes()
         self.levels: list[QueueLog[QueuedMessage]] = [
             QueueLog(self.codec, store, persist.CF, persist.level_prefix(queue.qid, level),
-                     persist.level_meta_key(queue.qid, level))
+                     persist.level_meta_key(queue.qid, level), tally=paged)
             for level in range(max_priority + 1)]
-        # The record handed over by the publish path waits in one LogReady-like writer.
-        self.writer = LogReady(queue, store, self.levels[0], self.codec)
+        # The record handed over by the publish path waits in one LogReady-like writer
+        # (which also applies --max-backlog-bytes: ``LogReady.shed``, ``over_budget``).
+        self.writer = LogReady(queue, store, self.levels[0], self.codec, paged)
 
     def level_of(self, msg: QueuedMessage) -> QueueLog[QueuedMessage]:
         return self.levels[min(priority_of(msg.properties), len(self.levels) - 1)]
@@ -71,6 +74,9 @@ class PriorityLogReady(deque[QueuedMessage]):
 
     def done(self, msg: QueuedMessage) -> None:
         self.level_of(msg).ack(msg.seq)
+
+    def over_budget(self, size: int) -> bool:
+        return self.writer.over_budget(size)
 
     def put_back(self, msgs: list[QueuedMessage]) -> None:
         for log in self.levels:

@@ -23,9 +23,13 @@ expiry and the length limits, which work on the head, are unchanged:
 * purge is the log's ``discard_waiting`` (one range delete for the disk run); deleting the
   queue drops the log and its counters with the queue's key range.
 
-Which queues go on a queue log, and their recovery (counters, head and tail, no message),
-are in ``paging.py``. Every message recovered is redelivered. A record that does not
-decode when read back is quarantined by the log (counted, logged) and delivery goes on.
+Which queues go on a queue log, their bounds and their recovery (counters, head and tail, no
+message), are in ``paging.py``. The bytes of every log (out, waiting and on disk) add up in
+one :class:`PagedBytes`, which counts in ``--max-backlog-bytes`` with MQTT's persistent
+sessions (``store/backlog.py``): past it, a drop-head queue drops its oldest (the newest is
+kept) as it appends, a reject-publish queue refuses the publish (``Queue.would_overflow``).
+Every message recovered is redelivered. A record that does not decode when read back is
+quarantined by the log (counted, logged) and delivery goes on.
 """
 
 from __future__ import annotations
@@ -39,6 +43,7 @@ from oxiedge.amqp import persist
 from oxiedge.amqp.errors import AmqpError
 from oxiedge.amqp.properties import scan_properties
 from oxiedge.amqp.queues import VOLATILE, Queue, QueuedMessage
+from oxiedge.store.backlog import Backlog
 from oxiedge.store.qlog import QueueLog
 
 _LEN = struct.Struct(">I")
@@ -115,20 +120,45 @@ class Codec:
         return persist.body_size(value)
 
 
+class PagedBytes:
+    """The bytes of every AMQP queue log (``backlog_bytes``: the logs' tally) against the
+    budget they share with MQTT (``backlog``, None: no budget), and what it cost."""
+
+    __slots__ = ("backlog", "backlog_bytes", "dropped", "rejected")
+
+    def __init__(self, backlog: Backlog | None = None) -> None:
+        self.backlog = backlog
+        self.backlog_bytes = 0
+        self.dropped = 0  # oldest messages dropped (or dead-lettered) at the budget
+        self.rejected = 0  # publishes refused there (x-overflow reject-publish*)
+
+    def over(self, extra: int = 0) -> bool:
+        """Would ``extra`` more bytes (or those held now) exceed the budget? (On every
+        append: a plain loop over the two or so tallies, no generator.)"""
+        backlog = self.backlog
+        if backlog is None or backlog.budget is None:
+            return False
+        total = extra
+        for tally in backlog.tallies:  # (this one among them)
+            total += tally.backlog_bytes
+        return total > backlog.budget
+
+
 class LogReady(deque[QueuedMessage]):
     """The ready messages of a durable queue on its queue log (module docstring)."""
 
-    __slots__ = ("codec", "log", "queue", "record", "record_seq", "store")
+    __slots__ = ("codec", "log", "paged", "queue", "record", "record_seq", "store")
 
     def __init__(self, queue: Queue, store: Any, log: QueueLog[QueuedMessage] | None = None,
-                 codec: Codec | None = None) -> None:
+                 codec: Codec | None = None, paged: PagedBytes | None = None) -> None:
         super().__init__()
         self.queue = queue
         self.store = store
         self.codec = codec or Codec(queue)
+        self.paged = paged or PagedBytes()
         self.log: QueueLog[QueuedMessage] = log or QueueLog(
             self.codec, store, persist.CF, persist.msg_key(queue.qid, 0)[:9],
-            persist.meta_key(queue.qid))
+            persist.meta_key(queue.qid), tally=self.paged)
         self.record: bytes | None = None  # the record of message ``record_seq``, staged
         self.record_seq = 0
 
@@ -147,12 +177,43 @@ class LogReady(deque[QueuedMessage]):
         if msg.seq == self.record_seq and self.record is not None:
             record, self.record = self.record, None
             log.append(msg, size, record)
+        else:
+            msg.stored = VOLATILE  # the log must hear when it leaves
+            if not log.append(msg, size, None):  # beyond the window: paged to disk as well
+                log.append(msg, size, persist.VOLATILE + persist.encode_record(
+                    msg.exchange, msg.routing_key, msg.properties, msg.body, msg.expires))
+                self.store.kick()  # no publisher waits for it, but the page must be synced
+        if self.paged.backlog is not None and self.paged.over():
+            self.shed(msg)
+
+    def shed(self, msg: QueuedMessage) -> None:
+        """Every queued byte together is over --max-backlog-bytes: a drop-head queue drops
+        its oldest ready messages (dead-lettered where it has a DLX) until they fit or only
+        ``msg`` is left, as its length limits do; a reject-publish queue refused the publish
+        before (``over_budget``)."""
+        q, paged = self.queue, self.paged
+        if q.reject_publish:
             return
-        msg.stored = VOLATILE  # the log must hear when it leaves
-        if not log.append(msg, size, None):  # beyond the window: paged to disk as well
-            log.append(msg, size, persist.VOLATILE + persist.encode_record(
-                msg.exchange, msg.routing_key, msg.properties, msg.body, msg.expires))
-            self.store.kick()  # no publisher waits for it, but the page must be synced
+        ready = q.ready  # (the queue's: all levels of a priority queue)
+        while paged.over() and len(ready) > 1:
+            old = ready.popleft()
+            if q.max_bytes is not None:
+                q.ready_bytes -= len(old.body)
+            if old is msg:  # (the head of a priority queue) its enqueue counts it next
+                q.published -= 1
+            q.dropped += 1
+            paged.dropped += 1
+            if q.on_drop is not None:
+                q.on_drop(q, old)
+
+    def over_budget(self, size: int) -> bool:
+        """Would a message of ``size`` body bytes exceed --max-backlog-bytes (counted: a
+        reject-publish queue refuses it)?"""
+        paged = self.paged
+        if paged.backlog is None or not paged.over(size):
+            return False
+        paged.rejected += 1
+        return True
 
     def done(self, msg: QueuedMessage) -> None:
         """``msg`` (popped) left the queue: acked, dropped, expired or dead-lettered."""

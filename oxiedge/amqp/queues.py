@@ -92,6 +92,7 @@ class ReadyLog(Protocol):
 
     def stage(self, seq: int, record: bytes) -> None: ...
     def done(self, msg: QueuedMessage) -> None: ...
+    def over_budget(self, size: int) -> bool: ...
     def put_back(self, msgs: list[QueuedMessage]) -> None: ...
     def purge(self) -> int: ...
     def drop(self) -> None: ...
@@ -235,8 +236,10 @@ class Queue:
         self.arm()
 
     def would_overflow(self, size: int) -> bool:
-        """Would one more message of ``size`` body bytes exceed a length limit?"""
-        if len(self.ready) >= self.limit:
+        """Would one more message of ``size`` body bytes exceed a length limit (or, on a
+        queue log, --max-backlog-bytes)?"""
+        paged = self.paged
+        if len(self.ready) >= self.limit or (paged is not None and paged.over_budget(size)):
             return True
         return self.max_bytes is not None and self.ready_bytes + size > self.max_bytes
 

@@ -86,7 +86,7 @@ def recover(broker: Broker) -> tuple[int, int]:
     with_records = _qids_with_messages(store)
     legacy = set(with_records)  # (a priority queue with these keeps them in memory)
     for q in by_qid.values():
-        if paging.attach(q, store, q.qid in legacy):
+        if broker.paging.attach(q, q.qid in legacy):
             messages += paging.recover(q)
     orphans: set[int] = set()
     loaded: list[tuple[Queue, QueuedMessage]] = []

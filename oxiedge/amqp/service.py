@@ -52,7 +52,12 @@ class AmqpService:
         self.app = app
         self.tls = tls  # the TLS listener's manager (handshakes), if there is one
         cfg = app.config
-        self.broker = Broker(app.store, cfg.amqp_queue_limit, cfg.amqp_queue_bytes)
+        # A queue held in memory (exclusive, non-durable) has RAM-sized bounds; a durable
+        # one goes on queue logs with the disk-sized flags and the shared backlog budget.
+        memory_limit = min(cfg.amqp_memory_queue_limit, cfg.amqp_queue_limit)
+        self.broker = Broker(app.store, memory_limit,
+                             min(cfg.amqp_memory_queue_bytes, cfg.amqp_queue_bytes))
+        self.broker.paging.configure(cfg.amqp_queue_limit, cfg.amqp_queue_bytes, app.backlog)
         self.broker.max_exchanges = cfg.amqp_max_exchanges
         #: The delivery acknowledgement timeout (``acktimeout.py``), swept by ``run``.
         self.ack_timeouts = AckTimeouts(cfg.amqp_consumer_timeout, self.broker.clock,
@@ -68,7 +73,7 @@ class AmqpService:
             max_message_size=cfg.amqp_max_message_size,
             max_consumers=cfg.amqp_max_consumers_per_connection,
             max_queues=cfg.amqp_max_queues_per_connection,
-            unacked_limit=cfg.amqp_queue_limit, tx_max_messages=cfg.amqp_tx_max_messages,
+            unacked_limit=memory_limit, tx_max_messages=cfg.amqp_tx_max_messages,
             tx_max_bytes=cfg.amqp_tx_max_bytes)
         self.connections: set[AmqpConnection] = set()
         self.counters = {"connections_total": 0, "connections_closed": 0,
@@ -205,8 +210,9 @@ class AmqpService:
             "ready": sum(q.ready_count() for q in b.queues.values()),
             "unacked": sum(q.unacked for q in b.queues.values()),
             "consumers": sum(len(q.consumers) for q in b.queues.values()),
-            "queue_limit": b.queue_limit,
-            "queue_bytes_default": b.queue_bytes,
+            "memory_queue_limit": b.queue_limit,
+            "memory_queue_bytes_default": b.queue_bytes,
+            **b.paging.status(),  # queue_limit, queue_bytes_default, the backlog budget
             "receiving_bytes": sum(c.parser.receiving_bytes for c in self.connections
                                    if c.parser is not None),
             # publishes taken in whose confirm waits for their commit round (per connection,

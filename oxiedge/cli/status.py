@@ -10,6 +10,7 @@ from typing import Annotated, Any
 
 import typer
 
+from ..sizes import format_size
 from .base import DataOpt, JsonOpt, _config, _print_pairs, _print_text, _request, app
 
 
@@ -55,6 +56,13 @@ def summary(st: dict[str, Any]) -> list[tuple[str, str]]:
     if amqp:
         queues.append(f"AMQP {amqp.get('queues', 0)} queues, {amqp.get('ready', 0)} ready, "
                       f"{amqp.get('unacked', 0)} unacked, {amqp.get('dropped', 0)} dropped")
+    either = mqtt or amqp
+    if either:  # --max-backlog-bytes: every byte queued on disk, MQTT and AMQP together
+        held = sum(int(s.get("backlog_bytes") or 0) for s in (mqtt, amqp) if s)
+        budget = either.get("max_backlog_bytes")
+        limit = "no bound" if budget is None else format_size(int(budget))
+        queues.append(f"on disk {format_size(held)} of {limit} backlog budget "
+                      f"({either.get('max_backlog_source')})")
     out.append(("queues", "; ".join(queues) or "no broker"))
     store = st.get("store", {})
     q = store.get("quarantine", {})

@@ -5,7 +5,12 @@ session, the router, the protocol and the service all read them.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from oxiedge.mqtt.topics import DEFAULT_MAX_TOPIC_LENGTH, DEFAULT_MAX_TOPIC_LEVELS
+
+if TYPE_CHECKING:
+    from oxiedge.store.backlog import Backlog
 
 #: Inbound QoS 2 packet ids one session holds before PUBREL; at the bound the oldest is
 #: forgotten (``Session._forget_oldest_qos2``). Far above a client's in-flight window (paho
@@ -104,11 +109,11 @@ class Stats:
 class Limits:
     """Bounds shared by all sessions (defaults: ``oxiedge.config``; docs/limits.md)."""
 
-    __slots__ = ("max_backlog_bytes", "max_inflight", "max_keepalive", "max_qos2_pending",
-                 "max_sessions", "max_subscription_levels", "max_subscriptions", "max_topic_length",
-                 "max_topic_levels", "memory_queue_bytes", "memory_queue_limit", "out_limit",
-                 "queue_bytes", "queue_limit", "retained_bytes", "retained_max",
-                 "session_expiry")  # fmt: skip
+    __slots__ = ("backlog", "max_backlog_bytes", "max_inflight", "max_keepalive",
+                 "max_qos2_pending", "max_sessions", "max_subscription_levels",
+                 "max_subscriptions", "max_topic_length", "max_topic_levels",
+                 "memory_queue_bytes", "memory_queue_limit", "out_limit", "queue_bytes",
+                 "queue_limit", "retained_bytes", "retained_max", "session_expiry")  # fmt: skip
 
     def __init__(
         self,
@@ -149,5 +154,13 @@ class Limits:
         self.max_qos2_pending = max_qos2_pending  # inbound QoS 2 ids awaiting PUBREL
         # Topic + payload bytes of all persistent sessions' queues together (None: no bound).
         self.max_backlog_bytes = max_backlog_bytes
+        # The budget shared with AMQP's paged queues (``store.backlog``; None: MQTT's alone).
+        self.backlog: Backlog | None = None
         # The longest keep-alive an MQTT 5 client gets (Server Keep Alive, 3.2.2.3.14).
         self.max_keepalive = max_keepalive
+
+    def backlog_left(self, stats: Stats) -> int | None:
+        """What the persistent sessions (``stats.backlog_bytes``) may hold now: the backlog
+        budget less what the other protocols hold (None: no bound)."""
+        backlog = self.backlog
+        return self.max_backlog_bytes if backlog is None else backlog.left_for(stats)

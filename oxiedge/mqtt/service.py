@@ -33,7 +33,6 @@ from oxiedge.mqtt.systree import SysTree
 from oxiedge.mqtt.topics import sys_topic, valid_topic_name
 from oxiedge.mqtt.views import register_views
 from oxiedge.operations import handlers
-from oxiedge.sizes import backlog_budget
 from oxiedge.staged import MQTT, MessageProps, Origin
 from oxiedge.tls import TlsManager, open_secured, peer_name
 
@@ -51,8 +50,8 @@ class MqttService:
         self.tls = tls  # the TLS listener's manager (handshakes), if there is one
         config = app.config
         self.persist = bool(config.mqtt_persist)
-        # --max-backlog-bytes: a fraction of the data filesystem's size, known only now.
-        budget, self.backlog_source = backlog_budget(config.max_backlog_bytes, config.data)
+        # --max-backlog-bytes: one budget with the AMQP queues paged to disk (app.backlog).
+        budget, self.backlog_source = app.backlog.budget, app.backlog.source
         self.limits = Limits(
             queue_limit=config.mqtt_queue_limit,
             queue_bytes=config.mqtt_queue_bytes,
@@ -71,6 +70,8 @@ class MqttService:
         self.max_connect_size = config.mqtt_max_connect_size  # before CONNECT is accepted
         self.connect_timeout = float(config.mqtt_connect_timeout)  # seconds to send CONNECT
         self.broker = Broker(app.store if self.persist else None, self.limits)
+        self.limits.backlog = app.backlog  # what the AMQP queues hold counts too
+        app.backlog.join(self.broker.stats)
         self.broker.on_hold = self._wake_releaser
         self._held = trio.Event()
         perms = app.permissions  # deliveries follow the read rules from the first change on

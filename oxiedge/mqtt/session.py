@@ -233,7 +233,7 @@ class Session:
         queue.append(p, size, value, conn is not None)
         if queue.bytes - queue.out_bytes > self.max_queued_bytes:
             self.trim_queue_bytes()
-        budget = limits.max_backlog_bytes
+        budget = limits.backlog_left(self.stats)  # (less what AMQP queues hold on disk)
         if budget is not None and store is not None and self.stats.backlog_bytes > budget:
             self.trim_backlog(budget)
         if hold is not None:
@@ -256,8 +256,8 @@ class Session:
             self.stats.dropped_queue_bytes += 1
 
     def trim_backlog(self, budget: int) -> None:
-        """All persistent sessions together are over --max-backlog-bytes: this one, which
-        is queuing a message, drops its oldest until they fit (or only the newest is left)."""
+        """The persistent sessions are over their part of --max-backlog-bytes (``budget``:
+        less AMQP's queues): this one, queuing a message, drops its oldest until they fit."""
         while self.stats.backlog_bytes > budget and len(self.queue) > 1:
             self.drop_oldest()
             self.stats.dropped_backlog_bytes += 1

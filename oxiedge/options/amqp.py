@@ -13,11 +13,23 @@ class AmqpSettings:
     """The AMQP broker's settings."""
 
     amqp_queue_limit: int = option(
+        count(), "10000000",
+        "ready messages per durable AMQP queue (on disk) before the oldest is dropped; a queue "
+        "held in memory keeps at most --amqp-memory-queue-limit",
+        limits=Bound("AMQP", "ready messages per durable queue (on disk)",
+                     "oldest dropped (or dead-lettered); `x-max-length` is capped by it",
+                     "`amqp.dropped`",
+                     default="10000000 (a durable queue's ready messages are on disk, a window "
+                             "of 1024 in memory)"))
+    amqp_memory_queue_limit: int = option(
         count(), "100000",
-        "ready messages per AMQP queue before the oldest is dropped",
-        limits=Bound("AMQP", "ready messages per queue",
-                     "oldest dropped (or dead-lettered)",
-                     "`amqp.dropped`"))
+        "ready messages per AMQP queue held in memory (exclusive, non-durable; at most "
+        "--amqp-queue-limit), and unacked deliveries per channel",
+        limits=Bound("AMQP", "ready messages per queue held in memory (exclusive or "
+                             "non-durable: not paged to disk)",
+                     "oldest dropped (or dead-lettered); `x-max-length` is capped by it",
+                     "`amqp.dropped`",
+                     default="100000 (and never above `--amqp-queue-limit`)"))
     amqp_heartbeat: int = option(
         count(0, metavar="S"), "60",
         "AMQP heartbeat the server proposes, seconds (0 = off)",
@@ -44,12 +56,23 @@ class AmqpSettings:
                      "`amqp.messages_too_large`",
                      default="16MiB (RabbitMQ 4.x's default; 3.x: 128 MiB)"))
     amqp_queue_bytes: int = option(
-        size(), "64MiB",
-        "ready body bytes per AMQP queue without x-max-length-bytes (oldest dropped)",
-        limits=Bound("AMQP", "ready bytes per queue without `x-max-length-bytes`",
+        size(), "1GiB",
+        "ready body bytes per durable AMQP queue (on disk) without x-max-length-bytes (oldest "
+        "dropped); a queue held in memory keeps at most --amqp-memory-queue-bytes",
+        limits=Bound("AMQP", "ready bytes per durable queue (on disk) without "
+                             "`x-max-length-bytes`",
                      "oldest dropped (or dead-lettered), also at recovery",
                      "`amqp.dropped` (per queue: `oxiedge queues`)",
-                     default="64MiB of bodies"))
+                     default="1GiB of bodies (on disk; a window of 1 MiB in memory)"))
+    amqp_memory_queue_bytes: int = option(
+        size(), "64MiB",
+        "ready body bytes per AMQP queue held in memory without x-max-length-bytes (at most "
+        "--amqp-queue-bytes; oldest dropped)",
+        limits=Bound("AMQP", "ready bytes per queue held in memory without "
+                             "`x-max-length-bytes`",
+                     "oldest dropped (or dead-lettered)",
+                     "`amqp.dropped` (per queue: `oxiedge queues`)",
+                     default="64MiB of bodies (and never above `--amqp-queue-bytes`)"))
     amqp_max_queues: int = option(
         count(), "10000",
         "most AMQP queues in the broker; more declares get 406",

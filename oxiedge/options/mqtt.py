@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .declare import Bound, option
-from .kinds import BACKLOG, EXPIRY, ROUTES, SWITCH, count, size
+from .kinds import EXPIRY, ROUTES, SWITCH, count, size
 
 
 @dataclass(frozen=True)
@@ -47,16 +47,6 @@ class MqttSettings:
                      default="1GiB (topic + payload, on disk; a window of 1 MiB in memory "
                              "while connected; a clean session: at most 4MiB in memory, "
                              "`MEMORY_QUEUE_BYTES`)"))
-    max_backlog_bytes: str = option(
-        BACKLOG, "0.5",
-        "topic + payload bytes queued in all persistent MQTT sessions together: a fraction of "
-        "the data directory's filesystem size, or a size (MB = 10^6, MiB = 2^20)",
-        limits=Bound("MQTT", "bytes queued in all persistent sessions together",
-                     "the session a message is queued to drops its oldest (the newest is kept)",
-                     "`mqtt.dropped_backlog_bytes` (gauge `mqtt.backlog_bytes`; "
-                     "`mqtt.max_backlog_bytes`, `mqtt.max_backlog_source`)",
-                     default="0.5 of the size of the data directory's filesystem (a size >= 1 "
-                             "MB instead: that many bytes)"))
     mqtt_retained_max: int = option(
         count(0), "10000",
         "most retained MQTT messages (topics); more are delivered but not retained",

@@ -7,7 +7,17 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .declare import Bound, option
-from .kinds import KEEPALIVE, MAYBE_PATH, MAYBE_SWITCH, TEXT, WATERMARK, count, seconds, size
+from .kinds import (
+    BACKLOG,
+    KEEPALIVE,
+    MAYBE_PATH,
+    MAYBE_SWITCH,
+    TEXT,
+    WATERMARK,
+    count,
+    seconds,
+    size,
+)
 
 
 @dataclass(frozen=True)
@@ -32,6 +42,22 @@ class ServerSettings:
         limits=Bound("Resource alarms", "free disk",
                      "publishers blocked until the free space is 10% over the limit again",
                      "`alarms.alarms_fired`"))
+    max_backlog_bytes: str = option(
+        BACKLOG, "0.5",
+        "bytes queued on disk in all persistent MQTT sessions (topic + payload) and durable "
+        "AMQP queues (bodies) together: a fraction of the data directory's filesystem size, "
+        "or a size (MB = 10^6, MiB = 2^20)",
+        limits=Bound("Core", "bytes queued on disk in all persistent MQTT sessions and "
+                             "durable AMQP queues together",
+                     "the queue a message is queued to drops its oldest (the newest is kept): "
+                     "an MQTT session, an AMQP queue with drop-head (dead-lettered where it "
+                     "has a DLX); an AMQP queue with `x-overflow` reject-publish refuses the "
+                     "publish (basic.nack to a confirming publisher)",
+                     "`mqtt.dropped_backlog_bytes`, `amqp.dropped_backlog_bytes`, "
+                     "`amqp.rejected_backlog_bytes` (gauges `mqtt.backlog_bytes`, "
+                     "`amqp.backlog_bytes`; `max_backlog_bytes`, `max_backlog_source` in both)",
+                     default="0.5 of the size of the data directory's filesystem (a size >= 1 "
+                             "MB instead: that many bytes)"))
     password_file: Path | None = option(
         MAYBE_PATH, "",
         "password file (`oxiedge user add` writes it)",

@@ -204,7 +204,9 @@ def test_limit_flags_are_parsed_and_checked() -> None:
     assert cfg.amqp_handshake_timeout == 2.5
     defaults = Config.resolve({}, {})
     assert defaults.amqp_max_message_size == 16 << 20
-    assert defaults.amqp_queue_bytes == 64 << 20
+    assert (defaults.amqp_queue_limit, defaults.amqp_queue_bytes) == (10_000_000, 1 << 30)
+    assert (defaults.amqp_memory_queue_limit, defaults.amqp_memory_queue_bytes) == (
+        100_000, 64 << 20)  # a queue held in memory (exclusive, non-durable)
     assert (defaults.amqp_max_exchanges, defaults.amqp_max_bindings) == (10_000, 50_000)
     for env in ({"OXIEDGE_AMQP_PREAUTH_MAX_SIZE": "1000"},
                 {"OXIEDGE_AMQP_HANDSHAKE_TIMEOUT": "0"},

@@ -120,8 +120,7 @@ def test_sigkill_while_draining_and_refilling_loses_and_repeats_nothing(start_se
 
 @pytest.mark.slow
 def test_sigkill_while_draining_and_refilling_a_deep_backlog(start_server: Any) -> None:
-    churn(start_server("--amqp-queue-limit", "10000000", "--amqp-queue-bytes", "1GiB"),
-          400_000)
+    churn(start_server(), 400_000)  # (a durable queue's default bounds are disk-sized)
 
 
 def test_ttl_expires_a_deep_queue_into_its_dead_letter_queue(start_server: Any) -> None:
@@ -268,7 +267,7 @@ def test_a_level_left_with_only_the_last_runs_transient_messages_hides_no_lower_
 @pytest.mark.slow
 def test_200k_backlog_rss_stays_flat_and_restart_reads_no_message(start_server: Any
                                                                   ) -> None:
-    srv = start_server("--amqp-queue-limit", "10000000", "--amqp-queue-bytes", "1GiB")
+    srv = start_server()  # (a durable queue's default bounds are disk-sized)
     n = 200_000
     c = connect(srv)
     c.channel().queue_declare("big", durable=True)

@@ -197,6 +197,10 @@ class QueueLog(Generic[E]):
         if self.count == len(self.out) or self.store is None:
             return None
         self._refill()
+        if not ready:  # nothing waits after all: counters found that were off come right
+            self.tally.backlog_bytes -= self.bytes - self.out_bytes
+            self.count, self.bytes = len(self.out), self.out_bytes
+            self._touch()
         return ready[0] if ready else None
 
     def pop(self) -> E:

@@ -12,6 +12,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import pika
+
 from bench.backlog_amqp import publish
 from tests.amqp.conftest import connect
 from tests.mqtt.rawclient import RawSession
@@ -130,3 +132,23 @@ def test_lowered_queue_limit_bounds_memory_queues_too(start_server: Any) -> None
             for q in ("d", "m", "x")] == [50, 50, 50]
     c.close()
 
+
+
+def test_budget_drops_the_head_of_a_durable_priority_queue(start_server: Any) -> None:
+    """A priority queue's levels share the budget: its head (highest level first) goes."""
+    srv = start_server("--mqtt-port", "off", "--max-backlog-bytes", "1MB")
+    c = connect(srv)
+    ch = c.channel()
+    ch.queue_declare("prio", durable=True, arguments={"x-max-priority": 5})
+    for i in range(1100):
+        ch.basic_publish("", "prio", i.to_bytes(8, "big") + b"." * 992,
+                         pika.BasicProperties(priority=5 if i < 100 else 1, delivery_mode=2))
+    count = ch.queue_declare("prio", passive=True).method.message_count
+    assert count == 1000  # 1,000,000 bytes of 1000-byte bodies
+    # the 100 of priority 5 were the head, dropped first: the head is now the oldest at 1
+    assert first_index(ch, "prio") == 100
+    c.close()
+    amqp = status(srv)["amqp"]
+    assert amqp["dropped_backlog_bytes"] == 100 and amqp["backlog_bytes"] == 1_000_000
+    text = srv.cli("status").stdout
+    assert "backlog budget (--max-backlog-bytes)" in text, text

@@ -80,7 +80,7 @@ rm -f "$ROOT/var/lib/systemd/random-seed" "$ROOT/var/lib/dbus/machine-id"
 if [ -d "$ROOT/var/lib/dbus" ]; then ln -sf /etc/machine-id "$ROOT/var/lib/dbus/machine-id"; fi
 
 # 6. Units. systemctl --root edits symlinks only; it needs no running systemd.
-enable=(oxiedge.service oxiedge-firstboot.service)
+enable=(oxiedge.service oxiedge-firstboot.service oxiedge-definitions.service)
 for unit in ssh.service systemd-networkd.service systemd-resolved.service \
     systemd-timesyncd.service; do
     if [ -e "$ROOT/usr/lib/systemd/system/$unit" ] || [ -e "$ROOT/lib/systemd/system/$unit" ]; then

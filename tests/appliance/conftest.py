@@ -72,3 +72,11 @@ def customized_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return root
+
+
+@pytest.fixture(scope="session")
+def image(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The built image's directory, for the slow boot tests (tests/appliance/qemu.py)."""
+    from .qemu import build_or_reuse
+
+    return build_or_reuse(tmp_path_factory)

@@ -1,4 +1,4 @@
-"""Slow: build the amd64 generic image, boot it in QEMU (TCG), use it, cut the power, boot again.
+"""Slow: build an image (tests/appliance/qemu.py), boot it in QEMU (TCG), use it, power-cut it.
 
 Opt-in (``-m slow`` / ``bash .ci/run --slow``); < 15 min on a 2-core machine (build ~1 min,
 each boot ~1 min under software emulation). Needs root, the tools of image/deps.sh (run
@@ -10,173 +10,67 @@ automatically when missing) and the package index for the build. Set
 What is checked, in order:
 1. first boot: hostname oxiedge-XXXX, the data partition grown, a fresh broker credential,
    the unit active after READY=1 (Type=notify) with watchdog pings arriving, SSH by key
-   only, `sudo oxiedge status` through the admin socket;
+   only, `sudo oxiedge status` through the admin socket, TLS on 8883, 5671 and 15671;
 2. crash-only on storage failure under the real unit: with an EIO injected into the WAL
    sync (a runtime drop-in sets ``OXIEDGE_TEST_SYNC_EIO_AFTER``, committer.py), a failed
    commit gets no PUBACK, the server logs its ``oxiedge: storage failure:`` line (seen in
    ``journalctl``), exits with status 3, systemd restarts it (``NRestarts`` + 1) and the
    restarted server serves every acknowledged message;
-3. acknowledged data survives a hard power cut (QEMU killed with SIGKILL): MQTT QoS 1
+3. fleet provisioning: the definitions.json put on the FAT partition is imported once the
+   broker is ready (its queue, exchange and binding exist), renamed, and the outcome is on
+   the card (definitions-import.txt);
+4. acknowledged data survives a hard power cut (QEMU killed with SIGKILL): MQTT QoS 1
    messages queued for a persistent session and a retained message (paho), persistent
    messages confirmed into a durable AMQP queue (pika), all there after the next boot.
 """
 
 from __future__ import annotations
 
-import os
+import json
 import re
-import shutil
 import socket
-import subprocess
 import threading
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
-IMAGE_DIR = REPO / "image"
-# OXIEDGE_BOOT_TARGET=rpi-arm64 runs the same checks on the Raspberry Pi image, booted on
-# QEMU's arm64 "virt" machine (its build alone takes ~13 min: reuse one with
-# OXIEDGE_IMAGE_OUT). Default: the amd64 generic image, built in ~1 min.
-# OXIEDGE_BOOT_TARGET=generic-arm64-16k: the generic arm64 image with Debian's 16 KiB-page
-# kernel. OXIEDGE_BOOT_SUITE=bookworm: the Debian 12 image (default: trixie).
-BOARD, ARCH, *VARIANT = os.environ.get("OXIEDGE_BOOT_TARGET", "generic-amd64").split("-")
-SUITE = os.environ.get("OXIEDGE_BOOT_SUITE", "trixie")
-NAME = "-".join(["oxiedge", BOARD, ARCH, *([SUITE] if SUITE != "trixie" else []), *VARIANT])
-BUILD_FLAGS = ["--suite", SUITE, *(["--16k"] if VARIANT == ["16k"] else [])]
-QEMU = {
-    "amd64": (["qemu-system-x86_64", "-machine", "q35"], "ttyS0"),
-    "arm64": (["qemu-system-aarch64", "-machine", "virt", "-cpu", "cortex-a72"], "ttyAMA0"),
-}
-# Seconds from QEMU start to "oxiedge ready". Measured first boots: amd64 53-122 s, arm64
-# virt 113 s (busy 2-core host).
-BOOT_TIMEOUT = 300 if ARCH == "amd64" else 600
+from .qemu import (
+    BOOT_TIMEOUT,
+    Guest,
+    boot,
+    card_put,
+    card_read,
+    credential,
+    make_card,
+    mqtt_client,
+    ssh,
+)
+
 MESSAGES = 20
 
 # Boots under TCG take minutes: far beyond the default per-test timeout (pyproject.toml).
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
 
-TOOLS = ("mmdebstrap", "mke2fs", "mkfs.vfat", "mcopy", "sfdisk", QEMU[ARCH][0][0],
-         "qemu-img", "ssh", "ssh-keygen")
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-@dataclass
-class Guest:
-    """One QEMU run of the image; the serial console (with the journal) goes to a file."""
-
-    proc: subprocess.Popen[bytes]
-    console: Path
-    ports: dict[str, int]
-    started: float = field(default_factory=time.monotonic)
-
-    def text(self) -> str:
-        return self.console.read_text(errors="replace")
-
-    def wait_for(self, pattern: str, timeout: float) -> re.Match[str]:
-        """Poll the console (an external process's output) until ``pattern`` appears."""
-        deadline = time.monotonic() + timeout
-        regex = re.compile(pattern)
-        while time.monotonic() < deadline:
-            match = regex.search(self.text())
-            if match:
-                return match
-            if self.proc.poll() is not None:
-                break
-            time.sleep(0.25)
-        tail = "\n".join(self.text().splitlines()[-40:])
-        raise AssertionError(f"no {pattern!r} on the console within {timeout}s:\n{tail}")
-
-    def power_cut(self) -> None:
-        self.proc.kill()  # SIGKILL: no shutdown, no flush of the guest's page cache
-        self.proc.wait(timeout=30)
-
-
-def boot(out: Path, disk: Path, console: Path) -> Guest:
-    guest_ports = {"mqtt": 1883, "amqp": 5672, "ssh": 22, "mqtt_tls": 8883, "amqp_tls": 5671}
-    ports = {name: free_port() for name in guest_ports}
-    forwards = ",".join(
-        f"hostfwd=tcp:127.0.0.1:{ports[name]}-:{guest}" for name, guest in guest_ports.items()
-    )
-    machine, serial = QEMU[ARCH]
-    cmd = [
-        *machine, "-m", "1024", "-smp", "2",
-        "-display", "none", "-monitor", "none", "-serial", f"file:{console}", "-no-reboot",
-        "-kernel", str(out / f"{NAME}.vmlinuz"), "-initrd", str(out / f"{NAME}.initrd.img"),
-        "-append", f"root=LABEL=RASPIROOT ro console={serial} panic=-1 "
-                   "systemd.journald.forward_to_console=1 systemd.show_status=0",
-        "-drive", f"file={disk},format=raw,if=virtio",
-        # restrict=on: the guest reaches nothing but the forwarded ports.
-        "-netdev", f"user,id=n0,restrict=on,{forwards}", "-device", "virtio-net-pci,netdev=n0",
-    ]
-    console.write_text("")
-    proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE)
-    return Guest(proc, console, ports)
-
-
-@pytest.fixture(scope="module")
-def image(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The built image directory (built here unless OXIEDGE_IMAGE_OUT names one)."""
-    if os.geteuid() != 0:
-        pytest.skip("building the image needs root")
-    if any(shutil.which(tool) is None for tool in TOOLS) and shutil.which("apt-get"):
-        subprocess.run([str(IMAGE_DIR / "deps.sh")], capture_output=True, timeout=900,
-                       check=False)
-    missing = [tool for tool in TOOLS if shutil.which(tool) is None]
-    if missing:
-        pytest.skip(f"missing image tools: {missing} (image/deps.sh)")
-    reuse = os.environ.get("OXIEDGE_IMAGE_OUT")
-    if reuse and (Path(reuse) / f"{NAME}.img").exists():
-        return Path(reuse)
-    out = Path(reuse) if reuse else tmp_path_factory.mktemp("image")
-    out.mkdir(parents=True, exist_ok=True)
-    build = subprocess.run(
-        [str(IMAGE_DIR / "build.sh"), "--arch", ARCH, "--board", BOARD, *BUILD_FLAGS,
-         "--out", str(out)],
-        capture_output=True, text=True, timeout=1800, check=False,
-    )
-    (out / "build.log").write_text(build.stdout + build.stderr)
-    assert build.returncode == 0, build.stderr[-4000:]
-    return out
-
-
-def fat_offset(card: Path) -> int:
-    """Byte offset of the card's first (FAT) partition, for mtools' ``-i CARD@@OFFSET``."""
-    table = subprocess.run(["sfdisk", "--json", str(card)], capture_output=True, text=True,
-                           check=True, timeout=30).stdout
-    start = int(re.search(r'"start":\s*(\d+)', table).group(1))  # type: ignore[union-attr]
-    return start * 512
-
+# Fleet provisioning (docs/appliance.md, "First boot"): a definitions document dropped on
+# the FAT partition next to authorized_keys is imported once the broker is ready.
+DEFINITIONS = {
+    "queues": [{"name": "provisioned", "vhost": "/", "durable": True,
+                "auto_delete": False, "arguments": {}}],
+    "exchanges": [{"name": "fleet", "vhost": "/", "type": "topic", "durable": True,
+                   "auto_delete": False, "internal": False, "arguments": {}}],
+    "bindings": [{"source": "fleet", "vhost": "/", "destination": "provisioned",
+                  "destination_type": "queue", "routing_key": "site.#", "arguments": {}}],
+}
 
 @pytest.fixture(scope="module")
 def disk(image: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The "SD card": a 4 GiB copy of the image, prepared the way docs/appliance.md says.
-
-    The operator's SSH public key goes onto the FAT partition as ``authorized_keys`` (what a
-    user does on a PC after flashing); first boot installs it for ``admin``.
-    """
-    card_dir = tmp_path_factory.mktemp("card")
-    key = image / "operator"
-    if not key.exists():
-        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)],
-                       check=True, timeout=30)
-    card = card_dir / "card.img"
-    subprocess.run(["cp", "--sparse=always", str(image / f"{NAME}.img"), str(card)],
-                   check=True, timeout=300)
-    os.truncate(card, 4 * 1024**3)  # a bigger card: first boot grows the data partition
-    subprocess.run(["mcopy", "-i", f"{card}@@{fat_offset(card)}", str(image / "operator.pub"),
-                    "::authorized_keys"], check=True, timeout=30,
-                   env={**os.environ, "MTOOLS_SKIP_CHECK": "1"})
+    """The "SD card" (qemu.make_card) with a definitions.json on its FAT partition too."""
+    card = make_card(image, tmp_path_factory.mktemp("card"))
+    doc = card.parent / "definitions.json"
+    doc.write_text(json.dumps(DEFINITIONS))
+    card_put(card, doc, "definitions.json")
     return card
 
 
@@ -185,34 +79,11 @@ def first_boot(image: Path, disk: Path) -> Iterator[Guest]:
     # Console logs next to the image: kept for inspection after the run.
     guest = boot(image, disk, image / "console-1.log")
     try:
-        guest.wait_for(r"oxiedge\[\d+\]: oxiedge ready", BOOT_TIMEOUT)
+        print(f"first boot: broker ready {guest.wait_ready():.0f} s after QEMU started")
         yield guest
     finally:
         if guest.proc.poll() is None:
             guest.power_cut()
-
-
-def ssh(image: Path, guest: Guest, command: str, *options: str,
-        check: bool = True) -> subprocess.CompletedProcess[str]:
-    proc = subprocess.run(
-        ["ssh", "-i", str(image / "operator"), "-p", str(guest.ports["ssh"]),
-         "-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null",
-         "-o", "BatchMode=yes", "-o", "ConnectTimeout=30", "-o", "LogLevel=ERROR",
-         *options, "admin@127.0.0.1", command],
-        capture_output=True, text=True, timeout=120, check=False,
-    )
-    if check:
-        assert proc.returncode == 0, f"{command}: {proc.stdout}{proc.stderr}"
-    return proc
-
-
-def credential(guest: Guest) -> tuple[str, str] | None:
-    """The broker credential first boot generated, if the broker registered it."""
-    text = guest.text()
-    match = re.search(r"broker credential: username=(\S+) password=(\S+)", text)
-    if match and "broker user admin registered" in text:
-        return match.group(1), match.group(2)
-    return None
 
 
 def test_first_boot_and_operator_access(image: Path, disk: Path, first_boot: Guest) -> None:
@@ -224,10 +95,7 @@ def test_first_boot_and_operator_access(image: Path, disk: Path, first_boot: Gue
     auth = credential(guest)
     assert auth is not None, "first boot registered no broker credential"
     # The credential is also readable from the card's FAT partition on a PC.
-    on_card = subprocess.run(["mtype", "-i", f"{disk}@@{fat_offset(disk)}",
-                              "::oxiedge-credential.txt"],
-                             capture_output=True, text=True, timeout=30, check=False,
-                             env={**os.environ, "MTOOLS_SKIP_CHECK": "1"})
+    on_card = card_read(disk, "oxiedge-credential.txt")
     assert f"password={auth[1]}" in on_card.stdout, on_card.stderr
     assert re.search(r"MQTT listening on 0\.0\.0\.0:1883", text)
     assert re.search(r"AMQP listening on 0\.0\.0\.0:5672", text)
@@ -276,13 +144,12 @@ def check_tls(guest: Guest, disk: Path, hostname: str, auth: tuple[str, str],
     assert re.search(r"MQTT TLS listening on 0\.0\.0\.0:8883", text)
     assert re.search(r"AMQP TLS listening on 0\.0\.0\.0:5671", text)
     ca = work / "oxiedge-ca.pem"
-    res = subprocess.run(["mcopy", "-o", "-i", f"{disk}@@{fat_offset(disk)}", "::oxiedge-ca.pem",
-                          str(ca)], capture_output=True, text=True, timeout=30, check=False,
-                         env={**os.environ, "MTOOLS_SKIP_CHECK": "1"})
-    assert res.returncode == 0 and "BEGIN CERTIFICATE" in ca.read_text(), res.stderr
+    res = card_read(disk, "oxiedge-ca.pem")
+    assert res.returncode == 0 and "BEGIN CERTIFICATE" in res.stdout, res.stderr
+    ca.write_text(res.stdout)
     ctx = ssl.create_default_context(cafile=str(ca))
     for name in (hostname, f"{hostname}.local"):
-        for port in (guest.ports["mqtt_tls"], guest.ports["amqp_tls"]):
+        for port in (guest.ports["mqtt_tls"], guest.ports["amqp_tls"], guest.ports["https"]):
             with socket.create_connection(("127.0.0.1", port), timeout=30) as raw, \
                     ctx.wrap_socket(raw, server_hostname=name) as tls:
                 assert tls.version() in ("TLSv1.2", "TLSv1.3")
@@ -298,16 +165,23 @@ def check_tls(guest: Guest, disk: Path, hostname: str, auth: tuple[str, str],
     sock.close()
 
 
-def mqtt_client(guest: Guest, client_id: str, clean: bool,
-                auth: tuple[str, str] | None) -> Any:
-    """A paho client (VERSION2 callbacks) with the appliance's credential."""
-    import paho.mqtt.client as mqtt
-
-    client = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id=client_id,
-                         clean_session=clean)
-    if auth:
-        client.username_pw_set(*auth)
-    return client
+def test_definitions_imported_from_the_card(image: Path, disk: Path, first_boot: Guest) -> None:
+    guest = first_boot
+    match = guest.wait_for(r"oxiedge-definitions: imported definitions from "
+                           r"/boot/firmware/definitions\.json: ([^\r\n]*)", 300)
+    assert "created 3" in match.group(1), match.group(0)
+    queues = ssh(image, guest, "sudo oxiedge queues --json").stdout  # JSON lines
+    assert '"name": "provisioned"' in queues, queues
+    bindings = ssh(image, guest, "sudo oxiedge bindings --json").stdout
+    assert "site.#" in bindings and "fleet" in bindings, bindings
+    unit = ssh(image, guest, "systemctl show -p Result -p ExecMainStatus "
+                             "oxiedge-definitions.service").stdout
+    assert "Result=success" in unit and "ExecMainStatus=0" in unit, unit
+    # On the card: the file renamed (a second boot does not import it again), the report.
+    listing = ssh(image, guest, "sudo ls /boot/firmware").stdout.split()
+    assert "definitions.json" not in listing and "definitions.json.imported" in listing, listing
+    report = ssh(image, guest, "sudo cat /boot/firmware/definitions-import.txt").stdout
+    assert report.startswith("imported ") and "created 3" in report, report
 
 
 FAULT_DROPIN = "/run/systemd/system/oxiedge.service.d/fault.conf"
@@ -394,7 +268,7 @@ def test_acknowledged_data_survives_power_cut(image: Path, disk: Path, first_boo
 
     # MQTT: a persistent session subscribed at QoS 1, then offline; QoS 1 publishes to it.
     subscribed = threading.Event()
-    sub = mqtt_client(guest, "appliance-sub", clean=False, auth=auth)
+    sub = mqtt_client("appliance-sub", clean=False, auth=auth)
     sub.on_subscribe = lambda *args: subscribed.set()
     sub.connect(host, guest.ports["mqtt"], keepalive=60)
     sub.loop_start()
@@ -403,7 +277,7 @@ def test_acknowledged_data_survives_power_cut(image: Path, disk: Path, first_boo
     sub.disconnect()
     sub.loop_stop()
 
-    pub = mqtt_client(guest, "appliance-pub", clean=True, auth=auth)
+    pub = mqtt_client("appliance-pub", clean=True, auth=auth)
     pub.connect(host, guest.ports["mqtt"], keepalive=60)
     pub.loop_start()
     infos = [pub.publish("appliance/m", f"m{i}".encode(), qos=1) for i in range(MESSAGES)]
@@ -433,7 +307,7 @@ def test_acknowledged_data_survives_power_cut(image: Path, disk: Path, first_boo
 
     second = boot(image, disk, image / "console-2.log")
     try:
-        second.wait_for(r"oxiedge\[\d+\]: oxiedge ready", BOOT_TIMEOUT)
+        print(f"boot after the power cut: broker ready {second.wait_ready():.0f} s")
         text = second.text()
         assert "oxiedge-firstboot: hostname" not in text, "first boot ran again"
         assert re.search(r"AMQP listening on 0\.0\.0\.0:5672 - recovered \d+ durable queues?, "
@@ -451,7 +325,7 @@ def test_acknowledged_data_survives_power_cut(image: Path, disk: Path, first_boo
             if len([m for m in got if m.startswith("m")]) >= MESSAGES:
                 done.set()
 
-        sub = mqtt_client(second, "appliance-sub", clean=False, auth=auth)
+        sub = mqtt_client("appliance-sub", clean=False, auth=auth)
         sub.on_connect = on_connect
         sub.on_message = on_message
         sub.connect(host, second.ports["mqtt"], keepalive=60)
@@ -466,7 +340,7 @@ def test_acknowledged_data_survives_power_cut(image: Path, disk: Path, first_boo
 
         retained: list[bytes] = []
         have_retained = threading.Event()
-        fresh = mqtt_client(second, "appliance-fresh", clean=True, auth=auth)
+        fresh = mqtt_client("appliance-fresh", clean=True, auth=auth)
 
         def on_retained(client, userdata, msg):  # type: ignore[no-untyped-def]
             retained.append(msg.payload)

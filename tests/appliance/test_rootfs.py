@@ -66,6 +66,9 @@ def test_units_enabled(customized_root: Path) -> None:
     firstboot = system / "sysinit.target.wants/oxiedge-firstboot.service"
     assert os.readlink(firstboot) == "/usr/lib/systemd/system/oxiedge-firstboot.service"
     assert os.readlink(system / "systemd-firstboot.service") == "/dev/null"
+    # fleet provisioning: definitions.json from the FAT partition, once the broker is ready
+    definitions = system / "multi-user.target.wants/oxiedge-definitions.service"
+    assert os.readlink(definitions) == "/usr/lib/systemd/system/oxiedge-definitions.service"
     unit = customized_root / "usr/lib/systemd/system/oxiedge.service"
     assert unit.read_bytes() == (IMAGE.parent / "systemd/oxiedge.service").read_bytes()
     sysusers = customized_root / "usr/lib/sysusers.d/oxiedge.conf"

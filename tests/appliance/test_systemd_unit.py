@@ -58,7 +58,8 @@ def analyze(*args: str) -> subprocess.CompletedProcess[str]:
 def test_verify_is_clean(unit_root: Path) -> None:
     # systemd-analyze verify exits 0 on unknown keys and parse errors: any output fails.
     proc = analyze("verify", "--man=no", f"--root={unit_root}",
-                   "oxiedge.service", "oxiedge-firstboot.service")
+                   "oxiedge.service", "oxiedge-firstboot.service",
+                   "oxiedge-definitions.service")
     assert proc.returncode == 0, proc.stderr
     assert proc.stderr == "", proc.stderr
     assert proc.stdout == "", proc.stdout

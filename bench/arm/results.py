@@ -35,9 +35,11 @@ def render(folder: Path) -> str:
         out += [f"**Not an ARM device ({dev.get('arch')}): these figures describe this "
                 f"machine, not a Raspberry Pi.**", ""]
     out += ["| field | value |", "|---|---|"]
-    for k in ("model", "arch", "nproc", "broker_cpus", "mem_cap", "memory", "kernel", "os",
-              "disk_under_tmp", "governor", "throttled", "temperature", "when", "quick"):
-        out.append(f"| {k} | {dev.get(k, '?')} |")
+    for k in ("model", "compatible", "arch", "nproc", "broker_cpus", "mem_cap", "memory",
+              "kernel", "page_size", "os", "python", "disk_under_tmp", "storage", "governor",
+              "throttled", "temperature", "when", "quick"):
+        if k in dev or k not in ("compatible", "page_size", "python", "storage"):
+            out.append(f"| {k} | {dev.get(k, '?')} |")
     if (folder / "NO-MEMORY-CAP").exists():
         out.append("| memory cap | not enforced (no systemd scope) |")
     out += ["", "Method: bench/arm/README.md. Brokers pinned with taskset to `broker_cpus`; "
@@ -74,7 +76,27 @@ def render(folder: Path) -> str:
             out.append(f"| {r['broker']} | {f('rss_idle_mb')} | {r.get('queued', '-')} | "
                        f"{f('rss_queued_mb')} | {f('rss_clients_mb')} | "
                        f"{f('ready_after_sigterm_s')} | {f('ready_after_sigkill_s')} |")
+        out.append("")
+    backlog = _load(folder / "backlog.json")
+    if backlog:
+        out += ["## Backlog on disk (one offline MQTT session; bench/README.md's columns)", "",
+                backlog_table(backlog["result"]), ""]
     return "\n".join(out) + "\n"
+
+
+def backlog_table(r: dict[str, Any]) -> str:
+    """bench.backlog's result as a row under the header of bench/README.md's backlog table."""
+    n = max(1, r.get("filled", 0))
+    return "\n".join([
+        "| N | RSS idle / full / after SIGKILL + restart / drained MB | RSS per queued msg | "
+        "ready after SIGKILL | fill msg/s | drain msg/s | written per msg: fill / drain |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
+        f"| {r['messages']:,} | {r['rss_idle_mb']:.1f} / {r['rss_full_mb']:.1f} / "
+        f"{r['rss_after_restart_mb']:.1f} / {r['rss_drained_mb']:.1f} | "
+        f"{r['rss_per_msg_b']:.1f} B | {r['ready_after_sigkill_s']:.2f} s | "
+        f"{r['fill_msg_s']:,.0f} | {r['drain_msg_s']:,.0f} | "
+        f"{r['fill_write_bytes'] / n:.0f} / {r['drain_write_bytes'] / n:.0f} B |",
+        f"\ndrained {r.get('drained', 0):,} of {r.get('filled', 0):,} filled"])
 
 
 def main() -> None:

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Run oxiedge's benchmark suite on this device (Raspberry Pi 3/4/5, Zero 2 W, other arm64
-# boards; also works on x86-64 for a labelled comparison) and write a results folder.
+# Run oxiedge's benchmark suite on this device (Raspberry Pi 5 / 500, 4, 3, Zero 2 W, other
+# arm64 boards; Raspberry Pi OS or Debian 12/13, 64-bit; also works on x86-64 for a labelled
+# comparison) and write a results folder.
 #
 #   sudo bench/arm/run-on-device.sh [--quick] [--no-peers] [--cpus 0-3] [--mem 1G] [--out DIR]
 #
@@ -14,7 +15,10 @@
 #        - bench.store_bench  (synced commits/s, documents/s vs one sync per document)
 #        - bench              (throughput/latency scenarios, interleaved, medians, ratios)
 #        - bench.memory       (RSS idle / queued / 1,000 clients, time to ready)
-#   5. writes DIR/device.json, DIR/*.json, DIR/*.txt and DIR/RESULTS.md.
+#        - bench.backlog      (one offline MQTT session with 100,000 QoS 1 messages on the
+#                              card: RSS, ready after SIGKILL, fill and drain rates)
+#   5. writes DIR/device.json, DIR/*.json, DIR/*.txt and DIR/RESULTS.md, whose tables have
+#      the columns of bench/README.md's.
 # Nothing is uploaded; send the folder (or RESULTS.md) yourself.
 set -euo pipefail
 
@@ -32,7 +36,7 @@ while [ $# -gt 0 ]; do
         --cpus) cpus="$2"; shift ;;
         --mem) mem="$2"; shift ;;
         --out) out="$2"; shift ;;
-        -h|--help) sed -n '2,22p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,26p' "$0"; exit 0 ;;
         *) echo "unknown option $1" >&2; exit 2 ;;
     esac
     shift
@@ -57,6 +61,14 @@ throttled="$(command -v vcgencmd >/dev/null && vcgencmd get_throttled 2>/dev/nul
 temp="$(command -v vcgencmd >/dev/null && vcgencmd measure_temp 2>/dev/null || echo n/a)"
 disk="$(findmnt -n -o SOURCE,FSTYPE,OPTIONS --target "${TMPDIR:-/tmp}" 2>/dev/null || echo unknown)"
 os="$(. /etc/os-release 2>/dev/null && echo "$PRETTY_NAME" || uname -s)"
+# The kernel's page size: Raspberry Pi OS boots a Pi 5 with a 16 KiB-page kernel
+# (kernel_2712.img), Debian's linux-image-arm64 uses 4 KiB (docs/appliance.md).
+pagesize="$(getconf PAGESIZE 2>/dev/null || echo unknown)"
+compatible="$( { tr '\0' ' ' < /proc/device-tree/compatible; } 2>/dev/null || echo n/a)"
+# The device the data dir sits on: SD card (mmcblk), NVMe or USB behind the Pi 5's PCIe/RP1.
+blockdev="$(findmnt -n -o SOURCE --target "${TMPDIR:-/tmp}" 2>/dev/null || true)"
+storage="$(lsblk -ndo NAME,TRAN,MODEL,SIZE "$(lsblk -ndo PKNAME "$blockdev" 2>/dev/null | sed 's|^|/dev/|')" 2>/dev/null | tr -s ' ' || echo unknown)"
+pyver="$(python3 -c 'import platform; print(platform.python_version())' 2>/dev/null || echo none)"
 python3 - "$out/device.json" <<EOF
 import json, os, platform, sys
 json.dump({
@@ -65,6 +77,8 @@ json.dump({
     "memory": open("/proc/meminfo").readline().split(":")[1].strip(),
     "disk_under_tmp": """$disk""", "governor": "$governor", "throttled": "$throttled",
     "temperature": "$temp", "when": "$stamp", "quick": bool($quick),
+    "page_size": "$pagesize", "compatible": """$compatible""", "storage": """$storage""",
+    "python": "$pyver",
 }, open(sys.argv[1], "w"), indent=1)
 EOF
 cat "$out/device.json"; echo
@@ -79,6 +93,15 @@ venv="$repo/.venv-bench"
 if [ -x "$repo/.venv/bin/python" ] && "$repo/.venv/bin/python" -c "import oxiedge, pika, paho" 2>/dev/null; then
     py="$repo/.venv/bin/python"
 else
+    if [ ! -x "$venv/bin/python" ] && ! python3 -c 'import ensurepip' 2>/dev/null; then
+        # Debian and Raspberry Pi OS split venv support into python3-venv.
+        if [ "$(id -u)" = 0 ]; then
+            apt-get install -y -q python3-venv
+        else
+            echo "python3 -m venv needs the python3-venv package: sudo apt install python3-venv" >&2
+            exit 1
+        fi
+    fi
     [ -x "$venv/bin/python" ] || python3 -m venv "$venv"
     "$venv/bin/pip" install -q -e "$repo[test]"
     py="$venv/bin/python"
@@ -107,10 +130,12 @@ if [ "$quick" = 1 ]; then
     sizes=(--count 20000 --duration 5 --repeats 3 --drain-count 10000 --latency-count 1000)
     store=(--seconds 2 --repeats 2)
     memargs=(--clients 200 --queued 20000)
+    backlog=(--messages 20000)
 else
     sizes=(--count 100000 --duration 10 --repeats 5 --drain-count 50000 --latency-count 3000)
     store=(--seconds 3 --repeats 3)
     memargs=(--clients 1000 --queued 100000)
+    backlog=(--messages 100000)
 fi
 
 cd "$repo"
@@ -124,6 +149,9 @@ echo "== throughput / latency suite"
 echo "== memory / start-up"
 "$py" -m bench.memory --broker oxiedge "${peer_args[@]}" --cpus "$cpus" ${wrap:+--wrap "$wrap"} \
     "${memargs[@]}" --json "$out/memory.json" | tee "$out/memory.txt"
+echo "== backlog on disk (one offline MQTT session, pinned to $cpus)"
+taskset -c "$cpus" "$py" -m bench.backlog "${backlog[@]}" --json "$out/backlog.json" \
+    | tee "$out/backlog.txt" || true
 
 # ---- 5. RESULTS.md --------------------------------------------------------------------------
 "$py" -m bench.arm.results "$out" > "$out/RESULTS.md"

@@ -38,6 +38,7 @@ import pytest
 
 from .qemu import (
     BOOT_TIMEOUT,
+    VARIANT,
     Guest,
     boot,
     card_put,
@@ -101,6 +102,9 @@ def test_first_boot_and_operator_access(image: Path, disk: Path, first_boot: Gue
     assert re.search(r"AMQP listening on 0\.0\.0\.0:5672", text)
 
     hostname = ssh(image, guest, "hostname").stdout.strip()
+    # The kernel's page size: 16 KiB with linux-image-arm64-16k (generic-arm64-16k).
+    page = int(ssh(image, guest, "getconf PAGESIZE").stdout)
+    assert page == (16384 if VARIANT == ["16k"] else 4096), page
     assert re.fullmatch(r"oxiedge-[0-9a-f]{4}", hostname)
     check_tls(guest, disk, hostname, auth, image)
     # Type=notify: "active (running)" only after READY=1; watchdog pings are recorded.

@@ -159,12 +159,12 @@ class Bus:
                     continue  # the echo rule: a command never goes back where it came from
                 if routable:
                     uplink.enqueue(topic, payload, retain, props)
-                    staged = COMMIT
+                    staged |= COMMIT  # (or-ed: a queue's REFUSED still reaches the publisher)
                 else:
                     uplink.skipped += 1
         ingest = self.ingest
         if ingest is not None and ingest.routes and ingest.stage_publish(topic, payload, props):
-            staged = COMMIT
+            staged |= COMMIT
         return staged
 
     # -------------------------------------------------------------------- entries

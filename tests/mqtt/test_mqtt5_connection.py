@@ -141,6 +141,11 @@ def test_0x10_only_when_nothing_took_the_message(start_server: Start) -> None:
     for pid, want in ((20, 0), (21, 0x97)):
         pub.send(Publish5("full/x", b"f", 1, False, False, pid))
         assert pub.next() == Puback5(pid, want)
+    # The full queue refuses while an ingest route takes it too: still 0x97 (as AMQP's
+    # nack when one of the queues refuses).
+    ch.queue_bind("qfull", "amq.topic", "ing.#")
+    pub.send(Publish5("ing/y", b"{}", 1, False, False, 22))
+    assert pub.next() == Puback5(22, 0x97)
     conn.close()
     pub.close()
 

@@ -147,7 +147,7 @@ class PagedBytes:
 class LogReady(deque[QueuedMessage]):
     """The ready messages of a durable queue on its queue log (module docstring)."""
 
-    __slots__ = ("codec", "log", "paged", "queue", "record", "record_seq", "store")
+    __slots__ = ("codec", "log", "paged", "queue", "records", "store")
 
     def __init__(self, queue: Queue, store: Any, log: QueueLog[QueuedMessage] | None = None,
                  codec: Codec | None = None, paged: PagedBytes | None = None) -> None:
@@ -159,8 +159,7 @@ class LogReady(deque[QueuedMessage]):
         self.log: QueueLog[QueuedMessage] = log or QueueLog(
             self.codec, store, persist.CF, persist.msg_key(queue.qid, 0)[:9],
             persist.meta_key(queue.qid), tally=self.paged)
-        self.record: bytes | None = None  # the record of message ``record_seq``, staged
-        self.record_seq = 0
+        self.records: dict[int, bytes] = {}  # seq -> record: staged, not appended yet
 
     # -- what the queue and the publish path call --------------------------------------
     def stage(self, seq: int, record: bytes) -> None:
@@ -169,13 +168,15 @@ class LogReady(deque[QueuedMessage]):
         if seq < self.log.tail:
             self.store.stage_put(persist.CF, self.log.key(seq), record)
         else:
-            self.record, self.record_seq = record, seq
+            self.records[seq] = record
 
     def append(self, msg: QueuedMessage) -> None:
         log = self.log
         size = len(msg.body)
-        if msg.seq == self.record_seq and self.record is not None:
-            record, self.record = self.record, None
+        record = self.records.pop(msg.seq, None) if self.records else None
+        if msg.seq < log.tail:  # overtaken by a message its enqueue dead-lettered back here
+            msg.seq = self.queue.take_seq()  # (keys stay in queue order)
+        if record is not None:
             log.append(msg, size, record)
         else:
             msg.stored = VOLATILE  # the log must hear when it leaves
@@ -216,7 +217,10 @@ class LogReady(deque[QueuedMessage]):
         return True
 
     def done(self, msg: QueuedMessage) -> None:
-        """``msg`` (popped) left the queue: acked, dropped, expired or dead-lettered."""
+        """``msg`` (popped) left the queue: acked, dropped, expired or dead-lettered (or
+        dropped before it was appended: x-max-length 0)."""
+        if self.records:
+            self.records.pop(msg.seq, None)
         self.log.ack(msg.seq)
 
     def put_back(self, msgs: list[QueuedMessage]) -> None:

@@ -60,6 +60,10 @@ class LocalClient:
         self.conn = conn
         self.decoder = Decoder(MAX_INBOUND_PACKET)
         self._next_id = 0
+        #: PUBLISH / PUBREL packets that arrived while an acknowledgement was awaited (a
+        #: resumed session's queued messages come before the SUBACK); ``receive`` hands
+        #: them on first. At most the broker's in-flight window.
+        self._held: list[Packet] = []
 
     def _packet_id(self) -> int:
         self._next_id = self._next_id % 65535 + 1
@@ -93,15 +97,15 @@ class LocalClient:
             self.decoder.feed(data)
 
     async def _expect(self, kind: type[Packet], packet_id: int | None = None) -> Packet:
-        """Read until a ``kind`` packet (with ``packet_id``) arrives; what else arrives is
-        answered as it must be (a subscriber's messages are not expected here)."""
+        """Read until a ``kind`` packet (with ``packet_id``) arrives; a message that
+        arrives meanwhile is held for ``receive`` (neither acknowledged nor lost)."""
         while True:
             packet = await self.read()
             if isinstance(packet, kind) and (
                     packet_id is None or getattr(packet, "packet_id", None) == packet_id):
                 return packet
-            if isinstance(packet, Publish):
-                await self._acknowledge(packet)
+            if isinstance(packet, (Publish, Pubrel)):
+                self._held.append(packet)
 
     async def _acknowledge(self, p: Publish) -> None:
         if p.qos == 1 and p.packet_id is not None:
@@ -145,7 +149,7 @@ class LocalClient:
         delivered (None: until cancelled); returns how many."""
         delivered = 0
         while count is None or delivered < count:
-            packet = await self.read()
+            packet = self._held.pop(0) if self._held else await self.read()
             if isinstance(packet, Publish):
                 await deliver(packet)
                 delivered += 1

@@ -106,6 +106,20 @@ def test_pub_qos1_is_on_disk_when_it_returns(server: ServerProcess) -> None:
     assert row["client"] == "keeper" and row["queued"] == 1
 
 
+def test_sub_resuming_a_session_prints_what_was_queued(server: ServerProcess) -> None:
+    """``sub -c -i ID`` takes over a persistent session: the messages queued for it while it
+    was offline (sent by the broker before the SUBACK) are printed, none dropped."""
+    server.cli("sub", "-t", "q/#", "-q", "1", "-c", "-i", "resumer", "-W", "0.5",
+               check=False)
+    for n in range(3):
+        server.cli("pub", "-t", f"q/{n}", "-m", f"m{n}", "-q", str(1 + n % 2))
+    res = server.cli("sub", "-t", "q/#", "-q", "1", "-c", "-i", "resumer", "-C", "3", "-W",
+                     "20", "-v")
+    assert sorted(res.stdout.splitlines()) == ["q/0 m0", "q/1 m1", "q/2 m2"]
+    (row,) = [json.loads(x) for x in server.cli("sessions", "--json").stdout.splitlines()]
+    assert row["client"] == "resumer" and row["queued"] == 0
+
+
 def test_refusals_are_the_brokers(server: ServerProcess) -> None:
     server.cli("limits", "--disk-free-limit", "1000TB")  # publishers held: told at once
     assert "held by a resource alarm: low on disk" in _refused(server, "pub", "-t", "a", "-m",

@@ -73,9 +73,9 @@ def summary(st: dict[str, Any]) -> list[tuple[str, str]]:
     on = [k for k in ("memory", "disk") if alarms.get(f"{k}_alarm")]
     on += list((alarms.get("other_alarms") or {}).values())
     out.append(("alarms", f"{'ON: ' + ', '.join(on) if on else 'none'} (memory "
-                          f"{alarms.get('rss_mb')} of {alarms.get('memory_watermark_mb')} MB, "
-                          f"disk free {alarms.get('disk_free_mb')} MB, limit "
-                          f"{alarms.get('disk_free_limit_mb')} MB)"))
+                          f"{alarms.get('rss_mb')} of {alarms.get('memory_watermark_mb')} MiB, "
+                          f"disk free {alarms.get('disk_free_mb')} MiB, limit "
+                          f"{alarms.get('disk_free_limit_mb')} MiB)"))
     uplinks = st.get("uplink") or {}
     lines = [f"{name} {u.get('state')}, {u.get('backlog_messages', 0)} waiting, lag "
              f"{u.get('lag_seconds', 0)} s" for name, u in sorted(uplinks.items())]

@@ -136,7 +136,7 @@ def stat(label: str, value: Any, warn: bool = False, key: str = "") -> str:
             f"<b>{cell(value)}</b></div>")
 
 
-def meter(label: str, used: float, limit: float, unit: str = "MB") -> str:
+def meter(label: str, used: float, limit: float, unit: str = "MiB") -> str:
     """``used`` against ``limit`` as a bar (SVG-free: a styled ``<meter>``)."""
     if limit <= 0:
         return stat(label, f"{used:.0f} {unit} (no limit)")

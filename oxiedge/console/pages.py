@@ -176,7 +176,7 @@ class Console:
                  warn=bool(lag and lag > 60)),
             meter("Memory", float(al.get("rss_mb") or 0),
                   float(al.get("memory_watermark_mb") or 0)),
-            stat("Disk free (MB)", f"{float(al.get('disk_free_mb') or 0):.0f} (limit "
+            stat("Disk free (MiB)", f"{float(al.get('disk_free_mb') or 0):.0f} (limit "
                  f"{float(al.get('disk_free_limit_mb') or 0):.0f})",
                  warn=bool(al.get("disk_alarm")), key="disk"),
         ))
@@ -185,7 +185,7 @@ class Console:
                       x_from=-SAMPLES * 5.0)
                 + f'<div class="stats">{figures}</div>'
                 + f'<p class="hint">Disk: the broker stops publishers when less than '
-                  f"{limit:.0f} MB is free. Rates: the broker samples its counters every 5 s "
+                  f"{limit:.0f} MiB is free. Rates: the broker samples its counters every 5 s "
                   f"and keeps the last 10 minutes.</p>")
         return "Overview", "/", body
 

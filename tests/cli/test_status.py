@@ -18,7 +18,8 @@ def test_sections_all_and_offline(server: ServerProcess) -> None:
     text = "\n".join(lines)
     assert f"mqtt 127.0.0.1:{server.mqtt_port}" in text and "AMQP 1 queues" in text
     assert "alarms     ON: disk" in text and "durable writes ok" in text
-    server.cli("limits", "--disk-free-limit", "1MB")
+    server.cli("limits", "--disk-free-limit", "200MB")  # 200 * 10^6 bytes, shown in MiB
+    assert "limit 190.7 MiB)" in " ".join(server.cli("status").stdout.split())
     everything = server.cli("status", "--all").stdout
     assert "mqtt.queue_limit" in everything and "amqp.max_queues" in everything
     server.stop()

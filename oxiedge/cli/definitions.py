@@ -90,6 +90,27 @@ def _offline_import(data: Path | None, args: dict[str, Any]) -> Any:
     return run
 
 
+def _plan_for_a_new_data_dir(args: dict[str, Any]) -> Any:
+    """``--dry-run`` where no data dir is yet: the plan against an empty one, made in a
+    temporary directory and thrown away (the import itself would make the data dir)."""
+    import tempfile
+
+    from ..admin.offline_definitions import import_offline
+    from ..operations import OperationError, jsonable
+    from ..store import Store
+
+    with tempfile.TemporaryDirectory(prefix="oxiedge-plan-") as tmp:
+        store = Store.open(Path(tmp) / "db")
+        try:
+            return jsonable(import_offline(store, Path(tmp), Path(tmp) / "passwd",
+                                           args["document"], dry_run=True,
+                                           secrets=args["secrets"]))
+        except OperationError as exc:
+            _fail(str(exc), 2 if exc.kind == "bad_request" else 1)
+        finally:
+            store.close()
+
+
 @definitions_app.command("import")
 def definitions_import(
     file: Annotated[str, typer.Argument(help="the definitions file (- for stdin)")],
@@ -117,7 +138,9 @@ def definitions_import(
               "import it with POST /api/definitions (16 MiB), or in parts", 2)
     cfg = _config(data)
     offline = _offline_import(data, args)
-    if dry_run:
+    if dry_run and not cfg.db_path.exists():  # (no server either: it would have made it)
+        result = _plan_for_a_new_data_dir(args)
+    elif dry_run:
         result = _request(data, "definitions.import", args, offline)
     else:
         result = run_with_progress(

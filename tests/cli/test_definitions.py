@@ -193,6 +193,11 @@ def test_offline_import_into_an_empty_data_dir(start_server: Callable[..., Serve
     assert want["queues"] and want["bindings"] and want["uplink list"]
 
     two = tmp_path / "two"
+    env = {"OXIEDGE_SECRET_UPLINK_CENTRAL": SECRET}
+    # A dry run before there is any data dir plans against an empty one and makes nothing.
+    first = json.loads(_ok(_cli(two, "definitions", "import", str(path), "--dry-run",
+                                "--json", env=env)))
+    assert first["dry_run"] is True and first["created"] >= 10 and not two.exists()
     bad = json.loads(path.read_text())
     bad["queues"][0]["durable"] = "yes"
     (tmp_path / "bad.json").write_text(json.dumps(bad))
@@ -201,10 +206,9 @@ def test_offline_import_into_an_empty_data_dir(start_server: Callable[..., Serve
     assert "queues[0].durable: must be true or false, not 'yes'" in " ".join(res.stderr.split())
     assert not (two / "passwd").exists()  # nothing half-imported
 
-    env = {"OXIEDGE_SECRET_UPLINK_CENTRAL": SECRET}
     dry = json.loads(_ok(_cli(two, "definitions", "import", str(path), "--dry-run", "--json",
                               env=env)))
-    assert dry["dry_run"] is True and dry["created"] >= 10
+    assert dry["dry_run"] is True and dry["created"] == first["created"]
     done = json.loads(_ok(_cli(two, "definitions", "import", str(path), "--json", env=env)))
     assert done["created"] == dry["created"] and done["skipped_users"] == []
     assert _listings(two) == want

@@ -419,13 +419,14 @@ class Uplink:
             self.last_error = reason
             self.connected_since = None
             self.conn = None
+            where = endpoint.redacted()
+            said = reason.removeprefix(f"{where}: ")  # (a link error names its URL too)
             if conn.up_at is not None:
                 self.reconnects += 1
-                log.warning("uplink %s lost %s: %s", self.name, endpoint.redacted(), reason)
+                log.warning("uplink %s lost %s: %s", self.name, where, said)
                 failures = 0 if time.monotonic() - conn.up_at > 10 else failures
             elif failures == 0 or failures % 10 == 0:
-                log.warning("uplink %s cannot connect to %s: %s", self.name,
-                            endpoint.redacted(), reason)
+                log.warning("uplink %s cannot connect to %s: %s", self.name, where, said)
             failures += 1
             self.state = "backoff"
             if index % len(self.endpoints):

@@ -155,3 +155,19 @@ def test_narrowed_in_filters_stop_delivering(protocol: str, rabbit: Any, mosquit
     if protocol == "mqtt":
         assert "unsubscribed 1 old filter(s)" in wait_log(srv, "uplink up1 connected to mqtt")\
             or any("unsubscribed 1 old filter(s)" in ln for ln in srv.log_lines)
+
+
+def test_a_link_that_cannot_connect_names_its_url_once(start_server: Any) -> None:
+    """The log line of a failed connect names the URL once (the link's error names it too,
+    as ``last_error`` in the status keeps it)."""
+    import socket
+
+    with socket.socket() as probe:  # a loopback port nobody listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    srv = start_server()
+    url = f"amqp://dev:***@127.0.0.1:{port}"
+    srv.cli("uplink", "add", "dead", url.replace("***", "pw") + "/", "--out", "x/#")
+    line = wait_log(srv, "uplink dead cannot connect to")
+    assert line.count(url) == 1 and "cannot connect:" in line, line
+    assert uplink_status(srv, "dead")["last_error"].startswith(url)

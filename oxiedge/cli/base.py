@@ -55,7 +55,7 @@ class _LazyConsole:
 
 
 out = _LazyConsole(soft_wrap=True)
-err = _LazyConsole(stderr=True)
+err = _LazyConsole(stderr=True, soft_wrap=True)  # (a message stays one line for grep)
 
 class Settings:
     """The options every command takes (``oxiedge --timeout S --quiet COMMAND``)."""
@@ -79,7 +79,9 @@ JsonOpt = Annotated[bool, typer.Option("--json", help="one JSON object per line"
 
 
 def _fail(message: str, code: int = 1) -> NoReturn:
-    err.print(f"[bold red]error:[/] {message}", highlight=False)
+    from rich.markup import escape  # (a name in the message may look like markup: "[/]")
+
+    err.print(f"[bold red]error:[/] {escape(message)}", highlight=False)
     raise typer.Exit(code)
 
 
@@ -221,12 +223,13 @@ def _print_rows(rows: list[dict[str, Any]], as_json: bool, title: str | None = N
             if key not in columns:
                 columns.append(key)
     from rich.table import Table
+    from rich.text import Text  # cells are data, never markup (a queue may be named "[/]")
 
     table = Table(title=title, show_lines=False)
     for col in columns:
         table.add_column(col, overflow="fold")
     for row in rows:
-        table.add_row(*(_cell(row.get(c)) for c in columns))
+        table.add_row(*(Text(_cell(row.get(c))) for c in columns))
     out.print(table)
 
 
@@ -265,11 +268,12 @@ def _flatten(obj: dict[str, Any], prefix: str = "") -> list[tuple[str, Any]]:
 def _print_pairs(obj: dict[str, Any], title: str) -> None:
     """A two-column key/value table (narrow terminals stay readable)."""
     from rich.table import Table
+    from rich.text import Text
 
     table = Table(title=title, show_header=False)
     table.add_column("key")
     table.add_column("value", overflow="fold")
     for key, value in _flatten(obj):
-        table.add_row(key, _cell(value))
+        table.add_row(Text(key), Text(_cell(value)))
     out.print(table)
 

@@ -205,3 +205,14 @@ def test_with_rates() -> None:
         "name": "a", "published": 30, "publish_rate": 10.0, "delivered": 5,
         "deliver_rate": 0.0}
     assert with_rates(row, None, 2.0)["publish_rate"] is None  # new since the first look
+
+
+def test_names_that_look_like_markup_print_as_they_are(server: ServerProcess) -> None:
+    """A queue may be named anything a client sends ("[/]" is rich's markup): listings and
+    errors print it literally, on one line, and never crash."""
+    server.cli("queue", "declare", "[/]odd [red]name")
+    listing = server.cli("queues")
+    assert "Traceback" not in listing.stderr
+    assert "[/]odd" in listing.stdout and "[red]" in listing.stdout  # (not eaten as markup)
+    assert _refused(server, "queue", "delete", "[/]gone") == (
+        "error: NOT_FOUND - no queue '[/]gone' in vhost '/'")

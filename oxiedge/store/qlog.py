@@ -31,17 +31,16 @@ Removal: an acknowledged or dropped seq below every live seq (the usual case) on
 ``deleted_to`` (an in-order ack: the seq at ``deleted_to``, one compare); ``_flush``, just
 before the round is written (``Store.defer``), moves it up to the floor and writes the
 metadata record ``meta_key`` = floor, tail, count, bytes (8 bytes BE each); the run below
-the floor goes as one ``delete_range`` once it is ``RANGE_RUN`` seqs long or the queue is
-empty (a range tombstone per round would make every iterator of a long drain slower; what
-is below the floor is never read: reads and recovery start at the floor, and recovery
-removes a run left over). An acknowledgement out of order stages a point delete at once.
+the floor goes as one ``delete_range`` once it is ``RANGE_RUN`` seqs long, the queue is
+empty or a bound dropped messages (a range tombstone per round would slow every iterator
+of a long drain; what is below the floor is never read: reads and recovery start at the
+floor, and recovery removes a run left over). An ack out of order: a point delete at once.
 
 Recovery (``recover``, ``qlog_recover.py``) reads the metadata record, seeks to the first
 key at or above the floor and to the last key: no backlog read. A record missing or
 inconsistent with the keys (a data dir written before this layout) costs one scan of the
-keys, once. A record
-that does not decode when read back is quarantined (``store.quarantine``: moved aside,
-counted, logged) and delivery goes on.
+keys, once. A record that does not decode when read back is quarantined
+(``store.quarantine``: moved aside, counted, logged) and delivery goes on.
 
 Without a store (a clean MQTT session, ``--no-mqtt-persist``) the queue lives in ``ready``
 alone, with the same API; a message leaves it when it is popped (nothing is ``out``).
@@ -78,10 +77,10 @@ RANGE_RUN = 1024
 class QueueLog(Generic[E]):
     """One queue: append, peek / pop, ack, drop the oldest, recover (module docstring)."""
 
-    __slots__ = ("_closed", "_dirty", "_end", "_requeued", "bare", "bytes", "cf", "codec", "count",
-                 "deleted_to", "disk_from", "disk_to", "flushed_to", "fresh", "meta_key", "out",
-                 "out_bytes", "prefix", "quarantined", "read_back", "ready", "ready_bytes",
-                 "skipped", "store", "tail", "tally", "window", "window_bytes")  # fmt: skip
+    __slots__ = ("_closed", "_dirty", "_dropped", "_end", "_requeued", "bare", "bytes", "cf",
+                 "codec", "count", "deleted_to", "disk_from", "disk_to", "flushed_to", "fresh",
+                 "meta_key", "out", "out_bytes", "prefix", "quarantined", "read_back", "ready",
+                 "ready_bytes", "skipped", "store", "tail", "tally", "window", "window_bytes")
 
     def __init__(self, codec: Codec[E], store: LogStore | None = None, cf: str = "",
                  prefix: bytes = b"", meta_key: bytes = b"", window: int = WINDOW,
@@ -113,7 +112,7 @@ class QueueLog(Generic[E]):
         self.read_back = 0  # messages read back from disk
         self._dirty = False
         self._closed = False
-        self._requeued = False  # put_back may have left ``out`` out of seq order
+        self._requeued = self._dropped = False  # put_back: ``out`` out of seq order; drop_oldest
 
     # ------------------------------------------------------------------- sizes
     def __len__(self) -> int:
@@ -343,6 +342,7 @@ class QueueLog(Generic[E]):
         if self.store is not None:
             self.tally.backlog_bytes -= size
             self.bare.pop(item.seq, None)
+            self._dropped = True  # (a bound: its run goes this round, not RANGE_RUN later)
             self._removed(item.seq)
             self._touch()
         return item
@@ -412,12 +412,12 @@ class QueueLog(Generic[E]):
             return
         if self.out and self.disk_to > self.disk_from and len(self.ready) < self.window >> 1:
             self._read_back()  # (``_dirty`` still set: what it removes joins this round)
-        self._dirty = False
+        dropped, self._dirty, self._dropped = self._dropped, False, False
         floor = self._floor()  # every seq below the smallest live one is removed
         if floor > self.deleted_to:
             self.deleted_to = floor
         if self.deleted_to > self.flushed_to and (
-                self.deleted_to - self.flushed_to >= RANGE_RUN or self.count <= 0):
+                dropped or self.count <= 0 or self.deleted_to - self.flushed_to >= RANGE_RUN):
             store.stage_delete_range(self.cf, self.key(self.flushed_to), self.key(self.deleted_to))
             self.flushed_to = self.deleted_to
         # (Never negative: a quarantined record counts its raw size, a guess.) A message

@@ -84,8 +84,10 @@ def test_disk_full_never_confirms_then_restarts_and_recovers(start_server: Any,
     space is freed, the restarted server delivers every confirmed message."""
     mnt = small_tmpfs("24m")
     # The free-disk limit is set below anything, so the commit itself hits ENOSPC (a full
-    # disk the alarm did not catch).
-    srv = start_server("--disk-free-limit", "1", data=mnt / "data")
+    # disk the alarm did not catch). The backlog budget (by default half of this 24 MiB
+    # filesystem) is lifted: at it the queue would drop its oldest, as documented.
+    unbounded = ("--disk-free-limit", "1", "--max-backlog-bytes", "1GB")
+    srv = start_server(*unbounded, data=mnt / "data")
     c = pika.BlockingConnection(params(srv.amqp_port))
     ch = c.channel()
     ch.queue_declare("full", durable=True)
@@ -111,7 +113,7 @@ def test_disk_full_never_confirms_then_restarts_and_recovers(start_server: Any,
     assert any(ln.startswith("oxiedge: storage failure:") for ln in srv.log_lines)
     # The operator frees space; the restart (systemd's) recovers what was confirmed.
     subprocess.run(["mount", "-o", "remount,size=96m", str(mnt)], check=True)
-    again = start_server("--disk-free-limit", "1", data=mnt / "data")
+    again = start_server(*unbounded, data=mnt / "data")
     cons = pika.BlockingConnection(params(again.amqp_port))
     cch = cons.channel()
     got: list[int] = []

@@ -32,6 +32,7 @@ pytestmark = [
                        "mosquitto-clients")]
 webdriver = pytest.importorskip("selenium.webdriver", reason="selenium is not installed "
                                 "(pip install -e '.[test]')")
+from selenium.common.exceptions import StaleElementReferenceException  # noqa: E402
 from selenium.webdriver.chrome.service import Service  # noqa: E402
 from selenium.webdriver.common.by import By  # noqa: E402
 from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402
@@ -64,7 +65,9 @@ def browser() -> Iterator[Any]:
 
 
 def _wait(driver: Any, what: Callable[[Any], Any], timeout: float = 30) -> Any:
-    return WebDriverWait(driver, timeout, poll_frequency=0.25).until(what)
+    # (a live update replaces the element a check was reading: look again next poll)
+    return WebDriverWait(driver, timeout, poll_frequency=0.25,
+                         ignored_exceptions=(StaleElementReferenceException,)).until(what)
 
 
 def _shot(driver: Any, name: str, tmp_path: Path) -> None:

@@ -40,6 +40,10 @@ from .rules import (
 #: more names pays the rule walk again, and its memory stays bounded (also in the bytes of
 #: the names it keeps alive: topics may be 4 KiB long).
 CACHE_MAX = 1024
+#: The user name of the admin socket's own clients (``oxiedge pub`` / ``sub`` without ``-u``):
+#: whoever can open that socket controls the broker, so no rule restricts them. No password
+#: file entry can have this name (``auth.user_name_ok`` refuses a ':').
+LOCAL_ADMIN = "oxiedge:local-administrator"
 CACHE_MAX_BYTES = 64 * 1024
 
 
@@ -96,6 +100,11 @@ class Grants:
             return
         self._gen = store.generation
         self._clear()
+        if self.username == LOCAL_ADMIN:  # unrestricted: every check below passes
+            self.mqtt_restricted = self.amqp_restricted = False
+            self._deny, self._read, self._write, self._topic_perms = [], [], [], {}
+            self._vhost_perms = {op: re.compile("") for op in ("configure", "write", "read")}
+            return
         doc = store.doc
         user = store.user(self.username)
         # MQTT: a user's own lines (or the anonymous lines), then every `pattern` line.

@@ -23,7 +23,7 @@ from .base import DataOpt, JsonOpt, _config, _exit_code, _fail, _live, _print_re
 TopicOpt = Annotated[list[str], typer.Option("-t", "--topic", help="topic (sub: a filter; repeatable)")]  # noqa: E501
 QosOpt = Annotated[int, typer.Option("-q", "--qos", min=0, max=2, help="QoS 0, 1 or 2")]
 IdOpt = Annotated[str | None, typer.Option("-i", "--id", help="client id [default: oxiedge-pub-/sub-RANDOM]")]  # noqa: E501
-UserOpt = Annotated[str | None, typer.Option("-u", "--username", help="log in as this user (default: anonymous)")]  # noqa: E501
+UserOpt = Annotated[str | None, typer.Option("-u", "--username", help="log in as this user (default: the local administrator, whom no permission rule restricts)")]  # noqa: E501
 PwOpt = Annotated[str | None, typer.Option("-P", "--pw", help="the user's password")]
 #: Room the request's JSON needs besides the base64 payload.
 _OVERHEAD = 4096

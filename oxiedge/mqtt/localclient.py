@@ -5,10 +5,11 @@ Theory of operation
 -------------------
 ``local_client`` opens a socket pair. One end is served by a real
 :class:`~oxiedge.mqtt.connection.Connection`, exactly as if a client had connected to the
-listener: the same protocol object, login (anonymous while allowed, else the user name and
-password given), permissions, topic and packet bounds, resource alarms and durability - a
-QoS 1 PUBLISH is acknowledged once it is on disk, so ``publish`` returns then. The other
-end is :class:`LocalClient`, a small MQTT 3.1.1 client on the broker's own sans-IO codec.
+listener: the same protocol object, login (the local administrator, whom no permission rule
+restricts, unless a user name and password are given), permissions, topic and packet bounds,
+resource alarms and durability - a QoS 1 PUBLISH is acknowledged once it is on disk, so
+``publish`` returns then. The other end is :class:`LocalClient`, a small MQTT 3.1.1 client
+on the broker's own sans-IO codec.
 
 Keep-alive is 0 (a subscriber may wait for hours without a deadline; the socket pair
 cannot die silently). When the client's end closes, the connection ends as when a network
@@ -23,6 +24,7 @@ from contextlib import asynccontextmanager
 
 import trio
 
+from oxiedge.access.grants import LOCAL_ADMIN
 from oxiedge.mqtt.codec import Decoder, ProtocolError, encode
 from oxiedge.mqtt.connection import Connection, ConnectionHost
 from oxiedge.mqtt.packets import (
@@ -171,7 +173,10 @@ async def local_client(host: ConnectionHost, client_id: str, *, clean: bool = Tr
     block, or the broker ending the connection, is raised as it is (not in an exception
     group of the nursery that serves the connection)."""
     ours, theirs = trio.socket.socketpair()
-    conn = Connection(host, trio.SocketStream(theirs), None, PEER)
+    # Without a user name: the local administrator (``LOCAL_ADMIN``), taken as verified the
+    # way a client certificate's name is (the admin socket is the credential).
+    conn = Connection(host, trio.SocketStream(theirs), LOCAL_ADMIN if username is None else None,
+                      PEER)
     stream = trio.SocketStream(ours)
     failure: Exception | None = None
     async with trio.open_nursery() as nursery:

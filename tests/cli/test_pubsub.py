@@ -135,11 +135,21 @@ def test_refusals_are_the_brokers(server: ServerProcess) -> None:
     assert "timed out after 1 s: 0 of 1 messages" in _refused(server, "sub", "-t", "none/#",
                                                               "-W", "1", "-C", "1")
     assert "needs a client id" in _refused(server, "sub", "-t", "x", "-c", code=2)
-    # Once a user exists, the local client logs in like any other client.
+    # Once users exist (and MQTT denies what no rule allows), the admin socket's client without
+    # -u is still let in as the local administrator, whom no rule restricts; with -u it logs
+    # in as that user like any client.
     server.cli("user", "add", "ops", "--password-stdin", input="s3cret\n")
-    assert "refused the connection" in _refused(server, "pub", "-t", "a", "-m", "x")
+    server.cli("acl", "default", "deny")
+    watcher = subprocess.Popen([sys.executable, "-m", "oxiedge", "sub", "-t", "a/#", "-C", "1",
+                                "-W", "30", "-v", "--data", str(server.data)],
+                               stdout=subprocess.PIPE, text=True, env=clean_env())
+    time.sleep(2)  # (its SUBSCRIBE first)
+    server.cli("pub", "-t", "a/b", "-m", "x", "-q", "1")
+    assert watcher.communicate(timeout=30)[0].strip() == "a/b x"
     assert "bad user name or password" in _refused(server, "pub", "-t", "a", "-m", "x", "-u",
                                                    "ops", "-P", "wrong")
+    assert "subscription refused" in _refused(server, "sub", "-t", "a/#", "-u", "ops", "-P",
+                                              "s3cret")
     server.cli("pub", "-t", "a", "-m", "x", "-u", "ops", "-P", "s3cret")
     server.stop()
     assert "no server is running" in _refused(server, "sub", "-t", "a")

@@ -131,11 +131,10 @@ def test_first_boot_and_operator_access(image: Path, disk: Path, first_boot: Gue
     assert mode in ("600", "660"), mode
     if mode == "660":
         assert ssh(image, guest, "oxiedge status --json").stdout.strip()
-    # The operator's shell: oxiedge sub / pub against the device's own broker. (They log in
-    # like any MQTT client: with users defined, as one of them.)
-    login = f"-u {auth[0]} -P {auth[1]}"
-    got = ssh(image, guest, f"sudo sh -c 'oxiedge sub {login} -t \"shell/#\" -C 1 -W 30 -v & "
-                            f"sleep 2; oxiedge pub {login} -t shell/x -m hi -q 1; wait'")
+    # The operator's shell: oxiedge sub / pub against the device's own broker, as the local
+    # administrator (no -u: the admin socket is the credential, although users exist).
+    got = ssh(image, guest, "sudo sh -c 'oxiedge sub -t \"shell/#\" -C 1 -W 30 -v & sleep 2; "
+                            "oxiedge pub -t shell/x -m hi -q 1; wait'")
     assert "shell/x hi" in got.stdout, got.stdout + got.stderr
     # The card names the console's address (first boot's notes beside the credential).
     notes = card_read(disk, "oxiedge-console.txt")

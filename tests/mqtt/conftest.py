@@ -177,3 +177,24 @@ def clients() -> Iterator[Callable[..., Client]]:
             c.c.loop_stop()
         except Exception:
             pass
+
+
+@pytest.fixture
+def v5() -> Iterator[Any]:
+    """``v5(port, client_id="")``: a paho MQTT 5 client (tests/mqtt/paho5.py), closed at
+    teardown."""
+    from .paho5 import Client5
+
+    made: list[Client5] = []
+
+    def make(port: int | None, client_id: str = "") -> Client5:
+        c = Client5(port, client_id)
+        made.append(c)
+        return c
+
+    yield make
+    for c in made:
+        try:
+            c.close()
+        except Exception:
+            pass

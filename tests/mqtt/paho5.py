@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import queue
 import threading
+from collections.abc import Callable
 from typing import Any
 
 import paho.mqtt.client as mqtt
@@ -13,6 +14,11 @@ from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 
 TIMEOUT = 10.0
+
+
+#: The ``v5`` fixture (tests/mqtt/conftest.py): ``v5(port, client_id)`` -> a Client5 closed
+#: at teardown.
+Make5 = Callable[..., "Client5"]
 
 
 def props(kind: int = PacketTypes.PUBLISH, **values: Any) -> Properties:

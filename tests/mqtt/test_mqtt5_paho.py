@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import socket
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import pytest
 from paho.mqtt.packettypes import PacketTypes
@@ -16,26 +16,8 @@ from oxiedge.mqtt.properties import Properties
 from tests.conftest import ServerProcess as Server
 
 from .conftest import Client
-from .paho5 import Client5, props
-
-Make = Callable[..., Client5]
-
-
-@pytest.fixture
-def v5() -> Iterator[Make]:
-    made: list[Client5] = []
-
-    def make(port: int | None, client_id: str = "") -> Client5:
-        c = Client5(port, client_id)
-        made.append(c)
-        return c
-
-    yield make
-    for c in made:
-        try:
-            c.close()
-        except Exception:
-            pass
+from .paho5 import Make5 as Make
+from .paho5 import props
 
 
 def test_connack_announces_what_the_broker_does(shared_mqtt: Server, v5: Make) -> None:

@@ -8,10 +8,8 @@ from __future__ import annotations
 import queue
 import subprocess
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
-
-import pytest
 
 from oxiedge.mqtt.packets5 import (
     Disconnect5,
@@ -25,26 +23,8 @@ from tests.conftest import ServerProcess
 
 from .conftest import Client
 from .paho5 import Client5, props
+from .paho5 import Make5 as Make
 from .test_mqtt5_durability import Raw5
-
-Make = Callable[..., Client5]
-
-
-@pytest.fixture
-def v5() -> Iterator[Make]:
-    made: list[Client5] = []
-
-    def make(port: int | None, client_id: str = "") -> Client5:
-        c = Client5(port, client_id)
-        made.append(c)
-        return c
-
-    yield make
-    for c in made:
-        try:
-            c.close()
-        except Exception:
-            pass
 
 
 def drain(c: Client5 | Client) -> list[bytes]:

@@ -18,14 +18,12 @@ A consumer that keeps up never leaves ``ready`` (or is handed its message at onc
 ``append_sent``): no read-back. Messages beyond the window (an offline MQTT session: all of
 them) wait in ``fresh`` until their batch is synced, then cost nothing in memory but the
 counters; they join ``disk``. When ``ready`` runs empty, ``_read_back`` reads the next
-window from ``disk_from`` in a few bounded reads (``Store.read_range``: seek above every
-tombstone of the acknowledged head, a list of sequential pairs made by RocksDB's iterator,
-no Python step per pair, past the block cache: a backlog is read once), never one ``get``
-per message. While a consumer drains (something is out) and the window is half empty, the
-round's ``_flush`` reads ahead up to the window: after the burst's output went out, while
-the client works on what is in flight, not inside the acknowledgement that finds ``ready``
-empty. Only synced records are read back, so a delivery waiting for its round (an MQTT
-QoS 2 ``Hold``) is never read early.
+window from ``disk_from`` in a few bounded sequential reads (``qlog_read.py``, past the
+block cache: a backlog is read once), never one ``get`` per message. While a consumer
+drains (something is out) and the window is half empty, the round's ``_flush`` reads ahead
+up to the window: after the burst's output went out, while the client works on what is in
+flight, not inside the acknowledgement that finds ``ready`` empty. Only synced records are
+read back, so a delivery waiting for its round (an MQTT QoS 2 ``Hold``) is never read early.
 
 Removal: an acknowledged or dropped seq below every live seq (the usual case) only moves
 ``deleted_to`` (an in-order ack: the seq at ``deleted_to``, one compare); ``_flush``, just
@@ -56,6 +54,7 @@ from typing import Generic
 
 from .encoding import prefix_end
 from .qlog_api import Codec, E, Entry, Generations, LogStore, NoTally, Tally
+from .qlog_read import Reader
 from .qlog_recover import META, SEQ, find
 
 __all__ = ["RANGE_RUN", "WINDOW", "WINDOW_BYTES", "Codec", "Entry", "Generations", "LogStore",
@@ -66,8 +65,6 @@ _SEQ_OF = operator.attrgetter("seq")
 #: The window of a queue whose consumer is attached: messages, bytes (whichever first).
 WINDOW = 1024
 WINDOW_BYTES = 1 << 20
-#: Records in the first read of a read-back when the queue's mean size is not known.
-_CHUNK = 64
 #: Acknowledged seqs gathered below the floor before their range delete is staged (at once
 #: when the queue is empty): each range tombstone in the memtable is work for every iterator
 #: made on the family until it is flushed, so a long drain must not leave one per round.
@@ -79,13 +76,15 @@ class QueueLog(Generic[E]):
 
     __slots__ = ("_closed", "_dirty", "_dropped", "_end", "_requeued", "bare", "bytes", "cf",
                  "codec", "count", "deleted_to", "disk_from", "disk_to", "flushed_to", "fresh",
-                 "meta_key", "out", "out_bytes", "prefix", "quarantined", "read_back", "ready",
-                 "ready_bytes", "skipped", "store", "tail", "tally", "window", "window_bytes")
+                 "meta_key", "out", "out_bytes", "prefix", "quarantined", "read_back", "reader",
+                 "ready", "ready_bytes", "skipped", "store", "tail", "tally", "window",
+                 "window_bytes")
 
     def __init__(self, codec: Codec[E], store: LogStore | None = None, cf: str = "",
                  prefix: bytes = b"", meta_key: bytes = b"", window: int = WINDOW,
                  window_bytes: int = WINDOW_BYTES, tally: Tally | None = None) -> None:
         self.codec = codec
+        self.reader = Reader(codec, store, cf, prefix) if store is not None else None
         # The bytes of a queue with a store also count in ``tally`` (``NoTally``: nowhere).
         self.tally: Tally = tally if tally is not None and store is not None else NoTally()
         self.store = store
@@ -243,52 +242,25 @@ class QueueLog(Generic[E]):
             self.ready_bytes += item.size
 
     def _read_back(self) -> None:
-        """Read the next window: as many records as it takes by the queue's mean size,
-        then by the mean of those read (module docstring)."""
-        store = self.store
-        assert store is not None
-        codec, ready, cf, n = self.codec, self.ready, self.cf, 0
-        decode, unpack = codec.decode, _SEQ.unpack_from
-        window, window_bytes = self.window - len(ready), self.window_bytes
-        width = len(self.prefix) + _SEQ.size
-        at = width - _SEQ.size
-        start, end = self.key(self.disk_from), self.key(self.disk_to)
-        next_from = self.disk_to
+        """Read the next window (``qlog_read.py``), then quarantine or remove what it could
+        not serve."""
+        reader = self.reader
+        assert reader is not None
         each = self.bytes // self.count if self.count > 0 else 0  # the queue's mean size
-        chunk = max(1, min(window, (window_bytes - self.ready_bytes) // each if each else _CHUNK))
-        add, held = ready.append, self.ready_bytes  # (``held``: ``ready_bytes``, kept local)
-        while True:
-            pairs = store.read_range(cf, start, end, chunk)
-            for key, value in pairs:
-                if len(key) != width:  # cannot come from ``append``: moved aside, not served
-                    self._lost(key, value, f"queue key of {len(key)} bytes")
-                    continue
-                seq = unpack(key, at)[0]
-                try:
-                    item = decode(seq, value)
-                except ValueError as exc:  # UnicodeDecodeError too
-                    self._lost(key, value, f"queued message {seq}: {exc}")
-                    continue
-                if item is None:
-                    self.skipped += 1
-                    self._gone(seq, codec.raw_size(value))
-                    continue
-                add(item)
-                held += item.size
-                n += 1
-                if n >= window or held >= window_bytes:
-                    next_from = seq + 1
-                    break
-            else:
-                if len(pairs) == chunk:  # more on disk: go on after the last key read
-                    start = pairs[-1][0] + b"\x00"
-                    each = max(1, held // max(1, len(ready)))
-                    chunk = max(1, min(window - n, (window_bytes - held) // each))
-                    continue
-            break
-        self.ready_bytes = held
-        self.disk_from = next_from
+        n, held, self.disk_from = reader.read(
+            self.disk_from, self.disk_to, self.ready.append, self.window - len(self.ready),
+            self.window_bytes - self.ready_bytes, each)
+        self.ready_bytes += held
         self.read_back += n
+        if reader.bad:
+            bad, reader.bad = reader.bad, []
+            for key, value, reason in bad:
+                self._lost(key, value, reason)
+        if reader.skips:
+            skips, reader.skips = reader.skips, []
+            self.skipped += len(skips)
+            for seq, size in skips:
+                self._gone(seq, size)
 
     def _lost(self, key: bytes, value: bytes, reason: str) -> None:
         assert self.store is not None
@@ -467,19 +439,8 @@ class QueueLog(Generic[E]):
         """The waiting messages in order, disk ones decoded (admin and tests; changes
         nothing: a record that does not decode is left for the read-back to quarantine)."""
         yield from list(self.ready)
-        store = self.store
-        if store is not None and self.disk_to > self.disk_from:
-            width = len(self.prefix) + _SEQ.size
-            for key, value in store.iter_range(self.cf, self.key(self.disk_from),
-                                               self.key(self.disk_to)):
-                if len(key) != width:
-                    continue
-                try:
-                    item = self.codec.decode(_SEQ.unpack_from(key, width - _SEQ.size)[0], value)
-                except ValueError:
-                    continue
-                if item is not None:
-                    yield item
+        if self.reader is not None and self.disk_to > self.disk_from:
+            yield from self.reader.scan(self.disk_from, self.disk_to)
         yield from [item for _gen, item in self.fresh]
 
     # ---------------------------------------------------------------- recovery

@@ -15,6 +15,7 @@ capped by them, and its bytes count in ``--max-backlog-bytes`` (``queuelog.Paged
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Iterable
 from typing import Any
 
 from oxiedge.amqp.priority import PriorityQueue, PriorityReady
@@ -57,10 +58,14 @@ class Paging:
             q.max_bytes = self.max_bytes
         return True
 
-    def status(self) -> dict[str, Any]:
-        """What ``oxiedge status`` shows of the paged queues and the budget."""
+    def status(self, queues: Iterable[Queue] = ()) -> dict[str, Any]:
+        """What ``oxiedge status`` shows of the paged queues (``queues``: the broker's) and
+        the budget."""
         paged, backlog = self.paged, self.paged.backlog
+        read_back = sum(q.ready.read_back for q in queues
+                        if isinstance(q.ready, (LogReady, PriorityLogReady)))
         return {"queue_limit": self.limit, "queue_bytes_default": self.max_bytes,
+                "read_back_messages": read_back,
                 "backlog_bytes": paged.backlog_bytes,
                 "dropped_backlog_bytes": paged.dropped,
                 "rejected_backlog_bytes": paged.rejected,
@@ -100,17 +105,19 @@ def recover(q: Queue) -> int:
         ready.codec.recovered_tail = tail = log.tail
         count, q.ready_bytes = len(log), log.queued_bytes
     q.next_seq = max(q.next_seq, tail, 1)
-    if q.message_ttl is not None:
+    # (a deadline of a message on disk: its head record alone, decoded, tells)
+    if q.message_ttl is not None or (count and ready.head_expires()):
         q.ttl_seen = True
     return count
 
 
 def trim(q: Queue) -> None:
     """Recovered beyond its length limits (lowered since): drop from the head as enqueue
-    would (dead-lettered where the queue has a DLX); reads back only what it drops."""
+    would (dead-lettered where the queue has a DLX); reads back only what it drops (a queue
+    within its limits reads nothing: its window is read when a delivery needs it)."""
     ready = q.ready
-    while ready and (len(ready) > q.limit
-                     or (q.max_bytes is not None and q.ready_bytes > q.max_bytes)):
+    while (len(ready) > q.limit
+           or (q.max_bytes is not None and q.ready_bytes > q.max_bytes)) and ready:
         old = ready.popleft()
         q.ready_bytes -= len(old.body)
         q.dropped += 1

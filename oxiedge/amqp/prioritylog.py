@@ -23,7 +23,7 @@ from typing import Any, SupportsIndex
 
 from oxiedge.amqp import persist
 from oxiedge.amqp.properties import priority_of
-from oxiedge.amqp.queuelog import Codec, LogReady, PagedBytes
+from oxiedge.amqp.queuelog import Codec, LogReady, PagedBytes, log_head
 from oxiedge.amqp.queues import Queue, QueuedMessage
 from oxiedge.store.qlog import QueueLog
 
@@ -59,6 +59,21 @@ class PriorityLogReady(deque[QueuedMessage]):
             if len(log) and log.peek() is not None:
                 return log
         return None
+
+    def head_expires(self) -> float:
+        """The deadline of the next message (0: none), reading no level's window: the
+        highest level's head in memory or its first record alone (``log_head``)."""
+        for log in reversed(self.levels):
+            if len(log):
+                head = log_head(log)
+                if head is not None:
+                    return head.expires
+        return 0.0
+
+    @property
+    def read_back(self) -> int:
+        """Messages read back from disk so far (all levels)."""
+        return sum(log.read_back for log in self.levels)
 
     # -- what the queue and the publish path call --------------------------------------
     def stage(self, seq: int, record: bytes) -> None:

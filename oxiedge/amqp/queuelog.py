@@ -45,6 +45,7 @@ from oxiedge.amqp.properties import scan_properties
 from oxiedge.amqp.queues import VOLATILE, Queue, QueuedMessage
 from oxiedge.store.backlog import Backlog
 from oxiedge.store.qlog import QueueLog
+from oxiedge.store.qlog_recover import SEQ
 
 _LEN = struct.Struct(">I")
 _CACHED = 256  # entries of each decode cache (then cleared, as the MQTT codec's topics)
@@ -144,10 +145,32 @@ class PagedBytes:
         return total > backlog.budget
 
 
+def log_head(log: QueueLog[QueuedMessage]) -> QueuedMessage | None:
+    """The next message of ``log`` without reading its window: the one in memory, else its
+    first record on disk read alone; where that record is not a message to deliver (an
+    earlier run's non-persistent one, one that does not decode) the log's own ``peek``,
+    which removes or quarantines it and reads the window."""
+    if log.ready:
+        return log.ready[0]
+    store = log.store
+    if store is not None and log.disk_to > log.disk_from:
+        for key, value in store.read_range(log.cf, log.key(log.disk_from),
+                                           log.key(log.disk_to), 1):
+            if len(key) != len(log.prefix) + SEQ.size:
+                break
+            try:
+                head = log.codec.decode(SEQ.unpack_from(key, len(log.prefix))[0], value)
+            except ValueError:
+                break
+            if head is not None:
+                return head
+    return log.peek()
+
+
 class LogReady(deque[QueuedMessage]):
     """The ready messages of a durable queue on its queue log (module docstring)."""
 
-    __slots__ = ("codec", "log", "paged", "queue", "records", "store")
+    __slots__ = ("_head", "codec", "log", "paged", "queue", "records", "store")
 
     def __init__(self, queue: Queue, store: Any, log: QueueLog[QueuedMessage] | None = None,
                  codec: Codec | None = None, paged: PagedBytes | None = None) -> None:
@@ -160,6 +183,27 @@ class LogReady(deque[QueuedMessage]):
             self.codec, store, persist.CF, persist.msg_key(queue.qid, 0)[:9],
             persist.meta_key(queue.qid), tally=self.paged)
         self.records: dict[int, bytes] = {}  # seq -> record: staged, not appended yet
+        self._head: tuple[int, float] = (-1, 0.0)  # disk_from -> its record's deadline
+
+    def head_expires(self) -> float:
+        """The deadline of the next message (0: none, or no message), without reading the
+        window: the head in memory, else its record alone (remembered until it moves)."""
+        log = self.log
+        if log.ready:
+            return log.ready[0].expires
+        at = log.disk_from
+        if log.disk_to > at and self._head[0] == at:
+            return self._head[1]
+        head = log_head(log)
+        expires = head.expires if head is not None else 0.0
+        if log.disk_to > at and log.disk_from == at:
+            self._head = (at, expires)
+        return expires
+
+    @property
+    def read_back(self) -> int:
+        """Messages read back from disk so far."""
+        return self.log.read_back
 
     # -- what the queue and the publish path call --------------------------------------
     def stage(self, seq: int, record: bytes) -> None:

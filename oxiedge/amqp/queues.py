@@ -96,6 +96,7 @@ class ReadyLog(Protocol):
     def put_back(self, msgs: list[QueuedMessage]) -> None: ...
     def purge(self) -> int: ...
     def drop(self) -> None: ...
+    def head_expires(self) -> float: ...
 
 
 class Queue:
@@ -248,15 +249,18 @@ class Queue:
         timers = self.timers
         if timers is None or self.deleted:
             return
-        at = 0.0
-        ready = self.ready
-        if ready and ready[0].expires:
-            at = ready[0].expires
+        at = self._head_expires()
         if self.expires_ms is not None and not self.consumers:
             idle = self.last_used + self.expires_ms / 1000
             at = min(at, idle) if at else idle
         if at:
             timers.schedule(self, at)
+
+    def _head_expires(self) -> float:
+        """The head's deadline (0: none); on a queue log its head alone, no window read."""
+        if self.paged is not None:
+            return self.paged.head_expires() if self.ttl_seen else 0.0
+        return self.ready[0].expires if self.ready else 0.0
 
     def on_timer(self) -> None:
         """A timer fired: expire the head, delete the queue if unused too long, re-arm."""
@@ -404,6 +408,8 @@ class Queue:
         reaches the head of its queue; declare-ok and purge-ok counts then exclude them)."""
         ready = self.ready
         now = 0.0
+        if self.paged is not None and not 0 < self._head_expires() <= self.clock():
+            return  # (on a queue log: its head alone until one is due)
         while ready and ready[0].expires:
             now = now or self.clock()
             if ready[0].expires > now:

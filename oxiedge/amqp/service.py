@@ -212,7 +212,7 @@ class AmqpService:
             "consumers": sum(len(q.consumers) for q in b.queues.values()),
             "memory_queue_limit": b.queue_limit,
             "memory_queue_bytes_default": b.queue_bytes,
-            **b.paging.status(),  # queue_limit, queue_bytes_default, the backlog budget
+            **b.paging.status(b.queues.values()),  # bounds, the backlog budget, reads
             "receiving_bytes": sum(c.parser.receiving_bytes for c in self.connections
                                    if c.parser is not None),
             # publishes taken in whose confirm waits for their commit round (per connection,

@@ -1,0 +1,59 @@
+"""Durable queues with a backlog read nothing back until a delivery needs it (issue 37):
+a restart reads each queue's counters, head and tail (and, where a deadline may matter,
+its head record alone), not a window of every queue; and TTL expiry without a
+dead-letter exchange removes an expired run from disk without reading it back.
+
+What is read back is counted (``oxiedge status`` -> ``amqp.read_back_messages``, every
+queue log's messages read back from disk), so the tests need no timing and no RSS bound.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from bench.backlog_amqp import message_body, publish
+from tests.amqp.conftest import bodies, connect
+from tests.amqp.test_queue_backlog import WINDOW, Drainer, recovered, rss_kb
+
+
+def read_back(srv: Any) -> int:
+    return int(json.loads(srv.cli("status", "--json").stdout)["amqp"]["read_back_messages"])
+
+
+def test_a_restart_with_many_backlogs_reads_no_window_and_loses_nothing(start_server: Any
+                                                                         ) -> None:
+    srv = start_server()
+    queues, n = 24, WINDOW + 300  # each deeper than its window
+    c = connect(srv)
+    ch = c.channel()
+    for k in range(queues):  # a third with a queue TTL (never reached), a third priority
+        args: dict[str, Any] = ({"x-message-ttl": 3_600_000} if k % 3 == 1 else
+                                {"x-max-priority": 3} if k % 3 == 2 else {})
+        ch.queue_declare(f"lazy.{k}", durable=True, arguments=args)
+    c.close()
+    for k in range(queues):
+        publish(srv.amqp_port, f"lazy.{k}", range(n))
+    srv.kill()
+    srv.start()
+    assert recovered(srv) == f"recovered {queues} durable queues, {queues * n} messages"
+    print(f"RSS after the restart: {rss_kb(srv)} kB")
+    assert read_back(srv) == 0  # (before: a window of each, 24 x 1,024 messages)
+    c = connect(srv)
+    ch = c.channel()
+    for k in range(queues):  # declare-ok counts them without reading them either
+        assert ch.queue_declare(f"lazy.{k}", durable=True, passive=True
+                                ).method.message_count == n
+    assert read_back(srv) == 0
+    drainer = Drainer(srv.amqp_port, "lazy.0")  # a consumer reads its own queue
+    got = drainer.take(500) + drainer.ahead  # (every one read is acknowledged)
+    assert [i for i, _r in got] == list(range(len(got)))
+    assert 0 < read_back(srv) <= 3 * WINDOW
+    srv.kill()  # (acknowledgements not synced yet come again: nothing else does)
+    srv.start()
+    ch = connect(srv).channel()
+    left = bodies(ch, "lazy.0")
+    assert n - len(left) <= len(got)
+    assert left == [message_body(i, 100) for i in range(n - len(left), n)]
+    for k in range(1, queues):
+        assert bodies(ch, f"lazy.{k}") == [message_body(i, 100) for i in range(n)]

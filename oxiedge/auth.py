@@ -194,6 +194,13 @@ class UserStore:
             return self._explicit_anonymous
         return not self._users and not self.network
 
+    @property
+    def open_by_loopback(self) -> bool:
+        """Anonymous access by the default rule (no user, loopback listeners), not by an
+        explicit ``--allow-anonymous``: the HTTP listener guards it against other web sites
+        (``http.loopback``)."""
+        return self._explicit_anonymous is None and not self._users and not self.network
+
     def mode(self) -> str:
         """How anonymous clients are treated, for the start-up log and ``oxiedge status``."""
         users = len(self._users)

@@ -54,6 +54,7 @@ from .bounds import (
     WRITE_TIMEOUT,
 )
 from .credentials import Credentials
+from .loopback import foreign_page
 from .messages import BadRequest, Request, Response, error_response, not_authorised
 from .routes import Router
 from .sessions import foreign_origin
@@ -261,6 +262,11 @@ class HttpConnection:
                         ("cache-control", "no-store")])
                 return not_authorised(found_who)
             who = found_who
+            if who.anonymous and server.credentials.users.open_by_loopback:
+                page = foreign_page(request.headers)  # DNS rebinding, another site's page
+                if page is not None:
+                    self.counters["auth_failures"] += 1
+                    return error_response(403, "access_refused", page)
             if request.method not in ("GET", "HEAD"):
                 # a write from a browser must come from this origin, whoever it runs as: a
                 # session, Basic credentials the browser remembers, or anonymous
@@ -282,9 +288,13 @@ class HttpConnection:
     async def _websocket(self, websocket: WebSocketHost, request: Request) -> None:
         """An upgrade to MQTT over WebSocket: refused (and closed) or served here."""
         self.counters["requests"] += 1
-        answer = websocket.decide(request.method, request.headers)
+        page = foreign_page(request.headers) if self.server.credentials.users.open_by_loopback \
+            else None  # a web page's WebSocket to the open loopback default
+        answer = Refusal(403, page) if page is not None \
+            else websocket.decide(request.method, request.headers)
         if isinstance(answer, Refusal):
-            response = error_response(answer.status, "bad_request", answer.reason)
+            response = error_response(answer.status, "access_refused" if answer.status == 403
+                                      else "bad_request", answer.reason)
             response.headers.extend(answer.headers)
             await self._respond(request.method, response, close=True)
             return

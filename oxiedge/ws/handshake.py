@@ -44,7 +44,7 @@ class Accept:
 
 @dataclass(frozen=True, slots=True)
 class Refusal:
-    """The upgrade is refused with this status (400 or 426), reason and headers."""
+    """The upgrade is refused with this status (400, 403 or 426), reason and headers."""
 
     status: int
     reason: str

@@ -159,7 +159,7 @@ def test_broker_close_sends_a_close_frame(ws_server: ServerProcess) -> None:
     (upgrade_request(protocol="chat"), 400),  # a subprotocol that is not MQTT
     (upgrade_request(key="short"), 400),  # Sec-WebSocket-Key is not 16 bytes
     (upgrade_request().replace(b"Version: 13", b"Version: 8"), 426),
-    (b"GET /mqtt HTTP/1.1\r\nHost: x\r\n\r\n", 426),  # no Upgrade
+    (b"GET /mqtt HTTP/1.1\r\nHost: localhost\r\n\r\n", 426),  # no Upgrade
     (upgrade_request().replace(b"GET", b"POST", 1).replace(
         b"\r\n\r\n", b"\r\nContent-Length: 0\r\n\r\n"), 400),
 ])

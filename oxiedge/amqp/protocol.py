@@ -72,7 +72,6 @@ from oxiedge.amqp.codec import (
     encode_method,
 )
 from oxiedge.amqp.constants import (
-    ACCESS_REFUSED,
     CHANNEL_ERROR,
     COMMAND_INVALID,
     FRAME_ERROR,
@@ -85,6 +84,7 @@ from oxiedge.amqp.ports import Alarms, ConnectionLimits, Outlet
 from oxiedge.amqp.queues import Queue
 from oxiedge.amqp.settlement import UNSYNCED
 from oxiedge.amqp.streaming import CLOSE_LINGER, LoopSide, _Ended
+from oxiedge.lograte import clip
 
 if TYPE_CHECKING:
     from oxiedge.access.grants import Grants
@@ -179,6 +179,7 @@ class AmqpProtocol(LoopSide):
         #: The transport loop's answers: to the last ``COMMIT`` and ``Authenticate``.
         self.commit_error: BaseException | None = None
         self.login_ok = False
+        self._secret_logged = -math.inf  # update-secret's log line, see _secret_updated
         self.unsubscribe_alarms: Callable[[], None] | None = None
         # Durable deletes staged (acks, auto-deletes): kick the store.
         self._staged = False
@@ -446,16 +447,23 @@ class AmqpProtocol(LoopSide):
             self.clean = self.linger = True
             return
         if isinstance(m, spec.ConnectionUpdateSecret):
-            # The new secret must authenticate the connection's user again (for PLAIN and
-            # AMQPLAIN it is the password); otherwise the connection is refused.
-            yield Authenticate(self.user or None, m.new_secret or None)
-            if not self.login_ok:
-                raise AmqpError(ACCESS_REFUSED, "update-secret: new secret refused",
-                                m.CLASS_ID, m.METHOD_ID)
+            # Accepted, not checked: passwords and certificates do not expire during a
+            # connection, so there is nothing to refresh; the user and its rights stay
+            # those of the login (RabbitMQ's internal users, docs/amqp.md "update-secret").
+            self._secret_updated(m.reason)
             self.send(encode_method(0, spec.ConnectionUpdateSecretOk()))
             return
         raise AmqpError(COMMAND_INVALID, f"{m.NAME} is not allowed on channel 0",
                         m.CLASS_ID, m.METHOD_ID)
+
+    def _secret_updated(self, reason: str) -> None:
+        """One info line per connection and minute (the client may loop), else debug."""
+        now = self.clock()
+        level = logging.INFO if now >= self._secret_logged else logging.DEBUG
+        if level == logging.INFO:
+            self._secret_logged = now + 60.0
+        self.log.log(level, "AMQP %s (user %s): update-secret accepted, the user is "
+                     "unchanged - reason: %s", self.peer, clip(self.user), clip(reason))
 
     def _sync_before_close(self) -> Steps:
         """Make what this connection staged (publishes without confirms, acks) durable."""

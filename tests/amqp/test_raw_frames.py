@@ -230,17 +230,6 @@ def test_consumer_rules(server: Any) -> None:
     raw.close()
 
 
-def test_update_secret_reauthenticates(start_server: Any) -> None:
-    srv = start_server()
-    srv.cli("user", "add", "guest", "--password-stdin", input="guest\n")
-    raw = RawClient(srv.amqp_port)
-    raw.handshake()
-    raw.call(0, spec.ConnectionUpdateSecret(b"guest", "rotate"), spec.ConnectionUpdateSecretOk)
-    raw.method(0, spec.ConnectionUpdateSecret(b"wrong", "rotate"))
-    raw.expect_close(403)
-    raw.close()
-
-
 def test_methods_on_channel_zero_are_command_invalid(server: Any) -> None:
     raw = RawClient(server.amqp_port)
     raw.handshake()

@@ -15,7 +15,8 @@ admin rows) with three differences, each a small hook:
   :meth:`consumer_arguments` first), and :meth:`dispatch` hands each consumer the records
   from its own cursor while it has credit (its prefetch): a delivery is a
   :class:`QueuedMessage` that is not ``stored``, so its ack deletes nothing and only gives
-  the credit back; a rejected or returned delivery goes nowhere;
+  the credit back; a nack, reject or recover of one does the same (RabbitMQ 3.13+; 3.10
+  answered 540), and a closing channel's delivery goes nowhere;
 * ``basic.get`` and ``queue.purge`` are refused with 540, as RabbitMQ does; the count of
   ready messages (declare-ok, ``oxiedge queues``) is the number of messages kept, and a
   deleted stream's records go with it (``ready_count``, ``drop_ready``).

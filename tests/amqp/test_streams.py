@@ -276,3 +276,107 @@ def test_dead_letters_land_in_a_stream(conn: Any) -> None:
     got = take(conn, "s-dead", 1, "first")
     assert got[0][1] == b"bad" and got[0][0] == 0
     assert got[0][2]["x-death"][0]["reason"] == "rejected"
+
+
+def _deliveries(conn: Any, queue: str, n: int) -> tuple[Any, list[Any]]:
+    """A channel with ``n`` unacked deliveries of ``queue`` from the first offset."""
+    ch = conn.channel()
+    ch.basic_qos(prefetch_count=n)
+    got: list[Any] = []
+    ch.basic_consume(queue, lambda c, m, p, b: got.append(m),
+                     arguments={"x-stream-offset": "first"})
+    deadline = time.monotonic() + 5
+    while len(got) < n:
+        assert time.monotonic() < deadline, got
+        conn.process_data_events(time_limit=0.1)
+    return ch, got
+
+
+@pytest.mark.parametrize("how", ["nack", "nack-requeue", "nack-multiple", "reject",
+                                 "reject-requeue", "recover", "tx-nack"])
+def test_nack_reject_recover_only_give_credit_back(conn: Any, filled: str, how: str) -> None:
+    """As RabbitMQ 3.13+ settles a stream delivery: a nack, reject or recover (requeue or
+    not) is an ack - the credit comes back, nothing is redelivered or removed, the
+    consumer goes on at the next offset (RabbitMQ 3.10 closed the connection with 540)."""
+    ch, got = _deliveries(conn, filled, 2)
+    tag = got[0].delivery_tag
+    if how == "recover":
+        ch.basic_recover(requeue=True)
+    else:
+        if how == "tx-nack":
+            ch.tx_select()
+        if how.startswith("reject"):
+            ch.basic_reject(tag, requeue=how.endswith("requeue"))
+        else:
+            ch.basic_nack(got[-1].delivery_tag if how == "nack-multiple" else tag,
+                          multiple=how == "nack-multiple", requeue=how.endswith("requeue"))
+        if how == "tx-nack":
+            ch.tx_commit()
+    freed = 2 if how in ("nack-multiple", "recover") else 1
+    deadline = time.monotonic() + 5
+    while len(got) < 2 + freed:
+        assert time.monotonic() < deadline, got
+        conn.process_data_events(time_limit=0.1)
+    conn.process_data_events(time_limit=0.3)
+    assert [m.delivery_tag for m in got] == list(range(1, 3 + freed))
+    assert not any(m.redelivered for m in got)
+    assert ch.queue_declare(filled, passive=True).method.message_count == 10
+    ch.close()
+    assert offsets(take(conn, filled, 10, "first")) == list(range(10))  # nothing removed
+
+
+def test_stock_pika_stops_a_stream_consumer_with_deliveries_buffered(conn: Any,
+                                                                     filled: str) -> None:
+    """pika's BlockingChannel nacks (requeue) the deliveries it buffered but did not hand
+    to the application when a consumer is cancelled or its channel closed, and so does its
+    consume() generator's cancel(): these are only credit back, so the connection stays
+    up (RabbitMQ 3.10 closed it with 540 here; 3.13+ accepts them as oxiedge does)."""
+    for stop in ("basic_cancel", "close", "generator"):
+        ch = conn.channel()
+        ch.basic_qos(prefetch_count=10)
+        if stop == "generator":
+            for _m, _p, _b in ch.consume(filled, arguments={"x-stream-offset": "first"}):
+                break  # one handed out (not acked), the rest still buffered in pika
+            ch.cancel()
+            ch.close()
+        else:
+            tag = ch.basic_consume(filled, lambda *a: None,
+                                   arguments={"x-stream-offset": "first"})
+            time.sleep(0.5)  # the deliveries arrive; pika has not dispatched them
+            if stop == "basic_cancel":
+                ch.basic_cancel(tag)
+            ch.close()
+        assert conn.channel().queue_declare(filled, passive=True).method.message_count == 10
+
+
+def test_no_offset_tracking_on_the_server(conn: Any, filled: str) -> None:
+    """A consumer that comes back under the same tag without ``x-stream-offset`` starts at
+    ``next``, not after what it acked (RabbitMQ 3.10 likewise: offsets are tracked only by
+    its native stream protocol)."""
+    ch = conn.channel()
+    ch.basic_qos(prefetch_count=20)
+    got: list[bytes] = []
+
+    def on(c: Any, m: Any, p: Any, body: bytes) -> None:
+        got.append(body)
+        c.basic_ack(m.delivery_tag)
+    ch.basic_consume(filled, on, consumer_tag="tracked",
+                     arguments={"x-stream-offset": "first"})
+    deadline = time.monotonic() + 5
+    while len(got) < 10:
+        assert time.monotonic() < deadline
+        conn.process_data_events(time_limit=0.1)
+    ch.basic_cancel("tracked")
+    pub = conn.channel()
+    pub.confirm_delivery()
+    publish(pub, filled, 1, start=10)  # while nobody consumes
+    got.clear()
+    ch.basic_consume(filled, on, consumer_tag="tracked")
+    conn.process_data_events(time_limit=0.7)
+    assert got == []  # m10 is not delivered: nothing remembered where "tracked" was
+    publish(pub, filled, 1, start=11)
+    deadline = time.monotonic() + 5
+    while not got:
+        assert time.monotonic() < deadline
+        conn.process_data_events(time_limit=0.1)
+    assert got == [b"m11"]

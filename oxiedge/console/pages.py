@@ -348,6 +348,10 @@ class Console:
     async def collection(self, req: Request, who: Principal, args: tuple[str, ...]
                          ) -> tuple[str, str, str]:
         name = args[0]
+        known = {str(r.get("name")) for r in await self._rows("collections")} | {
+            str(r.get("collection")) for r in await self._rows("ingest.list")}
+        if name not in known:  # neither documents nor an ingest route that will write some
+            raise OperationError(f"no collection {name!r}", "not_found")
         since = int(time.time() * 1000) - CHART_WINDOW_MS
         # The last hour in _id order (ingest stamps _received_at in that order); an index on
         # _received_at makes this read only the hour (docs/console.md).

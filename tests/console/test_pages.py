@@ -270,8 +270,9 @@ def test_users_page_edits_users_and_permissions(users_server: ServerProcess,
 
 def test_collection_page_offers_the_received_at_index(users_server: ServerProcess,
                                                       client_for: Any) -> None:
-    users_server.cli("ingest", "add", "sensors/#:readings")
     c = client_for(users_server)
+    assert c.get("/collections/readings", ADMIN).status == 404  # nothing of that name yet
+    users_server.cli("ingest", "add", "sensors/#:readings")  # a route: the page, still empty
     page = c.get("/collections/readings", ADMIN).body.decode()
     assert "No index on _received_at" in page
     watched = c.get("/collections/readings", WATCHER).body.decode()

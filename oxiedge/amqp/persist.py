@@ -30,6 +30,7 @@ from decimal import Decimal
 from typing import Any
 
 from oxiedge.amqp import spec
+from oxiedge.store.qlog_recover import floor_of
 
 CF = "amqp"
 COLL = "_amqp"
@@ -186,14 +187,27 @@ def message_doc(queue: str, qid: int, seq: int, value: bytes) -> dict[str, Any]:
 
 
 def iter_message_docs(store: Any, queue_name: Callable[[int], str | None]) -> Iterator[dict]:
-    """All stored messages as documents (``queue_name(qid)`` names their queue)."""
+    """All stored messages as documents (``queue_name(qid)`` names their queue). A queue
+    log's records below its floor (acknowledged, their run's range delete not staged yet)
+    and non-persistent ones paged to disk are not shown."""
+    floors: dict[bytes, int] = {}  # counters key -> its floor
     for key, value in store.iter_raw(CF, MSG_PREFIX):
         qid, seq = parse_key(key)
-        yield message_doc(queue_name(qid) or f"#{qid}", qid, seq, value)
+        if _live(store, floors, meta_key(qid), seq, value):
+            yield message_doc(queue_name(qid) or f"#{qid}", qid, seq, value)
     for key, value in store.iter_raw(CF, LEVEL_PREFIX):  # priority queues' levels
         if len(key) == 18:
             qid, seq = _Q.unpack_from(key, 1)[0], _Q.unpack_from(key, 10)[0]
-            yield message_doc(queue_name(qid) or f"#{qid}", qid, seq, value)
+            if _live(store, floors, level_meta_key(qid, key[9]), seq, value):
+                yield message_doc(queue_name(qid) or f"#{qid}", qid, seq, value)
+
+
+def _live(store: Any, floors: dict[bytes, int], counters: bytes, seq: int, value: bytes
+          ) -> bool:
+    floor = floors.get(counters)
+    if floor is None:
+        floor = floors[counters] = floor_of(store, CF, counters)
+    return seq >= floor and value[:1] != VOLATILE
 
 
 # -- recovery checks: each raises ValueError naming what is wrong ------------------------

@@ -57,6 +57,7 @@ from typing import Any, Protocol
 from oxiedge.mqtt.topics import topic_filter_problem
 from oxiedge.store.encoding import prefix_end
 from oxiedge.store.qlog import LogStore
+from oxiedge.store.qlog_recover import floor_of
 
 CF = "mqtt"
 SESSION = b"s"
@@ -387,7 +388,7 @@ def session_summaries(store: RawStore) -> Iterator[tuple[str, dict[str, int], in
             _quarantine(store, key, value, "session", exc)
             continue
         ob = owner_bytes(owner)
-        queued = sum(1 for _ in store.iter_raw(CF, MSG + ob))
+        queued = sum(1 for _ in queued_records(store, ob))
         rel = sum(1 for _ in store.iter_raw(CF, REL + ob))
         yield client_id, subs, queued, rel
 
@@ -446,11 +447,18 @@ def _payload_fields(payload: bytes) -> dict[str, Any]:
         }
 
 
+def queued_records(store: RawStore, ob: bytes) -> Iterator[tuple[bytes, bytes]]:
+    """The message records of the session ``ob`` still queued: from its queue's floor on
+    (acknowledged ones below it may wait for their run's range delete: not shown)."""
+    floor = floor_of(store, CF, count_key(ob))
+    return store.iter_raw(CF, MSG + ob, start=msg_key(ob, floor) if floor else None)
+
+
 def view_documents(store: RawStore) -> Iterator[dict[str, Any]]:
     """Every MQTT record on disk in document shape (the ``_mqtt`` view)."""
     for rs in load_sessions(store):
         messages = []
-        for mkey, mval in store.iter_raw(CF, MSG + owner_bytes(rs.owner)):
+        for mkey, mval in queued_records(store, owner_bytes(rs.owner)):
             try:
                 messages.append(check_msg(mkey, mval))
             except ValueError as exc:

@@ -39,6 +39,14 @@ class Found:
     scanned: bool  # the counters were not usable: the queue writes new ones
 
 
+def floor_of(store: LogStore, cf: str, meta_key: bytes) -> int:
+    """The floor a queue's counters record names (0: none). Every seq below it was removed,
+    though its records stay on disk until their run's range delete is staged: a listing
+    of the queue's records starts here (``docs/storage.md``, "Tombstones and seek floors")."""
+    raw = store.get_raw(cf, meta_key)
+    return META.unpack(raw)[0] if raw is not None and len(raw) == META.size else 0
+
+
 def find(store: LogStore, cf: str, prefix: bytes, end: bytes, meta_key: bytes,
          raw_size: Callable[[bytes], int]) -> Found:
     """Read a queue's counters, head and tail (module docstring)."""

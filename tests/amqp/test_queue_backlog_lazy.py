@@ -13,7 +13,7 @@ import json
 from typing import Any
 
 from bench.backlog_amqp import message_body, publish
-from tests.amqp.conftest import bodies, connect
+from tests.amqp.conftest import bodies, cli_rows, connect
 from tests.amqp.test_queue_backlog import WINDOW, Drainer, recovered, rss_kb
 
 
@@ -57,3 +57,27 @@ def test_a_restart_with_many_backlogs_reads_no_window_and_loses_nothing(start_se
     assert left == [message_body(i, 100) for i in range(n - len(left), n)]
     for k in range(1, queues):
         assert bodies(ch, f"lazy.{k}") == [message_body(i, 100) for i in range(n)]
+
+
+def test_acknowledged_records_below_the_floor_are_not_listed(start_server: Any) -> None:
+    """The acknowledged run below a queue's floor stays on disk until it is 1,024 seqs long
+    (one range delete): ``oxiedge find _amqp`` starts at the floor, live and offline, and
+    leaves out non-persistent messages paged to disk (a restart does not keep them)."""
+    srv = start_server()
+    c = connect(srv)
+    ch = c.channel()
+    ch.queue_declare("listed", durable=True)
+    ch.queue_declare("listed.p", durable=True, arguments={"x-max-priority": 2})
+    publish(srv.amqp_port, "listed", range(300))
+    publish(srv.amqp_port, "listed.p", range(300))
+    for q in ("listed", "listed.p"):
+        for _ in range(200):
+            ch.basic_get(q, auto_ack=True)
+    publish(srv.amqp_port, "listed", range(300, 301))  # its confirm: the acks are on disk
+    flt = '{"_kind": "qmsg", "queue": "%s"}'
+    for _live_then_offline in range(2):
+        for q in ("listed", "listed.p"):
+            docs = cli_rows(srv, "find", "_amqp", flt % q)
+            want = range(200, 301 if q == "listed" else 300)
+            assert sorted(d["seq"] for d in docs) == [i + 1 for i in want], q
+        srv.kill()

@@ -80,7 +80,7 @@ class TopicBridge:
         self.exchange = exchange
         self._keys: dict[str, str | None] = {}  # topic → routing key, bounded cache
         self.counters = {"mqtt_to_amqp": 0, "amqp_to_mqtt": 0, "skipped_mqtt_topics": 0,
-                         "skipped_amqp_keys": 0}
+                         "skipped_amqp_keys": 0, "user_properties_dropped": 0}
 
     # ------------------------------------------------------------ MQTT → AMQP
     def stage(self, origin: Origin, topic: str, payload: bytes, qos: int,
@@ -98,7 +98,11 @@ class TopicBridge:
         if key is None:
             self.counters["skipped_mqtt_topics"] += 1
             return NOTHING
-        properties = None if props is None else mapping.to_amqp(props, qos >= 1, self.clock())
+        properties = None
+        if props is not None:
+            properties, dropped = mapping.to_amqp_counted(props, qos >= 1, self.clock())
+            if dropped:
+                self.counters["user_properties_dropped"] += dropped
         staged = self.amqp.publish_from_bridge(EXCHANGE, key, payload, qos >= 1, properties,
                                                origin=origin)
         self.counters["mqtt_to_amqp"] += 1

@@ -19,7 +19,9 @@ Correlation Data                  ``correlation_id`` when it is a valid short st
 Response Topic                    the long-string header ``x-reply-to-topic`` in AMQP topic
                                   form (``/`` ⇄ ``.``), not ``reply_to``
 User Properties                   headers (long strings; a name of 256 bytes or more is left
-                                  out; the first of duplicate names wins; sorted by name).
+                                  out; the first of duplicate names wins; sorted by name;
+                                  at most ``USER_HEADER_BUDGET`` encoded bytes, in order,
+                                  the rest left out and counted).
                                   Back: every header but the two above whose value is simple:
                                   a UTF-8 long string without NUL as is, integers and
                                   timestamps in decimal, floats in Erlang's ``%.20e``,
@@ -61,6 +63,10 @@ _MQTT_MAX = 65535
 _INTEGERS = frozenset(b"bBsuIiIlLT")
 #: MQTT's longest Message Expiry Interval (4 bytes of seconds), in milliseconds.
 _EXPIRY_MAX_MS = 0xFFFFFFFF * 1000
+#: The encoded bytes of the header-table entries User Properties may take: an MQTT 5 packet
+#: may carry megabytes of them, and an AMQP content header is one frame that a consumer
+#: with the smallest ``frame_max`` (4096, amqplib's default) must be able to take.
+USER_HEADER_BUDGET = 3072
 
 
 def valid_shortstr(data: bytes) -> bool:
@@ -88,6 +94,12 @@ def _mqtt_string(text: str) -> bool:
 def to_amqp(props: MessageProps, persistent: bool, now: float) -> spec.BasicProperties:
     """The basic properties of a publish with ``props`` routed into ``amq.topic``;
     ``now`` is the wall clock (the expiry deadline becomes the interval left)."""
+    return to_amqp_counted(props, persistent, now)[0]
+
+
+def to_amqp_counted(props: MessageProps, persistent: bool, now: float
+                    ) -> tuple[spec.BasicProperties, int]:
+    """:func:`to_amqp`, and how many User Properties the header budget left out."""
     headers: dict[str, object] = {}
     correlation_id = None
     corr = props.correlation_data
@@ -98,9 +110,17 @@ def to_amqp(props: MessageProps, persistent: bool, now: float) -> spec.BasicProp
             headers[X_CORRELATION_ID] = Raw(b"S" + encode_longstr(corr))
     if props.response_topic is not None:
         headers[X_REPLY_TO_TOPIC] = props.response_topic.translate(_SWAP)
+    left, dropped = USER_HEADER_BUDGET, 0
     for name, value in props.user_properties:
-        if name not in headers and len(name.encode("utf-8")) < 256:
-            headers[name] = value
+        size = len(name.encode("utf-8"))
+        if name in headers or size >= 256:
+            continue
+        size += 6 + len(value.encode("utf-8", "surrogatepass"))  # shortstr, 'S', long
+        if size > left:
+            dropped += 1
+            continue
+        left -= size
+        headers[name] = value
     ctype = props.content_type
     if ctype is not None and not (len(ctype) < 256 and ctype.isascii()):
         ctype = None
@@ -112,7 +132,7 @@ def to_amqp(props: MessageProps, persistent: bool, now: float) -> spec.BasicProp
         delivery_mode=2 if persistent else 1,
         correlation_id=correlation_id,
         expiration=expiration,
-    )
+    ), dropped
 
 
 # ------------------------------------------------------------------ AMQP → MQTT

@@ -92,7 +92,8 @@ async def test_one_publish_reaches_every_destination_but_its_origin(tmp_path: Pa
             assert bus.from_amqp("a..b", b"x", True) == NOTHING
             assert mqtt.broker.route("has.dot", b"x", 0, False) is False
             assert bridge.status() == {"mqtt_to_amqp": 2, "amqp_to_mqtt": 1,
-                                       "skipped_mqtt_topics": 1, "skipped_amqp_keys": 1}
+                                       "skipped_mqtt_topics": 1, "skipped_amqp_keys": 1,
+                                       "user_properties_dropped": 0}
     finally:
         app.store.close()
 

@@ -13,12 +13,18 @@ import pika
 
 from oxiedge.amqp import spec
 from oxiedge.amqp.fields import Raw, Timestamp
-from oxiedge.bridge.props import from_amqp, to_amqp, valid_shortstr
+from oxiedge.bridge.props import (
+    USER_HEADER_BUDGET,
+    from_amqp,
+    to_amqp,
+    to_amqp_counted,
+    valid_shortstr,
+)
 from oxiedge.mqtt.forward5 import from_bus
 from oxiedge.mqtt.message import Message5
 from oxiedge.staged import MessageProps
 from oxiedge.uplink.msgprops import publish_block
-from tests.bridge.conftest import amqp, consume, find
+from tests.bridge.conftest import amqp, consume, find, status
 from tests.conftest import ServerProcess
 from tests.mqtt.paho5 import Client5, props
 
@@ -50,6 +56,24 @@ def test_mqtt_to_amqp_as_rabbitmq_converts() -> None:
     assert to_amqp(MessageProps(expires_at=NOW - 5), True, NOW).expiration == "0"
     assert valid_shortstr(b"abc") and not valid_shortstr(b"a\x00") \
         and not valid_shortstr(b"\xff") and not valid_shortstr(b"a" * 256)
+
+
+def test_user_properties_fit_the_header_budget_in_order() -> None:
+    # each entry costs name + 6 + value bytes: 30 of 106 fit in 3072, the rest are counted
+    many = tuple((f"k{i:03d}", "v" * 96) for i in range(40))
+    bp, dropped = to_amqp_counted(MessageProps(user_properties=(("small", "1"), *many)),
+                                  True, NOW)
+    assert bp.headers is not None and dropped == 12
+    assert sorted(bp.headers) == ["k000", *(f"k{i:03d}" for i in range(1, 28)), "small"]
+    assert sum(len(k) + 6 + len(str(v)) for k, v in bp.headers.items()) <= USER_HEADER_BUDGET
+    # a later small one still fits after a big one is left out; the budget is not the
+    # Correlation Data's or the Response Topic's (request/response needs them whole)
+    big = MessageProps(response_topic="r" * 5000, correlation_data=b"\xff" * 5000,
+                       user_properties=(("huge", "x" * 4000), ("ok", "1")))
+    bp, dropped = to_amqp_counted(big, True, NOW)
+    assert dropped == 1 and bp.headers is not None and bp.headers["ok"] == "1"
+    assert len(str(bp.headers["x-reply-to-topic"])) == 5000 and "huge" not in bp.headers
+    assert to_amqp(big, True, NOW) == bp
 
 
 def test_amqp_to_mqtt_as_rabbitmq_converts() -> None:
@@ -134,6 +158,24 @@ def test_v5_publish_reaches_an_amqp_consumer_with_its_properties_after_sigkill(
     assert bp.expiration == "3600000" and time.time() - published < 60
     assert got[1][1].correlation_id is None
     assert got[1][1].headers == {"x-correlation-id": b"\xff\x00"}
+
+
+def test_megabytes_of_user_properties_reach_a_small_frame_consumer_budgeted(
+        start_server: Start) -> None:  # fmt: skip
+    server = start_server()
+    _bound_queue(server.amqp_port)
+    pub = Client5(server.mqtt_port, "v5-props")
+    pub.connect()
+    heavy = props(UserProperty=[("first", "1")] + [(f"p{i}", "y" * 1000) for i in range(1000)])
+    assert pub.publish("req/heavy", b"body", 1, properties=heavy) == 0
+    pub.close()
+    params = pika.ConnectionParameters("127.0.0.1", server.amqp_port, frame_max=4096,
+                                       socket_timeout=5, connection_attempts=1)
+    with pika.BlockingConnection(params) as conn:  # the smallest frame_max there is
+        got = consume(conn.channel(), "v5-worker", 1)
+    (_m, bp, body), = got
+    assert body == b"body" and bp.headers["first"] == "1" and len(bp.headers) == 4
+    assert status(server)["mqtt_amqp"]["user_properties_dropped"] == 997
 
 
 def test_amqp_publish_reaches_a_v5_session_with_properties_after_sigkill(

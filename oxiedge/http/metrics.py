@@ -76,7 +76,7 @@ COUNTERS: dict[str, frozenset[str]] = {
     "ingest": frozenset({"ingested", "fallback", "failed", "retention_deleted",
                          "finds_by_index", "documents_read"}),
     "mqtt_amqp": frozenset({"mqtt_to_amqp", "amqp_to_mqtt", "skipped_mqtt_topics",
-                            "skipped_amqp_keys"}),
+                            "skipped_amqp_keys", "user_properties_dropped"}),
     "hot_loop": frozenset({"served_inline", "busy_polls"}),
     "tls": frozenset({"handshakes", "handshake_failures", "handshake_timeouts",
                       "handshakes_refused", "reloads", "reload_failures"}),

@@ -30,6 +30,9 @@ COUNTERS = (
     ("AMQP out", "amqp", "delivered"),
 )
 
+#: The ``oxiedge status`` sections a sample reads (the counters above, and the uplinks').
+SECTIONS = tuple(dict.fromkeys([*(section for _, section, _ in COUNTERS), "uplink"]))
+
 
 def _number(status: dict[str, Any], section: str, key: str) -> float:
     value = (status.get(section) or {}).get(key)

@@ -7,7 +7,7 @@ import time
 from typing import Any
 
 from oxiedge.console.html import chart, esc
-from oxiedge.http.history import INTERVAL_S, SAMPLES, RateHistory
+from oxiedge.http.history import INTERVAL_S, SAMPLES, SECTIONS, RateHistory
 from tests.conftest import ServerProcess
 
 
@@ -31,6 +31,7 @@ def test_rates_are_differences_over_time_and_the_ring_is_bounded() -> None:
     for i in range(SAMPLES * 2):
         ring.sample(200.0 + 5 * i, _status(i))
     assert len(ring.samples) == SAMPLES and len(ring.uplinks) == SAMPLES
+    assert SECTIONS == ("mqtt", "amqp", "uplink")  # all the listener's sampler reads
 
 
 def test_chart_is_svg_with_escaped_labels() -> None:

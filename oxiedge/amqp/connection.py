@@ -174,6 +174,10 @@ class AmqpConnection:
         else:
             reason = proto.end_reason or "closed"
             counters["connection_errors" if proto.server_error else "connections_dropped"] += 1
+        if not self._forced and proto.parser.awaiting_header and not proto.parser.unconsumed():
+            # not one byte came: a port probe (a health check, `oxiedge check listeners`)
+            self.log.debug("AMQP %s: closed before the protocol header", self.peer)
+            return
         held = self.close_lines.take()
         if held is None:
             return  # (a flood of bad connections: counted above, not logged)

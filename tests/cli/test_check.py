@@ -25,6 +25,10 @@ def test_checks_pass_on_a_healthy_server(server: ServerProcess) -> None:
     code, out, _ = _check(server, "listeners")
     assert f"mqtt 127.0.0.1:{server.mqtt_port}" in out
     assert f"amqp 127.0.0.1:{server.amqp_port}" in out
+    # a probe sends no byte: no "connection dropped" line per check in the broker's log
+    # (a client that does speak and then hangs up is still logged: test_close_handshake)
+    server.cli("status")  # (a round trip: the probes' connections have ended by now)
+    assert not [line for line in server.log_lines if "connection dropped" in line]
 
 
 def test_checks_fail_in_an_alarm_and_for_a_stalled_uplink(server: ServerProcess) -> None:

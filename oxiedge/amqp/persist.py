@@ -45,6 +45,7 @@ _I = struct.Struct(">I")
 _Q = struct.Struct(">Q")
 _VERSION = 1
 _VERSION_TTL = 2
+VERSION_TTL = _VERSION_TTL  # (a record with a deadline: the ms after this byte, 8 B BE)
 
 
 def msg_key(qid: int, seq: int) -> bytes:

@@ -70,6 +70,11 @@ class PriorityLogReady(deque[QueuedMessage]):
                     return head.expires
         return 0.0
 
+    def expire_unread(self, now: float) -> tuple[int, int]:
+        """Not on a priority queue: its expired heads are read back (``Queue.expire_head``);
+        a level's run is its head only while every higher level is empty."""
+        return 0, 0
+
     @property
     def read_back(self) -> int:
         """Messages read back from disk so far (all levels)."""

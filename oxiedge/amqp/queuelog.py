@@ -52,6 +52,8 @@ _CACHED = 256  # entries of each decode cache (then cleared, as the MQTT codec's
 #: A longer property block is checked each time: comparing it costs about what checking
 #: does, and 256 of them (up to a frame each) would stay in memory after their messages.
 _CACHED_PROPS = 512
+#: Records in the first and the largest read of ``LogReady.expire_unread``.
+_EXPIRE_CHUNK, _EXPIRE_CHUNK_MAX = 64, 4096
 
 
 class Codec:
@@ -125,11 +127,12 @@ class PagedBytes:
     """The bytes of every AMQP queue log (``backlog_bytes``: the logs' tally) against the
     budget they share with MQTT (``backlog``, None: no budget), and what it cost."""
 
-    __slots__ = ("backlog", "backlog_bytes", "dropped", "rejected")
+    __slots__ = ("backlog", "backlog_bytes", "dropped", "expired", "rejected")
 
     def __init__(self, backlog: Backlog | None = None) -> None:
         self.backlog = backlog
         self.backlog_bytes = 0
+        self.expired = 0  # messages expired on disk without being read back (expire_unread)
         self.dropped = 0  # oldest messages dropped (or dead-lettered) at the budget
         self.rejected = 0  # publishes refused there (x-overflow reject-publish*)
 
@@ -204,6 +207,42 @@ class LogReady(deque[QueuedMessage]):
     def read_back(self) -> int:
         """Messages read back from disk so far."""
         return self.log.read_back
+
+    def expire_unread(self, now: float) -> tuple[int, int]:
+        """The head is on disk and nothing needs the bodies (no dead-letter exchange):
+        remove the run of records at the head of the disk part whose deadline is at or
+        before ``now`` without decoding them (their deadline and body size come from the
+        record's header) and without reading them into the window; it stops at the first
+        one that does not expire, or that is not a plain record this run can judge (the
+        read-back deals with it). Returns ``(messages expired, their body bytes)``."""
+        log = self.log
+        store = log.store
+        if log.ready or log.disk_to <= log.disk_from or store is None:
+            return 0, 0
+        width, recovered = len(log.prefix) + SEQ.size, self.codec.recovered_tail
+        start, end = log.key(log.disk_from), log.key(log.disk_to)
+        limit_ms, to, n, size, chunk = int(now * 1000), log.disk_from, 0, 0, _EXPIRE_CHUNK
+        while pairs := store.read_range(persist.CF, start, end, chunk):
+            for key, value in pairs:
+                seq = SEQ.unpack_from(key, width - SEQ.size)[0] if len(key) == width else -1
+                head = value[1:10] if value[:1] == persist.VOLATILE else value[:9]
+                if seq < 0 or (seq < recovered and value[:1] == persist.VOLATILE) or (
+                        len(head) < 9) or (
+                        head[0] != persist.VERSION_TTL
+                        or int.from_bytes(head[1:9], "big") > limit_ms):
+                    break  # (an earlier run's transient one: the read-back skips it)
+                to, n, size = seq + 1, n + 1, size + persist.body_size(value)
+            else:
+                if len(pairs) == chunk:
+                    start, chunk = pairs[-1][0] + b"\x00", min(chunk * 4, _EXPIRE_CHUNK_MAX)
+                    continue
+                to = log.disk_to  # every record left expired (a gap after the last: none)
+            break
+        if n:
+            log.drop_disk_head(to, n, size)
+            self._head = (-1, 0.0)
+            self.paged.expired += n
+        return n, size
 
     # -- what the queue and the publish path call --------------------------------------
     def stage(self, seq: int, record: bytes) -> None:

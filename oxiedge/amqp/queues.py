@@ -97,6 +97,7 @@ class ReadyLog(Protocol):
     def purge(self) -> int: ...
     def drop(self) -> None: ...
     def head_expires(self) -> float: ...
+    def expire_unread(self, now: float) -> tuple[int, int]: ...
 
 
 class Queue:
@@ -281,15 +282,11 @@ class Queue:
             self.arm()
 
     def requeue(self, msgs: list[QueuedMessage]) -> None:
-        """Put unacked messages back in their original place (by ``seq``), redelivered.
-
-        As with RabbitMQ, a requeued message goes back where it was, not merely to the head:
-        a client that nacks 2, 3, 4, 5 one by one finds them again as 2, 3, 4, 5.  Only the
-        head of the queue holding older messages is merged, so this stays cheap.  A few
-        messages are each put in place by bisection: a client rejecting 30,000 messages one
-        by one in delivery order (each lands behind the ones requeued before it) used to
-        re-merge the whole requeued head every time, quadratic (55 s of event loop).
-        """
+        """Put unacked messages back in their original place (by ``seq``), redelivered, as
+        RabbitMQ: nacks of 2, 3, 4, 5 one by one find them again as 2, 3, 4, 5.  Only the
+        head holding older messages is merged; a few messages are each put in place by
+        bisection (30,000 rejects one by one used to re-merge the requeued head every
+        time, quadratic: 55 s of event loop)."""
         if not msgs:
             return
         for msg in msgs:
@@ -391,6 +388,8 @@ class Queue:
         """The next live message for basic.get (expired ones at the head are discarded)."""
         ready = self.ready
         self.touch()
+        if self.paged is not None:
+            self.expire_head()  # (an expired run on disk: not read back one by one)
         while ready:
             msg = ready.popleft()
             if self.max_bytes is not None:
@@ -406,10 +405,19 @@ class Queue:
     def expire_head(self) -> None:
         """Discard expired messages at the head (RabbitMQ expires a message only once it
         reaches the head of its queue; declare-ok and purge-ok counts then exclude them)."""
-        ready = self.ready
-        now = 0.0
-        if self.paged is not None and not 0 < self._head_expires() <= self.clock():
-            return  # (on a queue log: its head alone until one is due)
+        ready, now, paged = self.ready, 0.0, self.paged
+        if paged is not None:  # its head alone until one is due; without a DLX an expired
+            now = self.clock()  # run on disk goes unread (``queuelog.LogReady``)
+            while 0 < self._head_expires() <= now:
+                n, size = paged.expire_unread(now) if self.dlx is None else (0, 0)
+                if n:
+                    self.expired += n
+                    self.ready_bytes -= size if self.max_bytes is not None else 0
+                    continue
+                msg = ready.popleft()  # (in the window, or read back: a DLX needs it)
+                self.ready_bytes -= len(msg.body) if self.max_bytes is not None else 0
+                self._expire(msg)
+            return
         while ready and ready[0].expires:
             now = now or self.clock()
             if ready[0].expires > now:
@@ -457,23 +465,14 @@ class Queue:
     def row(self) -> dict[str, Any]:
         """The admin/CLI row for ``oxiedge queues``."""
         return {
-            "name": self.name,
-            "durable": self.durable,
-            "exclusive": self.exclusive,
-            "auto_delete": self.auto_delete,
-            "ready": self.ready_count(),
-            "unacked": self.unacked,
-            "consumers": len(self.consumers),
-            "dropped": self.dropped,
-            "expired": self.expired,
-            "rejected": self.rejected,
-            "dead_lettered": self.dead_lettered,
-            "type": self.queue_type,
-            "limit": self.limit,
-            "published": self.published,
-            "delivered": self.delivered,
+            "name": self.name, "durable": self.durable, "exclusive": self.exclusive,
+            "auto_delete": self.auto_delete, "ready": self.ready_count(),
+            "unacked": self.unacked, "consumers": len(self.consumers),
+            "dropped": self.dropped, "expired": self.expired, "rejected": self.rejected,
+            "dead_lettered": self.dead_lettered, "type": self.queue_type,
+            "limit": self.limit, "published": self.published, "delivered": self.delivered,
             "arguments": self.arguments,
-        }
+        }  # fmt: skip
 
 
 #: Requeues of at most this many messages bisect each into place; larger ones merge.

@@ -228,6 +228,7 @@ class AmqpService:
             "consumer_timeout_s": cfg.amqp_consumer_timeout,
             **b.streams.status(b.queues.values()),
             **b.counters,
+            "expired": b.counters["expired"] + b.paging.paged.expired,  # (+ unread ones)
             **self.counters,
         }
 

@@ -417,6 +417,20 @@ class QueueLog(Generic[E]):
         self._touch()
         return n
 
+    def drop_disk_head(self, to: int, n: int, size: int) -> None:
+        """The disk part below seq ``to`` leaves the queue undelivered without being read
+        back (``n`` records, ``size`` bytes, as the owner counted them: a TTL expiry); the
+        next message is on disk or later. Its records go with the run below the floor
+        (``RANGE_RUN``), or as one range delete of their own when something older is out."""
+        start, store = self.disk_from, self.store
+        assert store is not None and not self.ready and start < to <= self.disk_to
+        self.disk_from = to
+        self.count = max(0, self.count - n)
+        self._less(size)
+        if self._floor() < start:  # something older is out: this run goes on its own
+            store.stage_delete_range(self.cf, self.key(start), self.key(to))
+        self._touch()
+
     def close(self) -> None:
         """The owner removes every record (a deleted session): stage nothing more."""
         self._closed = True

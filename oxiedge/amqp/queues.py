@@ -372,6 +372,8 @@ class Queue:
 
     def add_consumer(self, consumer: QueueConsumer) -> None:
         """A new consumer: last in turn; by priority where consumers have priorities."""
+        if self.paged is not None:
+            self.expire_head()  # (an expired run on disk goes unread, not one by one)
         if self.selector is None:
             if not consumer.priority:
                 self.consumers.append(consumer)

@@ -14,7 +14,13 @@ Cases (clean sessions, topic ``bench/path``, ``--payload`` bytes):
 - ``qos1``: one client, QoS 1 PUBLISH -> PUBACK, no subscriber (``mqtt-qos1-seq``);
 - ``qos1-sub``: publisher + one QoS 1 subscriber: PUBLISH -> PUBACK + delivery, then the
   subscriber's PUBACK (``mqtt-qos1-latency-paho``);
-- ``qos0-sub``: the same at QoS 0 (no acknowledgements).
+- ``qos0-sub``: the same at QoS 0 (no acknowledgements);
+- ``qos0-fan``: QoS 0 to ten subscribers (``mqtt-fanout``; µs per message, not delivery);
+- ``qos2``: one client, QoS 2 PUBLISH -> PUBREC, PUBREL -> PUBCOMP, no subscriber.
+
+``--burst K`` sends K messages per read (their replies and deliveries in one flush), as
+the pipelined throughput scenarios (``mqtt-qos0``, ``mqtt-qos1``, ``mqtt-fanout``) do: the
+per-read work is shared, the per-message path is what is left.
 
 Prints CPU µs per message (``time.process_time``: steadier than wall time on a shared
 machine), the median of ``--repeats`` runs of ``--count`` messages (and the min and max).
@@ -45,7 +51,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-CASES = ("qos1", "qos1-sub", "qos0-sub")
+CASES = ("qos1", "qos1-sub", "qos0-sub", "qos0-fan", "qos2")
+#: Subscribers of ``qos0-fan`` (``mqtt-fanout``'s 10).
+FAN = 10
 TOPIC = "bench/path"
 
 
@@ -178,43 +186,59 @@ def _publishes(m: dict[str, Any], qos: int, payload: bytes) -> list[bytes]:
     return [m["encode"](m["Publish"](TOPIC, payload, qos, packet_id=i)) for i in range(1, 65536)]
 
 
-def make_case(case: str, h: Harness, payload: bytes) -> Callable[[int], None]:
-    """The function that sends message ``i`` of ``case`` through the broker."""
+def make_case(case: str, h: Harness, payload: bytes, burst: int = 1) -> Callable[[int], None]:
+    """The function that sends messages ``i * burst`` ... ``i * burst + burst - 1`` of
+    ``case`` through the broker, ``burst`` of them in one read."""
     m = h.mods
-    if case == "qos1":
+    level5 = m["level"] == 5
+    if case in ("qos1", "qos2"):
+        qos = 1 if case == "qos1" else 2
         pub, pw = connect(h, "pub")
-        pkts = _publishes(m, 1, payload)
-        pubacks = [b"\x40\x02" + i.to_bytes(2, "big") for i in range(1, 65536)]
-        if m["level"] == 5:  # MQTT 5: 0x10, no matching subscribers
-            pubacks = [b"\x40\x03" + i.to_bytes(2, "big") + b"\x10" for i in range(1, 65536)]
+        pkts = _publishes(m, qos, payload)
+        # MQTT 5: PUBACK/PUBREC 0x10, no matching subscribers
+        first = 0x40 if qos == 1 else 0x50
+        acks = [bytes((first, 3 if level5 else 2)) + i.to_bytes(2, "big")
+                + (b"\x10" if level5 else b"") for i in range(1, 65536)]
+        rels = [b"\x62\x02" + i.to_bytes(2, "big") for i in range(1, 65536)]
+        comps = [b"\x70\x02" + i.to_bytes(2, "big") for i in range(1, 65536)]
 
         def one(i: int) -> None:
-            n = i % 65535
-            if drive(pub, pw, pkts[n], m) != pubacks[n]:
-                raise AssertionError("no PUBACK")
+            ns = [(i * burst + k) % 65535 for k in range(burst)]
+            if drive(pub, pw, b"".join([pkts[n] for n in ns]), m) != b"".join(
+                    [acks[n] for n in ns]):  # fmt: skip
+                raise AssertionError("no PUBACK/PUBREC")
+            if qos == 2 and drive(pub, pw, b"".join([rels[n] for n in ns]), m) != b"".join(
+                    [comps[n] for n in ns]):  # fmt: skip
+                raise AssertionError("no PUBCOMP")
         return one
     qos = 1 if case == "qos1-sub" else 0
-    sub, sw = connect(h, "sub", qos)
+    subs = [connect(h, f"sub{k}", qos) for k in range(FAN if case == "qos0-fan" else 1)]
+    sub, sw = subs[0]
     pub, pw = connect(h, "pub")
     pkts = _publishes(m, qos, payload)
     acks = [b"\x40\x02" + i.to_bytes(2, "big") for i in range(65536)]
     # the packet id sits right before the payload (MQTT 5: and the property length)
-    tail = len(payload) + 2 + (1 if m["level"] == 5 else 0)
+    tail = len(payload) + 2 + (1 if level5 else 0)
 
     if qos == 0:
-        pkt = pkts[0]
+        data = pkts[0] * burst
+        want = len(data)
 
         def one0(i: int) -> None:
-            drive(pub, pw, pkt, m)
-            if len(sw.flush()) != len(pkt):
-                raise AssertionError("no delivery")
+            drive(pub, pw, data, m)
+            for _s, w in subs:
+                if len(w.flush()) != want:
+                    raise AssertionError("no delivery")
         return one0
 
+    size = len(pkts[0])
+
     def one1(i: int) -> None:
-        drive(pub, pw, pkts[i % 65535], m)  # the PUBACK
-        got = sw.flush()  # the delivery, as the subscriber's writer sends it
-        pid = (got[-tail] << 8) | got[-tail + 1]
-        drive(sub, sw, acks[pid], m)  # the subscriber's PUBACK
+        drive(pub, pw, b"".join([pkts[(i * burst + k) % 65535] for k in range(burst)]), m)
+        got = sw.flush()  # the deliveries, as the subscriber's writer sends them
+        pids = [(got[j * size + size - tail] << 8) | got[j * size + size - tail + 1]
+                for j in range(burst)]
+        drive(sub, sw, b"".join([acks[pid] for pid in pids]), m)  # the subscriber's PUBACKs
     return one1
 
 
@@ -225,15 +249,16 @@ def _spin_sleep(seconds: float) -> None:
         pass
 
 
-def timed(one: Callable[[int], None], count: int, pace: float, spin: bool = False) -> float:
+def timed(one: Callable[[int], None], count: int, pace: float, spin: bool = False,
+          burst: int = 1) -> float:
     """µs per message: CPU time of ``count`` back to back; with ``pace`` (seconds between
     messages, as a 1 msg/ms latency client sends them) the median wall time of one, the
     pause slept (or, with ``spin``, busy-waited)."""
     if not pace:
         t0 = time.process_time()  # CPU time: load on a shared VM moves it less
-        for i in range(count):
+        for i in range(count // burst):
             one(i)
-        return (time.process_time() - t0) / count * 1e6
+        return (time.process_time() - t0) / (count // burst * burst) * 1e6
     each = []
     clock, sleep = time.perf_counter_ns, (_spin_sleep if spin else time.sleep)
     for i in range(count):
@@ -254,6 +279,8 @@ def main() -> None:
                    help="ms between messages (cold caches, as at 1 msg/ms); wall time")
     p.add_argument("--spin", action="store_true",
                    help="with --pace: busy-wait between messages instead of sleeping")
+    p.add_argument("--burst", type=int, default=1,
+                   help="messages per read (the throughput scenarios' pipelining)")
     p.add_argument("--profile", choices=CASES)
     p.add_argument("--tree", help="import oxiedge from this directory")
     p.add_argument("--mqtt-version", default="3.1.1", choices=["3.1.1", "5"])
@@ -270,15 +297,15 @@ def main() -> None:
         try:
             if a.profile:
                 h = Harness(store, m)
-                one = make_case(a.profile, h, payload)
+                one = make_case(a.profile, h, payload, a.burst)
                 prof = cProfile.Profile()
-                prof.runcall(timed, one, a.count, 0.0)
+                prof.runcall(timed, one, a.count, 0.0, False, a.burst)
                 pstats.Stats(prof).sort_stats("tottime").print_stats(45)
                 return
             for case in a.case or CASES:
                 h = Harness(store, m)
-                one = make_case(case, h, payload)
-                times = [timed(one, a.count, a.pace / 1e3, a.spin)
+                one = make_case(case, h, payload, a.burst)
+                times = [timed(one, a.count, a.pace / 1e3, a.spin, a.burst)
                          for _ in range(a.repeats)]
                 print(f"{case:9s} {statistics.median(times):6.2f} µs/msg  "
                       f"(min {min(times):.2f}, max {max(times):.2f}; "

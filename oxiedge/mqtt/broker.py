@@ -39,7 +39,7 @@ from oxiedge.mqtt.session import Hold, Limits, Message, Outlet, Session, Stats
 from oxiedge.mqtt.shared import SHARE_PREFIX, share_problem, split_share
 from oxiedge.mqtt.topics import TopicTrie, topic_filter_problem, topic_limit_problem
 from oxiedge.mqtt.wills import DelayedWills
-from oxiedge.staged import Fanout
+from oxiedge.staged import COMMIT, Fanout
 
 #: Retained messages one ``replay_step`` sends at most before it lets other tasks run.
 REPLAY_BATCH = 64
@@ -122,8 +122,8 @@ class Broker:
         starts then) with its properties; True if durable work was staged."""
         self.stats.wills += 1
         fwd, expires_at = forwarded(will.properties._replace(will_delay_interval=None), now)
-        return self.router.route5(will.topic, will.payload, will.qos, will.retain,
-                                  will.topic.encode(), fwd, expires_at)
+        return bool(self.router.route5(will.topic, will.payload, will.qos, will.retain,
+                                       will.topic.encode(), fwd, expires_at) & COMMIT)
 
     # ------------------------------------------------------------------ recovery
     def recover(self, wall: float = 0.0) -> tuple[int, int]:

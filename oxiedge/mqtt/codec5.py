@@ -13,7 +13,8 @@ in what it calls:
 - then ``next_item()`` (3.1.1, untouched: no test of the level on its hot path) or
   ``next_item5()``, the same contract for MQTT 5: a PUBLISH comes back as a ``RawPublish5``
   tuple, a PUBACK of remaining length 2 (reason Success, no properties: the common one) as
-  its bare packet id, anything else as a ``packets5`` object. ``next_packet5()`` turns
+  its bare packet id, a PUBREC, PUBREL or PUBCOMP of remaining length 2 straight from its
+  packet id, anything else as a ``packets5`` object. ``next_packet5()`` turns
   the first two into ``Publish5`` / ``Puback5`` (tests, tools, the uplink's client side).
 
 Why a tuple for PUBLISH: the 3.1.1 hot path hands ``RawPublish`` to the router without
@@ -46,13 +47,14 @@ from oxiedge.mqtt.bodies import (
 from oxiedge.mqtt.bodies5 import CONTROL_DECODERS5, decode_connect5
 from oxiedge.mqtt.codec import (
     DEFAULT_MAX_PACKET_SIZE,
+    TOPIC_CACHE,
     Decoder,
     PacketTooLarge,
     TopicTooLong,
     cached_topic,
 )
 from oxiedge.mqtt.packets import RESERVED_FLAGS, Connect, PacketType, first_byte
-from oxiedge.mqtt.packets5 import Packet5, Puback5, Publish5
+from oxiedge.mqtt.packets5 import Packet5, Puback5, Pubcomp5, Publish5, Pubrec5, Pubrel5
 from oxiedge.mqtt.properties import NO_PROPERTIES, Properties, decode_properties
 from oxiedge.mqtt.topics import DEFAULT_MAX_TOPIC_LENGTH, DEFAULT_MAX_TOPIC_LEVELS
 
@@ -64,6 +66,11 @@ RawPublish5 = tuple[str, bytes, int, bool, bool, int | None, bytes, bytes | None
 _PUBLISH = int(PacketType.PUBLISH)
 _CONNECT_FIRST = first_byte(PacketType.CONNECT)
 _PUBACK_FIRST = first_byte(PacketType.PUBACK)
+#: First byte -> packet of the QoS 2 steps whose remaining length 2 says reason 0x00 and
+#: no properties (3.5.2.1, 3.6.2.1, 3.7.2.1).
+_SHORT_ACKS: dict[int, Callable[[int], Packet5]] = {
+    first_byte(t): cls for t, cls in ((PacketType.PUBREC, Pubrec5), (PacketType.PUBREL, Pubrel5),
+                   (PacketType.PUBCOMP, Pubcomp5))}  # fmt: skip
 _V5_CONNECT = b"\x00\x04MQTT\x05"
 
 
@@ -95,7 +102,13 @@ def parse_publish5(
         raise TopicTooLong(f"topic of {tl} bytes exceeds the limit of {max_length}")
     if raw.count(b"/") > max_levels:
         raise TopicTooLong(f"topic has more than {max_levels} '/' separators")
-    topic = cached_topic(raw, frame, off) if tl else ""
+    if tl:
+        topic = TOPIC_CACHE.get(raw)  # (``cached_topic``'s hit, without the call)
+        if topic is None:
+            topic = cached_topic(raw, frame, off)
+    else:
+        topic = ""
+    retain = bool(first & 1)
     pid = None
     if qos:
         if n - end < 2:
@@ -104,14 +117,16 @@ def parse_publish5(
         if not pid:
             raise MalformedPacket("packet identifier 0 (MQTT-2.2.1-3)")
         end += 2
-    if end < n and not frame[end]:  # no properties, the common case: no call
-        props, end = NO_PROPERTIES, end + 1
-    else:
-        props, end = decode_properties(frame, end, PacketType.PUBLISH)
+    if end < n and not frame[end]:
+        # No properties, the common case: no call, no Topic Alias to look at.
+        if not tl:
+            raise ProtocolViolation("empty topic name without a Topic Alias (3.3.2.1)")
+        return (topic, raw, qos, retain, dup, pid, frame[end + 1:],
+                frame if forwardable and not qos and not retain else None, NO_PROPERTIES)
+    props, end = decode_properties(frame, end, PacketType.PUBLISH)
     alias = props.topic_alias
     if not tl and alias is None:
         raise ProtocolViolation("empty topic name without a Topic Alias (3.3.2.1)")
-    retain = bool(first & 1)
     fwd = frame if forwardable and not qos and not retain and alias is None else None
     return (topic, raw, qos, retain, dup, pid, frame[end:], fwd, props)
 
@@ -209,8 +224,12 @@ class Decoder5(Decoder):
             return None
         first = buf[pos]
         self._pos = end
-        if first == _PUBACK_FIRST and length == 2 and (buf[i] or buf[i + 1]):
-            return (buf[i] << 8) | buf[i + 1]  # a subscriber's hot path: no object
+        if length == 2 and (buf[i] or buf[i + 1]):  # (an id of 0 goes the checked way)
+            if first == _PUBACK_FIRST:
+                return (buf[i] << 8) | buf[i + 1]  # a subscriber's hot path: no object
+            ack = _SHORT_ACKS.get(first)
+            if ack is not None:  # a QoS 2 step with reason 0x00: no body decoder
+                return ack((buf[i] << 8) | buf[i + 1])
         raw, off = bytes(buf[pos:end]), i - pos
         if first >> 4 == _PUBLISH:
             try:

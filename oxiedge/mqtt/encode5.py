@@ -102,7 +102,10 @@ def _ack(ptype: PacketType, packet_id: int, reason_code: int, properties: Proper
 
 _PUBACK2 = _SHORT[PacketType.PUBACK]
 _PUBREC2 = _SHORT[PacketType.PUBREC]
+_PUBREL2 = _SHORT[PacketType.PUBREL]
+_PUBCOMP2 = _SHORT[PacketType.PUBCOMP]
 _PUBACK3 = _WITH_CODE[PacketType.PUBACK]
+_PUBREC3 = _WITH_CODE[PacketType.PUBREC]
 _NO_MATCHING = b"\x10"  # (No matching subscribers: a PUBACK/PUBREC code, not an error)
 
 
@@ -120,20 +123,27 @@ def encode_puback5(packet_id: int, reason_code: int = 0,
 def encode_pubrec5(packet_id: int, reason_code: int = 0,
                    properties: Properties = NO_PROPERTIES) -> bytes:  # fmt: skip
     """PUBREC (3.5)."""
-    if not reason_code and properties is NO_PROPERTIES:
-        return _PUBREC2 + packet_id.to_bytes(2, "big")
+    if properties is NO_PROPERTIES:  # (every QoS 2 publish's: one call)
+        if not reason_code:
+            return _PUBREC2 + packet_id.to_bytes(2, "big")
+        if reason_code == 0x10:
+            return _PUBREC3 + packet_id.to_bytes(2, "big") + _NO_MATCHING
     return _ack(PacketType.PUBREC, packet_id, reason_code, properties)
 
 
 def encode_pubrel5(packet_id: int, reason_code: int = 0,
                    properties: Properties = NO_PROPERTIES) -> bytes:  # fmt: skip
     """PUBREL (3.6)."""
+    if not reason_code and properties is NO_PROPERTIES:
+        return _PUBREL2 + packet_id.to_bytes(2, "big")
     return _ack(PacketType.PUBREL, packet_id, reason_code, properties)
 
 
 def encode_pubcomp5(packet_id: int, reason_code: int = 0,
                     properties: Properties = NO_PROPERTIES) -> bytes:  # fmt: skip
     """PUBCOMP (3.7)."""
+    if not reason_code and properties is NO_PROPERTIES:
+        return _PUBCOMP2 + packet_id.to_bytes(2, "big")
     return _ack(PacketType.PUBCOMP, packet_id, reason_code, properties)
 
 

@@ -101,8 +101,8 @@ def with_alias(block: bytes, alias: int) -> bytes:
 class Peer5:
     """A session's MQTT 5 client, as its deliveries need it (see the module docstring)."""
 
-    __slots__ = ("alias_max", "aliases", "clock", "max_packet", "receive_maximum", "stats",
-                 "sub_ids")
+    __slots__ = ("alias_max", "aliases", "clock", "max_packet", "plain_max", "receive_maximum",
+                 "stats", "sub_ids")
 
     def __init__(self, stats: Stats, *, receive_maximum: int = 65535,
                  max_packet: int = 1 << 28, alias_max: int = 0,
@@ -112,6 +112,10 @@ class Peer5:
         self.aliases: dict[bytes, int] = {}  # outbound: topic -> its alias (this connection)
         self.receive_maximum = receive_maximum  # the client's (3.1.2.11.3)
         self.max_packet = max_packet  # the client's Maximum Packet Size (3.1.2.11.4)
+        # The longest shared QoS 0 frame (``Message.qos0v5``) this client takes as is: its
+        # Maximum Packet Size, or -1 (none) when it gets Topic Aliases. ``Session.deliver``
+        # tests it inline, so a plain QoS 0 delivery costs no call here.
+        self.plain_max = -1 if alias_max else max_packet
         self.clock = clock
         # filter -> Subscription Identifier of that subscription (3.8.2.1.2)
         self.sub_ids: dict[str, int] = {}

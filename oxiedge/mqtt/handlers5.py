@@ -52,6 +52,7 @@ from oxiedge.mqtt.reasons import ReasonCode as RC
 from oxiedge.mqtt.router import ID_SHIFT, NO_LOCAL, RETAIN_AS_PUBLISHED
 from oxiedge.mqtt.shared import SHARE_PREFIX, share_problem, unshared
 from oxiedge.mqtt.topics import reserved_topic, topic_filter_problem
+from oxiedge.staged import COMMIT, REFUSED, ROUTED
 
 
 class TopicAliasInvalid(ProtocolError):
@@ -74,6 +75,15 @@ class PayloadFormatInvalid(ProtocolError):
     reason_code: ClassVar[int] = RC.PAYLOAD_FORMAT_INVALID
 
 
+#: The PUBACK/PUBREC reason code for what ``Router.route5`` returned (a ``staged.Staged``,
+#: indexed by its bits): 0x97 when a destination's bound refused the message (an AMQP queue
+#: with x-overflow reject-publish through amq.topic), 0x10 when nothing took it (no session,
+#: queue, ingest route or uplink), else success.
+REASON_OF: tuple[int, ...] = tuple(
+    int(RC.QUOTA_EXCEEDED if got & REFUSED else RC.SUCCESS if got & ROUTED
+        else RC.NO_MATCHING_SUBSCRIBERS) for got in range(16))  # fmt: skip
+
+
 def _is_utf8(payload: bytes) -> bool:
     try:
         payload.decode("utf-8")
@@ -90,7 +100,6 @@ class Handlers5:
                  wall: WallClock = time.time) -> None:  # fmt: skip
         self.h = h
         self.broker = h.broker
-        self._router = h.broker.router
         self._route5 = h.broker.router.route5
         self._perms = perms
         self.aliases: dict[int, tuple[str, bytes]] = {}  # inbound: alias -> topic
@@ -155,13 +164,13 @@ class Handlers5:
         route5 = self._route5
         if qos == 0:
             if route5(topic, payload, 0, retain, topic_b, props, expires_at, h.session, None,
-                      frame):  # (MQTT 5 subscribers share the received frame: Peer5)
+                      frame) & COMMIT:  # (MQTT 5 subscribers share the received frame: Peer5)
                 h.kick = True
         elif qos == 1:
-            if route5(topic, payload, 1, retain, topic_b, props, expires_at, h.session):
+            got = route5(topic, payload, 1, retain, topic_b, props, expires_at, h.session)
+            if got & COMMIT:
                 h.need_commit = True
-            # 0x10: nothing took it (no session, queue, ingest route or uplink)
-            h.replies.append(encode_puback5(pid, self._verdict()))  # type: ignore[arg-type]
+            h.replies.append(encode_puback5(pid, REASON_OF[got]))  # type: ignore[arg-type]
         else:
             s = h.session
             assert s is not None and pid is not None
@@ -171,23 +180,13 @@ class Handlers5:
             # As 3.1.1 (``Handlers.on_publish``): route once, remember the id until PUBREL.
             code = 0
             if s.received_qos2(pid):
-                if route5(topic, payload, 2, retain, topic_b, props, expires_at, s) \
-                        or s.store is not None:
+                got = route5(topic, payload, 2, retain, topic_b, props, expires_at, s)
+                if got & COMMIT or s.store is not None:
                     h.need_commit = True
-                code = self._verdict()
+                code = REASON_OF[got]
             elif s.store is not None:
                 h.need_commit = True
             h.replies.append(encode_pubrec5(pid, code))
-
-    def _verdict(self) -> int:
-        """The reason code of a PUBACK/PUBREC for what ``route5`` just did: 0x97 when a
-        destination's bound refused it (an AMQP queue with x-overflow reject-publish
-        through amq.topic), 0x10 when nothing took it (no session, queue, ingest route or
-        uplink), else success."""
-        router = self._router
-        if router.refused:
-            return RC.QUOTA_EXCEEDED
-        return RC.NO_MATCHING_SUBSCRIBERS if router.unrouted else RC.SUCCESS
 
     def failed(self, reason: str) -> bytes:
         """The burst's commit failed: nothing of its round is on disk, so its PUBACKs and

@@ -33,7 +33,7 @@ from oxiedge.mqtt.retain import RetainedStore
 from oxiedge.mqtt.session import Hold, Message, Pending, Session, Stats
 from oxiedge.mqtt.shared import HAND_ON_MAX, SHARE_PREFIX, SharedGroup, SharedSubscriptions
 from oxiedge.mqtt.topics import TopicTrie, topic_matches
-from oxiedge.staged import COMMIT, MQTT, REFUSED, Fanout, Origin
+from oxiedge.staged import COMMIT, MQTT, NOTHING, REFUSED, ROUTED, Fanout, Origin, Staged
 
 #: Topics whose merged subscriber list is cached (``Router.routes``). When full the cache
 #: is cleared wholesale: a publisher cycling through more topics than this pays one trie
@@ -101,10 +101,6 @@ class Router:
         # whenever deliveries were added to it (the service's releaser task wakes up).
         self.hold = Hold()
         self.on_hold: Callable[[], None] | None = None
-        # ``route5``'s last message was taken by nobody (MQTT 5's reason code 0x10).
-        self.unrouted = False
-        # ... and a destination's bound refused it (0x97: reject-publish through amq.topic).
-        self.refused = False
         # The destinations outside MQTT (see ``route``); wired once by ``server.py``.
         self.bus: Fanout | None = None
 
@@ -220,7 +216,7 @@ class Router:
         publisher: Session | None = None,
         origin: Origin | None = None,
         frame: bytes | None = None,
-    ) -> bool:
+    ) -> Staged:
         """``route`` for a PUBLISH from an MQTT 5 client: ``props`` are the properties its
         subscribers get (``forward5.forwarded``), ``expires_at`` its wall-clock deadline.
         Without either it is ``route`` (3.1.1 subscribers share one QoS 0 frame; its own
@@ -229,50 +225,49 @@ class Router:
         ``frame``: the received packet, for a QoS 0 PUBLISH that MQTT 5 subscribers get
         byte for byte (one without properties: ``RawPublish5.frame``).
 
-        Afterwards ``unrouted`` says whether nothing took it: no session (its options
-        aside), no destination of the bus (PUBACK/PUBREC 0x10, "no matching subscribers")."""
+        Returns a ``staged.Staged``: ``COMMIT`` if durable work was staged (commit before
+        acknowledging), ``ROUTED`` if something took it - a session (its options aside) or
+        a destination of the bus - (without it, PUBACK/PUBREC 0x10 "no matching
+        subscribers"), ``REFUSED`` if a destination's bound refused it (0x97)."""
+        stats = self.stats
         if origin is None:
-            self.stats.messages_in5 += 1
-        self.stats.messages_in += 1
-        staged = False
-        self.refused = False
+            stats.messages_in5 += 1
+        stats.messages_in += 1
+        got = NOTHING
         route = self.routes.get(topic)
         if route is None:
             route = self._route_of(topic)
         sp = self.specials.get(topic) if self.specials else None
         sh = self.shared.match(topic) if self.shared.groups else None
-        unrouted = not (route or sp or sh)
-        if route or retain or sp or sh:
-            if props is NO_PROPERTIES and expires_at is None:
+        plain = props is NO_PROPERTIES and expires_at is None
+        if route or sp or sh:
+            got = ROUTED
+        if got or retain:
+            if plain:
                 msg = Message(topic, payload, topic_b)
                 if frame is not None:
                     msg.qos0v5 = frame  # (what MQTT 5 subscribers get: forward5.Peer5)
             else:
                 msg = Message5(topic, payload, topic_b, props, expires_at)
-            if retain:
-                staged = self.retained.keep(msg, qos)
+            if retain and self.retained.keep(msg, qos):
+                got |= COMMIT
             hold = self.hold if qos == 2 else None
             for s, granted in route:
                 if s.deliver(msg, granted if granted < qos else qos, False, hold):
-                    staged = True
+                    got |= COMMIT
             if sp and self._special(sp, msg, qos, retain, hold, publisher):
-                staged = True
+                got |= COMMIT
             if sh and self._shared(sh, msg, qos, retain, hold):
-                staged = True
+                got |= COMMIT
             if hold is not None:
                 self.held()
         bus = self.bus
         if bus is not None:
             fan = bus.fan_out(MQTT if origin is None else origin, topic, payload, qos, retain,
-                              None if props is NO_PROPERTIES and expires_at is None
-                              else to_bus(props, expires_at))  # fmt: skip
-            if fan:
-                unrouted = False
-                if fan & COMMIT:
-                    staged = True
-                self.refused = bool(fan & REFUSED)
-        self.unrouted = unrouted
-        return staged
+                              None if plain else to_bus(props, expires_at))
+            if fan:  # (any bit: something beyond MQTT took it; REFUSED passes on)
+                got |= ROUTED | (fan & (COMMIT | REFUSED))
+        return got
 
     @staticmethod
     def _special(sp: Special, msg: Message, qos: int, retain: bool, hold: Hold | None,

@@ -33,7 +33,7 @@ from oxiedge.mqtt.systree import SysTree
 from oxiedge.mqtt.topics import sys_topic, valid_topic_name
 from oxiedge.mqtt.views import register_views
 from oxiedge.operations import handlers
-from oxiedge.staged import MQTT, MessageProps, Origin
+from oxiedge.staged import COMMIT, MQTT, MessageProps, Origin
 from oxiedge.tls import TlsManager, open_secured, peer_name
 
 #: Client ids one expiry log line names; the rest are counted.
@@ -115,9 +115,9 @@ class MqttService:
             raise ValueError(f"MQTT topic {topic!r}: $SYS topics are the broker's")
         if props is None:
             return self.broker.route(topic, payload, qos, retain, origin)
-        return self.broker.router.route5(topic, payload, qos, retain, topic.encode(),
-                                         from_bus(props), props.expires_at, None,
-                                         origin or MQTT)
+        return bool(self.broker.router.route5(topic, payload, qos, retain, topic.encode(),
+                                              from_bus(props), props.expires_at, None,
+                                              origin or MQTT) & COMMIT)
 
     async def publish(
         self,

@@ -53,6 +53,7 @@ class Outlet(Protocol):
 
 class Peer(Protocol):
     """An MQTT 5 client's side of the session (``forward5.Peer5``)."""
+    plain_max: int  # the longest shared QoS 0 frame it takes as is (-1: none)
 
     def publish(self, msg: Message, qos: int, retain: bool, dup: bool,
                 pid: int | None) -> bytes | None: ...
@@ -192,14 +193,15 @@ class Session:
             conn = self.conn
             if conn is not None:
                 peer = self.peer
-                if peer is None:
+                if peer is not None:  # MQTT 5: the shared frame as is (``Peer5.plain_max``)
+                    data = msg.qos0v5
+                    if data is None or retain or len(data) > peer.plain_max:
+                        data = peer.publish(msg, 0, retain, False, None)
+                        if data is None:
+                            return False  # expired or over the client's Maximum Packet Size
+                else:
                     data = (msg.qos0_bytes() if not retain
                             else encode_publish(msg.topic_b, msg.payload, 0, True))  # fmt: skip
-                else:
-                    got = peer.publish(msg, 0, retain, False, None)
-                    if got is None:
-                        return False  # expired or over the client's Maximum Packet Size
-                    data = got
                 if hold is not None:
                     hold.qos0.append((self, data))
                 elif conn.out_bytes < self.limits.out_limit:

@@ -25,7 +25,17 @@ from collections.abc import Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
 
-from bench import brokers, procstat, report, scen_amqp, scen_disk, scen_mqtt, scen_stream, scen_tx
+from bench import (
+    brokers,
+    procstat,
+    report,
+    scen_amqp,
+    scen_disk,
+    scen_mqtt,
+    scen_qos2,
+    scen_stream,
+    scen_tx,
+)
 from bench.brokers import Started, Target
 from bench.machine import describe as describe_machine
 from bench.machine import one_line
@@ -36,6 +46,8 @@ Scenario = Callable[[Target, Options], Result]
 SCENARIOS: dict[str, tuple[Scenario, str]] = {
     "mqtt-qos0": (scen_mqtt.qos0, "MQTT QoS 0, 1 publisher → 1 subscriber"),
     "mqtt-qos1": (scen_mqtt.qos1_pipelined, "MQTT QoS 1 pipelined (window in flight), PUBACKs/s"),
+    "mqtt-qos2": (scen_qos2.qos2_pipelined,
+                  "MQTT QoS 2 pipelined (window in flight): PUBLISH→PUBREC, PUBREL→PUBCOMP"),
     "mqtt-fanout": (scen_mqtt.fanout, "MQTT QoS 0 fan-out 1 → N subscribers, deliveries/s"),
     "mqtt-qos1-seq": (scen_mqtt.qos1_sequential_raw,
                       "MQTT sequential QoS 1 publish→PUBACK (raw client)"),

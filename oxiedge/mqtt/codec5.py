@@ -72,6 +72,10 @@ _SHORT_ACKS: dict[int, Callable[[int], Packet5]] = {
     first_byte(t): cls for t, cls in ((PacketType.PUBREC, Pubrec5), (PacketType.PUBREL, Pubrel5),
                    (PacketType.PUBCOMP, Pubcomp5))}  # fmt: skip
 _V5_CONNECT = b"\x00\x04MQTT\x05"
+# The topic cache under a name bound here: CPython compiles a method call on a name bound
+# by an import as an attribute load and a call (it takes it for a module's function), not
+# as the cheaper method call.
+_TOPICS: dict[bytes, str] = TOPIC_CACHE
 
 
 def parse_publish5(
@@ -103,7 +107,7 @@ def parse_publish5(
     if raw.count(b"/") > max_levels:
         raise TopicTooLong(f"topic has more than {max_levels} '/' separators")
     if tl:
-        topic = TOPIC_CACHE.get(raw)  # (``cached_topic``'s hit, without the call)
+        topic = _TOPICS.get(raw)  # (``cached_topic``'s hit, without the call)
         if topic is None:
             topic = cached_topic(raw, frame, off)
     else:

@@ -118,6 +118,10 @@ _PUBCOMP2 = _SHORT[PacketType.PUBCOMP]
 _PUBACK3 = _WITH_CODE[PacketType.PUBACK]
 _PUBREC3 = _WITH_CODE[PacketType.PUBREC]
 _NO_MATCHING = b"\x10"  # (No matching subscribers: a PUBACK/PUBREC code, not an error)
+# A PUBACK/PUBREC 0x10 as one integer with the packet id's place empty: one ``to_bytes``
+# makes the packet (no concatenation).
+_PUBACK_NO_MATCHING = int.from_bytes(_PUBACK3 + b"\x00\x00" + _NO_MATCHING, "big")
+_PUBREC_NO_MATCHING = int.from_bytes(_PUBREC3 + b"\x00\x00" + _NO_MATCHING, "big")
 
 
 def encode_puback5(packet_id: int, reason_code: int = 0,
@@ -127,7 +131,7 @@ def encode_puback5(packet_id: int, reason_code: int = 0,
         if not reason_code:
             return _PUBACK2 + packet_id.to_bytes(2, "big")
         if reason_code == 0x10:
-            return _PUBACK3 + packet_id.to_bytes(2, "big") + _NO_MATCHING
+            return (_PUBACK_NO_MATCHING | packet_id << 8).to_bytes(5, "big")
     return _ack(PacketType.PUBACK, packet_id, reason_code, properties)
 
 
@@ -138,7 +142,7 @@ def encode_pubrec5(packet_id: int, reason_code: int = 0,
         if not reason_code:
             return _PUBREC2 + packet_id.to_bytes(2, "big")
         if reason_code == 0x10:
-            return _PUBREC3 + packet_id.to_bytes(2, "big") + _NO_MATCHING
+            return (_PUBREC_NO_MATCHING | packet_id << 8).to_bytes(5, "big")
     return _ack(PacketType.PUBREC, packet_id, reason_code, properties)
 
 

@@ -135,7 +135,10 @@ class Peer5:
                 block = msg.block if type(msg) is Message5 else NO_PROPERTY_BYTES
                 data = msg.qos0v5 = encode_publish5(msg.topic_b, msg.payload, 0, False, False,
                                                     None, block)
-            return self._fit(data)
+            if len(data) > self.max_packet:  # (``_fit``, inlined: once per message)
+                self.stats.dropped_too_large += 1
+                return None
+            return data
         if type(msg) is not Message5 and not ids and not self.alias_max:
             # A message without properties to a client without aliases (the common case):
             # as 3.1.1 encodes it, with an empty property block

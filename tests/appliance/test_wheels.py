@@ -1,5 +1,5 @@
-"""Every runtime dependency installs on the appliance: manylinux aarch64 wheels for cp311
-(bookworm) and cp313 (trixie), at the versions image/constraints.txt pins.
+"""Every runtime dependency installs on the appliance: manylinux aarch64 and x86_64 wheels
+for cp311 (bookworm) and cp313 (trixie), at the versions image/constraints.txt pins.
 
 The image and the .deb install the venv from the host with `pip --platform` and binary
 wheels only (image/install-venv.sh): a dependency that needs a compiler on the Pi breaks the
@@ -45,8 +45,9 @@ def test_constraints_pin_every_runtime_dependency_exactly() -> None:
         assert name in pinned, f"{name} is not pinned in image/constraints.txt"
 
 
+@pytest.mark.parametrize("machine", ["aarch64", "x86_64"])
 @pytest.mark.parametrize("python", ["3.11", "3.13"])
-def test_every_runtime_dependency_has_an_aarch64_wheel(tmp_path: Path, python: str) -> None:
+def test_every_runtime_dependency_has_a_wheel(tmp_path: Path, python: str, machine: str) -> None:
     abi = "cp" + python.replace(".", "")
     requirements = runtime_requirements()
     assert requirements, "pyproject.toml lists no runtime dependency"
@@ -54,7 +55,7 @@ def test_every_runtime_dependency_has_an_aarch64_wheel(tmp_path: Path, python: s
     env["PIP_CONFIG_FILE"] = os.devnull  # PyPI only, as image/install-venv.sh does
     proc = subprocess.run(
         [sys.executable, "-m", "pip", "download", "--quiet", "--disable-pip-version-check",
-         "--only-binary=:all:", "--platform", "manylinux2014_aarch64",
+         "--only-binary=:all:", "--platform", f"manylinux2014_{machine}",
          "--python-version", python, "--implementation", "cp", "--abi", abi,
          "--constraint", str(CONSTRAINTS),
          "--retries", "2", "--timeout", "30", "-d", str(tmp_path), *requirements],
@@ -73,7 +74,7 @@ def test_every_runtime_dependency_has_an_aarch64_wheel(tmp_path: Path, python: s
         tag_python, tag_abi, plat = tags
         if plat == "any":
             continue  # pure Python
-        assert "aarch64" in plat and "manylinux" in plat, wheel
+        assert machine in plat and "manylinux" in plat, wheel
         assert abi in tag_python.split(".") or tag_abi == "abi3", wheel
     pinned = pins()
     for wheel in wheels:

@@ -28,9 +28,13 @@ wake-up socket), a task became runnable (a hand-off, a writer woken), or trio's 
 deadline is due (the timeout). trio then waits with the timeout it computed before the
 hook ran, so in the last two cases the loop makes that wait return at once (its
 ``force_wakeup``). Timers, deadlines and every other task behave as before; only the order
-of work inside one wake-up differs. Where a wait that runs out must be seen by trio as one
-(a test's ``wait_all_tasks_blocked``, an autojump clock) the loop only serves what is
-ready and never blocks; trio's own wait then does not see the parked descriptors.
+of work inside one wake-up differs, and not the order of arrival: epoll lists ready
+descriptors in the order they became ready, and the loop serves parked connections only
+up to trio's own descriptor; those after it wait until trio has run the tasks its input
+woke (a connection waiting in trio is not overtaken by one whose input came later).
+Where a wait that runs out must be seen by trio as one (a test's
+``wait_all_tasks_blocked``, an autojump clock) the loop only serves what is ready and
+never blocks; trio's own wait then does not see the parked descriptors.
 
 Busy-poll (``--busy-poll-us``)
 ------------------------------
@@ -266,6 +270,8 @@ class HotLoop(trio.abc.Instrument):
             # trio has work already (serve what is ready, then let it run), or a test's
             # wait_all_tasks_blocked / autojump clock needs trio's own wait to run out.
             for fd, _ in poll(0):
+                if fd == trio_fd:
+                    break  # (arrival order: see below)
                 seat = parked.get(fd)
                 if seat is not None:
                     self.served += 1
@@ -281,8 +287,14 @@ class HotLoop(trio.abc.Instrument):
             back = False
             for fd, _ in wait_for(wait):
                 if fd == trio_fd:
+                    # Input on a connection that waits in trio arrived before what
+                    # follows in epoll's ready list (it keeps the order in which the
+                    # descriptors became ready): that task runs first, and the rest is
+                    # served in the next round (level-triggered, still ready). Serving
+                    # it first would let a client's PUBLISH overtake another's SUBSCRIBE
+                    # sent before it (paho's test_subscribe_options).
                     back = True
-                    continue
+                    break
                 seat = parked.get(fd)
                 if seat is not None:
                     self.served += 1

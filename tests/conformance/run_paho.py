@@ -160,15 +160,7 @@ def _tail(detail: str) -> str:
 
 
 #: MQTT 5 suite: test name -> why it fails against oxiedge (what is not done yet).
-KNOWN5: dict[str, str] = {
-    "test_subscribe_options": "a race in the test: it waits for the first client's SUBACK "
-                              "twice, so the first client's PUBLISH can be handled before "
-                              "the second client's SUBSCRIBE (the two packets arrive on two "
-                              "connections microseconds apart; which one the broker reads "
-                              "first is not fixed: trio runs tasks woken together in either "
-                              "order). It passes when the SUBSCRIBE wins",
-    "test_request_response": "same race as test_subscribe_options",
-}
+KNOWN5: dict[str, str] = {}
 NOT_RUN5 = {
     "client_test.py": "the MQTT 3.1.1 suite: its own block above",
 }

@@ -69,8 +69,8 @@ def test_paho_baseline_is_for_the_pinned_commit() -> None:
 @pytest.mark.timeout(900)
 def test_paho_mqtt5_interop_tests_not_below_baseline(tmp_path: Path) -> None:
     """The same for ``client_test5.py`` (``run_paho --v5``, ``paho5_results.json``): every
-    failure has a reason in ``KNOWN5``. Two of its tests race (``KNOWN5``), so a pass of
-    those in the baseline is not required again."""
+    failure has a reason in ``KNOWN5`` (none: all 27 pass), and every test the baseline
+    passes passes again."""
     cached = tree(DEFAULT_CACHE) / "interoperability" / "client_test5.py"
     if not (DEFAULT_GIT / "HEAD").exists() and not cached.exists():
         pytest.skip(f"no eclipse/paho.mqtt.testing clone at {DEFAULT_GIT}")
@@ -81,8 +81,7 @@ def test_paho_mqtt5_interop_tests_not_below_baseline(tmp_path: Path) -> None:
     got = json.loads(out.read_text())
     base = json.loads(RESULTS5_JSON.read_text())
     assert got["status"] == "ok", got["detail"]
-    racy = {"test_subscribe_options", "test_request_response"}
-    regressed = sorted(set(base["passes"]) - set(got["passes"]) - racy)
+    regressed = sorted(set(base["passes"]) - set(got["passes"]))
     assert not regressed, regressed
     assert not set(got["failures"]) - set(KNOWN5), got["failures"]
 

@@ -4,6 +4,7 @@ never beyond the client's maximum), enhanced authentication refused with 0x8C.""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 
 from oxiedge.mqtt.packets5 import (
@@ -169,3 +170,31 @@ def test_unsuback_says_which_filter_was_invalid(shared_mqtt: ServerProcess) -> N
     c.sock.sendall(b"\xa2\x05\x00\x03\x00\x00\x00")  # an empty filter (MQTT-4.7.3-1)
     assert c.next() == Disconnect5(0x81)
     c.close()
+
+
+def test_a_subscribe_sent_before_anothers_publish_is_applied_first(
+        shared_mqtt: ServerProcess) -> None:
+    # paho's test_subscribe_options: A subscribes with No Local and waits for its SUBACK;
+    # B (connected; its CONNECT needed an await, so its reader waits in trio while A's,
+    # after a burst that needed none, waits in the hot loop) sends SUBSCRIBE, and A its
+    # PUBLISH right after, without B's SUBACK in between. The broker handles the input in
+    # the order it arrived (net/hot.py): B gets the message, A does not.
+    for round_ in range(5):
+        a, b = Raw5(shared_mqtt.mqtt_port), Raw5(shared_mqtt.mqtt_port)
+        a.connect(f"order-a{round_}", props=NONE)
+        b.connect(f"order-b{round_}", props=NONE)
+        a.send(Subscribe5(1, (Subscription("order/t", 2, no_local=True),)))
+        assert a.next() == Suback5(1, (2,))
+        # A's connection goes idle first, as in paho's test (its wait polls every 0.5 s):
+        # a reader still busy with A's last burst reads what A sends next at once.
+        time.sleep(0.2)
+        b.send(Subscribe5(1, (Subscription("order/t", 2, no_local=True),)))
+        a.send(Publish5("order/t", b"noLocal", 1, False, False, 3))
+        assert a.next() == Puback5(3)  # (matching subscribers: B's, and A's own)
+        assert b.next() == Suback5(1, (2,))
+        got = b.next()
+        assert isinstance(got, Publish5) and got.payload == b"noLocal", got
+        a.send(Disconnect5(0))
+        b.send(Disconnect5(0))
+        a.close()
+        b.close()

@@ -166,6 +166,58 @@ async def test_the_busy_poll_gate() -> None:
         b.close()
 
 
+async def test_input_is_served_in_the_order_it_arrived(store: Store) -> None:
+    # One connection waits in trio (its last burst needed an await), the other is parked
+    # in the hot loop. Input that reaches the first one before the second must be handled
+    # first: a client's PUBLISH must not overtake another client's SUBSCRIBE sent before
+    # it (paho's test_subscribe_options). The clients send synchronously, back to back,
+    # so both are ready in the same wait.
+    order: list[bytes] = []
+
+    class Ordered(Lines):
+        def receive_data(self, data: bytes | bytearray) -> None:
+            order.append(bytes(data))
+            super().receive_data(data)
+
+        def authenticated(self, ok: bool) -> None:
+            order.append(b"authenticated")
+            super().authenticated(ok)
+
+    async def to_trio() -> None:
+        """A burst that needs an await (a login): the connection then waits in trio."""
+        in_trio.sendall(b"login\n")
+        with trio.fail_after(5):
+            while order[-1:] != [b"authenticated"]:
+                await trio.sleep(0.001)
+        await trio.testing.wait_all_tasks_blocked()  # (its reader is in trio's wait)
+        order.clear()
+        assert not waiting.parked
+
+    sockets = [socket.socketpair() for _ in range(2)]
+    transports = [Transport(trio.SocketStream(trio.socket.from_stdlib_socket(server)), store,
+                            pause_at=1 << 20, authenticate=login) for _, server in sockets]
+    (in_trio, _), (hot_client, _) = sockets
+    async with trio.open_nursery() as nursery:
+        for transport in transports:
+            nursery.start_soon(transport.run, Ordered(transport))
+        waiting, hot = transports
+        await parked(waiting)
+        await parked(hot)
+        for round_ in range(5):
+            await to_trio()
+            in_trio.sendall(b"first%d\n" % round_)
+            hot_client.sendall(b"second%d\n" % round_)
+            with trio.fail_after(5):
+                while len(order) < 2:
+                    await trio.sleep(0.001)
+            assert order == [b"first%d\n" % round_, b"second%d\n" % round_]
+            order.clear()
+            await parked(hot)
+        nursery.cancel_scope.cancel()
+    for client, _ in sockets:
+        client.close()
+
+
 async def test_abort_while_parked(store: Store) -> None:
     client, server = stream_pair("socket")
     transport = Transport(server, store, pause_at=1 << 20)

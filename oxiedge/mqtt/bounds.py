@@ -13,7 +13,7 @@ if TYPE_CHECKING:
     from oxiedge.store.backlog import Backlog
 
 #: Inbound QoS 2 packet ids one session holds before PUBREL; at the bound the oldest is
-#: forgotten (``Session._forget_oldest_qos2``). Far above a client's in-flight window (paho
+#: forgotten (``inbound2.InboundQos2``). Far above a client's in-flight window (paho
 #: and mosquitto_pub keep 20 messages in flight), so only ids a client abandoned go.
 MAX_QOS2_PENDING = 1024
 #: The queue of a session that keeps it in memory (a clean session, ``--no-mqtt-persist``)

@@ -156,7 +156,7 @@ class Broker:
             s.trim_queue_bytes()  # a lowered --mqtt-queue-bytes: drop (and delete) the oldest
             for seq in rs.rel:
                 s.rel[persist.packet_id_of(seq)] = seq
-            s.recover_qos2(rs.rx2)
+            s.rx2.recover(rs.rx2)
             s.next_seq = max(s.queue.tail, rs.next_seq)
             pending += len(s.queue)
             self.sessions[s.client_id] = s

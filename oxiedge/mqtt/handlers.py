@@ -115,7 +115,7 @@ class Handlers:
             assert s is not None
             # Method B of 4.3.3: route once, remember the id until PUBREL (MQTT-4.3.3-2);
             # the deliveries are held until the commit (router.py), PUBREC follows it.
-            if s.received_qos2(pid):  # type: ignore[arg-type]
+            if s.rx2.received(pid):  # type: ignore[arg-type]
                 routed = self._route(topic, payload, 2, retain, None, topic_b)
                 if routed or s.store is not None:
                     self.need_commit = True
@@ -156,7 +156,7 @@ class Handlers:
 
     def _on_pubrel(self, p: Pubrel) -> bool:
         s = self.session
-        if s is not None and (s.released_qos2(p.packet_id) or s.store is not None):
+        if s is not None and (s.rx2.released(p.packet_id) or s.store is not None):
             # PUBCOMP after the id's removal is durable; for an id we do not know, after a
             # barrier (a taken-over connection may have staged its removal).
             self.need_commit = True

@@ -179,7 +179,7 @@ class Handlers5:
                                              "PUBLISHes awaiting PUBREL")  # fmt: skip
             # As 3.1.1 (``Handlers.on_publish``): route once, remember the id until PUBREL.
             code = 0
-            if s.received_qos2(pid):
+            if s.rx2.received(pid):
                 got = route5(topic, payload, 2, retain, topic_b, props, expires_at, s)
                 if got & COMMIT or s.store is not None:
                     h.need_commit = True
@@ -240,7 +240,7 @@ class Handlers5:
         h, s = self.h, self.h.session
         pid = p.packet_id
         known = s is not None and pid in s.rx2
-        if s is not None and (s.released_qos2(pid) or s.store is not None):
+        if s is not None and (s.rx2.released(pid) or s.store is not None):
             h.need_commit = True  # as 3.1.1: PUBCOMP after the id's removal is durable
         h.replies.append(encode_pubcomp5(pid) if known
                          else encode_pubcomp5(pid, RC.PACKET_IDENTIFIER_NOT_FOUND))  # fmt: skip

@@ -124,7 +124,7 @@ def rx2_key(owner_b: bytes, packet_id: int) -> bytes:
 
 def rx2_value(arrival: int) -> bytes:
     """The value of an ``rx2`` record: the id's arrival number in its session, so recovery
-    knows which held id is the oldest (``Session._forget_oldest_qos2``); packet ids wrap
+    knows which held id is the oldest (``InboundQos2``, ``mqtt/inbound2.py``); packet ids wrap
     and clients reuse free ones, so their numbers do not tell."""
     return arrival.to_bytes(_Q, "big")
 

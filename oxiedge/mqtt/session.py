@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Protocol
 from oxiedge.mqtt import persist
 from oxiedge.mqtt.bounds import Limits, Stats
 from oxiedge.mqtt.encode import encode_publish, encode_pubrel
+from oxiedge.mqtt.inbound2 import InboundQos2
 from oxiedge.mqtt.persist import CF, packet_id_of
 from oxiedge.mqtt.queue import Message, Pending, Reader, SessionQueue
 
@@ -119,7 +120,6 @@ class Session:
         "rel",
         "replay",
         "rx2",
-        "rx2_next",
         "stats",
         "store",
         "subs",
@@ -155,9 +155,8 @@ class Session:
         self.replay: RetainedReplay | None = None
         self.inflight: dict[int, Pending] = {}  # packet id -> message, in send order
         self.rel: dict[int, int] = {}  # packet id -> seq: PUBREL sent, PUBCOMP awaited
-        # Inbound QoS 2 packet ids before PUBREL (4.3.3), oldest first (``received_qos2``).
-        self.rx2: dict[int, None] = {}
-        self.rx2_next = 1  # the arrival number of the next one (``persist.rx2_value``)
+        # Inbound QoS 2 packet ids before PUBREL (4.3.3), oldest first, bounded.
+        self.rx2 = InboundQos2(store, self.owner_b, limits, stats)
         self.next_seq = 0
         self.dropped = 0
         self.conn: Outlet | None = None
@@ -396,54 +395,6 @@ class Session:
             self.store.stage_delete_key(CF, persist.rel_key(self.owner_b, seq))
         self.pump()
         return self.store is not None
-
-    # ------------------------------------------------------------------- inbound
-    def received_qos2(self, pid: int) -> bool:
-        """Record an inbound QoS 2 packet id (until PUBREL). False if it was already
-        recorded: a duplicate that must not be routed again (MQTT-4.3.3-2)."""
-        rx2 = self.rx2
-        if pid in rx2:
-            return False
-        if len(rx2) >= self.limits.max_qos2_pending:
-            self._forget_oldest_qos2()
-        rx2[pid] = None
-        if self.store is not None:
-            arrival = self.rx2_next
-            self.rx2_next = arrival + 1
-            self.store.stage_put(CF, persist.rx2_key(self.owner_b, pid),
-                                 persist.rx2_value(arrival))
-        return True
-
-    def released_qos2(self, pid: int) -> bool:
-        """PUBREL: forget the packet id; True if a deletion was staged. PUBCOMP must wait
-        for its commit, or a crash could leave a stale id that swallows a new message."""
-        if pid not in self.rx2:
-            return False
-        del self.rx2[pid]
-        if self.store is not None:
-            self.store.stage_delete_key(CF, persist.rx2_key(self.owner_b, pid))
-            return True
-        return False
-
-    def recover_qos2(self, held: dict[int, int]) -> None:
-        """The held inbound ids found on disk (id -> arrival number), oldest first; a set
-        over the bound (written by an older oxiedge) is cut to it at once."""
-        for pid, _arrival in sorted(held.items(), key=lambda item: (item[1], item[0])):
-            self.rx2[pid] = None
-        self.rx2_next = max(held.values(), default=0) + 1
-        while len(self.rx2) > self.limits.max_qos2_pending:
-            self._forget_oldest_qos2()
-
-    def _forget_oldest_qos2(self) -> None:
-        """Bound the inbound QoS 2 state: a client that never sends PUBREL (or lost its
-        state and never re-uses an id) cannot make the broker hold 65,535 ids per session.
-        The oldest id is forgotten: only a re-send of that very PUBLISH, after
-        ``max_qos2_pending`` newer ones, would be routed a second time."""
-        old = next(iter(self.rx2))
-        del self.rx2[old]
-        self.stats.qos2_ids_forgotten += 1
-        if self.store is not None:
-            self.store.stage_delete_key(CF, persist.rx2_key(self.owner_b, old))
 
     # ------------------------------------------------------------------- records
     def stage_record(self) -> None:

@@ -33,16 +33,16 @@ def test_the_oldest_unreleased_id_is_forgotten_at_the_bound(store: Store) -> Non
     b = Broker(store, Limits(10, max_qos2_pending=3))
     s, _, _ = b.open_session("q2", clean=False)
     for pid in (7, 1, 9):
-        assert s.received_qos2(pid)
-    assert not s.received_qos2(1)  # a duplicate while held: not routed again (MQTT-4.3.3-2)
-    assert s.received_qos2(4)  # the fourth: 7, the oldest, is forgotten
-    assert s.received_qos2(5)  # and then 1
+        assert s.rx2.received(pid)
+    assert not s.rx2.received(1)  # a duplicate while held: not routed again (MQTT-4.3.3-2)
+    assert s.rx2.received(4)  # the fourth: 7, the oldest, is forgotten
+    assert s.rx2.received(5)  # and then 1
     assert list(s.rx2) == [9, 4, 5]
     assert b.stats.qos2_ids_forgotten == 2
     store.commit_blocking()
     assert rx2_on_disk(store) == [4, 5, 9]  # the forgotten ids' records went too
-    assert s.released_qos2(9) and not s.released_qos2(7)  # PUBREL of a forgotten id: unknown
-    assert s.received_qos2(7)  # a re-send of a forgotten id is a new message
+    assert s.rx2.released(9) and not s.rx2.released(7)  # PUBREL of a forgotten id: unknown
+    assert s.rx2.received(7)  # a re-send of a forgotten id is a new message
     store.commit_blocking()
     assert rx2_on_disk(store) == [4, 5, 7]
 
@@ -53,15 +53,15 @@ def test_the_arrival_order_survives_a_restart(store: Store) -> None:
     b = Broker(store, Limits(10, max_qos2_pending=3))
     s, _, _ = b.open_session("wrap", clean=False)
     for pid in (65534, 65535, 1):
-        assert s.received_qos2(pid)
+        assert s.rx2.received(pid)
     store.commit_blocking()
     again = Broker(store, Limits(10, max_qos2_pending=3))
     again.recover()
     r = again.sessions["wrap"]
     assert list(r.rx2) == [65534, 65535, 1]
-    assert r.received_qos2(2)  # forgets 65534, the oldest
+    assert r.rx2.received(2)  # forgets 65534, the oldest
     assert list(r.rx2) == [65535, 1, 2]
-    assert not r.received_qos2(1)  # still held: a re-send is not routed again
+    assert not r.rx2.received(1)  # still held: a re-send is not routed again
     store.commit_blocking()
     assert rx2_on_disk(store) == [1, 2, 65535]
 

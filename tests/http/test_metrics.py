@@ -10,7 +10,8 @@ import subprocess
 import pytest
 
 from oxiedge.histogram import Histogram
-from oxiedge.http.metrics import Snapshot, metric_name, render, render_per_object
+from oxiedge.http.metrics import COUNTERS, Snapshot, metric_name, render, render_per_object
+from oxiedge.mqtt.bounds import Stats
 
 STATUS = {
     "version": "0.1.0", "pid": 1, "uptime_s": 12.5, "data": "/d",
@@ -117,6 +118,22 @@ def test_every_status_figure_is_an_oxiedge_family() -> None:
     assert "oxiedge_store_format_version" not in text  # not a figure
     assert "_mb" not in text  # exported in bytes
     assert "oxiedge_alarms_memory_limit_source" not in text  # a string
+
+
+def test_every_mqtt_counter_is_a_total() -> None:
+    # Every figure of the MQTT broker's Stats only grows, except the two gauges: each one
+    # is a Prometheus counter (``_total``: rate() then works), the shared-subscription
+    # and MQTT 5 ones included.
+    gauges = {"connections", "backlog_bytes"}
+    assert set(Stats.__slots__) - gauges <= COUNTERS["mqtt"]
+    stats = Stats()
+    stats.shared_handed_on, stats.shared_lost, stats.shared_undelivered = 3, 2, 1
+    text = render(Snapshot(status={"mqtt": stats.as_dict()}, node="n", cluster="c"))
+    assert _value(text, "oxiedge_mqtt_shared_handed_on_total") == 3
+    assert _value(text, "oxiedge_mqtt_shared_lost_total") == 2
+    assert _value(text, "oxiedge_mqtt_shared_undelivered_total") == 1
+    assert "# TYPE oxiedge_mqtt_shared_lost_total counter" in text
+    assert "# TYPE oxiedge_mqtt_backlog_bytes gauge" in text
 
 
 def test_each_family_once_with_help_and_type() -> None:

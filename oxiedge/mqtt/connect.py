@@ -18,7 +18,12 @@ from typing import TYPE_CHECKING
 
 from oxiedge.access.grants import Grants
 from oxiedge.mqtt.codec import PacketTooLarge, ProtocolError, TopicTooLong, encode
-from oxiedge.mqtt.connect5 import TOPIC_ALIAS_MAXIMUM, Connect5Terms, refusal
+from oxiedge.mqtt.connect5 import (
+    TOPIC_ALIAS_MAXIMUM,
+    Connect5Terms,
+    refusal,
+    response_information,
+)
 from oxiedge.mqtt.encode5 import encode5
 from oxiedge.mqtt.forward5 import Peer5
 from oxiedge.mqtt.handlers5 import Handlers5
@@ -37,6 +42,10 @@ if TYPE_CHECKING:
     from oxiedge.mqtt.session import Session
 
 _CONNECT_FIRST = first_byte(PacketType.CONNECT)
+
+
+def _anything(_flt: str) -> bool:
+    return True  # (no read rules are active)
 
 
 def _connack(code: int, present: bool = False) -> bytes:
@@ -249,9 +258,19 @@ class ConnectStep:
                                   receive_max=self.limits.max_qos2_pending,
                                   session_expiry=terms.session_expiry,
                                   problem_info=terms.problem_info)  # fmt: skip
-        self.outlet.write(encode5(terms.connack(
-            present, assigned=assigned, receive_maximum=h5.receive_max,
-            max_packet_size=self.max_packet_size)))
+        response = None
+        if terms.response_info:
+            grants = self.grants
+            response = response_information(
+                s.client_id, grants.may_subscribe if self._perms.active and grants is not None
+                else _anything)  # fmt: skip
+        for info in (response, None) if response is not None else (None,):
+            connack = encode5(terms.connack(
+                present, assigned=assigned, receive_maximum=h5.receive_max,
+                max_packet_size=self.max_packet_size, response=info))
+            if len(connack) <= terms.max_packet:
+                break  # (else without it: MQTT-3.1.2-24, the client's Maximum Packet Size)
+        self.outlet.write(connack)
         s.peer = Peer5(self.broker.stats, receive_maximum=terms.receive_maximum,
                        max_packet=terms.max_packet, alias_max=terms.topic_alias_maximum)
         s.window = min(self.limits.max_inflight, terms.receive_maximum)

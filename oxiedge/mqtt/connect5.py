@@ -6,14 +6,18 @@ when the protocol level is 5.
   the client's Receive Maximum and Maximum Packet Size (they bound what the broker sends
   it), and the CONNACK properties that announce what this broker does (3.2.2.3): its
   Receive Maximum, Maximum Packet Size and Topic Alias Maximum, an Assigned Client
-  Identifier for an empty one, and that Shared Subscriptions are not available (yet).
+  Identifier for an empty one, and that Shared Subscriptions are available.
   Retain, QoS 2, wildcards and Subscription Identifiers are available: their properties
   are left out, which means exactly that.
 - ``refusal``: the MQTT 5 reason code of a refused CONNECT, from the 3.1.1 one.
+- ``response_information``: what a client that sets Request Response Information gets
+  (3.1.2.11.6, 3.2.2.3.15): the topic prefix ``reply/CLIENT-ID/`` for the Response Topics
+  of its requests, when it may subscribe to ``reply/CLIENT-ID/#``.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from oxiedge.mqtt.packets import ConnackCode
@@ -35,6 +39,21 @@ _REFUSALS = {
 }
 
 
+#: The root of the Response Information prefix: ``reply/`` + client id + ``/``.
+RESPONSE_ROOT = "reply/"
+
+
+def response_information(client_id: str, may_subscribe: Callable[[str], bool]) -> str | None:
+    """The Response Information for ``client_id``, or None (then none is sent, as
+    3.1.2.11.6 allows): none for an id that is not one topic level (``/``, ``+``, ``#``,
+    as ``%c`` in a pattern line) or whose client may not subscribe to ``PREFIX#`` under
+    the read rules (a prefix it could not use)."""
+    if not client_id or "/" in client_id or "+" in client_id or "#" in client_id:
+        return None
+    prefix = f"{RESPONSE_ROOT}{client_id}/"
+    return prefix if may_subscribe(prefix + "#") else None
+
+
 def refusal(code: int) -> int:
     """The MQTT 5 CONNACK reason for a 3.1.1 return code (3.2.2.2)."""
     return _REFUSALS[ConnackCode(code)]
@@ -52,6 +71,7 @@ class Connect5Terms:
     keep_alive: int  # seconds, as granted
     server_keep_alive: bool  # lowered from the client's: CONNACK says so (3.2.2.3.14)
     problem_info: bool  # Request Problem Information (3.1.2.11.7): Reason Strings wanted
+    response_info: bool  # Request Response Information 1 (3.1.2.11.6)
 
     @classmethod
     def of(cls, pkt: Connect5, cap: int | None, max_keepalive: int = 65535) -> Connect5Terms:
@@ -75,11 +95,13 @@ class Connect5Terms:
             keep_alive=keep,
             server_keep_alive=keep != pkt.keep_alive,
             problem_info=props.request_problem_information != 0,
+            response_info=props.request_response_information == 1,
         )
 
     def connack(self, present: bool, *, assigned: str | None, receive_maximum: int,
-                max_packet_size: int) -> Connack5:  # fmt: skip
-        """The CONNACK that accepts the connection, announcing the broker's side."""
+                max_packet_size: int, response: str | None = None) -> Connack5:  # fmt: skip
+        """The CONNACK that accepts the connection, announcing the broker's side
+        (``response``: the Response Information, only if the client asked for it)."""
         props = Properties(
             session_expiry_interval=self.session_expiry if self.capped else None,
             assigned_client_identifier=assigned,
@@ -88,5 +110,6 @@ class Connect5Terms:
             maximum_packet_size=max_packet_size,
             shared_subscription_available=1,
             server_keep_alive=self.keep_alive if self.server_keep_alive else None,
+            response_information=response if self.response_info else None,
         )
         return Connack5(0, present, props)

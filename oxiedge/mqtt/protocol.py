@@ -54,6 +54,7 @@ from oxiedge.mqtt.packets import (
 )
 from oxiedge.mqtt.packets5 import Will5
 from oxiedge.mqtt.ports import Alarms, Log, Outlet
+from oxiedge.mqtt.properties import NO_PROPERTIES, Properties
 from oxiedge.mqtt.reasons import ReasonCode
 from oxiedge.mqtt.session import Session
 from oxiedge.mqtt.topics import sys_topic
@@ -238,12 +239,12 @@ class MqttProtocol(ConnectStep):
         self.disconnect5(ReasonCode.SESSION_TAKEN_OVER)
         self.end("session taken over")
 
-    def disconnect5(self, code: int) -> None:
+    def disconnect5(self, code: int, props: Properties = NO_PROPERTIES) -> None:
         """MQTT 5: tell the client why the broker ends the connection (4.13.1), sent now
         when nothing is buffered before it (``end`` drops unsent bytes)."""
         if self.level == 5 and self.session is not None:
             self.broker.stats.disconnects_sent += 1
-            self.outlet.send_now(encode_disconnect5(code))
+            self.outlet.send_now(encode_disconnect5(code, props))
 
     def end(self, reason: str) -> None:
         """The broker ends this connection now (a take-over, an operator's ``oxiedge client

@@ -26,6 +26,7 @@ from oxiedge.mqtt.codec import topic_cache_bytes
 from oxiedge.mqtt.connection import Connection, Traffic
 from oxiedge.mqtt.forward5 import from_bus
 from oxiedge.mqtt.operations import MqttOperations
+from oxiedge.mqtt.properties import NO_PROPERTIES, Properties
 from oxiedge.mqtt.protocol import MqttProtocol
 from oxiedge.mqtt.reasons import ReasonCode
 from oxiedge.mqtt.session import Limits, Session
@@ -167,13 +168,18 @@ class MqttService:
 
     def shutting_down(self) -> None:
         """The server stops: every MQTT 5 client is told so (DISCONNECT 0x8B, 4.13), each
-        with one non-blocking write while every connection is still open."""
+        with one non-blocking write while every connection is still open. With
+        ``--mqtt-server-reference`` it is DISCONNECT 0x9C (Use another server, 4.11) with
+        that Server Reference: the operator named a server to use meanwhile."""
+        ref = self.app.config.mqtt_server_reference
+        code, props = ((ReasonCode.USE_ANOTHER_SERVER, Properties(server_reference=ref)) if ref
+                       else (ReasonCode.SERVER_SHUTTING_DOWN, NO_PROPERTIES))  # fmt: skip
         for s in list(self.broker.sessions.values()):
             conn = s.conn
             if conn is not None and s.peer is not None:
                 proto = getattr(conn, "protocol", None)
                 if isinstance(proto, MqttProtocol):
-                    proto.disconnect5(ReasonCode.SERVER_SHUTTING_DOWN)
+                    proto.disconnect5(code, props)
 
     def _wake_releaser(self) -> None:
         self._held.set()

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .declare import Bound, option
-from .kinds import EXPIRY, ROUTES, SWITCH, count, size
+from .kinds import EXPIRY, ROUTES, SWITCH, TEXT, count, size
 
 
 @dataclass(frozen=True)
@@ -73,6 +73,12 @@ class MqttSettings:
         limits=Bound("MQTT", "keep-alive of an MQTT 5 client",
                      "lowered to the bound; CONNACK carries Server Keep Alive",
                      "-", default="65535 s (the protocol's largest: no bound)"))
+    mqtt_server_reference: str = option(
+        TEXT, "",
+        "MQTT 5: another server for clients to use while this one is stopped (e.g. "
+        "'standby.local:1883'): at shutdown MQTT 5 clients get DISCONNECT 0x9C (Use another "
+        "server) with it as Server Reference instead of 0x8B; empty: none",
+        limits=None, metavar="HOST[:PORT]")
     mqtt_session_expiry: int | None = option(
         EXPIRY, "1d",
         "a persistent MQTT session offline this long is deleted with its queued messages (30m, "

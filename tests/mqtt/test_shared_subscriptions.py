@@ -1,10 +1,12 @@
 """Shared subscriptions ``$share/GROUP/FILTER`` against a real ``oxiedge serve``: MQTT 5
 (paho-mqtt and a raw client) and 3.1.1 clients, one delivery per group, the round robin
 that skips a member at its Receive Maximum, un-acknowledged messages of an ending member
-handed to another one, and a persistent member's share across a SIGKILL."""
+handed to another one, a persistent member's share across a SIGKILL, and its messages
+in flight at a SIGKILL re-sent or handed to another member after the restart."""
 
 from __future__ import annotations
 
+import json
 import queue
 import subprocess
 import sys
@@ -180,3 +182,56 @@ def test_a_share_is_checked_by_the_read_rules_of_its_filter(
     assert c.subscribe("$share/g/no/#", 1) == [0x80]
     assert c.publish("ok/x", b"mine", 1) == 0
     assert c.get().payload == b"mine"
+
+
+def _publishes(c: Raw5, wait: float = 1.0) -> list[Publish5]:
+    """Every PUBLISH that arrives until ``wait`` seconds pass without one (none acked)."""
+    got = []
+    while True:
+        c.sock.settimeout(wait)
+        try:
+            p = c.next()
+        except TimeoutError:
+            return got
+        assert isinstance(p, Publish5), p
+        got.append(p)
+
+
+def test_unacked_shared_messages_survive_a_sigkill(start_mqtt: Callable[..., ServerProcess],
+                                                   v5: Make) -> None:  # fmt: skip
+    # Two persistent members of one group receive QoS 1 messages and acknowledge none; the
+    # server is killed. After the restart the first member's session re-sends its own
+    # (DUP), and the second member's, whose client comes back with Clean Start (its
+    # session ends), go to the first: every message the publisher had acknowledged
+    # arrives, none twice.
+    srv = start_mqtt()
+    members = [Raw5(srv.mqtt_port), Raw5(srv.mqtt_port)]
+    for i, m in enumerate(members):
+        m.connect(f"sk-m{i}")  # Session Expiry Interval 3600
+        m.send(Subscribe5(1, (Subscription("$share/sk/sk/#", 1),)))
+        assert m.next() == Suback5(1, (1,))
+    pub = v5(srv.mqtt_port, "sk-pub")
+    pub.connect()
+    sent = [f"m{i}".encode() for i in range(20)]
+    for payload in sent:
+        assert pub.publish("sk/t", payload, 1) == 0  # acknowledged: on disk
+    before = [[p.payload for p in _publishes(m)] for m in members]
+    assert sorted(before[0] + before[1]) == sorted(sent)
+    assert before[0] and before[1]  # (round robin: both had some in flight)
+    srv.kill()  # before any PUBACK from the members
+
+    srv.start()
+    first = Raw5(srv.mqtt_port)
+    assert first.connect("sk-m0", clean_start=False).session_present
+    again = _publishes(first)
+    assert [p.payload for p in again] == before[0] and all(p.dup for p in again)
+    second = Raw5(srv.mqtt_port)
+    second.connect("sk-m1", clean_start=True)  # its session, and its share, end
+    handed = _publishes(first)
+    assert sorted(p.payload for p in handed) == sorted(before[1])
+    assert sorted(p.payload for p in again + handed) == sorted(sent)
+    assert _publishes(second, 0.3) == []
+    status = json.loads(srv.cli("status", "--json").stdout)
+    assert status["mqtt"]["shared_handed_on"] == len(before[1])
+    for m in (first, second, *members):
+        m.close()

@@ -174,3 +174,27 @@ def test_management_api_and_metrics_show_streams(start_server: Any) -> None:
     assert "oxiedge_amqp_streams 1" in metrics
     assert "oxiedge_amqp_stream_messages 4" in metrics
     assert "oxiedge_amqp_stream_appended_total 4" in metrics
+
+
+def test_an_uplinks_commands_and_ingest_share_a_stream(start_server: Any, tmp_path: Any) -> None:
+    """What an uplink brings down (--in) reaches a stream bound to amq.topic, as any queue;
+    an ingest route on the same topics stores the same messages as documents."""
+    upstream = start_server(data=tmp_path / "upstream")
+    device = start_server(data=tmp_path / "device")
+    conn = connect(device)
+    ch = conn.channel()
+    declare(ch, "commands")
+    ch.queue_bind("commands", "amq.topic", "cmd.#")
+    device.cli("ingest", "add", "cmd/#:cmds")
+    device.cli("uplink", "add", "central", f"mqtt://127.0.0.1:{upstream.mqtt_port}",
+               "--in", "cmd/#")
+    deadline = time.monotonic() + 20
+    while '"state": "connected"' not in device.cli("uplink", "status", "--json").stdout:
+        assert time.monotonic() < deadline, device.cli("uplink", "status").stdout
+        time.sleep(0.2)
+    for i in range(3):
+        upstream.cli("pub", "-t", f"cmd/dev/{i}", "-m", f"c{i}", "-q", "1")
+    got = take(conn, "commands", 3, "first")
+    assert [(o, b) for o, b, _h in got] == [(0, b"c0"), (1, b"c1"), (2, b"c2")]
+    docs = device.cli("find", "cmds", "{}", "--json").stdout
+    assert all(f'"c{i}"' in docs for i in range(3)), docs

@@ -222,15 +222,18 @@ class LogReady(deque[QueuedMessage]):
         width, recovered = len(log.prefix) + SEQ.size, self.codec.recovered_tail
         start, end = log.key(log.disk_from), log.key(log.disk_to)
         limit_ms, to, n, size, chunk = int(now * 1000), log.disk_from, 0, 0, _EXPIRE_CHUNK
+        following = 0  # the deadline (ms) of the record it stopped at, where it has one
         while pairs := store.read_range(persist.CF, start, end, chunk):
             for key, value in pairs:
                 seq = SEQ.unpack_from(key, width - SEQ.size)[0] if len(key) == width else -1
                 head = value[1:10] if value[:1] == persist.VOLATILE else value[:9]
                 if seq < 0 or (seq < recovered and value[:1] == persist.VOLATILE) or (
-                        len(head) < 9) or (
-                        head[0] != persist.VERSION_TTL
-                        or int.from_bytes(head[1:9], "big") > limit_ms):
+                        len(head) < 9 or head[0] != persist.VERSION_TTL):
                     break  # (an earlier run's transient one: the read-back skips it)
+                at = int.from_bytes(head[1:9], "big")
+                if at > limit_ms:
+                    following = at
+                    break
                 to, n, size = seq + 1, n + 1, size + persist.body_size(value)
             else:
                 if len(pairs) == chunk:
@@ -240,8 +243,9 @@ class LogReady(deque[QueuedMessage]):
             break
         if n:
             log.drop_disk_head(to, n, size)
-            self._head = (-1, 0.0)
             self.paged.expired += n
+        # the next head's deadline, known without decoding it (``head_expires``, ``arm``)
+        self._head = (log.disk_from, following / 1000) if following else (-1, 0.0)
         return n, size
 
     # -- what the queue and the publish path call --------------------------------------

@@ -44,7 +44,7 @@ class Paging:
     def configure(self, limit: int, max_bytes: int, backlog: Backlog | None) -> None:
         """The service's flags, and the budget shared with MQTT (before any queue)."""
         self.limit, self.max_bytes = limit, max_bytes
-        self.paged.backlog = backlog
+        self.paged.attach(backlog)
         if backlog is not None:
             backlog.join(self.paged)
 

@@ -86,15 +86,14 @@ class PriorityLogReady(deque[QueuedMessage]):
             if seq in log.out:  # a queued message's record rewritten (delivery count)
                 self.store.stage_put(persist.CF, log.key(seq), record)
                 return
-        self.writer.records[seq] = record
+        self.writer.hold(seq, record)
 
     def append(self, msg: QueuedMessage) -> None:
         self.writer.log = self.level_of(msg)
         self.writer.append(msg)
 
     def done(self, msg: QueuedMessage) -> None:
-        if self.writer.records:  # (dropped before it was appended: x-max-length 0)
-            self.writer.records.pop(msg.seq, None)
+        self.writer.take_record(msg.seq)  # (dropped before it was appended: x-max-length 0)
         self.level_of(msg).ack(msg.seq)
 
     def over_budget(self, size: int) -> bool:

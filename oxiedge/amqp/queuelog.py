@@ -45,6 +45,7 @@ from oxiedge.amqp.properties import scan_properties
 from oxiedge.amqp.queues import VOLATILE, Queue, QueuedMessage
 from oxiedge.store.backlog import Backlog
 from oxiedge.store.qlog import QueueLog
+from oxiedge.store.qlog_api import Tally
 from oxiedge.store.qlog_recover import SEQ
 
 _LEN = struct.Struct(">I")
@@ -60,17 +61,38 @@ class Codec:
     """``amqp`` message records <-> :class:`QueuedMessage` (size: the body's length).
 
     A backlog repeats a few exchange / routing-key pairs and property blocks many times:
-    each is decoded and checked once (a bounded cache), then only compared."""
+    each is decoded and checked once (a bounded cache), then only compared. A record like
+    the one before (the same head, the same property block: a backlog from one publisher)
+    is compared in place, without a slice, and its message shares the property block."""
 
-    __slots__ = ("_names", "_props", "queue", "recovered_tail")
+    __slots__ = ("_head", "_last", "_names", "_props", "queue", "recovered_tail")
 
     def __init__(self, queue: Queue) -> None:
         self.queue = queue
         self.recovered_tail = 0  # seqs below were written before this run: redelivered
         self._names: dict[bytes, tuple[str, str]] = {}  # record head -> exchange, key
         self._props: set[bytes] = set()  # property blocks that passed scan_properties
+        # The previous record's head (version to routing key) with its names, and its
+        # property block (checked).
+        self._head: bytes = b"\xff"  # (no record starts so)
+        self._last: tuple[str, str, bytes] = ("", "", b"")
 
     def decode(self, seq: int, value: bytes) -> QueuedMessage | None:
+        head = self._head
+        if value.startswith(head):  # (on every record read back: no slice, no lookup)
+            exchange, routing_key, props = self._last
+            end = len(head)
+            try:
+                length = _LEN.unpack_from(value, end)[0]
+            except struct.error as exc:
+                raise ValueError(str(exc)) from None
+            start = end + 4
+            if length == len(props) and value.startswith(props, start):
+                return QueuedMessage(seq, exchange, routing_key, props,
+                                     value[start + length :], True, seq < self.recovered_tail)
+        return self._decode_cached(seq, value)
+
+    def _decode_cached(self, seq: int, value: bytes) -> QueuedMessage | None:
         stored: int = True
         if value[:1] == persist.VOLATILE:
             if seq < self.recovered_tail:
@@ -81,10 +103,11 @@ class Codec:
                 return self._decode(seq, value, stored)
             end = 3 + value[1]
             end += value[end - 1]
-            names = self._names.get(value[:end])
+            head = value[:end]
+            names = self._names.get(head)
             if names is None:
                 ex, rk, _p, _b, _e = persist.decode_record(value)
-                names = self._remember(self._names, value[:end], (ex, rk))
+                names = self._remember(self._names, head, (ex, rk))
             start = end + 4
             length = _LEN.unpack_from(value, end)[0]
             props = value[start : start + length]
@@ -98,6 +121,8 @@ class Codec:
                 self._remember(self._props, props, None)
         except (IndexError, struct.error, AmqpError) as exc:
             raise ValueError(str(exc)) from None
+        if stored is True and len(props) <= _CACHED_PROPS:  # the next one may be alike
+            self._head, self._last = head, (names[0], names[1], props)
         return QueuedMessage(seq, names[0], names[1], props, body, stored,
                              seq < self.recovered_tail)
 
@@ -127,25 +152,35 @@ class PagedBytes:
     """The bytes of every AMQP queue log (``backlog_bytes``: the logs' tally) against the
     budget they share with MQTT (``backlog``, None: no budget), and what it cost."""
 
-    __slots__ = ("backlog", "backlog_bytes", "dropped", "expired", "rejected")
+    __slots__ = ("backlog", "backlog_bytes", "budget", "dropped", "expired", "rejected",
+                 "tallies")
 
     def __init__(self, backlog: Backlog | None = None) -> None:
-        self.backlog = backlog
         self.backlog_bytes = 0
         self.expired = 0  # messages expired on disk without being read back (expire_unread)
         self.dropped = 0  # oldest messages dropped (or dead-lettered) at the budget
         self.rejected = 0  # publishes refused there (x-overflow reject-publish*)
+        self.backlog: Backlog | None = None
+        self.budget: int | None = None  # the backlog's (fixed once configured)
+        self.tallies: list[Tally] = []  # the backlog's own list: every tally, this one too
+        self.attach(backlog)
+
+    def attach(self, backlog: Backlog | None) -> None:
+        """Count in ``backlog`` (None: no budget); the caller joins this tally to it."""
+        self.backlog = backlog
+        self.budget = None if backlog is None else backlog.budget
+        self.tallies = [] if backlog is None else backlog.tallies
 
     def over(self, extra: int = 0) -> bool:
         """Would ``extra`` more bytes (or those held now) exceed the budget? (On every
         append: a plain loop over the two or so tallies, no generator.)"""
-        backlog = self.backlog
-        if backlog is None or backlog.budget is None:
+        budget = self.budget
+        if budget is None:
             return False
         total = extra
-        for tally in backlog.tallies:  # (this one among them)
+        for tally in self.tallies:  # (this one among them)
             total += tally.backlog_bytes
-        return total > backlog.budget
+        return total > budget
 
 
 def log_head(log: QueueLog[QueuedMessage]) -> QueuedMessage | None:
@@ -173,7 +208,8 @@ def log_head(log: QueueLog[QueuedMessage]) -> QueuedMessage | None:
 class LogReady(deque[QueuedMessage]):
     """The ready messages of a durable queue on its queue log (module docstring)."""
 
-    __slots__ = ("_head", "codec", "log", "paged", "queue", "records", "store")
+    __slots__ = ("_head", "_record", "_record_seq", "codec", "log", "paged", "queue", "records",
+                 "store")
 
     def __init__(self, queue: Queue, store: Any, log: QueueLog[QueuedMessage] | None = None,
                  codec: Codec | None = None, paged: PagedBytes | None = None) -> None:
@@ -185,6 +221,10 @@ class LogReady(deque[QueuedMessage]):
         self.log: QueueLog[QueuedMessage] = log or QueueLog(
             self.codec, store, persist.CF, persist.msg_key(queue.qid, 0)[:9],
             persist.meta_key(queue.qid), tally=self.paged)
+        # The record of the message being published, staged and not appended yet (a
+        # second one while it is, its enqueue dead-lettering back here: ``records``).
+        self._record: bytes | None = None
+        self._record_seq = -1
         self.records: dict[int, bytes] = {}  # seq -> record: staged, not appended yet
         self._head: tuple[int, float] = (-1, 0.0)  # disk_from -> its record's deadline
 
@@ -255,24 +295,48 @@ class LogReady(deque[QueuedMessage]):
         if seq < self.log.tail:
             self.store.stage_put(persist.CF, self.log.key(seq), record)
         else:
+            self.hold(seq, record)
+
+    def hold(self, seq: int, record: bytes) -> None:
+        """Keep the record of message ``seq`` until it is appended (``take_record``)."""
+        if self._record is None:
+            self._record, self._record_seq = record, seq
+        else:
             self.records[seq] = record
+
+    def take_record(self, seq: int) -> bytes | None:
+        """The record ``stage`` keeps for ``seq`` (None: none), let go of."""
+        if seq == self._record_seq:
+            record, self._record, self._record_seq = self._record, None, -1
+            return record
+        return self.records.pop(seq, None) if self.records else None
 
     def append(self, msg: QueuedMessage) -> None:
         log = self.log
-        size = len(msg.body)
-        record = self.records.pop(msg.seq, None) if self.records else None
-        if msg.seq < log.tail:  # overtaken by a message its enqueue dead-lettered back here
+        body = msg.body
+        seq = msg.seq
+        if seq == self._record_seq:  # (``take_record``, inline: on every publish)
+            record, self._record, self._record_seq = self._record, None, -1
+        else:
+            record = self.records.pop(seq, None) if self.records else None
+        if seq < log.tail:  # overtaken by a message its enqueue dead-lettered back here
             msg.seq = self.queue.take_seq()  # (keys stay in queue order)
         if record is not None:
-            log.append(msg, size, record)
+            log.append(msg, len(body), record)
         else:
             msg.stored = VOLATILE  # the log must hear when it leaves
-            if not log.append(msg, size, None):  # beyond the window: paged to disk as well
-                log.append(msg, size, persist.VOLATILE + persist.encode_record(
-                    msg.exchange, msg.routing_key, msg.properties, msg.body, msg.expires))
+            if not log.append(msg, len(body), None):  # beyond the window: paged as well
+                log.append(msg, len(body), persist.VOLATILE + persist.encode_record(
+                    msg.exchange, msg.routing_key, msg.properties, body, msg.expires))
                 self.store.kick()  # no publisher waits for it, but the page must be synced
-        if self.paged.backlog is not None and self.paged.over():
-            self.shed(msg)
+        paged = self.paged
+        budget = paged.budget
+        if budget is not None:  # (``PagedBytes.over``, inline: on every append)
+            total = 0
+            for tally in paged.tallies:
+                total += tally.backlog_bytes
+            if total > budget:
+                self.shed(msg)
 
     def shed(self, msg: QueuedMessage) -> None:
         """Every queued byte together is over --max-backlog-bytes: a drop-head queue drops
@@ -306,8 +370,8 @@ class LogReady(deque[QueuedMessage]):
     def done(self, msg: QueuedMessage) -> None:
         """``msg`` (popped) left the queue: acked, dropped, expired or dead-lettered (or
         dropped before it was appended: x-max-length 0)."""
-        if self.records:
-            self.records.pop(msg.seq, None)
+        if self._record is not None or self.records:
+            self.take_record(msg.seq)
         self.log.ack(msg.seq)
 
     def put_back(self, msgs: list[QueuedMessage]) -> None:
@@ -324,18 +388,20 @@ class LogReady(deque[QueuedMessage]):
 
     # -- the deque operations a Queue uses (on the head) -------------------------------
     def popleft(self) -> QueuedMessage:
-        log = self.log
-        if log.peek() is None:
+        item = self.log.take()
+        if item is None:
             raise IndexError("pop from an empty queue")
-        return log.pop()
+        return item
 
     def __len__(self) -> int:
-        return len(self.log)
+        log = self.log  # (``len(self.log)``, inline: on every enqueue)
+        return log.count - len(log.out)
 
     def __bool__(self) -> bool:
         """Is there a next message (read back if need be)? Never true while ``popleft``
         would find nothing, even if the counters were off."""
-        return self.log.peek() is not None
+        log = self.log
+        return bool(log.ready) or log.peek() is not None
 
     def __getitem__(self, index: SupportsIndex) -> QueuedMessage:  # type: ignore[override]
         if index.__index__() == 0:

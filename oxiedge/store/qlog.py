@@ -17,9 +17,9 @@ A seq lives in exactly one of five places, in this order::
 A consumer that keeps up never leaves ``ready`` (or is handed its message at once with
 ``append_sent``): no read-back. Messages beyond the window (an offline MQTT session: all of
 them) wait in ``fresh`` until their batch is synced, then cost nothing in memory but the
-counters; they join ``disk``. When ``ready`` runs empty, ``_read_back`` reads the next
-window from ``disk_from`` in a few bounded sequential reads (``qlog_read.py``, past the
-block cache: a backlog is read once), never one ``get`` per message. While a consumer
+counters; they join ``disk`` (``qlog_fresh.py``: once per round, no work per append).
+When ``ready`` runs empty, ``_read_back`` reads the next window from ``disk_from`` in a few
+sequential batches (``qlog_read.py``), never one ``get`` per message. While a consumer
 drains (something is out) and the window is half empty, the round's ``_flush`` reads ahead
 up to the window: after the burst's output went out, while the client works on what is in
 flight, not inside the acknowledgement that finds ``ready`` empty. Only synced records are
@@ -34,11 +34,9 @@ empty or a bound dropped messages (a range tombstone per round would slow every 
 of a long drain; what is below the floor is never read: reads and recovery start at the
 floor, and recovery removes a run left over). An ack out of order: a point delete at once.
 
-Recovery (``recover``, ``qlog_recover.py``) reads the metadata record, seeks to the first
-key at or above the floor and to the last key: no backlog read. A record missing or
-inconsistent with the keys (a data dir written before this layout) costs one scan of the
-keys, once. A record that does not decode when read back is quarantined
-(``store.quarantine``: moved aside, counted, logged) and delivery goes on.
+Recovery (``recover``, ``qlog_recover.py``) reads the metadata record, the first key at or
+above the floor and the last key: no backlog read. A record that does not decode when read
+back is quarantined (``store.quarantine``: moved aside, counted, logged); delivery goes on.
 
 Without a store (a clean MQTT session, ``--no-mqtt-persist``) the queue lives in ``ready``
 alone, with the same API; a message leaves it when it is popped (nothing is ``out``).
@@ -54,6 +52,7 @@ from typing import Generic
 
 from .encoding import prefix_end
 from .qlog_api import Codec, E, Entry, Generations, LogStore, NoTally, Tally
+from .qlog_fresh import Marks, mark, settle
 from .qlog_read import Reader
 from .qlog_recover import META, SEQ, find
 
@@ -76,8 +75,8 @@ class QueueLog(Generic[E]):
 
     __slots__ = ("_closed", "_dirty", "_dropped", "_end", "_requeued", "bare", "bytes", "cf",
                  "codec", "count", "deleted_to", "disk_from", "disk_to", "flushed_to", "fresh",
-                 "meta_key", "out", "out_bytes", "prefix", "quarantined", "read_back", "reader",
-                 "ready", "ready_bytes", "skipped", "store", "tail", "tally", "window",
+                 "marks", "meta_key", "out", "out_bytes", "prefix", "quarantined", "read_back",
+                 "reader", "ready", "ready_bytes", "skipped", "store", "tail", "tally", "window",
                  "window_bytes")
 
     def __init__(self, codec: Codec[E], store: LogStore | None = None, cf: str = "",
@@ -97,7 +96,8 @@ class QueueLog(Generic[E]):
         self.ready: deque[E] = deque()
         self.ready_bytes = 0
         self.disk_from = self.disk_to = 0
-        self.fresh: deque[tuple[int, E]] = deque()  # (batch generation, message)
+        self.fresh: deque[E] = deque()
+        self.marks: Marks = deque()  # which fresh messages are in which batch
         self.out: dict[int, int] = {}  # seq -> size, popped and not acknowledged
         self.out_bytes = 0
         self.count = 0  # every live record: out + ready + disk + fresh
@@ -130,34 +130,32 @@ class QueueLog(Generic[E]):
         """Queue ``item`` (seq above every other) and stage its record ``value``; ``keep``
         False: the consumer is away. ``value`` None: in the window without a record if it
         has room (a message that need not survive a restart), else False, nothing queued."""
-        if value is None and (self.fresh or self.disk_to != self.disk_from or len(
-                self.ready) >= self.window or self.ready_bytes >= self.window_bytes):
+        ready, fresh = self.ready, self.fresh
+        room = (not fresh and self.disk_to == self.disk_from and len(ready) < self.window
+                and self.ready_bytes < self.window_bytes)
+        if value is None and not room:
             return False
-        self.count, self.bytes = self.count + 1, self.bytes + size
-        self.tail = item.seq + 1
+        seq = item.seq
+        self.count += 1
+        self.bytes += size
+        self.tail = seq + 1
         store = self.store
         if store is None:
-            self.ready.append(item)
+            ready.append(item)
             self.ready_bytes += size
             return True
         self.tally.backlog_bytes += size
         if value is not None:
-            store.stage_put(self.cf, self.prefix + _SEQ.pack(item.seq), value)
+            store.stage_put(self.cf, self.prefix + _SEQ.pack(seq), value)
         else:
-            self.bare[item.seq] = size
+            self.bare[seq] = size
         if not self._dirty:
             self._touch()
-        fresh = self.fresh
-        if value is None or (keep and not fresh and self.disk_to == self.disk_from
-                             and len(self.ready) < self.window
-                             and self.ready_bytes < self.window_bytes):
-            self.ready.append(item)
+        if room and (keep or value is None):
+            ready.append(item)
             self.ready_bytes += size
-            return True
-        committer = store.committer
-        fresh.append((committer.generation, item))
-        if fresh[0][0] <= committer.synced_generation:
-            self._settle()
+        else:
+            fresh.append(item)  # (``_flush`` marks it, and lets go of it once synced)
         return True
 
     def append_sent(self, seq: int, size: int, value: bytes) -> None:
@@ -175,16 +173,13 @@ class QueueLog(Generic[E]):
             self._touch()
 
     def _settle(self) -> None:
-        """Let go of the fresh messages whose batch is synced: they are on disk now."""
-        store = self.store
-        assert store is not None
-        synced = store.committer.synced_generation
-        fresh = self.fresh
-        while fresh and fresh[0][0] <= synced:
-            seq = fresh.popleft()[1].seq
+        """Let go of the fresh messages whose batch is synced: on disk now (``qlog_fresh``)."""
+        assert self.store is not None
+        run = settle(self.fresh, self.marks, self.store.committer.synced_generation)
+        if run is not None:
             if self.disk_to == self.disk_from:
-                self.disk_from = seq
-            self.disk_to = seq + 1
+                self.disk_from = run[0]
+            self.disk_to = run[1] + 1
 
     # -------------------------------------------------------------- delivering
     def peek(self) -> E | None:
@@ -204,6 +199,23 @@ class QueueLog(Generic[E]):
     def pop(self) -> E:
         """Take the message ``peek`` returned: it is out until ``ack``."""
         item = self.ready.popleft()
+        size = item.size
+        self.ready_bytes -= size
+        if self.store is None:  # in memory only: it leaves the queue now
+            self.count, self.bytes = self.count - 1, self.bytes - size
+            return item
+        self.out[item.seq] = size
+        self.out_bytes += size
+        return item
+
+    def take(self) -> E | None:
+        """``peek`` then ``pop`` in one call (a consumer's next delivery), or None."""
+        ready = self.ready
+        if not ready:
+            if self.peek() is None:
+                return None
+            ready = self.ready
+        item = ready.popleft()
         size = item.size
         self.ready_bytes -= size
         if self.store is None:  # in memory only: it leaves the queue now
@@ -237,7 +249,7 @@ class QueueLog(Generic[E]):
                 return
         fresh, ready = self.fresh, self.ready
         while fresh and len(ready) < self.window:  # not synced yet, but in memory
-            item = fresh.popleft()[1]
+            item = fresh.popleft()
             ready.append(item)
             self.ready_bytes += item.size
 
@@ -325,10 +337,10 @@ class QueueLog(Generic[E]):
         removed = [item for item in self.ready if doomed(item)]
         if removed:
             self.ready = deque(item for item in self.ready if not doomed(item))
-        gone = [pair for pair in self.fresh if doomed(pair[1])]
+        gone = [item for item in self.fresh if doomed(item)]
         if gone:
-            self.fresh = deque(pair for pair in self.fresh if not doomed(pair[1]))
-            removed += [item for _gen, item in gone]
+            self.fresh = deque(item for item in self.fresh if not doomed(item))
+            removed += gone
         if not removed:
             return removed
         self.ready_bytes = sum(item.size for item in self.ready)
@@ -350,7 +362,7 @@ class QueueLog(Generic[E]):
         elif self.disk_to > self.disk_from:
             floor = self.disk_from
         elif self.fresh:
-            floor = self.fresh[0][1].seq
+            floor = self.fresh[0].seq
         else:
             floor = self.tail
         if self.out:
@@ -382,6 +394,10 @@ class QueueLog(Generic[E]):
         if self._closed or store is None:
             self._dirty = False
             return
+        if self.fresh:
+            if self.marks:
+                self._settle()
+            mark(self.fresh, self.marks, store.committer.generation)
         if self.out and self.disk_to > self.disk_from and len(self.ready) < self.window >> 1:
             self._read_back()  # (``_dirty`` still set: what it removes joins this round)
         dropped, self._dirty, self._dropped = self._dropped, False, False
@@ -405,9 +421,10 @@ class QueueLog(Generic[E]):
         store = self.store
         if store is not None and self.disk_to > self.disk_from:
             store.stage_delete_range(self.cf, self.key(self.disk_from), self.key(self.disk_to))
-        gone = [item.seq for item in self.ready] + [item.seq for _gen, item in self.fresh]
+        gone = [item.seq for item in self.ready] + [item.seq for item in self.fresh]
         self.ready.clear()
         self.fresh.clear()
+        self.marks.clear()
         self.ready_bytes, self.disk_from = 0, self.disk_to
         self.tally.backlog_bytes -= self.bytes - self.out_bytes
         self.count, self.bytes = len(self.out), self.out_bytes
@@ -438,13 +455,14 @@ class QueueLog(Generic[E]):
         self.bytes = self.out_bytes = 0
         self.ready.clear()
         self.fresh.clear()
+        self.marks.clear()
         self.ready_bytes = 0
 
     # ------------------------------------------------------------------- views
     def newest_in_memory(self) -> E | None:
         """The newest waiting message if it is in memory (None: on disk, or none)."""
         if self.fresh:
-            return self.fresh[-1][1]
+            return self.fresh[-1]
         if self.disk_to > self.disk_from:
             return None
         return self.ready[-1] if self.ready else None
@@ -455,7 +473,7 @@ class QueueLog(Generic[E]):
         yield from list(self.ready)
         if self.reader is not None and self.disk_to > self.disk_from:
             yield from self.reader.scan(self.disk_from, self.disk_to)
-        yield from [item for _gen, item in self.fresh]
+        yield from list(self.fresh)
 
     # ---------------------------------------------------------------- recovery
     def recover(self) -> None:

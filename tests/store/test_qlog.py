@@ -85,18 +85,20 @@ def test_deep_backlog_leaves_memory_once_synced_and_reads_back_in_windows(store:
     fill(q, 0, 1000, keep=False)
     assert len(q.fresh) == 1000  # not synced: still in memory
     store.commit_blocking()
-    fill(q, 1000, 1)  # any later append lets go of what is synced
+    fill(q, 1000, 1)
+    store.commit_blocking()  # the next round lets go of what the one before synced
     assert len(q.fresh) == 1 and not q.ready and (q.disk_from, q.disk_to) == (0, 1000)
     assert (len(q), q.bytes) == (1001, sum(len(str(i)) for i in range(1001)))
     assert drain(q) == list(range(1001))
-    assert q.read_back == 1000 and len(q) == 0 and q.bytes == 0
+    assert q.read_back == 1001 and len(q) == 0 and q.bytes == 0  # (every one synced)
 
 
 def test_a_draining_consumer_gets_the_next_window_read_ahead_in_the_round(store: Store) -> None:
     q = make(store, window=8)
     fill(q, 0, 40, keep=False)
     store.commit_blocking()
-    fill(q, 40, 1)  # lets go of what is synced
+    fill(q, 40, 1)
+    store.commit_blocking()  # the next round lets go of what the one before synced
     first = q.peek()
     assert first is not None and q.read_back == 8 and len(q.ready) == 8
     for _ in range(6):  # the consumer takes and acknowledges 6: the window runs low

@@ -349,6 +349,34 @@ def test_stock_pika_stops_a_stream_consumer_with_deliveries_buffered(conn: Any,
         assert conn.channel().queue_declare(filled, passive=True).method.message_count == 10
 
 
+def test_stock_aio_pika_leaves_a_stream_iterator_early(server: Any, filled: str) -> None:
+    """aio-pika's queue iterator nacks (requeue) what it buffered when the ``async with``
+    is left early: credit back here, a 540 on RabbitMQ 3.10 (checked side by side)."""
+    import asyncio
+
+    import aio_pika
+
+    async def main() -> bool:
+        conn = await aio_pika.connect(f"amqp://guest:guest@127.0.0.1:{server.amqp_port}/")
+        ch = await conn.channel()
+        await ch.set_qos(prefetch_count=10)
+        q = await ch.declare_queue(filled, passive=True)
+        n = 0
+        async with q.iterator(arguments={"x-stream-offset": "first"}) as it:
+            async for msg in it:
+                await msg.ack()
+                n += 1
+                if n == 2:
+                    break
+        declared = await ch.declare_queue(filled, passive=True)  # a round trip
+        assert declared.declaration_result.message_count == 10
+        is_open = not conn.is_closed
+        await conn.close()
+        return is_open
+
+    assert asyncio.run(asyncio.wait_for(main(), 30))
+
+
 def test_no_offset_tracking_on_the_server(conn: Any, filled: str) -> None:
     """A consumer that comes back under the same tag without ``x-stream-offset`` starts at
     ``next``, not after what it acked (RabbitMQ 3.10 likewise: offsets are tracked only by

@@ -356,7 +356,7 @@ def test_dead_lettering_and_redelivery_keep_the_publishers_header_types(server: 
     raw.call(1, spec.QueueBind(queue="types-dead", exchange="types-dlx"), spec.QueueBindOk)
     raw.call(1, spec.QueueDeclare(queue="types-work", durable=True, arguments={
         "x-queue-type": "quorum", "x-dead-letter-exchange": "types-dlx"}), spec.QueueDeclareOk)
-    props = typed_properties()
+    props = typed_properties(b"600000")  # (100 ms could pass between two gets under load)
     raw.send(codec.encode_content(1, spec.BasicPublish(routing_key="types-work"), props,
                                   b"m", 131072))
 

@@ -16,8 +16,9 @@ TYPED = [
 ]
 
 
-def typed_properties() -> bytes:
+def typed_properties(expiration: bytes = b"100") -> bytes:
     table = b"".join(TYPED)
     # content-type, headers, delivery-mode, correlation-id, expiration, timestamp, app-id
     return (b"\xb5\x48" + b"\x04text" + len(table).to_bytes(4, "big") + table + b"\x02"
-            + b"\x03cid" + b"\x03100" + bytes(7) + b"\x2a" + b"\x03app")
+            + b"\x03cid" + bytes([len(expiration)]) + expiration + bytes(7) + b"\x2a"
+            + b"\x03app")

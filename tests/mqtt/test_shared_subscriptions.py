@@ -10,6 +10,7 @@ import json
 import queue
 import subprocess
 import sys
+import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 
@@ -204,7 +205,7 @@ def test_unacked_shared_messages_survive_a_sigkill(start_mqtt: Callable[..., Ser
     # (DUP), and the second member's, whose client comes back with Clean Start (its
     # session ends), go to the first: every message the publisher had acknowledged
     # arrives, none twice.
-    srv = start_mqtt()
+    srv = start_mqtt("--http-port", "0")
     members = [Raw5(srv.mqtt_port), Raw5(srv.mqtt_port)]
     for i, m in enumerate(members):
         m.connect(f"sk-m{i}")  # Session Expiry Interval 3600
@@ -233,5 +234,9 @@ def test_unacked_shared_messages_survive_a_sigkill(start_mqtt: Callable[..., Ser
     assert _publishes(second, 0.3) == []
     status = json.loads(srv.cli("status", "--json").stdout)
     assert status["mqtt"]["shared_handed_on"] == len(before[1])
+    with urllib.request.urlopen(f"http://127.0.0.1:{srv.http_port}/metrics", timeout=10) as r:
+        metrics = r.read().decode()  # (a counter: Prometheus' rate() works on it)
+    assert f"oxiedge_mqtt_shared_handed_on_total {len(before[1])}" in metrics.splitlines()
+    assert "# TYPE oxiedge_mqtt_shared_handed_on_total counter" in metrics
     for m in (first, second, *members):
         m.close()

@@ -31,7 +31,8 @@ hook ran, so in the last two cases the loop makes that wait return at once (its
 of work inside one wake-up differs, and not the order of arrival: epoll lists ready
 descriptors in the order they became ready, and the loop serves parked connections only
 up to trio's own descriptor; those after it wait until trio has run the tasks its input
-woke (a connection waiting in trio is not overtaken by one whose input came later).
+woke (a connection waiting in trio is not overtaken by one whose input came later), for one
+round at most (``_serve_ready``).
 Where a wait that runs out must be seen by trio as one (a test's
 ``wait_all_tasks_blocked``, an autojump clock) the loop only serves what is ready and
 never blocks; trio's own wait then does not see the parked descriptors.
@@ -227,6 +228,7 @@ class HotLoop(trio.abc.Instrument):
         self.spins = 0  # waits that spun (a count for tests and probes)
         self._hits = 0.0  # moving average: did a wait end within one spin (0..1)
         self._syncing: Callable[[], bool] = _never
+        self._gave_way = False  # the last round left parked input to trio's tasks first
 
     def busy_poll(self, microseconds: int, syncing: Callable[[], bool] | None = None) -> None:
         """``--busy-poll-us``: before blocking, poll for up to this long while waits end
@@ -264,18 +266,12 @@ class HotLoop(trio.abc.Instrument):
             self._shut_down()
 
     def _serve(self, timeout: float) -> None:
-        poll, parked, runq, trio_fd = self._ep.poll, self.parked, self._runq, self._trio_fd
+        poll, parked, runq = self._ep.poll, self.parked, self._runq
         runner = self._runner
         if timeout <= 0 or runner.waiting_for_idle or runner.clock_autojump_threshold < 1e9:
             # trio has work already (serve what is ready, then let it run), or a test's
             # wait_all_tasks_blocked / autojump clock needs trio's own wait to run out.
-            for fd, _ in poll(0):
-                if fd == trio_fd:
-                    break  # (arrival order: see below)
-                seat = parked.get(fd)
-                if seat is not None:
-                    self.served += 1
-                    serve_inline(seat)
+            self._serve_ready(poll(0))
             if timeout > 0 and runq:
                 self._wake_trio()
             return
@@ -284,22 +280,7 @@ class HotLoop(trio.abc.Instrument):
         wait_for: Callable[[float], list[tuple[int, int]]] = (
             self._spin_then_poll if self.spin else self._ep.poll)
         while True:
-            back = False
-            for fd, _ in wait_for(wait):
-                if fd == trio_fd:
-                    # Input on a connection that waits in trio arrived before what
-                    # follows in epoll's ready list (it keeps the order in which the
-                    # descriptors became ready): that task runs first, and the rest is
-                    # served in the next round (level-triggered, still ready). Serving
-                    # it first would let a client's PUBLISH overtake another's SUBSCRIBE
-                    # sent before it (paho's test_subscribe_options).
-                    back = True
-                    break
-                seat = parked.get(fd)
-                if seat is not None:
-                    self.served += 1
-                    serve_inline(seat)
-            if back:
+            if self._serve_ready(wait_for(wait)):
                 return  # trio's own epoll is ready: its wait returns at once
             if runq or not parked:
                 break  # a task became runnable (a hand-off, a writer woken)
@@ -310,6 +291,34 @@ class HotLoop(trio.abc.Instrument):
         # return at once (one byte to its wake-up socket), or a runnable task would sleep
         # through it and a timer would fire a whole timeout late.
         self._wake_trio()
+
+    def _serve_ready(self, ready: list[tuple[int, int]]) -> bool:
+        """Serve the parked connections among ``ready`` (epoll's list: in the order the
+        descriptors became ready); True if trio's own descriptor is among them.
+
+        Input on a connection that waits in trio (trio's descriptor) arrived before what
+        follows it in the list: that task runs first, and the parked ones after it are
+        served in the next round (level-triggered: still ready). Serving them first
+        would let a client's PUBLISH overtake another's SUBSCRIBE sent before it (paho's
+        test_subscribe_options). Only one round in a row gives way like that: epoll
+        lists a descriptor that stays ready where it was, so with trio's always ready
+        (busy connections in trio) the ones after it would never be served."""
+        parked, trio_fd = self.parked, self._trio_fd
+        give_way = not self._gave_way
+        self._gave_way = False
+        back = False
+        for fd, _ in ready:
+            if fd == trio_fd:
+                back = True
+                if give_way:
+                    self._gave_way = True
+                    break
+                continue
+            seat = parked.get(fd)
+            if seat is not None:
+                self.served += 1
+                serve_inline(seat)
+        return back
 
     def _spin_then_poll(self, wait: float) -> list[tuple[int, int]]:
         """The loop's wait with a busy-poll first (``--busy-poll-us``).

@@ -4,6 +4,7 @@ and the real clock (an autojump clock makes the loop step aside, see its docstri
 
 from __future__ import annotations
 
+import select
 import socket
 
 import pytest
@@ -216,6 +217,29 @@ async def test_input_is_served_in_the_order_it_arrived(store: Store) -> None:
         nursery.cancel_scope.cancel()
     for client, _ in sockets:
         client.close()
+
+
+async def test_parked_input_gives_way_to_trio_one_round_at_most(store: Store) -> None:
+    # epoll keeps a descriptor that stays ready where it was in its list: with trio's own
+    # descriptor always ready first (busy connections in trio), parked input behind it
+    # must still be served, at the latest in the round after the one that gave way.
+    a, b = socket.socketpair()
+    transport = Transport(trio.SocketStream(trio.socket.from_stdlib_socket(b)), store,
+                          pause_at=1 << 20)
+    hot = the_loop()
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(transport.run, Lines(transport))
+        await parked(transport)
+        a.sendall(b"x\n")  # (synchronous: no scheduling point until the assertions ran)
+        ready = [(hot._trio_fd, select.EPOLLIN), (b.fileno(), select.EPOLLIN)]
+        hot._serve_ready([])  # (a round without trio's descriptor: no giving way behind)
+        served = hot.served
+        assert hot._serve_ready(ready) and hot.served == served  # trio's tasks first
+        assert hot._serve_ready(ready) and hot.served == served + 1  # then it is served
+        a.settimeout(5)
+        assert a.recv(100) == b"X\n"
+        nursery.cancel_scope.cancel()
+    a.close()
 
 
 async def test_abort_while_parked(store: Store) -> None:

@@ -16,7 +16,9 @@ Cases (clean sessions, topic ``bench/path``, ``--payload`` bytes):
   subscriber's PUBACK (``mqtt-qos1-latency-paho``);
 - ``qos0-sub``: the same at QoS 0 (no acknowledgements);
 - ``qos0-fan``: QoS 0 to ten subscribers (``mqtt-fanout``; µs per message, not delivery);
-- ``qos2``: one client, QoS 2 PUBLISH -> PUBREC, PUBREL -> PUBCOMP, no subscriber.
+- ``qos2``: one client, QoS 2 PUBLISH -> PUBREC, PUBREL -> PUBCOMP, no subscriber;
+- ``durable``: QoS 1 to an offline persistent session (``mqtt-durable-offline``): every
+  read commits (a real sync) before its PUBACKs.
 
 ``--burst K`` sends K messages per read (their replies and deliveries in one flush), as
 the pipelined throughput scenarios (``mqtt-qos0``, ``mqtt-qos1``, ``mqtt-fanout``) do: the
@@ -51,7 +53,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-CASES = ("qos1", "qos1-sub", "qos0-sub", "qos0-fan", "qos2")
+CASES = ("qos1", "qos1-sub", "qos0-sub", "qos0-fan", "qos2", "durable")
 #: Subscribers of ``qos0-fan`` (``mqtt-fanout``'s 10).
 FAN = 10
 TOPIC = "bench/path"
@@ -117,12 +119,14 @@ def _load(tree: str | None) -> dict[str, Any]:
     from oxiedge.bus import Bus
     from oxiedge.mqtt.broker import Broker
     from oxiedge.mqtt.codec import encode
+    from oxiedge.mqtt.encode import DISCONNECT_BYTES
     from oxiedge.mqtt.encode5 import encode5
     from oxiedge.mqtt.packets import Connect, Publish, Subscribe
     from oxiedge.mqtt.packets5 import Connect5, Publish5, Subscribe5, Subscription
+    from oxiedge.mqtt.properties import Properties
     from oxiedge.mqtt.protocol import MqttProtocol
     from oxiedge.mqtt.session import Limits
-    from oxiedge.net import COMMIT, NEED_DATA, SEND, Authenticate
+    from oxiedge.net import COMMIT, KICK, NEED_DATA, SEND, Authenticate, Close
     from oxiedge.store import Store
 
     return {"PermissionStore": PermissionStore, "ResourceAlarms": ResourceAlarms, "Bus": Bus,
@@ -131,7 +135,8 @@ def _load(tree: str | None) -> dict[str, Any]:
             "COMMIT": COMMIT, "NEED_DATA": NEED_DATA, "SEND": SEND,
             "Authenticate": Authenticate, "Store": Store, "encode5": encode5,
             "Connect5": Connect5, "Publish5": Publish5, "Subscribe5": Subscribe5,
-            "Subscription": Subscription, "level": 4}
+            "Subscription": Subscription, "level": 4, "Close": Close, "KICK": KICK,
+            "DISCONNECT": DISCONNECT_BYTES, "Properties": Properties}
 
 
 def drive(proto: Any, wire: Wire, data: bytes, m: dict[str, Any]) -> bytes:
@@ -146,28 +151,36 @@ def drive(proto: Any, wire: Wire, data: bytes, m: dict[str, Any]) -> bytes:
                 wire.write(reply)
             if action is need:
                 return wire.flush()
-        elif action is m["COMMIT"]:  # (set-up only: clean sessions stage nothing later)
+        elif action is m["COMMIT"]:  # (set-up, and ``durable``: its every read)
             m["store"].committer.commit_blocking()
             proto.commit_done(None)
         elif type(action) is m["Authenticate"]:
             proto.authenticated(True)
+        elif action is m["KICK"]:  # (staged work nobody waits for: a DISCONNECT's record)
+            m["store"].committer.commit_blocking()
+        elif type(action) is m["Close"]:  # (after a DISCONNECT)
+            return wire.flush()
         else:
             raise AssertionError(f"unexpected action {action!r}")
 
 
-def connect(h: Harness, client_id: str, subscribe: int | None = None) -> tuple[Any, Wire]:
+def connect(h: Harness, client_id: str, subscribe: int | None = None,
+            clean: bool = True) -> tuple[Any, Wire]:
     m = h.mods
     proto, wire = h.peer(client_id)
     if m["level"] == 5:
-        out = drive(proto, wire, m["encode5"](m["Connect5"](client_id)), m)
+        # (a persistent session asks to outlive its connection, as bench/mqttwire.py does)
+        props = m["Properties"](session_expiry_interval=None if clean else 0xFFFFFFFF)
+        out = drive(proto, wire, m["encode5"](m["Connect5"](client_id, clean, properties=props)),
+                    m)  # fmt: skip
         assert out[:1] == b"\x20" and out[3] == 0, out
         if subscribe is not None:
             sub = m["Subscribe5"](1, (m["Subscription"](TOPIC, subscribe),))
             out = drive(proto, wire, m["encode5"](sub), m)
             assert out == b"\x90\x04\x00\x01\x00" + bytes((subscribe,)), out
         return proto, wire
-    out = drive(proto, wire, m["encode"](m["Connect"](client_id)), m)
-    assert out == b"\x20\x02\x00\x00", out
+    out = drive(proto, wire, m["encode"](m["Connect"](client_id, clean)), m)
+    assert out[:2] == b"\x20\x02" and out[3] == 0, out
     if subscribe is not None:
         out = drive(proto, wire, m["encode"](m["Subscribe"](1, ((TOPIC, subscribe),))), m)
         assert out == b"\x90\x03\x00\x01" + bytes((subscribe,)), out
@@ -211,6 +224,20 @@ def make_case(case: str, h: Harness, payload: bytes, burst: int = 1) -> Callable
                     [comps[n] for n in ns]):  # fmt: skip
                 raise AssertionError("no PUBCOMP")
         return one
+    if case == "durable":
+        sub, sw = connect(h, "durable-sub", 1, clean=False)
+        drive(sub, sw, m["DISCONNECT"], m)  # offline from now on
+        sub.connection_closed()
+        pub, pw = connect(h, "pub")
+        pkts = _publishes(m, 1, payload)
+        acks = [b"\x40\x02" + i.to_bytes(2, "big") for i in range(1, 65536)]
+
+        def one_durable(i: int) -> None:
+            ns = [(i * burst + k) % 65535 for k in range(burst)]
+            if drive(pub, pw, b"".join([pkts[n] for n in ns]), m) != b"".join(
+                    [acks[n] for n in ns]):  # fmt: skip
+                raise AssertionError("no PUBACK")
+        return one_durable
     qos = 1 if case == "qos1-sub" else 0
     subs = [connect(h, f"sub{k}", qos) for k in range(FAN if case == "qos0-fan" else 1)]
     sub, sw = subs[0]

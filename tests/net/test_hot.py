@@ -242,6 +242,42 @@ async def test_parked_input_gives_way_to_trio_one_round_at_most(store: Store) ->
     a.close()
 
 
+async def test_a_parked_connection_is_not_starved_by_busy_input_in_trio(store: Store) -> None:
+    # The same end to end, with the kernel's own ready list: trio's descriptor is ready at
+    # every wait (a task in trio reads its socket a little at a time and input is always
+    # there, as a busy connection waiting in trio), and the parked connection's input came
+    # after that descriptor first became ready. It is answered while trio is still busy
+    # (at 0c7d923 it never was).
+    busy_client, busy = socket.socketpair()
+    busy.setblocking(False)
+    busy_client.sendall(b"x" * 100_000)
+    reads = 0
+
+    async def busy_in_trio() -> None:
+        nonlocal reads
+        while True:
+            await trio.lowlevel.wait_readable(busy)
+            busy.recv(1)
+            reads += 1
+
+    client, server = stream_pair("socket")
+    transport = Transport(server, store, pause_at=1 << 20)
+    try:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(transport.run, Lines(transport))
+            await parked(transport)
+            nursery.start_soon(busy_in_trio)
+            with trio.fail_after(5):
+                while reads < 10:  # (trio's descriptor is on epoll's ready list first)
+                    await trio.sleep(0)
+            assert await exchange(client, b"ping\n", b"PING\n") == b"PING\n"
+            assert reads < 100_000  # (answered while trio was still busy)
+            nursery.cancel_scope.cancel()
+    finally:
+        busy_client.close()
+        busy.close()
+
+
 async def test_abort_while_parked(store: Store) -> None:
     client, server = stream_pair("socket")
     transport = Transport(server, store, pause_at=1 << 20)

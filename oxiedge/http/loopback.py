@@ -37,10 +37,11 @@ def loopback_name(host: str) -> bool:
         return False
 
 
-def _host_of(netloc: str) -> str:
-    """The host of ``host[:port]`` / ``[v6][:port]`` ('' when it cannot be split)."""
+def _host_of(url: str) -> str:
+    """The host of ``url`` (``//host[:port]``, ``scheme://[v6][:port]``; '' when it has none
+    or cannot be split: a client's header, e.g. ``http://[::1`` that ``urlsplit`` refuses)."""
     try:
-        return urlsplit("//" + netloc).hostname or ""
+        return urlsplit(url).hostname or ""
     except ValueError:
         return ""
 
@@ -49,12 +50,9 @@ def foreign_page(headers: dict[str, str]) -> str | None:
     """Why a request to the open loopback default is refused (None: it may be answered).
     ``headers``: lower-case names, as ``messages.Request`` has them."""
     host = headers.get("host")
-    if host is not None and not loopback_name(_host_of(host)):
+    if host is not None and not loopback_name(_host_of("//" + host)):
         return REFUSAL.format(what="the Host header", name=host[:100])
-    origin = headers.get("origin")
-    if origin is not None and origin != "null" \
-            and not loopback_name(_host_of(urlsplit(origin).netloc if "//" in origin else "")):
+    origin = headers.get("origin")  # ("null": a sandboxed or file: page)
+    if origin is not None and (origin == "null" or not loopback_name(_host_of(origin))):
         return REFUSAL.format(what="the page's Origin", name=origin[:100])
-    if origin == "null":
-        return REFUSAL.format(what="the page's Origin", name=origin)
     return None

@@ -39,6 +39,7 @@ def test_local_requests_pass(headers: dict[str, str]) -> None:
                                      {"host": "127.0.0.1", "origin": "http://evil.example"},
                                      {"host": "127.0.0.1", "origin": "null"},
                                      {"host": "127.0.0.1", "origin": "garbage"},
+                                     {"host": "127.0.0.1", "origin": "http://[::1"},
                                      {"host": "[::1"}])
 def test_foreign_requests_refused(headers: dict[str, str]) -> None:
     why = foreign_page(headers)
@@ -62,6 +63,9 @@ def test_rebinding_host_is_refused_on_the_open_default(http_server: ServerProces
                                b"Origin: http://evil.example\r\nContent-Type: application/json"
                                b"\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{}"))
     assert post.startswith(b"HTTP/1.1 403")
+    # an Origin urlsplit refuses is refused too, not a dropped connection and a traceback
+    torn = _get(port, "127.0.0.1", "Origin: http://[::1\r\n")
+    assert torn.startswith(b"HTTP/1.1 403")
     queues = raw_exchange(port, b"GET /api/queues HTTP/1.1\r\nHost: 127.0.0.1\r\n"
                                 b"Connection: close\r\n\r\n")
     assert queues.startswith(b"HTTP/1.1 200") and b"stolen" not in queues

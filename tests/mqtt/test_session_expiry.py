@@ -189,12 +189,17 @@ def test_expired_sessions_give_their_room_back(start_mqtt: Start) -> None:
     newcomer.close()
     srv.wait_for_line("MQTT: 5 persistent sessions offline over 2s expired", timeout=15)
 
-    def admitted() -> bool:
-        raw = RawClient(_port(srv))
-        code = raw.connect("newcomer", clean=False, expect=None)[3]
-        raw.close()
-        return code == 0
+    admitted: list[RawClient] = []
 
-    wait_for(admitted, timeout=5)
+    def admit() -> bool:
+        raw = RawClient(_port(srv))
+        if raw.connect("newcomer", clean=False, expect=None)[3] == 0:
+            admitted.append(raw)  # kept online: its own session must not expire meanwhile
+            return True
+        raw.close()
+        return False
+
+    wait_for(admit, timeout=5)
     status = _status(srv)
+    admitted[0].close()
     assert status["sessions_refused"] == 1 and status["sessions_expired"] == 5

@@ -51,7 +51,10 @@ class Request:
         target that is not an absolute path raises :class:`BadRequest`."""
         if not target.startswith("/"):
             raise BadRequest(f"request target {target[:80]!r} is not an absolute path")
-        parts = urlsplit(target)
+        try:
+            parts = urlsplit(target)
+        except ValueError:  # ("//[x/...": a bracket it takes for an IPv6 host)
+            raise BadRequest(f"request target {target[:80]!r} does not parse") from None
         raw = parts.path
         try:
             segments = tuple(unquote(s, errors="strict") for s in raw.split("/")[1:] if s)

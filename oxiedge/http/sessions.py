@@ -139,6 +139,14 @@ def foreign_origin(headers: dict[str, str]) -> str | None:
     if headers.get("sec-fetch-site", "same-origin") not in ("same-origin", "none"):
         return "a request from another site or origin may not change anything"
     origin = headers.get("origin")
-    if origin is not None and urlsplit(origin).netloc != headers.get("host"):
+    if origin is not None and _netloc(origin) != headers.get("host"):
         return "the request's Origin is not this console"
     return None
+
+
+def _netloc(url: str) -> str | None:
+    """``host[:port]`` of ``url``; None where ``urlsplit`` refuses it (``http://[::1``)."""
+    try:
+        return urlsplit(url).netloc
+    except ValueError:
+        return None

@@ -25,6 +25,7 @@ from oxiedge.http.api import api_routes, binding_json, list_query
 from oxiedge.http.messages import BadRequest, Request, Response, error_response
 from oxiedge.http.metrics import Snapshot
 from oxiedge.http.routes import Router, health_routes
+from oxiedge.http.sessions import foreign_origin
 
 SANS_IO = ("oxiedge.http.messages", "oxiedge.http.access", "oxiedge.http.routes",
            "oxiedge.http.api", "oxiedge.http.metrics", "oxiedge.http.bounds",
@@ -61,10 +62,18 @@ def test_request_target_is_split_into_decoded_segments(target: str, segments: tu
     assert req.query == query
 
 
-@pytest.mark.parametrize("target", ["api/queues", "*", "http://x/api", "/api/%ff%fe"])
+@pytest.mark.parametrize("target", ["api/queues", "*", "http://x/api", "/api/%ff%fe",
+                                    "//[::1/api"])
 def test_bad_targets_are_bad_requests(target: str) -> None:
     with pytest.raises(BadRequest):
         Request.parse("GET", target, {})
+
+
+@pytest.mark.parametrize("origin", ["http://127.0.0.1:15672", "http://evil.example",
+                                    "http://[::1", "garbage"])
+def test_a_write_is_let_in_only_from_this_origin(origin: str) -> None:
+    why = foreign_origin({"host": "127.0.0.1:15672", "origin": origin})  # (never raises)
+    assert (why is None) == (origin == "http://127.0.0.1:15672")
 
 
 def test_int_param_names_the_field() -> None:

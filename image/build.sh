@@ -183,6 +183,15 @@ mmdebstrap --mode=root --variant=apt --arch="$ARCH" \
     --customize-hook='umount "$1/boot/firmware"' \
     --skip=download/empty \
     "$SUITE" "$ROOT" "${mirrors[@]}"
+if [ "$BOARD" = rpi ]; then
+    # What the boards' firmware loads (docs/appliance.md, "The FAT partition, per board"):
+    # a hook that silently copies nothing must fail the build, not the first boot.
+    for f in config.txt cmdline.txt bootcode.bin start.elf fixup.dat start4.elf fixup4.dat \
+        bcm2837-rpi-3-b.dtb bcm2837-rpi-zero-2-w.dtb bcm2711-rpi-4-b.dtb \
+        $([ "$SUITE" = trixie ] && echo bcm2712-rpi-5-b.dtb bcm2712-d-rpi-5-b.dtb); do
+        [ -s "$FIRMWARE/$f" ] || { echo "no $f on the FAT partition" >&2; exit 1; }
+    done
+fi
 record "step rootfs (mmdebstrap, packages): $(( $(cat "$WORK/t-packages") - STEP_START )) s, $(du -sh --exclude=opt/oxiedge "$ROOT" | cut -f1) root, $(du -sh "$FIRMWARE" | cut -f1) firmware"
 record "step customize: $(( $(cat "$WORK/t-customize") - $(cat "$WORK/t-packages") )) s"
 record "step venv: $(( $(cat "$WORK/t-venv") - $(cat "$WORK/t-customize") )) s, $(du -sh "$ROOT/opt/oxiedge" | cut -f1)"

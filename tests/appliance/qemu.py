@@ -5,6 +5,10 @@ it, boot it under QEMU (TCG), talk to the guest over forwarded loopback ports.
 ``generic-arm64-16k`` with Debian's 16 KiB-page kernel, ``rpi-arm64`` the Raspberry Pi
 image booted on QEMU's arm64 ``virt`` machine), ``OXIEDGE_BOOT_SUITE=bookworm`` the Debian
 12 image, ``OXIEDGE_IMAGE_OUT=DIR`` reuses an image ``image/build.sh --out DIR`` built.
+``OXIEDGE_BOOT_MACHINE=raspi3b`` (with ``rpi-arm64``) boots the Pi image on QEMU's
+Raspberry Pi 3 B instead: the card on the Pi's SD host, the kernel, initrd, device tree
+and command line that config.txt and cmdline.txt on the card name for a Pi 3 B
+(tests/appliance/pifirmware.py), a USB network adapter in place of the Pi's USB Ethernet.
 """
 
 from __future__ import annotations
@@ -26,6 +30,9 @@ IMAGE_DIR = REPO / "image"
 BOARD, ARCH, *VARIANT = os.environ.get("OXIEDGE_BOOT_TARGET", "generic-amd64").split("-")
 SUITE = os.environ.get("OXIEDGE_BOOT_SUITE", "trixie")
 NAME = "-".join(["oxiedge", BOARD, ARCH, *([SUITE] if SUITE != "trixie" else []), *VARIANT])
+MACHINE = os.environ.get("OXIEDGE_BOOT_MACHINE", "")
+if MACHINE not in ("", "raspi3b") or (MACHINE and BOARD != "rpi"):
+    raise RuntimeError(f"OXIEDGE_BOOT_MACHINE={MACHINE!r}: only raspi3b, with rpi-arm64")
 BUILD_FLAGS = ["--suite", SUITE, *(["--16k"] if VARIANT == ["16k"] else [])]
 QEMU = {
     "amd64": (["qemu-system-x86_64", "-machine", "q35"], "ttyS0"),
@@ -34,9 +41,9 @@ QEMU = {
     "arm64": (["qemu-system-aarch64", "-machine", "virt", "-cpu",
                "max,pauth-impdef=on" if VARIANT == ["16k"] else "cortex-a72"], "ttyAMA0"),
 }
-# Seconds from QEMU start to "oxiedge ready". Measured first boots: amd64 53-122 s, arm64
-# virt 113 s (busy 2-core host).
-BOOT_TIMEOUT = 300 if ARCH == "amd64" else 900
+# Seconds from QEMU start to "oxiedge ready". Measured first boots: amd64 53-231 s, arm64
+# virt 113-231 s (busy 2-core host).
+BOOT_TIMEOUT = 300 if ARCH == "amd64" else 1200 if MACHINE else 900
 TOOLS = ("mmdebstrap", "mke2fs", "mkfs.vfat", "mcopy", "sfdisk", QEMU[ARCH][0][0],
          "qemu-img", "ssh", "ssh-keygen")
 READY = r"oxiedge\[\d+\]: oxiedge ready"
@@ -92,21 +99,56 @@ def boot(out: Path, disk: Path, console: Path, memory_mb: int = 1024) -> Guest:
     forwards = ",".join(
         f"hostfwd=tcp:127.0.0.1:{ports[name]}-:{guest}" for name, guest in guest_ports.items()
     )
-    machine, serial = QEMU[ARCH]
-    cmd = [
-        *machine, "-m", str(memory_mb), "-smp", "2",
-        "-display", "none", "-monitor", "none", "-serial", f"file:{console}", "-no-reboot",
-        "-kernel", str(out / f"{NAME}.vmlinuz"), "-initrd", str(out / f"{NAME}.initrd.img"),
-        "-append", f"root=LABEL=RASPIROOT ro console={serial} panic=-1 "
-                   "systemd.journald.forward_to_console=1 systemd.show_status=0",
-        "-drive", f"file={disk},format=raw,if=virtio",
-        # restrict=on: the guest reaches nothing but the forwarded ports.
-        "-netdev", f"user,id=n0,restrict=on,{forwards}", "-device", "virtio-net-pci,netdev=n0",
-    ]
+    # restrict=on: the guest reaches nothing but the forwarded ports.
+    netdev = f"user,id=n0,restrict=on,{forwards}"
+    # systemd waits 90 s for a device (the data and FAT partitions) by default; under TCG on
+    # a loaded host udev itself started later than that: a longer wait, for emulation only.
+    debug = ("panic=-1 systemd.journald.forward_to_console=1 systemd.show_status=0 "
+             "systemd.default_device_timeout_sec=900")
+    if MACHINE == "raspi3b":
+        cmd = raspi3b_command(disk, console.parent / "pi-boot", netdev, debug)
+        cmd += ["-serial", "null", "-serial", f"file:{console}"]  # PL011, then mini UART
+    else:
+        machine, serial = QEMU[ARCH]
+        cmd = [
+            *machine, "-m", str(memory_mb), "-smp", "2", "-serial", f"file:{console}",
+            "-kernel", str(out / f"{NAME}.vmlinuz"), "-initrd", str(out / f"{NAME}.initrd.img"),
+            "-append", f"root=LABEL=RASPIROOT ro console={serial} {debug}",
+            "-drive", f"file={disk},format=raw,if=virtio",
+            "-netdev", netdev, "-device", "virtio-net-pci,netdev=n0",
+        ]
+    cmd += ["-display", "none", "-monitor", "none", "-no-reboot"]
     console.write_text("")
     proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE)
     return Guest(proc, console, ports)
+
+
+def raspi3b_command(card: Path, files: Path, netdev: str, debug: str) -> list[str]:
+    """QEMU's Raspberry Pi 3 B (1 GiB, 4 cores; the card's size must be a power of 2),
+    started the way its firmware would start the card: kernel, initrd and device tree
+    copied off the FAT partition as config.txt names them, cmdline.txt as the command
+    line. The mini UART (ttyS1, cmdline.txt's serial console) is QEMU's second serial
+    port; it is named again last so that /dev/console, where the journal is forwarded, is
+    the serial port and not the screen (tty0)."""
+    from .pifirmware import boot_files
+
+    files.mkdir(exist_ok=True)
+    chosen = boot_files(card_read(card, "config.txt").stdout, "Pi 3 B")
+    for name in (chosen.kernel, chosen.initramfs, chosen.device_tree):
+        if name:
+            card_get(card, name, files / name)
+    cmdline = card_read(card, chosen.cmdline).stdout.strip()
+    return [
+        "qemu-system-aarch64", "-machine", "raspi3b", "-m", "1024",
+        "-kernel", str(files / chosen.kernel), "-dtb", str(files / chosen.device_tree),
+        *(["-initrd", str(files / chosen.initramfs)] if chosen.initramfs else []),
+        "-append", f"{cmdline} console=ttyS1,115200 {debug}",
+        "-drive", f"file={card},format=raw,if=sd",
+        # QEMU's USB network adapter (RNDIS): the kernel names it usb0, the image's
+        # network file matches its alternative name enx<MAC> (en*), DHCP as on any board.
+        "-netdev", netdev, "-device", "usb-net,netdev=n0,mac=b8:27:eb:00:00:01",
+    ]
 
 
 def build_or_reuse(tmp_path_factory: pytest.TempPathFactory) -> Path:
@@ -146,6 +188,12 @@ def card_put(card: Path, source: Path, name: str) -> None:
     """Copy a file onto the card's FAT partition (what a user does on a PC)."""
     subprocess.run(["mcopy", "-o", "-i", f"{card}@@{fat_offset(card)}", str(source),
                     f"::{name}"], check=True, timeout=30, env=MTOOLS_ENV)
+
+
+def card_get(card: Path, name: str, dest: Path) -> None:
+    """Copy a file off the card's FAT partition (binary)."""
+    subprocess.run(["mcopy", "-o", "-n", "-i", f"{card}@@{fat_offset(card)}", f"::{name}",
+                    str(dest)], check=True, timeout=60, env=MTOOLS_ENV)
 
 
 def card_read(card: Path, name: str) -> subprocess.CompletedProcess[str]:

@@ -38,6 +38,9 @@ ROOT=${KEEP:-$(mktemp -d /var/tmp/oxiedge-suite.XXXXXX)}
 mounts=()
 cleanup() {
     for ((i = ${#mounts[@]} - 1; i >= 0; i--)); do umount -l "${mounts[i]}" 2>/dev/null || true; done
+    # and what the tests mounted inside (`ip netns add` mounts the root's /run/netns)
+    awk -v root="$ROOT/" 'index($2, root) == 1 {print $2}' /proc/mounts | sort -r \
+        | while read -r m; do umount -l "$m" 2>/dev/null || true; done
     [ -n "$KEEP" ] || rm -rf "$ROOT"
 }
 trap cleanup EXIT

@@ -106,6 +106,29 @@ def qos1_ring(topic: str, payload: bytes, level: int = 4) -> tuple[bytes, int]:
     return b"".join(parts), size
 
 
+
+class RingSender:
+    """Sends the next ``k`` packets of a pre-encoded ring (``qos1_ring``: ``slots`` packets
+    of ``size`` bytes, packet ids 1..slots) on ``sock``, wrapping around; ``sent`` counts
+    every packet sent."""
+
+    def __init__(self, sock: socket.socket, ring: bytes, size: int,
+                 slots: int = 65535) -> None:
+        self.sock, self.view, self.size, self.slots = sock, memoryview(ring), size, slots
+        self.sent = 0
+
+    def send(self, k: int) -> None:
+        size = self.size
+        while k:
+            start = self.sent % self.slots
+            take = min(k, self.slots - start)
+            self.sock.sendall(self.view[start * size : (start + take) * size])
+            self.sent += take
+            k -= take
+
+    def release(self) -> None:
+        self.view.release()
+
 def count_packets(pending: bytearray) -> int:
     """Whole packets of under 130 bytes at the start of ``pending`` (MQTT 5 PUBACKs: 4
     bytes, or more with a reason code); removes them, leaves a partial one."""

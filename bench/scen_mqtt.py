@@ -24,7 +24,14 @@ import uuid
 from dataclasses import replace
 
 from bench.brokers import Target
-from bench.mqttwire import PUBACK_LEN, RawMqtt, count_packets, publish_packet, qos1_ring
+from bench.mqttwire import (
+    PUBACK_LEN,
+    RawMqtt,
+    RingSender,
+    count_packets,
+    publish_packet,
+    qos1_ring,
+)
 from bench.result import Meter, Options, Result, Skip, latency_result, paced
 
 LOWAT = 64 * 1024
@@ -174,27 +181,18 @@ def _pipelined_qos1(c: RawMqtt, topic: str, o: Options, meter: Meter) -> tuple[i
     ring, size = qos1_ring(topic, _payload(o), level)
     pending = bytearray()
     ring_n = 65535
-    view = memoryview(ring)
     sock = c.sock
+    ring_out = RingSender(sock, ring, size, ring_n)
     n, window = o.count, min(o.window, ring_n - 1)
-    sent = acked = 0
+    acked = 0
     rem = 0  # bytes of a PUBACK split across reads
     buf = bytearray(1 << 16)
 
-    def send(k: int) -> None:
-        nonlocal sent
-        while k:
-            start = sent % ring_n
-            take = min(k, ring_n - start)
-            sock.sendall(view[start * size : (start + take) * size])
-            sent += take
-            k -= take
-
     t0 = meter.start()
     deadline = t0 + o.duration
-    send(min(window, n))
+    ring_out.send(min(window, n))
     sock.settimeout(o.idle_timeout)
-    while acked < sent:
+    while acked < ring_out.sent:
         try:
             got = sock.recv_into(buf)
         except TimeoutError:
@@ -209,11 +207,11 @@ def _pipelined_qos1(c: RawMqtt, topic: str, o: Options, meter: Meter) -> tuple[i
             k = rem // PUBACK_LEN
             rem -= k * PUBACK_LEN
         acked += k
-        if sent < n and time.perf_counter() < deadline:
-            send(min(k, n - sent))
+        if ring_out.sent < n and time.perf_counter() < deadline:
+            ring_out.send(min(k, n - ring_out.sent))
     t1 = meter.stop()
-    view.release()
-    return acked, t1 - t0, sent
+    ring_out.release()
+    return acked, t1 - t0, ring_out.sent
 
 
 def qos1_pipelined(t: Target, o: Options) -> Result:

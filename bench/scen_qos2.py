@@ -14,7 +14,7 @@ import struct
 import time
 
 from bench.brokers import Target
-from bench.mqttwire import RawMqtt, qos1_ring
+from bench.mqttwire import RawMqtt, RingSender, qos1_ring
 from bench.result import Meter, Options, Result
 from bench.scen_mqtt import _connect, _need_mqtt, _payload, _uid
 
@@ -36,27 +36,18 @@ def _pipelined_qos2(c: RawMqtt, topic: str, o: Options, meter: Meter) -> tuple[i
     ring, size = qos2_ring(topic, _payload(o), o.mqtt_level)
     pack = struct.Struct(">BBH").pack
     rels = [b""] + [pack(0x62, 2, pid) for pid in range(1, _RING + 1)]
-    view = memoryview(ring)
     sock = c.sock
+    ring_out = RingSender(sock, ring, size, _RING)
     n, window = o.count, min(o.window, _RING - 1)
-    sent = done = 0
+    done = 0
     pending = bytearray()
     buf = bytearray(1 << 16)
 
-    def send(k: int) -> None:
-        nonlocal sent
-        while k:
-            start = sent % _RING
-            take = min(k, _RING - start)
-            sock.sendall(view[start * size : (start + take) * size])
-            sent += take
-            k -= take
-
     t0 = meter.start()
     deadline = t0 + o.duration
-    send(min(window, n))
+    ring_out.send(min(window, n))
     sock.settimeout(o.idle_timeout)
-    while done < sent:
+    while done < ring_out.sent:
         try:
             got = sock.recv_into(buf)
         except TimeoutError:
@@ -79,11 +70,11 @@ def _pipelined_qos2(c: RawMqtt, topic: str, o: Options, meter: Meter) -> tuple[i
         if out:
             sock.sendall(b"".join(out))
         done += comps
-        if comps and sent < n and time.perf_counter() < deadline:
-            send(min(comps, n - sent))
+        if comps and ring_out.sent < n and time.perf_counter() < deadline:
+            ring_out.send(min(comps, n - ring_out.sent))
     t1 = meter.stop()
-    view.release()
-    return done, t1 - t0, sent
+    ring_out.release()
+    return done, t1 - t0, ring_out.sent
 
 
 def qos2_pipelined(t: Target, o: Options) -> Result:

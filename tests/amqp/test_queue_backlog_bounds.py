@@ -16,7 +16,7 @@ import pika
 
 from bench.backlog_amqp import publish
 from tests.amqp.conftest import connect
-from tests.mqtt.rawclient import RawSession
+from tests.mqtt.rawclient import RawSession, offline_subscriber
 
 DEFAULT_MEMORY_LIMIT = 100_000  # --amqp-memory-queue-limit
 
@@ -62,10 +62,7 @@ def test_durable_queue_outgrows_the_memory_bound_a_memory_queue_does_not(start_s
 
 def test_one_budget_for_amqp_and_mqtt(start_server: Any) -> None:
     srv = start_server("--max-backlog-bytes", "1MB")
-    offline = RawSession(srv.mqtt_port)
-    offline.connect("offline", clean=False)
-    offline.subscribe(1, ("t/#", 1))
-    offline.disconnect()
+    offline_subscriber(srv.mqtt_port, "offline", "t/#")
     pub = RawSession(srv.mqtt_port)
     pub.connect("pub")
     for i in range(300):

@@ -156,3 +156,12 @@ class RawSession(RawClient):
     def disconnect(self) -> None:
         self.send(b"\xe0\x00")
         assert self.closed()
+
+
+def offline_subscriber(port: int, client_id: str, topic_filter: str, qos: int = 1) -> None:
+    """A persistent session subscribed to ``topic_filter`` that went offline with a
+    DISCONNECT: what matches from now on is queued for it (on disk)."""
+    sub = RawSession(port)
+    sub.connect(client_id, clean=False)
+    sub.subscribe(1, (topic_filter, qos))
+    sub.disconnect()

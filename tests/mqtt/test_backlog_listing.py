@@ -12,7 +12,7 @@ from typing import Any
 from tests.conftest import ServerProcess
 
 from .conftest import cli_rows
-from .rawclient import RawSession
+from .rawclient import RawSession, offline_subscriber
 
 Start = Callable[..., ServerProcess]
 
@@ -24,10 +24,7 @@ def msgs(srv: ServerProcess) -> list[dict[str, Any]]:
 def test_acknowledged_records_below_the_floor_are_not_listed(start_mqtt: Start) -> None:
     srv = start_mqtt()
     assert srv.mqtt_port is not None
-    sub = RawSession(srv.mqtt_port)
-    sub.connect("lag", clean=False)
-    sub.subscribe(1, ("lag/#", 1))
-    sub.disconnect()
+    offline_subscriber(srv.mqtt_port, "lag", "lag/#")
     pub = RawSession(srv.mqtt_port)
     pub.connect("lag-pub")
     for i in range(300):

@@ -18,7 +18,7 @@ from oxiedge.store import Store
 from oxiedge.store.qlog import WINDOW
 from tests.conftest import ServerProcess
 
-from .rawclient import RawSession
+from .rawclient import RawSession, offline_subscriber
 from .test_broker import Wire
 
 Start = Callable[..., ServerProcess]
@@ -99,10 +99,7 @@ def test_sigkill_while_a_deep_backlog_is_drained_and_refilled(start_mqtt: Start)
     (QoS 1: their acks may not have been committed), never anything else twice."""
     srv = start_mqtt(*LIFTED)
     assert srv.mqtt_port is not None
-    sub = RawSession(srv.mqtt_port)
-    sub.connect("deep-sub", clean=False)
-    sub.subscribe(1, ("deep/#", 1))
-    sub.disconnect()
+    offline_subscriber(srv.mqtt_port, "deep-sub", "deep/#")
     pub = RawSession(srv.mqtt_port)
     pub.connect("deep-pub")
     acked: list[int] = []

@@ -22,7 +22,7 @@ from pika.exceptions import AMQPConnectionError, AMQPError, NackError
 from oxiedge.mqtt.codec import encode
 from oxiedge.mqtt.packets import Puback, Publish
 from oxiedge.server import EXIT_STORAGE_FAILURE
-from tests.mqtt.rawclient import RawSession
+from tests.mqtt.rawclient import RawSession, offline_subscriber
 
 FAIL_AFTER = 12
 LINE = "oxiedge: storage failure: durable writes stopped"
@@ -59,10 +59,7 @@ def test_mqtt_sync_eio_exits_without_acknowledging(start_server: Any, tmp_path: 
            "NOTIFY_SOCKET": str(tmp_path / "notify"), "WATCHDOG_USEC": "200000"}
     srv = start_server("--amqp-port", "off", env=env)
     # A persistent QoS 1 subscriber, offline: every QoS 1 publish is a durable write.
-    sub = RawSession(srv.mqtt_port)
-    sub.connect("keeper", clean=False)
-    sub.subscribe(1, ("t/#", 1))
-    sub.disconnect()
+    offline_subscriber(srv.mqtt_port, "keeper", "t/#")
     pub = RawSession(srv.mqtt_port)
     pub.connect("writer")
     acked: list[int] = []

@@ -119,8 +119,9 @@ def test_sigkill_while_draining_and_refilling_loses_and_repeats_nothing(start_se
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1800)
 def test_sigkill_while_draining_and_refilling_a_deep_backlog(start_server: Any) -> None:
-    churn(start_server(), 400_000)  # (a durable queue's default bounds are disk-sized)
+    churn(start_server(), 1_000_000)  # issue 37's depth (a durable queue's bounds are disk-sized)
 
 
 def test_ttl_expires_a_deep_queue_into_its_dead_letter_queue(start_server: Any) -> None:

@@ -26,7 +26,7 @@ from oxiedge.amqp.constants import (
 )
 from oxiedge.amqp.errors import AmqpError
 from oxiedge.amqp.fields import encode_shortstr
-from oxiedge.amqp.queues import QueueConsumer, QueuedMessage
+from oxiedge.amqp.queued import QueueConsumer, QueuedMessage
 from oxiedge.amqp.settlement import KICK
 from oxiedge.amqp.stream import StreamQueue
 

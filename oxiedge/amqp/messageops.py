@@ -39,7 +39,7 @@ from oxiedge.staged import REFUSED as QUEUE_REFUSED
 if TYPE_CHECKING:
     from oxiedge.amqp.broker import Broker
     from oxiedge.amqp.ports import Alarms
-    from oxiedge.amqp.queues import QueuedMessage
+    from oxiedge.amqp.queued import QueuedMessage
 
 #: The properties an operator may set (``delivery_mode`` comes from ``persistent``).
 SETTABLE = tuple(f.name for f in dataclasses.fields(spec.BasicProperties)

@@ -15,7 +15,7 @@ from oxiedge.amqp import authz, spec
 from oxiedge.amqp.channel import AfterCommit, Channel, after
 from oxiedge.amqp.constants import ACCESS_REFUSED, NOT_IMPLEMENTED, PRECONDITION_FAILED
 from oxiedge.amqp.errors import AmqpError
-from oxiedge.amqp.queues import QueueConsumer
+from oxiedge.amqp.queued import QueueConsumer
 
 
 def handle(ch: Channel, method: spec.Method) -> int | AfterCommit:
@@ -31,23 +31,23 @@ def handle(ch: Channel, method: spec.Method) -> int | AfterCommit:
 
 
 def exchange_declare(ch: Channel, m: spec.ExchangeDeclare) -> int | AfterCommit:
-    _x, staged = ch.broker.declare_exchange(
+    _x, staged = ch.broker.topology.declare_exchange(
         m.exchange, m.type, passive=m.passive, durable=m.durable,
         auto_delete=m.auto_delete, internal=m.internal, arguments=m.arguments)
     return after(staged, ch.ok(m.nowait, spec.ExchangeDeclareOk()))
 
 def exchange_delete(ch: Channel, m: spec.ExchangeDelete) -> int | AfterCommit:
     # An unknown exchange is deleted successfully (idempotent, as in RabbitMQ).
-    return after(ch.broker.delete_exchange(m.exchange, m.if_unused),
+    return after(ch.broker.topology.delete_exchange(m.exchange, m.if_unused),
                   ch.ok(m.nowait, spec.ExchangeDeleteOk()))
 
 def exchange_bind(ch: Channel, m: spec.ExchangeBind) -> int | AfterCommit:
-    return after(ch.broker.bind_exchange(m.destination, m.source, m.routing_key,
-                                            m.arguments),
+    return after(ch.broker.topology.bind_exchange(m.destination, m.source, m.routing_key,
+                                                     m.arguments),
                   ch.ok(m.nowait, spec.ExchangeBindOk()))
 
 def exchange_unbind(ch: Channel, m: spec.ExchangeUnbind) -> int | AfterCommit:
-    return after(ch.broker.unbind_exchange(m.destination, m.source, m.routing_key),
+    return after(ch.broker.topology.unbind_exchange(m.destination, m.source, m.routing_key),
                   ch.ok(m.nowait, spec.ExchangeUnbindOk()))
 
 def queue_declare(ch: Channel, m: spec.QueueDeclare) -> int | AfterCommit:
@@ -72,7 +72,7 @@ def queue_declare(ch: Channel, m: spec.QueueDeclare) -> int | AfterCommit:
 
 def queue_bind(ch: Channel, m: spec.QueueBind) -> int | AfterCommit:
     q = ch.queue(m.queue)
-    return after(ch.broker.bind(q, m.exchange, m.routing_key, m.arguments),
+    return after(ch.broker.topology.bind(q, m.exchange, m.routing_key, m.arguments),
                   ch.ok(m.nowait, spec.QueueBindOk()))
 
 def queue_unbind(ch: Channel, m: spec.QueueUnbind) -> int | AfterCommit:
@@ -80,7 +80,7 @@ def queue_unbind(ch: Channel, m: spec.QueueUnbind) -> int | AfterCommit:
     staged = False
     if name in ch.broker.queues and m.exchange in ch.broker.exchanges:
         q = ch.queue(name)
-        staged = ch.broker.unbind(q, m.exchange, m.routing_key, m.arguments)
+        staged = ch.broker.topology.unbind(q, m.exchange, m.routing_key, m.arguments)
     elif not m.exchange:
         raise AmqpError(ACCESS_REFUSED, "operation not permitted on the default exchange")
     # else: unbinding from a queue or exchange that is gone succeeds, as in RabbitMQ

@@ -221,7 +221,7 @@ class AmqpOperations:
                                arguments: dict[str, Any] | None = None) -> ExchangeDeclared:
         created = name not in self.broker.exchanges
         try:
-            x, staged = self.broker.declare_exchange(
+            x, staged = self.broker.topology.declare_exchange(
                 name, type, passive=False, durable=durable, auto_delete=auto_delete,
                 internal=internal, arguments=dict(arguments or {}))
         except AmqpError as exc:
@@ -233,7 +233,7 @@ class AmqpOperations:
         if name and not name.startswith("amq.") and name not in self.broker.exchanges:
             raise OperationError(f"NOT_FOUND - no exchange '{name}' in vhost '/'", MISSING)
         try:
-            staged = self.broker.delete_exchange(name, if_unused)
+            staged = self.broker.topology.delete_exchange(name, if_unused)
         except AmqpError as exc:
             raise _refusal(exc) from None
         await self._done(staged)
@@ -245,14 +245,14 @@ class AmqpOperations:
                    destination_type: str = "queue",
                    arguments: dict[str, Any] | None = None) -> BindingChanged:
         broker = self.broker
-        before = broker.exchanges_shared.bindings
+        before = broker.topology.exchanges_shared.bindings
         try:
             if destination_type == "queue":
-                staged = broker.bind(self._queue(destination), source, routing_key,
-                                     dict(arguments or {}))
-            elif destination_type == "exchange":
-                staged = broker.bind_exchange(destination, source, routing_key,
+                staged = broker.topology.bind(self._queue(destination), source, routing_key,
                                               dict(arguments or {}))
+            elif destination_type == "exchange":
+                staged = broker.topology.bind_exchange(destination, source, routing_key,
+                                                       dict(arguments or {}))
             else:
                 raise OperationError("destination_type must be 'queue' or 'exchange', not "
                                      f"{destination_type!r}", BAD_REQUEST)
@@ -260,7 +260,7 @@ class AmqpOperations:
             raise _refusal(exc) from None
         await self._done(staged)
         return BindingChanged(source, destination, destination_type, routing_key,
-                              broker.exchanges_shared.bindings != before)
+                              broker.topology.exchanges_shared.bindings != before)
 
     async def unbind(self, source: str, destination: str, *, routing_key: str = "",
                      destination_type: str = "queue",
@@ -268,23 +268,23 @@ class AmqpOperations:
         broker = self.broker
         if source not in broker.exchanges:
             raise OperationError(f"NOT_FOUND - no exchange '{source}' in vhost '/'", MISSING)
-        before = broker.exchanges_shared.bindings
+        before = broker.topology.exchanges_shared.bindings
         try:
             if destination_type == "queue":
-                staged = broker.unbind(self._queue(destination), source, routing_key,
-                                       dict(arguments or {}))
+                staged = broker.topology.unbind(self._queue(destination), source, routing_key,
+                                                dict(arguments or {}))
             elif destination_type == "exchange":
                 if destination not in broker.exchanges:
                     raise OperationError(f"NOT_FOUND - no exchange '{destination}' in vhost "
                                          "'/'", MISSING)
-                staged = broker.unbind_exchange(destination, source, routing_key)
+                staged = broker.topology.unbind_exchange(destination, source, routing_key)
             else:
                 raise OperationError("destination_type must be 'queue' or 'exchange', not "
                                      f"{destination_type!r}", BAD_REQUEST)
         except AmqpError as exc:
             raise _refusal(exc) from None
         await self._done(staged)
-        if broker.exchanges_shared.bindings == before:
+        if broker.topology.exchanges_shared.bindings == before:
             raise OperationError(f"NOT_FOUND - no binding from exchange '{source}' to "
                                  f"{destination_type} '{destination}' with routing key "
                                  f"'{routing_key}' in vhost '/'", MISSING)

@@ -35,7 +35,8 @@ from collections.abc import Iterator
 from typing import Any, SupportsIndex
 
 from oxiedge.amqp.properties import priority_of
-from oxiedge.amqp.queues import ByteLimitedQueue, Queue, QueuedMessage
+from oxiedge.amqp.queued import QueuedMessage
+from oxiedge.amqp.queues import ByteLimitedQueue, Queue
 
 MAX_PRIORITY = 255
 

@@ -23,8 +23,9 @@ from typing import Any, SupportsIndex
 
 from oxiedge.amqp import persist
 from oxiedge.amqp.properties import priority_of
+from oxiedge.amqp.queued import QueuedMessage
 from oxiedge.amqp.queuelog import Codec, LogReady, PagedBytes, log_head
-from oxiedge.amqp.queues import Queue, QueuedMessage
+from oxiedge.amqp.queues import Queue
 from oxiedge.store.qlog import QueueLog
 
 

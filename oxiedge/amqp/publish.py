@@ -34,7 +34,8 @@ from oxiedge.amqp.constants import PRECONDITION_FAILED
 from oxiedge.amqp.errors import AmqpError
 from oxiedge.amqp.exchanges import Exchange
 from oxiedge.amqp.properties import decoded_headers, scan_properties
-from oxiedge.amqp.queues import Queue, QueuedMessage
+from oxiedge.amqp.queued import QueuedMessage
+from oxiedge.amqp.queues import Queue
 from oxiedge.amqp.stream import StreamQueue
 from oxiedge.amqp.timers import Clock
 from oxiedge.staged import (

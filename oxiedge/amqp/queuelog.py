@@ -42,7 +42,8 @@ from typing import Any, SupportsIndex
 from oxiedge.amqp import persist
 from oxiedge.amqp.errors import AmqpError
 from oxiedge.amqp.properties import scan_properties
-from oxiedge.amqp.queues import VOLATILE, Queue, QueuedMessage
+from oxiedge.amqp.queued import VOLATILE, QueuedMessage
+from oxiedge.amqp.queues import Queue
 from oxiedge.store.backlog import Backlog
 from oxiedge.store.qlog import QueueLog
 from oxiedge.store.qlog_api import Tally

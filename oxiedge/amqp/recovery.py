@@ -16,11 +16,13 @@ import struct
 from typing import Any
 
 from oxiedge.amqp import paging, persist
-from oxiedge.amqp.broker import Broker, exchange_of_doc
+from oxiedge.amqp.broker import Broker
 from oxiedge.amqp.errors import AmqpError
 from oxiedge.amqp.exchanges import SUPPORTED_TYPES, Binding, ExchangeBinding
 from oxiedge.amqp.properties import scan_properties
-from oxiedge.amqp.queues import Queue, QueuedMessage
+from oxiedge.amqp.queued import QueuedMessage
+from oxiedge.amqp.queues import Queue
+from oxiedge.amqp.topology import exchange_of_doc
 
 
 def recover(broker: Broker) -> tuple[int, int]:
@@ -37,7 +39,7 @@ def recover(broker: Broker) -> tuple[int, int]:
         try:
             persist.check_exchange_doc(doc, SUPPORTED_TYPES)
             if doc["name"] not in broker.exchanges:
-                broker.add_exchange(exchange_of_doc(doc))
+                broker.topology.add_exchange(exchange_of_doc(doc))
         except bad as exc:
             quarantine(doc, "exchange", exc)
     by_qid: dict[int, Queue] = {}

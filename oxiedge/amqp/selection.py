@@ -34,7 +34,7 @@ from typing import Protocol, TypeVar
 
 
 class Candidate(Protocol):
-    """A consumer as a selector sees it (``queues.QueueConsumer``)."""
+    """A consumer as a selector sees it (``queued.QueueConsumer``)."""
 
     priority: int
     unacked: int  # its deliveries not yet settled (always 0 for a no-ack consumer)

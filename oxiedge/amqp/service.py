@@ -58,12 +58,12 @@ class AmqpService:
         self.broker = Broker(app.store, memory_limit,
                              min(cfg.amqp_memory_queue_bytes, cfg.amqp_queue_bytes))
         self.broker.paging.configure(cfg.amqp_queue_limit, cfg.amqp_queue_bytes, app.backlog)
-        self.broker.max_exchanges = cfg.amqp_max_exchanges
+        self.broker.topology.max_exchanges = cfg.amqp_max_exchanges
         #: The delivery acknowledgement timeout (``acktimeout.py``), swept by ``run``.
         self.ack_timeouts = AckTimeouts(cfg.amqp_consumer_timeout, self.broker.clock,
                                         self.broker.counters)
-        self.broker.max_bindings = cfg.amqp_max_bindings
-        self.broker.max_arguments_bytes = cfg.amqp_max_arguments_bytes
+        self.broker.topology.max_bindings = cfg.amqp_max_bindings
+        self.broker.topology.max_arguments_bytes = cfg.amqp_max_arguments_bytes
         self.broker.max_queues = cfg.amqp_max_queues
         #: What each connection's protocol object is given (it never sees the config).
         self.limits = ConnectionLimits(
@@ -110,7 +110,8 @@ class AmqpService:
     async def recover(self) -> None:
         """Load durable queues, exchanges, bindings and messages (before listening)."""
         self._recovered = recovery.recover(self.broker)
-        used, limit = self.broker.exchanges_shared.argument_bytes, self.broker.max_arguments_bytes
+        topology = self.broker.topology
+        used, limit = topology.exchanges_shared.argument_bytes, topology.max_arguments_bytes
         if used > limit:  # all of it stays (durable state is never dropped for a bound)
             self.app.log.warning(
                 "AMQP: the recovered argument tables of bindings, queues and exchanges cost "
@@ -200,13 +201,13 @@ class AmqpService:
             "channels": sum(len(c.channels) for c in self.connections),
             "queues": len(b.queues),
             "exchanges": len(b.exchanges),
-            "bindings": b.exchanges_shared.bindings,
-            "max_exchanges": b.max_exchanges,
-            "max_bindings": b.max_bindings,
-            "arguments_bytes": b.exchanges_shared.argument_bytes,
-            "max_arguments_bytes": b.max_arguments_bytes,
-            "route_cache_bytes": b.exchanges_shared.bytes,
-            "route_caches_cleared": b.exchanges_shared.cleared,
+            "bindings": b.topology.exchanges_shared.bindings,
+            "max_exchanges": b.topology.max_exchanges,
+            "max_bindings": b.topology.max_bindings,
+            "arguments_bytes": b.topology.exchanges_shared.argument_bytes,
+            "max_arguments_bytes": b.topology.max_arguments_bytes,
+            "route_cache_bytes": b.topology.exchanges_shared.bytes,
+            "route_caches_cleared": b.topology.exchanges_shared.cleared,
             "ready": sum(q.ready_count() for q in b.queues.values()),
             "unacked": sum(q.unacked for q in b.queues.values()),
             "consumers": sum(len(q.consumers) for q in b.queues.values()),
@@ -255,7 +256,7 @@ class AmqpService:
         """``oxiedge bindings``' rows; with ``queue`` (a name), only that queue's, without
         making a row for any other (the console's queue page)."""
         if queue is None:
-            return self.broker.bindings()
+            return self.broker.topology.bindings(list(self.broker.queues.values()))
         q = self.broker.queues.get(str(queue))
         if q is None:
             return []

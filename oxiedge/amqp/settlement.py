@@ -25,7 +25,8 @@ from oxiedge.amqp.errors import AmqpError
 
 if TYPE_CHECKING:
     from oxiedge.amqp.broker import Broker
-    from oxiedge.amqp.queues import Queue, QueuedMessage
+    from oxiedge.amqp.queued import QueuedMessage
+    from oxiedge.amqp.queues import Queue
 
 #: Durable deletes were staged: have a commit round soon (nobody waits for it).
 KICK = 1

@@ -41,7 +41,8 @@ from oxiedge.amqp import persist, properties
 from oxiedge.amqp.constants import NOT_IMPLEMENTED
 from oxiedge.amqp.errors import AmqpError
 from oxiedge.amqp.fields import Long
-from oxiedge.amqp.queues import Queue, QueueConsumer, QueuedMessage
+from oxiedge.amqp.queued import QueueConsumer, QueuedMessage
+from oxiedge.amqp.queues import Queue
 from oxiedge.amqp.stream_args import StartAt, interval_seconds, stream_consume
 from oxiedge.staged import COMMIT
 from oxiedge.store.qlog_api import LogStore

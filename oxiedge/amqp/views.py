@@ -10,11 +10,11 @@ from collections.abc import Callable
 from typing import Any
 
 from oxiedge.amqp import persist
-from oxiedge.amqp.broker import builtin_exchanges, exchange_of_doc
 from oxiedge.amqp.exchanges import binding_row, exchange_binding_row
 from oxiedge.amqp.queues import Queue
 from oxiedge.amqp.stream import log_figures, open_log
 from oxiedge.amqp.stream_args import is_stream
+from oxiedge.amqp.topology import builtin_exchanges, exchange_of_doc
 
 
 def _queue_rows(store: Any) -> list[dict[str, Any]]:

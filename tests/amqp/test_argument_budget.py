@@ -28,7 +28,7 @@ def broker(tmp_path: Path) -> Iterator[Broker]:
 
 
 def _used(b: Broker) -> int:
-    return b.exchanges_shared.argument_bytes
+    return b.topology.exchanges_shared.argument_bytes
 
 
 def _queue(b: Broker, name: str, arguments: dict[str, Any] | None = None) -> Queue:
@@ -37,8 +37,8 @@ def _queue(b: Broker, name: str, arguments: dict[str, Any] | None = None) -> Que
 
 
 def _headers(b: Broker, name: str, *, auto_delete: bool = False) -> None:
-    b.declare_exchange(name, "headers", passive=False, durable=False,
-                       auto_delete=auto_delete, internal=False, arguments={})
+    b.topology.declare_exchange(name, "headers", passive=False, durable=False,
+                                auto_delete=auto_delete, internal=False, arguments={})
 
 
 def _table(n: int, tag: str = "") -> dict[str, Any]:
@@ -68,12 +68,12 @@ def test_bind_charges_unbind_refunds(broker: Broker) -> None:
     base = _used(broker)
     assert base == 0  # the built-in exchanges keep no arguments
     table = _table(100)
-    broker.bind(q, "h", "", table)
+    broker.topology.bind(q, "h", "", table)
     cost = binding_cost(table, args_key(table))
     assert _used(broker) == cost
-    broker.bind(q, "h", "", dict(table))  # identical: nothing new kept
+    broker.topology.bind(q, "h", "", dict(table))  # identical: nothing new kept
     assert _used(broker) == cost
-    broker.unbind(q, "h", "", table)
+    broker.topology.unbind(q, "h", "", table)
     assert _used(broker) == 0
 
 
@@ -82,22 +82,22 @@ def test_over_the_budget_a_new_table_is_406_an_existing_one_and_plain_bindings_f
     _headers(broker, "h")
     q = _queue(broker, "q")
     first = _table(100)
-    broker.max_arguments_bytes = binding_cost(first, args_key(first)) + 100
-    broker.bind(q, "h", "", first)
+    broker.topology.max_arguments_bytes = binding_cost(first, args_key(first)) + 100
+    broker.topology.bind(q, "h", "", first)
     with pytest.raises(AmqpError) as info:
-        broker.bind(q, "h", "", _table(100, "other"))
+        broker.topology.bind(q, "h", "", _table(100, "other"))
     assert info.value.code == 406
     assert (info.value.class_id, info.value.method_id) == (50, 20)
-    assert f"arguments limit of {broker.max_arguments_bytes} bytes" in info.value.text
+    assert f"arguments limit of {broker.topology.max_arguments_bytes} bytes" in info.value.text
     assert broker.counters["arguments_limit_refused"] == 1
-    broker.bind(q, "h", "", dict(first))  # re-binding the one that is there
-    broker.bind(q, "amq.direct", "key", {})  # no table: nothing to charge
+    broker.topology.bind(q, "h", "", dict(first))  # re-binding the one that is there
+    broker.topology.bind(q, "amq.direct", "key", {})  # no table: nothing to charge
     with pytest.raises(AmqpError):
         _queue(broker, "dl", {"x-dead-letter-exchange": "x" * 200})
     with pytest.raises(AmqpError):
-        broker.declare_exchange("alt", "fanout", passive=False, durable=False,
-                                auto_delete=False, internal=False,
-                                arguments={"alternate-exchange": "y" * 200})
+        broker.topology.declare_exchange("alt", "fanout", passive=False, durable=False,
+                                         auto_delete=False, internal=False,
+                                         arguments={"alternate-exchange": "y" * 200})
     assert broker.counters["arguments_limit_refused"] == 3
     assert "dl" not in broker.queues and "alt" not in broker.exchanges
     _queue(broker, "plain")  # a queue without arguments is still fine
@@ -106,10 +106,11 @@ def test_over_the_budget_a_new_table_is_406_an_existing_one_and_plain_bindings_f
 def test_queue_and_exchange_arguments_are_charged_and_refunded(broker: Broker) -> None:
     q = _queue(broker, "dl", {"x-dead-letter-exchange": "x" * 1000, "x-max-length": 5})
     assert _used(broker) == table_cost(q.arguments) > 1000
-    broker.declare_exchange("alt", "fanout", passive=False, durable=False, auto_delete=False,
-                            internal=False, arguments={"alternate-exchange": "y" * 500})
+    broker.topology.declare_exchange("alt", "fanout", passive=False, durable=False,
+                                     auto_delete=False, internal=False,
+                                     arguments={"alternate-exchange": "y" * 500})
     assert _used(broker) > table_cost(q.arguments) + 500
-    broker.delete_exchange("alt", if_unused=False)
+    broker.topology.delete_exchange("alt", if_unused=False)
     assert _used(broker) == table_cost(q.arguments)
     broker.delete_queue(q)
     assert _used(broker) == 0
@@ -119,9 +120,9 @@ def test_every_way_a_binding_goes_refunds_it(broker: Broker) -> None:
     _headers(broker, "h")
     few, many = _queue(broker, "few"), _queue(broker, "many")
     for i in range(3):
-        broker.bind(few, "h", "", _table(10, f"f{i}"))
+        broker.topology.bind(few, "h", "", _table(10, f"f{i}"))
     for i in range(100):  # most of the exchange's bindings: Exchange._remove_most
-        broker.bind(many, "h", "", _table(10, f"m{i}"))
+        broker.topology.bind(many, "h", "", _table(10, f"m{i}"))
     assert _used(broker) == sum(b.cost for b in broker.exchanges["h"].bindings.values())
     broker.delete_queue(few)  # key by key
     broker.delete_queue(many)  # the rebuild
@@ -131,9 +132,9 @@ def test_every_way_a_binding_goes_refunds_it(broker: Broker) -> None:
     q = _queue(broker, "q")
     _headers(broker, "h2")
     _headers(broker, "auto", auto_delete=True)
-    broker.bind(q, "h2", "", _table(20))
-    broker.bind(q, "auto", "", _table(20))
-    broker.delete_exchange("h2", if_unused=False)
+    broker.topology.bind(q, "h2", "", _table(20))
+    broker.topology.bind(q, "auto", "", _table(20))
+    broker.topology.delete_exchange("h2", if_unused=False)
     assert _used(broker) == broker.exchanges["auto"].bindings[
         next(iter(broker.exchanges["auto"].bindings))].cost
     broker.delete_queue(q)
@@ -146,10 +147,10 @@ def test_a_recovered_binding_carries_its_own_cost(broker: Broker) -> None:
     _headers(broker, "h")
     q = _queue(broker, "q")
     b = Binding("h", q, "", {"x-match": "all", "a": "b"})
-    broker.max_arguments_bytes = 0
+    broker.topology.max_arguments_bytes = 0
     assert broker.exchanges["h"].add(b)  # (as recovery does: never refused)
     assert _used(broker) == b.cost > 0
-    broker.unbind(q, "h", "", {"x-match": "all", "a": "b"})
+    broker.topology.unbind(q, "h", "", {"x-match": "all", "a": "b"})
     assert _used(broker) == 0
 
 
@@ -169,10 +170,10 @@ def test_a_binding_identity_is_a_digest_and_keeps_key_and_arguments_apart(
     q = _queue(broker, "q")
     table = {"x-match": "all", "a": "b"}
     spelled = repr(sorted((k, repr(v)) for k, v in table.items()))
-    broker.bind(q, "h", "", table)
-    broker.bind(q, "h", spelled, {})
+    broker.topology.bind(q, "h", "", table)
+    broker.topology.bind(q, "h", spelled, {})
     x = broker.exchanges["h"]
     assert len(x.bindings) == 2
-    broker.unbind(q, "h", spelled, {})
+    broker.topology.unbind(q, "h", spelled, {})
     (left,) = x.bindings.values()
     assert left.routing_key == "" and left.arguments == table

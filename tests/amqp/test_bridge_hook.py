@@ -17,7 +17,7 @@ async def test_publish_from_bridge_stages_then_releases(tmp_path: Path) -> None:
                                          exclusive=False, auto_delete=False, arguments={},
                                          owner=None)
         assert staged
-        assert broker.bind(q, "amq.topic", "sensors.#", {})
+        assert broker.topology.bind(q, "amq.topic", "sensors.#", {})
         await store.commit()
         calls: list[tuple[str, bool]] = []
 

@@ -10,7 +10,8 @@ import trio.testing
 
 from oxiedge.amqp import spec
 from oxiedge.amqp.deadletter import delivery_count_of, is_cycle, mark_dead, with_delivery_count
-from oxiedge.amqp.queues import Queue, QueuedMessage
+from oxiedge.amqp.queued import QueuedMessage
+from oxiedge.amqp.queues import Queue
 from oxiedge.amqp.timers import QueueTimers
 from tests.amqp.typed_headers import TYPED, typed_properties
 

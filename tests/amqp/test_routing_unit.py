@@ -154,7 +154,7 @@ def test_exchange_bindings_route_once_per_destination() -> None:
 
 
 def test_queue_limit_drops_oldest_and_counts() -> None:
-    from oxiedge.amqp.queues import QueuedMessage
+    from oxiedge.amqp.queued import QueuedMessage
 
     dropped = []
     q = Queue("q", 1, limit=3, on_drop=lambda _q, m: dropped.append(m.seq))
@@ -164,7 +164,7 @@ def test_queue_limit_drops_oldest_and_counts() -> None:
 
 
 def test_requeue_restores_publish_order() -> None:
-    from oxiedge.amqp.queues import QueuedMessage
+    from oxiedge.amqp.queued import QueuedMessage
 
     q = Queue("q", 1)
     msgs = [QueuedMessage(seq, "", "q", b"\x00\x00", b"") for seq in range(1, 8)]

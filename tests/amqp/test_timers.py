@@ -6,7 +6,8 @@ from __future__ import annotations
 import trio
 import trio.testing
 
-from oxiedge.amqp.queues import Queue, QueuedMessage
+from oxiedge.amqp.queued import QueuedMessage
+from oxiedge.amqp.queues import Queue
 from oxiedge.amqp.timers import QueueTimers
 
 

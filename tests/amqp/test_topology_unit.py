@@ -12,7 +12,8 @@ import pytest
 
 from oxiedge.amqp.broker import Broker
 from oxiedge.amqp.exchanges import Binding, Exchange, ExchangesShared
-from oxiedge.amqp.queues import Queue, QueuedMessage
+from oxiedge.amqp.queued import QueuedMessage
+from oxiedge.amqp.queues import Queue
 from oxiedge.store import Store
 
 
@@ -25,8 +26,8 @@ def broker(tmp_path: Path) -> Iterator[Broker]:
 
 def _exchange(b: Broker, name: str, kind: str = "fanout", *, durable: bool = False,
               auto_delete: bool = False) -> Exchange:
-    return b.declare_exchange(name, kind, passive=False, durable=durable,
-                              auto_delete=auto_delete, internal=False, arguments={})[0]
+    return b.topology.declare_exchange(name, kind, passive=False, durable=durable,
+                                       auto_delete=auto_delete, internal=False, arguments={})[0]
 
 
 def _queue(b: Broker, name: str) -> Queue:
@@ -41,9 +42,9 @@ def test_a_3000_long_auto_delete_chain_goes_in_one_delete(broker: Broker) -> Non
     _exchange(broker, "d0")
     for i in range(1, 3000):
         _exchange(broker, f"d{i}", auto_delete=True)
-        broker.bind_exchange(f"d{i - 1}", f"d{i}", "", {})
+        broker.topology.bind_exchange(f"d{i - 1}", f"d{i}", "", {})
     assert broker.exchanges["d0"].sources == {"d1"}
-    broker.delete_exchange("d0", if_unused=False)
+    broker.topology.delete_exchange("d0", if_unused=False)
     assert not [n for n in broker.exchanges if n.startswith("d")]
 
 
@@ -51,31 +52,31 @@ def test_deleting_a_queue_touches_only_the_exchanges_that_bind_it(broker: Broker
     q, other = _queue(broker, "q"), _queue(broker, "other")
     for i in range(50):
         _exchange(broker, f"x{i}", "direct")
-    broker.bind(q, "x3", "a", {})
-    broker.bind(q, "x3", "b", {})
-    broker.bind(q, "x7", "a", {})
-    broker.bind(other, "x7", "a", {})
+    broker.topology.bind(q, "x3", "a", {})
+    broker.topology.bind(q, "x3", "b", {})
+    broker.topology.bind(q, "x7", "a", {})
+    broker.topology.bind(other, "x7", "a", {})
     assert q.sources == {"x3", "x7"} and other.sources == {"x7"}
-    broker.unbind(q, "x3", "a")
+    broker.topology.unbind(q, "x3", "a")
     assert q.sources == {"x3", "x7"}  # one of its two keys there is left
     broker.delete_queue(q)
     assert not broker.exchanges["x3"].bindings and broker.exchanges["x3"].route("b") == []
     assert broker.exchanges["x7"].route("a") == [other]
-    broker.delete_exchange("x7", if_unused=False)
+    broker.topology.delete_exchange("x7", if_unused=False)
     assert other.sources == set()
 
 
 def test_deleting_an_exchange_unbinds_its_sources_and_their_index(broker: Broker) -> None:
     src, dst = _exchange(broker, "src", "topic"), _exchange(broker, "dst")
-    broker.bind_exchange("dst", "src", "a.#", {})
-    broker.bind_exchange("dst", "src", "b", {})
-    broker.unbind_exchange("dst", "src", "b")
+    broker.topology.bind_exchange("dst", "src", "a.#", {})
+    broker.topology.bind_exchange("dst", "src", "b", {})
+    broker.topology.unbind_exchange("dst", "src", "b")
     assert dst.sources == {"src"}  # a.# still binds it
-    broker.delete_exchange("dst", if_unused=False)
+    broker.topology.delete_exchange("dst", if_unused=False)
     assert src.route_exchanges("a.x") == [] and not src.xbindings
     _exchange(broker, "dst2")
-    broker.bind_exchange("dst2", "src", "a.#", {})
-    broker.delete_exchange("src", if_unused=False)
+    broker.topology.bind_exchange("dst2", "src", "a.#", {})
+    broker.topology.delete_exchange("src", if_unused=False)
     assert broker.exchanges["dst2"].sources == set()
 
 

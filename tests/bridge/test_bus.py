@@ -60,7 +60,7 @@ async def test_one_publish_reaches_every_destination_but_its_origin(tmp_path: Pa
             work, _ = broker.declare_queue("work", passive=False, durable=True,
                                            exclusive=False, auto_delete=False, arguments={},
                                            owner=None)
-            assert broker.bind(work, "amq.topic", "#", {})
+            assert broker.topology.bind(work, "amq.topic", "#", {})
             cmd, _, _ = mqtt.broker.open_session("valve", clean=False)
             mqtt.broker.subscribe(cmd, [("devices/#", 1)])
             await app.store.commit()
@@ -131,7 +131,7 @@ async def test_amqp_alone_the_same_rule(tmp_path: Path) -> None:
             work, _ = amqp.broker.declare_queue("work", passive=False, durable=True,
                                                 exclusive=False, auto_delete=False,
                                                 arguments={}, owner=None)
-            assert amqp.broker.bind(work, "amq.topic", "devices.#", {})
+            assert amqp.broker.topology.bind(work, "amq.topic", "devices.#", {})
             await app.store.commit()
 
             assert bus.publish(uplinks.a.origin, "devices/v1/cmd", b"on", 1, False) == COMMIT

@@ -25,14 +25,9 @@ up to the window: after the burst's output went out, while the client works on w
 flight, not inside the acknowledgement that finds ``ready`` empty. Only synced records are
 read back, so a delivery waiting for its round (an MQTT QoS 2 ``Hold``) is never read early.
 
-Removal: an acknowledged or dropped seq below every live seq (the usual case) only moves
-``deleted_to`` (an in-order ack: the seq at ``deleted_to``, one compare); ``_flush``, just
-before the round is written (``Store.defer``), moves it up to the floor and writes the
-metadata record ``meta_key`` = floor, tail, count, bytes (8 bytes BE each); the run below
-the floor goes as one ``delete_range`` once it is ``RANGE_RUN`` seqs long, the queue is
-empty or a bound dropped messages (a range tombstone per round would slow every iterator
-of a long drain; what is below the floor is never read: reads and recovery start at the
-floor, and recovery removes a run left over). An ack out of order: a point delete at once.
+Removal (``qlog_remove.py``): an acknowledged or dropped seq below every live seq (the
+usual case) joins the run below the floor, removed by a deferred range delete staged in the
+round's ``_flush`` with the counters record; one above it is a point delete at once.
 
 Recovery (``recover``, ``qlog_recover.py``) reads the metadata record, the first key at or
 above the floor and the last key: no backlog read. A record that does not decode when read
@@ -54,7 +49,8 @@ from .encoding import prefix_end
 from .qlog_api import Codec, E, Entry, Generations, LogStore, NoTally, Tally
 from .qlog_fresh import Marks, mark, settle
 from .qlog_read import Reader
-from .qlog_recover import META, SEQ, find
+from .qlog_recover import SEQ, find
+from .qlog_remove import RANGE_RUN, Removals
 
 __all__ = ["RANGE_RUN", "WINDOW", "WINDOW_BYTES", "Codec", "Entry", "Generations", "LogStore",
            "QueueLog", "Tally"]
@@ -64,19 +60,15 @@ _SEQ_OF = operator.attrgetter("seq")
 #: The window of a queue whose consumer is attached: messages, bytes (whichever first).
 WINDOW = 1024
 WINDOW_BYTES = 1 << 20
-#: Acknowledged seqs gathered below the floor before their range delete is staged (at once
-#: when the queue is empty): each range tombstone in the memtable is work for every iterator
-#: made on the family until it is flushed, so a long drain must not leave one per round.
-RANGE_RUN = 1024
 
 
 class QueueLog(Generic[E]):
     """One queue: append, peek / pop, ack, drop the oldest, recover (module docstring)."""
 
-    __slots__ = ("_closed", "_dirty", "_dropped", "_end", "_requeued", "bare", "bytes", "cf",
-                 "codec", "count", "deleted_to", "disk_from", "disk_to", "flushed_to", "fresh",
-                 "marks", "meta_key", "out", "out_bytes", "prefix", "quarantined", "read_back",
-                 "reader", "ready", "ready_bytes", "skipped", "store", "tail", "tally", "window",
+    __slots__ = ("_closed", "_dirty", "_end", "_requeued", "bare", "bytes", "cf", "codec",
+                 "count", "disk_from", "disk_to", "fresh", "marks", "meta_key", "out",
+                 "out_bytes", "prefix", "quarantined", "read_back", "reader", "ready",
+                 "ready_bytes", "removals", "skipped", "store", "tail", "tally", "window",
                  "window_bytes")
 
     def __init__(self, codec: Codec[E], store: LogStore | None = None, cf: str = "",
@@ -84,6 +76,7 @@ class QueueLog(Generic[E]):
                  window_bytes: int = WINDOW_BYTES, tally: Tally | None = None) -> None:
         self.codec = codec
         self.reader = Reader(codec, store, cf, prefix) if store is not None else None
+        self.removals = Removals(store, cf, prefix, meta_key) if store is not None else None
         # The bytes of a queue with a store also count in ``tally`` (``NoTally``: nowhere).
         self.tally: Tally = tally if tally is not None and store is not None else NoTally()
         self.store = store
@@ -103,15 +96,13 @@ class QueueLog(Generic[E]):
         self.count = 0  # every live record: out + ready + disk + fresh
         self.bytes = 0
         self.tail = 0
-        self.deleted_to = 0  # every seq below is removed (its range delete maybe deferred)
-        self.flushed_to = 0  # ... and staged as a range delete up to here
         self.quarantined = 0  # records read back that did not decode
         self.bare: dict[int, int] = {}  # seq -> size: live, without a record (not in meta)
         self.skipped = 0  # records the codec refused on read-back (removed)
         self.read_back = 0  # messages read back from disk
         self._dirty = False
         self._closed = False
-        self._requeued = self._dropped = False  # put_back: ``out`` out of seq order; drop_oldest
+        self._requeued = False  # put_back: ``out`` out of seq order
 
     # ------------------------------------------------------------------- sizes
     def __len__(self) -> int:
@@ -306,10 +297,12 @@ class QueueLog(Generic[E]):
         self.tally.backlog_bytes -= size
         if self.bare:
             self.bare.pop(seq, None)
-        if seq == self.deleted_to:  # in order: every seq below is removed already
-            self.deleted_to = seq + 1  # (``_flush`` moves it on to the floor)
+        removals = self.removals
+        assert removals is not None
+        if seq == removals.deleted_to:  # in order: every seq below is removed already
+            removals.deleted_to = seq + 1  # (``_flush`` moves it on to the floor)
         else:
-            self._removed(seq)
+            removals.one(seq, self._floor())
         if not self._dirty:
             self._touch()
         return True
@@ -323,11 +316,12 @@ class QueueLog(Generic[E]):
         size = item.size
         self.ready_bytes -= size
         self.count, self.bytes = self.count - 1, self.bytes - size
-        if self.store is not None:
+        removals = self.removals
+        if removals is not None:
             self.tally.backlog_bytes -= size
             self.bare.pop(item.seq, None)
-            self._dropped = True  # (a bound: its run goes this round, not RANGE_RUN later)
-            self._removed(item.seq)
+            removals.one(item.seq, self._floor())
+            removals.dropped = True  # (its run goes this round, not RANGE_RUN later)
             self._touch()
         return item
 
@@ -373,13 +367,8 @@ class QueueLog(Generic[E]):
 
     def _removed(self, seq: int) -> None:
         """Its record goes: with the run below the floor (deferred range), or alone."""
-        floor = self._floor()
-        if seq < floor:
-            if floor > self.deleted_to:
-                self.deleted_to = floor
-        else:
-            assert self.store is not None
-            self.store.stage_delete_key(self.cf, self.prefix + _SEQ.pack(seq))
+        assert self.removals is not None
+        self.removals.one(seq, self._floor())
 
     def _touch(self) -> None:
         """Have ``_flush`` run before the next round is written (once per round)."""
@@ -400,27 +389,21 @@ class QueueLog(Generic[E]):
             mark(self.fresh, self.marks, store.committer.generation)
         if self.out and self.disk_to > self.disk_from and len(self.ready) < self.window >> 1:
             self._read_back()  # (``_dirty`` still set: what it removes joins this round)
-        dropped, self._dirty, self._dropped = self._dropped, False, False
-        floor = self._floor()  # every seq below the smallest live one is removed
-        if floor > self.deleted_to:
-            self.deleted_to = floor
-        if self.deleted_to > self.flushed_to and (
-                dropped or self.count <= 0 or self.deleted_to - self.flushed_to >= RANGE_RUN):
-            store.stage_delete_range(self.cf, self.key(self.flushed_to), self.key(self.deleted_to))
-            self.flushed_to = self.deleted_to
-        # (Never negative: a quarantined record counts its raw size, a guess.) A message
-        # without a record is not counted: a restart will not find it.
-        bare = self.bare
-        count, size = self.count - len(bare), self.bytes - (sum(bare.values()) if bare else 0)
-        store.stage_put(self.cf, self.meta_key, META.pack(
-            self.deleted_to, self.tail, max(0, count), max(0, size)))
+        self._dirty = False
+        # Every seq below the smallest live one is removed. A quarantined record counts its
+        # raw size (a guess); a message without a record is not counted: a restart will
+        # not find it.
+        bare, removals = self.bare, self.removals
+        assert removals is not None
+        removals.stage(self._floor(), self.tail, self.count - len(bare),
+                       self.bytes - (sum(bare.values()) if bare else 0))
 
     def discard_waiting(self) -> int:
         """Remove every waiting message (a purge; the disk run as one range delete)."""
         n = len(self)
         store = self.store
-        if store is not None and self.disk_to > self.disk_from:
-            store.stage_delete_range(self.cf, self.key(self.disk_from), self.key(self.disk_to))
+        if self.removals is not None and self.disk_to > self.disk_from:
+            self.removals.run(self.disk_from, self.disk_to)
         gone = [item.seq for item in self.ready] + [item.seq for item in self.fresh]
         self.ready.clear()
         self.fresh.clear()
@@ -439,13 +422,13 @@ class QueueLog(Generic[E]):
         back (``n`` records, ``size`` bytes, as the owner counted them: a TTL expiry); the
         next message is on disk or later. Its records go with the run below the floor
         (``RANGE_RUN``), or as one range delete of their own when something older is out."""
-        start, store = self.disk_from, self.store
-        assert store is not None and not self.ready and start < to <= self.disk_to
+        start, removals = self.disk_from, self.removals
+        assert removals is not None and not self.ready and start < to <= self.disk_to
         self.disk_from = to
         self.count = max(0, self.count - n)
         self._less(size)
         if self._floor() < start:  # something older is out: this run goes on its own
-            store.stage_delete_range(self.cf, self.key(start), self.key(to))
+            removals.run(start, to)
         self._touch()
 
     def close(self) -> None:
@@ -488,6 +471,5 @@ class QueueLog(Generic[E]):
         self.tally.backlog_bytes += self.bytes
         if self.count:
             self.disk_from, self.disk_to = found.first, found.last + 1
-            self.deleted_to = self.flushed_to = found.first
-        else:
-            self.deleted_to = self.flushed_to = self.tail
+        assert self.removals is not None
+        self.removals.at(found.first if self.count else self.tail)

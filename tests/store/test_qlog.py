@@ -129,13 +129,13 @@ def test_acked_runs_go_as_one_range_delete_per_round_and_counters_persist(store:
     fill(q, 0, 50)
     store.commit_blocking()
     assert drain(q)[:3] == [0, 1, 2]
-    assert q.deleted_to == 50 and q.flushed_to == 0
+    assert q.removals.deleted_to == 50 and q.removals.flushed_to == 0
     store.commit_blocking()
-    assert q.flushed_to == 50
+    assert q.removals.flushed_to == 50
     assert list(store.iter_raw(CF, PREFIX)) == []
     again = make(store)
     again.recover()
-    assert (len(again), again.tail, again.deleted_to) == (0, 50, 50)
+    assert (len(again), again.tail, again.removals.deleted_to) == (0, 50, 50)
 
 
 def test_a_long_drain_leaves_one_range_delete_per_run_and_recovery_removes_a_run_left(
@@ -152,7 +152,7 @@ def test_a_long_drain_leaves_one_range_delete_per_run_and_recovery_removes_a_run
         q.ack(item.seq)
     store.commit_blocking()
     # Below the floor, not deleted yet: the run is short and the queue is not empty.
-    assert (q.deleted_to, q.flushed_to) == (10, 0)
+    assert (q.removals.deleted_to, q.removals.flushed_to) == (10, 0)
     assert next(store.iter_raw(CF, PREFIX))[0] == PREFIX + (0).to_bytes(8, "big")
     again = make(store)  # as after a SIGKILL now: the counters' floor is 10
     again.recover()

@@ -7,6 +7,10 @@ raises a disk alarm with ``oxiedge limits --disk-free-limit 1000000TB`` and chec
 connection's state went *during* the alarm: slots, channels and exclusive queues (AMQP),
 the session's online state and the will (MQTT); and that the remaining input is handled in
 order (a DISCONNECT honoured) when it is small, and discarded unacknowledged when not.
+
+Timers under test stay short (1 s heartbeats and keep-alive); what the tests wait for is
+polled from the server's status with ceilings of minutes, and the clients keep their own
+I/O going while a CLI call takes seconds on a loaded machine, as a real client's loop would.
 """
 
 from __future__ import annotations
@@ -22,10 +26,12 @@ import subprocess
 import sys
 import termios
 import textwrap
+import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import paho.mqtt.client as mqtt
 import pika
@@ -40,12 +46,17 @@ from tests.hostile.conftest import server_status
 from tests.mqtt.conftest import Client
 from tests.tls.conftest import make_pki
 
+# Each test makes a dozen CLI calls; on a loaded machine (load average 20) one takes seconds.
+pytestmark = pytest.mark.timeout(600)
+
 ALARM_ON = ("limits", "--disk-free-limit", "1000000TB")
 ALARM_OFF = ("limits", "--disk-free-limit", "1MB")
 PINGREQ, PINGRESP, DISCONNECT = b"\xc0\x00", b"\xd0\x00", b"\xe0\x00"
+CEILING = 120.0  # seconds: how long a state may take to come on a loaded machine
+T = TypeVar("T")
 
 
-def wait_for(pred: Callable[[], object], what: str, timeout: float = 15.0) -> None:
+def wait_for(pred: Callable[[], object], what: str, timeout: float = CEILING) -> None:
     deadline = time.monotonic() + timeout
     while not pred():
         assert time.monotonic() < deadline, f"not within {timeout}s: {what}"
@@ -83,13 +94,13 @@ class RawMqtt:
 
     def __init__(self, port: int, client_id: str, keepalive: int = 60,
                  host: str = "127.0.0.1") -> None:
-        self.sock = socket.create_connection((host, port), timeout=10)
+        self.sock = socket.create_connection((host, port), timeout=CEILING)
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.buf = b""
         self.sock.sendall(connect_with_will(client_id, f"bd/will/{client_id}", keepalive))
         assert self.packet() == b"\x20\x02\x00\x00", "CONNACK refused"
 
-    def packet(self, timeout: float = 10.0) -> bytes:
+    def packet(self, timeout: float = CEILING) -> bytes:
         """The next packet from the server (b"" at the end of the stream)."""
         self.sock.settimeout(timeout)
         while True:
@@ -123,9 +134,35 @@ class RawMqtt:
         return buf[0]
 
 
-def block(srv: ServerProcess, client: RawMqtt) -> None:
-    """With the alarm on: a publish, held unread - the first of a connection too."""
-    blocked = server_status(srv)["mqtt"]["blocked"]
+class Pinger:
+    """A client's keep-alive in a thread: a PINGREQ every 0.3 s on ``raw`` until
+    ``stop()``, which returns how many were sent (the test reads their PINGRESPs)."""
+
+    def __init__(self, raw: RawMqtt) -> None:
+        self.raw = raw
+        self.sent = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.raw.sock.sendall(PINGREQ)
+            self.sent += 1
+            self._stop.wait(0.3)
+
+    def stop(self) -> int:
+        self._stop.set()
+        self._thread.join()
+        return self.sent
+
+
+def block(srv: ServerProcess, client: RawMqtt, blocked: int | None = None) -> None:
+    """With the alarm on: a publish, held unread - the first of a connection too.
+    ``blocked``: the server's count of blocked publishers before (read from its status
+    here unless given: a client with a short keep-alive cannot wait for a CLI call)."""
+    if blocked is None:
+        blocked = server_status(srv)["mqtt"]["blocked"]
     client.publish(2, b"held")
     wait_for(lambda: server_status(srv)["mqtt"]["blocked"] > blocked, "publisher blocked")
     client.nothing_within(0.3)
@@ -140,6 +177,7 @@ def will_watcher(srv: ServerProcess) -> Client:
 
 
 def got(sub: Client, wait: float = 0.5) -> list[tuple[str, bytes]]:
+    """What comes within ``wait`` seconds (for an absence; see ``received``)."""
     out: list[tuple[str, bytes]] = []
     deadline = time.monotonic() + wait
     while True:
@@ -148,6 +186,21 @@ def got(sub: Client, wait: float = 0.5) -> list[tuple[str, bytes]]:
         except Exception:
             return out
         out.append((m.topic, bytes(m.payload)))
+
+
+def received(sub: Client, done: Callable[[list[tuple[str, bytes]]], bool],
+             then: float = 0.5) -> list[tuple[str, bytes]]:
+    """What comes until ``done(messages)`` holds (or a ceiling passed), and then within
+    ``then`` seconds more: anything that must not come after it would show there."""
+    out: list[tuple[str, bytes]] = []
+    deadline = time.monotonic() + CEILING
+    while not done(out) and time.monotonic() < deadline:
+        out += got(sub, min(1.0, max(0.01, deadline - time.monotonic())))
+    return out + got(sub, then)
+
+
+def wills(seen: list[tuple[str, bytes]]) -> list[str]:
+    return [t for t, _p in seen if t.startswith("bd/will/")]
 
 
 class Paho:
@@ -165,7 +218,7 @@ class Paho:
         self.c.connect("127.0.0.1", port, keepalive=60)
         self.pump(self.c.is_connected)
 
-    def pump(self, pred: Callable[[], bool], timeout: float = 10.0) -> None:
+    def pump(self, pred: Callable[[], bool], timeout: float = CEILING) -> None:
         deadline = time.monotonic() + timeout
         while not pred():
             assert time.monotonic() < deadline, "paho: not in time"
@@ -191,8 +244,18 @@ class Paho:
 def _pika(srv: ServerProcess, **kw: Any) -> pika.BlockingConnection:
     kw.setdefault("heartbeat", 0)  # only the hang-up watch may notice (no heartbeat write)
     return pika.BlockingConnection(pika.ConnectionParameters(
-        "127.0.0.1", srv.amqp_port, blocked_connection_timeout=None, socket_timeout=5,
+        "127.0.0.1", srv.amqp_port, blocked_connection_timeout=None, socket_timeout=30,
         connection_attempts=1, **kw))
+
+
+def pumping(conn: pika.BlockingConnection, work: Callable[[], T]) -> T:
+    """``work()`` (a CLI call: seconds on a loaded machine) in a thread while pika's I/O
+    runs here, so its heartbeats go out meanwhile as a real client's would."""
+    with ThreadPoolExecutor(1) as pool:
+        future = pool.submit(work)
+        while not future.done():
+            conn.process_data_events(0.1)
+        return future.result()
 
 
 def _hang_up(conn: pika.BlockingConnection, rst: bool) -> None:
@@ -293,22 +356,26 @@ def test_amqp_blocked_healthy_connection_survives_missed_heartbeats(
     ch = conn.channel()
     ch.queue_declare("bd-hb")
     ch.basic_publish("", "bd-hb", b"before")
-    srv.cli(*ALARM_ON)
+
+    def status() -> dict[str, Any]:
+        return pumping(conn, lambda: server_status(srv))
+
+    pumping(conn, lambda: srv.cli(*ALARM_ON))
     _publish_whole(conn, ch, "bd-hb", b"held")
-    wait_for(lambda: server_status(srv)["alarms"]["blocked_connections"] == 1, "blocked")
+    wait_for(lambda: status()["alarms"]["blocked_connections"] == 1, "blocked")
     ch.basic_publish("", "bd-hb", b"unread")
     end = time.monotonic() + 5
     while time.monotonic() < end:
         conn.process_data_events(0.2)  # pika sends its heartbeats (unread by the server)
-    assert queue_ready(srv).get("bd-hb") == 1
-    assert server_status(srv)["amqp"]["connections_dropped"] == 0
-    srv.cli(*ALARM_OFF)
-    wait_for(lambda: conn.process_data_events(0.05) or queue_ready(srv).get("bd-hb") == 3,
+    assert pumping(conn, lambda: queue_ready(srv)).get("bd-hb") == 1
+    assert status()["amqp"]["connections_dropped"] == 0
+    pumping(conn, lambda: srv.cli(*ALARM_OFF))
+    wait_for(lambda: pumping(conn, lambda: queue_ready(srv)).get("bd-hb") == 3,
              "the held publishes handled after the alarm")
-    assert server_status(srv)["alarms"]["blocked_connections"] == 0
+    assert status()["alarms"]["blocked_connections"] == 0
     ch.confirm_delivery()
     ch.basic_publish("", "bd-hb", b"after")  # confirmed: the connection is alive
-    assert server_status(srv)["alarms"]["blocked_hangups"] == 0
+    assert status()["alarms"]["blocked_hangups"] == 0
     conn.close()
 
 
@@ -339,8 +406,8 @@ def test_mqtt_blocked_clients_that_drop_publish_their_wills(
     for c in pubs:
         c.drop()
     wait_for(lambda: server_status(srv)["mqtt"]["connections"] == 1, "connections released")
-    wills = {t for t, _p in got(sub, 3) if t.startswith("bd/will/")}
-    assert wills == {f"bd/will/{i}" for i in range(10)}
+    expected = {f"bd/will/{i}" for i in range(10)}
+    assert set(wills(received(sub, lambda seen: set(wills(seen)) >= expected))) == expected
     sessions = {s["client"]: s for s in rows(srv, "sessions")}
     assert all(not sessions[f"bd-paho-{i}"]["connected"] for i in range(10))
     status = server_status(srv)
@@ -368,10 +435,10 @@ def test_mqtt_half_close_while_blocked(hostile_server: Callable[..., ServerProce
     raw.puback(2)  # the held publish, handled once the hang-up was seen
     assert raw.packet() == b"", "the server closes after the last input"
     wait_for(lambda: server_status(srv)["mqtt"]["connections"] == 1, "connection released")
-    seen = got(sub, 1.0)
+    seen = received(sub, lambda seen: ("bd/data", b"held") in seen
+                    and (disconnect or bool(wills(seen))), then=1.0)
     assert ("bd/data", b"held") in seen
-    wills = [t for t, _p in seen if t.startswith("bd/will/")]
-    assert wills == ([] if disconnect else ["bd/will/bd-half"])
+    assert wills(seen) == ([] if disconnect else ["bd/will/bd-half"])
     status = server_status(srv)
     assert status["alarms"]["blocked"] is True and status["alarms"]["blocked_hangups"] == 1
     raw.sock.close()
@@ -402,7 +469,7 @@ def test_mqtt_hang_up_with_a_flood_unread_discards_it(
     alarms = server_status(srv)["alarms"]
     assert alarms["blocked_hangups"] == 1 and alarms["blocked_hangups_discarded"] == 1
     assert alarms["blocked_discarded_bytes"] >= len(flood) - 2000, alarms
-    seen = got(sub, 1.0)
+    seen = received(sub, lambda seen: bool(wills(seen)), then=1.0)
     assert [t for t, _p in seen if t != "bd/data" or _p != b"x"] == ["bd/will/bd-flood"]
     srv.cli(*ALARM_OFF)
     assert not [t for t, _p in got(sub, 0.5) if t == "bd/flood"]
@@ -416,18 +483,19 @@ def test_mqtt_blocked_healthy_client_survives_its_keepalive(
     and every PINGREQ answered."""
     srv = hostile_server()
     srv.cli(*ALARM_ON)
+    blocked = server_status(srv)["mqtt"]["blocked"]
     raw = RawMqtt(srv.mqtt_port or 0, "bd-alive", keepalive=1)
-    block(srv, raw)
-    pings = 0
-    end = time.monotonic() + 4
-    while time.monotonic() < end:
-        raw.sock.sendall(PINGREQ)
-        pings += 1
-        time.sleep(0.3)
+    block(srv, raw, blocked)  # (the publish right after the CONNACK: no silence to time out)
+    pinger = Pinger(raw)  # its PINGREQs go on until the end, unread while it is blocked
+    time.sleep(4)
     raw.nothing_within(0.1)
-    srv.cli(*ALARM_OFF)
+    srv.cli(*ALARM_OFF)  # (seconds on a loaded machine: the pinger keeps the client alive)
     raw.puback(2)
-    for _ in range(pings):
+    answered = 0
+    while answered < pinger.sent - 1:  # catch up while it pings on
+        assert raw.packet() == PINGRESP
+        answered += 1
+    for _ in range(pinger.stop() - answered):
         assert raw.packet() == PINGRESP
     raw.sock.sendall(PINGREQ)
     assert raw.packet() == PINGRESP
@@ -452,7 +520,7 @@ def test_mqtt_tls_blocked_client_drop(hostile_server: Callable[..., ServerProces
     assert not held.is_published()
     c.drop()
     wait_for(lambda: server_status(srv)["mqtt"]["connections"] == 1, "connection released")
-    assert "bd/will/tls" in {t for t, _p in got(sub, 2)}
+    assert wills(received(sub, lambda seen: bool(wills(seen)))) == ["bd/will/tls"]
     assert server_status(srv)["alarms"]["blocked"] is True
     srv.cli(*ALARM_OFF)
     sub.disconnect()
@@ -513,7 +581,7 @@ def test_blocked_peer_that_vanishes_without_fin_is_dropped(
         assert server_status(srv)["mqtt"]["connections"] == 1
         _ip("netns", "exec", ns, "ip", "link", "set", ns_if, "down")  # the link dies
         wait_for(lambda: server_status(srv)["mqtt"]["connections"] == 0,
-                 "the dead peer dropped", timeout=30)
+                 "the dead peer dropped")
         status = server_status(srv)
         assert status["alarms"]["blocked"] is True
         assert status["alarms"]["blocked_hangups"] == 1 and status["mqtt"]["wills"] == 1
@@ -567,7 +635,8 @@ def test_new_connections_cannot_publish_past_an_alarm(
     for c in amqps:
         assert isinstance(c.recv_command().method, spec.BasicAck)  # type: ignore[union-attr]
     assert queue_ready(srv).get("bd-first") == 5
-    assert [m for m in got(sub, 1.0) if m[0] == "bd/first"] == [("bd/first", b"first")] * 10
+    seen = received(sub, lambda seen: sum(t == "bd/first" for t, _p in seen) >= 10)
+    assert [m for m in seen if m[0] == "bd/first"] == [("bd/first", b"first")] * 10
     assert server_status(srv)["alarms"]["blocked_connections"] == 0
     for raw in raws:
         raw.sock.close()

@@ -31,8 +31,8 @@ hook ran, so in the last two cases the loop makes that wait return at once (its
 of work inside one wake-up differs, and not the order of arrival: epoll lists ready
 descriptors in the order they became ready, and the loop serves parked connections only
 up to trio's own descriptor; those after it wait until trio has run the tasks its input
-woke (a connection waiting in trio is not overtaken by one whose input came later), for one
-round at most (``_serve_ready``).
+woke (a connection waiting in trio is not overtaken by one whose input came later), each
+for one round at most (``_serve_ready``).
 Where a wait that runs out must be seen by trio as one (a test's
 ``wait_all_tasks_blocked``, an autojump clock) the loop only serves what is ready and
 never blocks; trio's own wait then does not see the parked descriptors.
@@ -99,7 +99,7 @@ class Seat:
     loop handed back (``pending``); the loop serves the connection through it
     (``serve_inline``) and hands it back (``hand_off``)."""
 
-    __slots__ = ("_hot", "_woken", "armed", "fd", "output", "pending", "protocol")
+    __slots__ = ("_hot", "_woken", "armed", "fd", "output", "pending", "protocol", "skipped")
 
     def __init__(self, output: Output) -> None:
         self.protocol: StreamProtocol | None = None  # (set when the transport runs)
@@ -108,6 +108,8 @@ class Seat:
         self.armed = math.inf  # the deadline of the scope the reader parked under
         #: the action the reader task goes on with, once the loop handed it back
         self.pending: object = None
+        #: the hot loop's last round that left this connection's input for later
+        self.skipped = -1
         self._hot: HotLoop | None = None
         self._woken: trio.Event | None = None
 
@@ -228,7 +230,7 @@ class HotLoop(trio.abc.Instrument):
         self.spins = 0  # waits that spun (a count for tests and probes)
         self._hits = 0.0  # moving average: did a wait end within one spin (0..1)
         self._syncing: Callable[[], bool] = _never
-        self._gave_way = False  # the last round left parked input to trio's tasks first
+        self._round = 0  # rounds of ``_serve_ready`` (what ``Seat.skipped`` counts in)
 
     def busy_poll(self, microseconds: int, syncing: Callable[[], bool] | None = None) -> None:
         """``--busy-poll-us``: before blocking, poll for up to this long while waits end
@@ -297,28 +299,33 @@ class HotLoop(trio.abc.Instrument):
         descriptors became ready); True if trio's own descriptor is among them.
 
         Input on a connection that waits in trio (trio's descriptor) arrived before what
-        follows it in the list: that task runs first, and the parked ones after it are
-        served in the next round (level-triggered: still ready). Serving them first
-        would let a client's PUBLISH overtake another's SUBSCRIBE sent before it (paho's
-        test_subscribe_options). Only one round in a row gives way like that: epoll
-        lists a descriptor that stays ready where it was, so with trio's always ready
-        (busy connections in trio) the ones after it would never be served."""
+        follows it in the list: that task runs first, and a parked one after it is
+        served in the next round (level-triggered: still ready). Serving it first would
+        let a client's PUBLISH overtake another's SUBSCRIBE sent before it (paho's
+        test_subscribe_options). A connection gives way like that for one round only:
+        epoll keeps a descriptor that stays ready where it was in its list, so with
+        trio's always ready (busy connections in trio) one after it would never be
+        served. The round after, it is served even behind trio's descriptor, and that
+        keeps the order too: its input came before trio's wait that followed the round
+        it gave way in, and that wait collected everything trio's side had by then. Only
+        the connection that gave way is served: one whose input is new waits in turn
+        (``Seat.skipped``), so the order holds in every round, not every other."""
+        self._round = now = self._round + 1
         parked, trio_fd = self.parked, self._trio_fd
-        give_way = not self._gave_way
-        self._gave_way = False
-        back = False
+        behind = False  # (past trio's descriptor)
         for fd, _ in ready:
             if fd == trio_fd:
-                back = True
-                if give_way:
-                    self._gave_way = True
-                    break
+                behind = True
                 continue
             seat = parked.get(fd)
-            if seat is not None:
-                self.served += 1
-                serve_inline(seat)
-        return back
+            if seat is None:
+                continue
+            if behind and seat.skipped != now - 1:
+                seat.skipped = now  # its turn comes next round
+                continue
+            self.served += 1
+            serve_inline(seat)
+        return behind
 
     def _spin_then_poll(self, wait: float) -> list[tuple[int, int]]:
         """The loop's wait with a busy-poll first (``--busy-poll-us``).

@@ -278,6 +278,78 @@ async def test_a_parked_connection_is_not_starved_by_busy_input_in_trio(store: S
         busy.close()
 
 
+async def test_arrival_order_holds_in_every_round_while_trio_is_busy(store: Store) -> None:
+    # With trio's descriptor ready at every wait (a busy connection in trio) it stays
+    # first on epoll's ready list, so each parked connection's new input is behind it.
+    # Pairs of a connection waiting in trio and a parked one get their input back to
+    # back, one pair per round: the parked one must be answered after the one in trio in
+    # every pair, not only every other round (at 98a1565 the round after one that gave
+    # way served all parked input at once, so one pair of two consecutive ones broke).
+    pairs = 4
+    order: list[bytes] = []
+
+    class Ordered(Lines):
+        def receive_data(self, data: bytes | bytearray) -> None:
+            order.append(bytes(data))
+            super().receive_data(data)
+
+        def authenticated(self, ok: bool) -> None:
+            order.append(b"authenticated")
+            super().authenticated(ok)
+
+    busy_client, busy = socket.socketpair()
+    busy.setblocking(False)
+    busy_client.sendall(b"x" * 100_000)
+    reads = 0
+
+    async def busy_in_trio() -> None:
+        nonlocal reads
+        while True:
+            await trio.lowlevel.wait_readable(busy)
+            busy.recv(1)
+            reads += 1
+
+    sockets = [socket.socketpair() for _ in range(2 * pairs)]
+    transports = [Transport(trio.SocketStream(trio.socket.from_stdlib_socket(server)), store,
+                            pause_at=1 << 20, authenticate=login) for _, server in sockets]
+    in_trio, in_hot = sockets[:pairs], sockets[pairs:]
+    try:
+        async with trio.open_nursery() as nursery:
+            for transport in transports:
+                nursery.start_soon(transport.run, Ordered(transport))
+            for transport in transports:
+                await parked(transport)
+            for client, _ in in_trio:  # a burst that needs an await: then it waits in trio
+                client.sendall(b"login\n")
+            with trio.fail_after(5):
+                while order.count(b"authenticated") < pairs:
+                    await trio.sleep(0.001)
+            await trio.testing.wait_all_tasks_blocked()  # (their readers are in trio's wait)
+            assert not any(t.parked for t in transports[:pairs])
+            assert all(t.parked for t in transports[pairs:])
+            order.clear()
+            nursery.start_soon(busy_in_trio)
+            with trio.fail_after(5):
+                while reads < 10:  # (trio's descriptor is on epoll's ready list first)
+                    await trio.sleep(0)
+            for i in range(pairs):  # (synchronous sends: one pair per round)
+                in_trio[i][0].sendall(b"first%d\n" % i)
+                in_hot[i][0].sendall(b"second%d\n" % i)
+                await trio.sleep(0)
+            with trio.fail_after(5):
+                while len(order) < 2 * pairs:
+                    await trio.sleep(0)
+            assert reads < 100_000  # (all while trio was still busy)
+            assert [order.index(b"first%d\n" % i) < order.index(b"second%d\n" % i)
+                    for i in range(pairs)] == [True] * pairs, order
+            nursery.cancel_scope.cancel()
+    finally:
+        for client, _ in sockets:
+            client.close()
+        busy_client.close()
+        busy.close()
+
+
 async def test_abort_while_parked(store: Store) -> None:
     client, server = stream_pair("socket")
     transport = Transport(server, store, pause_at=1 << 20)

@@ -52,13 +52,17 @@ def method(channel: int, class_id: int, method_id: int, args: bytes = b"") -> by
 
 
 def publish_frames(
-    channel: int, exchange: str, routing_key: str, body: bytes, persistent: bool = True
+    channel: int, exchange: str, routing_key: str, body: bytes, persistent: bool = True,
+    expiration: str | None = None,
 ) -> bytes:
-    """basic.publish + content header (+ delivery-mode 2 when persistent) + one body frame."""
+    """basic.publish + content header (+ delivery-mode 2 when persistent, + ``expiration``:
+    a per-message TTL in ms) + one body frame."""
     m = method(channel, 60, 40, struct.pack(">H", 0) + shortstr(exchange) + shortstr(routing_key)
                + b"\x00")
-    # Property flags: bit 12 is delivery-mode (content-type is bit 15).
-    props = struct.pack(">HB", 0x1000, 2) if persistent else struct.pack(">H", 0)
+    # Property flags: bit 12 is delivery-mode, bit 8 expiration (content-type is bit 15).
+    flags = (0x1000 if persistent else 0) | (0x0100 if expiration is not None else 0)
+    props = (struct.pack(">H", flags) + (b"\x02" if persistent else b"")
+             + (b"" if expiration is None else shortstr(expiration)))
     header = frame(FRAME_HEADER, channel, struct.pack(">HHQ", 60, 0, len(body)) + props)
     return m + header + frame(FRAME_BODY, channel, body)
 

@@ -49,9 +49,9 @@ def message_body(i: int, payload: int) -> bytes:
 
 
 def publish(port: int, queue: str, seqs: Iterable[int], persistent: bool = True,
-            payload: int = 100) -> int:
-    """Publish ``body(i)`` for each ``i``, 500 in flight, confirmed; returns how many were
-    nacked (reject-publish)."""
+            payload: int = 100, expiration: str | None = None) -> int:
+    """Publish ``body(i)`` for each ``i``, 500 in flight, confirmed (``expiration``: each
+    with that per-message TTL, ms); returns how many were nacked (reject-publish)."""
     c = RawAmqp("127.0.0.1", port)
     c.confirm_select()
     tracker = ConfirmTracker()
@@ -68,7 +68,8 @@ def publish(port: int, queue: str, seqs: Iterable[int], persistent: bool = True,
                 c.fill(30)
 
     for i in seqs:
-        batch.append(publish_frames(1, "", queue, message_body(i, payload), persistent))
+        batch.append(publish_frames(1, "", queue, message_body(i, payload), persistent,
+                                    expiration))
         if len(batch) == 500:
             c.sock.sendall(b"".join(batch))
             sent += len(batch)

@@ -71,7 +71,7 @@ class PriorityLogReady(deque[QueuedMessage]):
                     return head.expires
         return 0.0
 
-    def expire_unread(self, now: float) -> tuple[int, int]:
+    def expire_unread(self, now: float, limit: int) -> tuple[int, int]:
         """Not on a priority queue: its expired heads are read back (``Queue.expire_head``);
         a level's run is its head only while every higher level is empty."""
         return 0, 0

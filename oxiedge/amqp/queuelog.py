@@ -249,20 +249,31 @@ class LogReady(deque[QueuedMessage]):
         """Messages read back from disk so far."""
         return self.log.read_back
 
-    def expire_unread(self, now: float) -> tuple[int, int]:
+    def expire_unread(self, now: float, limit: int) -> tuple[int, int]:
         """The head is on disk and nothing needs the bodies (no dead-letter exchange):
         remove the run of records at the head of the disk part whose deadline is at or
-        before ``now`` without decoding them (their deadline and body size come from the
-        record's header) and without reading them into the window; it stops at the first
-        one that does not expire, or that is not a plain record this run can judge (the
-        read-back deals with it). Returns ``(messages expired, their body bytes)``."""
-        log = self.log
+        before ``now`` without decoding them and without reading them into the window
+        (``expire_run``), at most ``limit`` (the caller's round: the rest is left for the
+        next). Returns ``(messages expired, their body bytes)``."""
+        n, size, following = self.expire_run(self.log, now, limit)
+        # the next head's deadline, known without decoding it (``head_expires``, ``arm``)
+        self._head = (self.log.disk_from, following / 1000) if following else (-1, 0.0)
+        return n, size
+
+    def expire_run(self, log: QueueLog[QueuedMessage], now: float, limit: int
+                   ) -> tuple[int, int, int]:
+        """``expire_unread`` on ``log`` (this queue's, or a priority level's): the deadline
+        and body size of each record come from its header; it stops at the first one that
+        does not expire, or that is not a plain record this run can judge (the read-back
+        deals with it), or after ``limit`` records. Returns ``(messages expired, their body
+        bytes, the deadline in ms of the record it stopped at, 0 where not known)``."""
         store = log.store
-        if log.ready or log.disk_to <= log.disk_from or store is None:
-            return 0, 0
+        if log.ready or log.disk_to <= log.disk_from or store is None or limit <= 0:
+            return 0, 0, 0
         width, recovered = len(log.prefix) + SEQ.size, self.codec.recovered_tail
         start, end = log.key(log.disk_from), log.key(log.disk_to)
-        limit_ms, to, n, size, chunk = int(now * 1000), log.disk_from, 0, 0, _EXPIRE_CHUNK
+        limit_ms, to, n, size = int(now * 1000), log.disk_from, 0, 0
+        chunk = min(_EXPIRE_CHUNK, limit + 1)
         following = 0  # the deadline (ms) of the record it stopped at, where it has one
         while pairs := store.read_range(persist.CF, start, end, chunk):
             for key, value in pairs:
@@ -272,22 +283,21 @@ class LogReady(deque[QueuedMessage]):
                         len(head) < 9 or head[0] != persist.VERSION_TTL):
                     break  # (an earlier run's transient one: the read-back skips it)
                 at = int.from_bytes(head[1:9], "big")
-                if at > limit_ms:
+                if at > limit_ms or n >= limit:
                     following = at
                     break
                 to, n, size = seq + 1, n + 1, size + persist.body_size(value)
             else:
                 if len(pairs) == chunk:
-                    start, chunk = pairs[-1][0] + b"\x00", min(chunk * 4, _EXPIRE_CHUNK_MAX)
+                    start = pairs[-1][0] + b"\x00"
+                    chunk = min(chunk * 4, _EXPIRE_CHUNK_MAX, limit - n + 1)
                     continue
                 to = log.disk_to  # every record left expired (a gap after the last: none)
             break
         if n:
             log.drop_disk_head(to, n, size)
             self.paged.expired += n
-        # the next head's deadline, known without decoding it (``head_expires``, ``arm``)
-        self._head = (log.disk_from, following / 1000) if following else (-1, 0.0)
-        return n, size
+        return n, size, following
 
     # -- what the queue and the publish path call --------------------------------------
     def stage(self, seq: int, record: bytes) -> None:

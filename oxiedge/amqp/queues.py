@@ -34,6 +34,20 @@ if TYPE_CHECKING:
     from oxiedge.amqp.timers import QueueTimers
 
 
+#: Expiry runs in rounds, so that a deep queue whose messages are all due does not hold the
+#: event loop (every connection waits while one synchronous call runs). A round spends at
+#: most ``EXPIRE_ROUND``, in records of a queue log removed unread (``LogReady.expire_unread``,
+#: about 2.5 µs each on the 2-core VM, ~10 ms a round); a message expired one at a time costs
+#: ``EXPIRE_EACH`` of them (in memory or in the window: about twice the work), one
+#: dead-lettered ``EXPIRE_DEAD`` (rewritten with x-death and published: 256 a round). A
+#: round that runs out leaves the head due, so ``arm`` asks for the timer at once, and the
+#: timer task lets every other task run before it fires again (``timers.py``);
+#: ``expiry_rounds_cut`` counts those rounds.
+EXPIRE_ROUND = 4096
+EXPIRE_EACH = 2
+EXPIRE_DEAD = 16
+
+
 class Queue:
     """An AMQP queue (vhost ``/``)."""
 
@@ -206,7 +220,8 @@ class Queue:
                 and self.on_unused is not None):
             self.on_unused(self)
             return
-        self.expire_head()
+        if self.expire_head() and self.consumers:
+            self.dispatch()  # (a dispatch may have stopped at an expired run: what follows)
         self.arm()
 
     def touch(self) -> None:
@@ -256,6 +271,9 @@ class Queue:
         """Deliver ready messages round-robin to consumers with credit."""
         if self._dispatching or self.deleted:
             return
+        if self.paged is not None and self.ttl_seen and self._fresh is None and (
+                not self.expire_head()):
+            return  # an expired run goes first, unread (the timer dispatches after it)
         self._dispatching = True
         try:
             if self.selector is not None:
@@ -264,6 +282,7 @@ class Queue:
             ready = self.ready
             consumers = self.consumers
             count_bytes = self.max_bytes is not None
+            met = 0  # expired messages met on the way (``_expire_met``)
             while ready and consumers:
                 n = len(consumers)
                 start = self._rr
@@ -278,8 +297,10 @@ class Queue:
                 if count_bytes:
                     self.ready_bytes -= len(msg.body)
                 if msg.expires and msg is not self._fresh and msg.expires <= self.clock():
-                    self._expire(msg)
-                    continue
+                    met += 1
+                    if self._expire_met(msg, met):
+                        continue
+                    return
                 self.delivered += 1
                 consumer.deliver(msg)
         finally:
@@ -291,6 +312,7 @@ class Queue:
         """``dispatch`` with the consumer of each message picked by ``selector``."""
         ready = self.ready
         consumers = self.consumers
+        met = 0
         while ready and consumers:
             consumer = selector.pick(consumers)
             if consumer is None:
@@ -299,10 +321,23 @@ class Queue:
             if self.max_bytes is not None:
                 self.ready_bytes -= len(msg.body)
             if msg.expires and msg is not self._fresh and msg.expires <= self.clock():
-                self._expire(msg)
-                continue
+                met += 1
+                if self._expire_met(msg, met):
+                    continue
+                return
             self.delivered += 1
             consumer.deliver(msg)
+
+    def _expire_met(self, msg: QueuedMessage, met: int) -> bool:
+        """Dispatch met ``msg`` expired (the ``met``-th of this dispatch): expire it, and on
+        a queue log the run behind it as ``expire_head`` does (unread on disk where it can,
+        not read back for dispatch one by one). False: this round's budget is spent and
+        dispatch stops (the timer goes on at once, then dispatches: ``on_timer``)."""
+        self._expire(msg)
+        if met * self._expire_cost() >= EXPIRE_ROUND:
+            return self._cut()
+        # (not with ``_fresh``: a TTL of 0 at the head goes to a consumer, it is not expired)
+        return self.paged is None or self._fresh is not None or self.expire_head()
 
     def add_consumer(self, consumer: QueueConsumer) -> None:
         """A new consumer: last in turn; by priority where consumers have priorities."""
@@ -320,13 +355,27 @@ class Queue:
         if self.on_expire is not None:
             self.on_expire(self, msg)
 
+    def _expire_cost(self) -> int:
+        """What expiring one message at a time costs of a round (``EXPIRE_ROUND``)."""
+        return EXPIRE_EACH if self.dlx is None else EXPIRE_DEAD
+
+    def _cut(self) -> bool:
+        """An expiry round spent its budget with the head still due: go on at once (after
+        every other task has run); False, for the caller to return."""
+        if self.timers is not None:
+            self.timers.rounds_cut += 1
+        self.arm()
+        return False
+
     def pop_ready(self) -> QueuedMessage | None:
-        """The next live message for basic.get (expired ones at the head are discarded)."""
+        """The next live message for basic.get. The expired ones at the head go first, one
+        round at most (``expire_head``): behind a longer expired run there is none now
+        (get-empty; the timer goes on with the run, a later get finds what follows)."""
         ready = self.ready
         self.touch()
-        if self.paged is not None:
-            self.expire_head()  # (an expired run on disk: not read back one by one)
-        while ready:
+        if not self.expire_head():
+            return None
+        while ready:  # (its head was not due when expire_head looked)
             msg = ready.popleft()
             if self.max_bytes is not None:
                 self.ready_bytes -= len(msg.body)
@@ -338,30 +387,41 @@ class Queue:
             return msg
         return None
 
-    def expire_head(self) -> None:
+    def expire_head(self) -> bool:
         """Discard expired messages at the head (RabbitMQ expires a message only once it
-        reaches the head of its queue; declare-ok and purge-ok counts then exclude them)."""
+        reaches the head of its queue; declare-ok and purge-ok counts then exclude them),
+        one round at most (``EXPIRE_ROUND``). True: the head is not due (or there is none);
+        False: the round's budget ran out first (``_cut``)."""
         ready, now, paged = self.ready, 0.0, self.paged
+        budget, each = EXPIRE_ROUND, self._expire_cost()
         if paged is not None:  # its head alone until one is due; without a DLX an expired
             now = self.clock()  # run on disk goes unread (``queuelog.LogReady``)
             while 0 < self._head_expires() <= now:
-                n, size = paged.expire_unread(now) if self.dlx is None else (0, 0)
+                if budget < each:
+                    return self._cut()
+                n, size = paged.expire_unread(now, budget) if self.dlx is None else (0, 0)
                 if n:
+                    budget -= n
                     self.expired += n
                     self.ready_bytes -= size if self.max_bytes is not None else 0
                     continue
+                budget -= each
                 msg = ready.popleft()  # (in the window, or read back: a DLX needs it)
                 self.ready_bytes -= len(msg.body) if self.max_bytes is not None else 0
                 self._expire(msg)
-            return
+            return True
         while ready and ready[0].expires:
             now = now or self.clock()
             if ready[0].expires > now:
-                return
+                return True
+            if budget < each:
+                return self._cut()
+            budget -= each
             msg = ready.popleft()
             if self.max_bytes is not None:
                 self.ready_bytes -= len(msg.body)
             self._expire(msg)
+        return True
 
     def remove_consumer(self, consumer: QueueConsumer) -> None:
         if consumer in self.consumers:

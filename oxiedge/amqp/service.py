@@ -230,6 +230,7 @@ class AmqpService:
             **b.streams.status(b.queues.values()),
             **b.counters,
             "expired": b.counters["expired"] + b.paging.paged.expired,  # (+ unread ones)
+            "expiry_rounds_cut": b.timers.rounds_cut,  # (queues.EXPIRE_ROUND)
             **self.counters,
         }
 

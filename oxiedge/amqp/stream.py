@@ -309,8 +309,9 @@ class StreamQueue(Queue):
     def arm(self) -> None:
         """(No TTL, no x-expires: a stream needs no timer.)"""
 
-    def expire_head(self) -> None:
+    def expire_head(self) -> bool:
         """(Nothing expires from a stream but by retention.)"""
+        return True
 
     def row(self) -> dict[str, Any]:
         row = super().row()

@@ -54,6 +54,7 @@ class QueueTimers:
         self._wake = trio.Event()
         self.fired = 0
         self.errors = 0
+        self.rounds_cut = 0  # expiry rounds that stopped at their budget (``queues.py``)
 
     def schedule(self, queue: TimedQueue, at: float) -> None:
         """Have ``queue.on_timer()`` called at wall-clock time ``at`` (or earlier)."""

@@ -75,7 +75,7 @@ COUNTERS: dict[str, frozenset[str]] = {
                        "queues_deleted", "delivered_ack", "delivered_noack", "get_ack",
                        "get_noack", "get_empty", "channels_opened", "channels_closed",
                        "stream_appended", "stream_delivered", "stream_retention_removed",
-                       "read_back_messages"}),
+                       "read_back_messages", "expiry_rounds_cut"}),
     "ingest": frozenset({"ingested", "fallback", "failed", "retention_deleted",
                          "finds_by_index", "documents_read"}),
     "mqtt_amqp": frozenset({"mqtt_to_amqp", "amqp_to_mqtt", "skipped_mqtt_topics",

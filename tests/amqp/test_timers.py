@@ -7,7 +7,7 @@ import trio
 import trio.testing
 
 from oxiedge.amqp.queued import QueuedMessage
-from oxiedge.amqp.queues import Queue
+from oxiedge.amqp.queues import EXPIRE_EACH, EXPIRE_ROUND, Queue
 from oxiedge.amqp.timers import QueueTimers
 
 
@@ -52,3 +52,47 @@ async def test_head_expiry_waits_for_the_head(autojump_clock: trio.testing.MockC
         nursery.cancel_scope.cancel()
     assert [seq for seq, _t in expired] == [1, 2]
     assert all(t >= now + 60 for _seq, t in expired)  # 2 waited behind 1
+
+
+class _Taker:
+    """A consumer with credit, as a queue sees it (``queued.QueueConsumer``)."""
+
+    exclusive, priority, unacked = False, 0, 0
+
+    def __init__(self) -> None:
+        self.got: list[QueuedMessage] = []
+
+    def has_credit(self) -> bool:
+        return True
+
+    def deliver(self, msg: QueuedMessage) -> None:
+        self.got.append(msg)
+
+    def server_cancelled(self) -> None:
+        raise AssertionError("not deleted")
+
+
+def test_a_long_due_run_expires_in_rounds_and_is_never_handed_out() -> None:
+    """A head run longer than two rounds is due: basic.get finds nothing while it lasts, a
+    consumer that arrives then gets nothing of it; each call expires one round
+    (``EXPIRE_ROUND``) and arms the timer at once; the live message behind it comes last."""
+    now = 100.0
+    timers = QueueTimers(clock=lambda: now)
+    expired: list[int] = []
+    q = Queue("q", 1, timers=timers, on_expire=lambda _q, m: expired.append(m.seq))
+    per = EXPIRE_ROUND // EXPIRE_EACH  # expired one at a time in a round
+    n = 2 * per + 10
+    for i in range(1, n + 1):
+        q.enqueue(QueuedMessage(i, "", "q", b"\x00\x00", b"x", expires=now - 1))
+    q.enqueue(QueuedMessage(n + 1, "", "q", b"\x00\x00", b"live"))
+    q.saw_deadline()
+    assert q.pop_ready() is None  # get-empty: the run is longer than a round
+    assert expired == list(range(1, per + 1)) and q.timer_at <= now
+    taker = _Taker()
+    q.add_consumer(taker)
+    q.dispatch()  # (basic.consume) one more round, nothing delivered
+    assert taker.got == [] and len(expired) == 2 * per
+    q.timer_at = 0.0  # (what the timer task does before it calls on_timer)
+    q.on_timer()  # the rest of the run, then what follows it
+    assert expired == list(range(1, n + 1)) and [m.seq for m in taker.got] == [n + 1]
+    assert timers.rounds_cut == 2 and q.ready_count() == 0

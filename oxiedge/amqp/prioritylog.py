@@ -72,8 +72,13 @@ class PriorityLogReady(deque[QueuedMessage]):
         return 0.0
 
     def expire_unread(self, now: float, limit: int) -> tuple[int, int]:
-        """Not on a priority queue: its expired heads are read back (``Queue.expire_head``);
-        a level's run is its head only while every higher level is empty."""
+        """``LogReady.expire_unread`` on the highest level that holds a message: its run is
+        the queue's head while every higher level is empty (and stays so: nothing is
+        published during the call). A level whose count holds only records the read-back
+        skips stops the run at once (``expire_run``): then the queue reads its head back."""
+        for log in reversed(self.levels):
+            if len(log):
+                return self.writer.expire_run(log, now, limit)[:2]
         return 0, 0
 
     @property

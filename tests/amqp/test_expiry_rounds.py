@@ -129,3 +129,22 @@ def test_dead_lettering_a_deep_run_in_rounds_is_exactly_once_across_sigkill(
     assert [i for i, _r in rest] == list(range(1, N_DL))  # each once, in order
     amqp = status_amqp(srv)  # (this run's counts: what it dead-lettered after the kill)
     assert amqp["expired"] == amqp["dead_lettered"]
+
+
+def test_a_priority_queue_expires_a_due_run_unread_below_its_live_levels(start_server: Any
+                                                                         ) -> None:
+    """A durable priority queue removes the due run of the level that is its head unread
+    too; a higher level's live message is its head first (expiry happens at the head)."""
+    srv = start_server()
+    n = 20_000
+    fill_then_kill(srv, "prio", n, {"x-max-priority": 3})  # (all of them at level 0)
+    c = connect(srv)
+    ch = c.channel()
+    ch.confirm_delivery()
+    ch.basic_publish("", "prio", b"high", pika.BasicProperties(delivery_mode=2, priority=2))
+    assert ch.basic_get("prio", auto_ack=True)[2] == b"high"
+    assert status_amqp(srv)["expired"] == 0  # (the run waited behind it)
+    assert ch.basic_get("prio", auto_ack=True)[2] == b"first"  # the run is the head now
+    wait_until(c, lambda: ch.queue_declare("prio", passive=True).method.message_count == 0)
+    amqp = status_amqp(srv)
+    assert amqp["expired"] == n and amqp["read_back_messages"] <= WINDOW

@@ -309,7 +309,9 @@ class HotLoop(trio.abc.Instrument):
         keeps the order too: its input came before trio's wait that followed the round
         it gave way in, and that wait collected everything trio's side had by then. Only
         the connection that gave way is served: one whose input is new waits in turn
-        (``Seat.skipped``), so the order holds in every round, not every other."""
+        (``Seat.skipped``), so the order holds in every round, not every other. What it
+        cannot order: a connection served after giving way reads all it has, also input
+        that came while it waited (after trio's wait), as a reader in trio does."""
         self._round = now = self._round + 1
         parked, trio_fd = self.parked, self._trio_fd
         behind = False  # (past trio's descriptor)

@@ -163,7 +163,9 @@ def drain_refill_kill(srv: ServerProcess, depth: int) -> None:
     again = sorted(set(before) & set(after))
     assert again == before[len(before) - len(again):], "only the last acked ones come again"
     assert set(acked) <= set(before) | set(after), "nothing acknowledged is lost"
-    assert len(before) >= 6000 and len(acked) >= depth + 1000 and len(after) > depth // 4
+    # still deep at the kill: more than two read-back windows were only on disk (how many
+    # depends on how fast the drainer ran beside the publisher, so no fixed share of depth)
+    assert len(before) >= 6000 and len(acked) >= depth + 1000 and len(after) > 2 * WINDOW
 
 
 def test_a_clean_session_keeps_a_memory_sized_queue(store: Store) -> None:

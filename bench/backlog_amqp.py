@@ -1,7 +1,7 @@
 """A deep backlog in one durable AMQP queue: memory, restart and drain, new and old code.
 
 ``python -m bench.backlog_amqp [--messages 1000000] [--payload 100] [--baseline DIR]
-[--json FILE]``
+[--tree LABEL=DIR ...] [--rounds R] [--json FILE]``
 
 Sequence per build: start oxiedge (per-queue bounds lifted to hold N) → RSS idle → a raw
 confirmed publisher (``amqpwire``, 500 in flight) fills N persistent messages into a
@@ -10,7 +10,9 @@ SIGKILL → restart on the same data dir (exec to ``oxiedge ready``; RSS) → a 
 (prefetch 1000, acknowledging every 100th delivery with ``multiple``) drains the queue
 (drain rate, bytes written) → RSS drained. ``--baseline DIR``: the same on the checkout
 in DIR (its own ``.venv``), in the same invocation, so the two are measured under the same
-load. RSS per queued message is ``(full - idle) / N``.
+load. ``--tree LABEL=DIR`` (repeatable) adds more checkouts the same way; ``--rounds R``
+repeats the whole sequence R times, the order of the builds reversed every other round (A B,
+B A, ...) so that neither always runs first. RSS per queued message is ``(full - idle) / N``.
 """
 
 from __future__ import annotations
@@ -203,27 +205,38 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--messages", type=int, default=1_000_000)
     p.add_argument("--payload", type=int, default=100)
     p.add_argument("--baseline", type=Path, help="another checkout with its own .venv")
+    p.add_argument("--tree", action="append", default=[], metavar="LABEL=DIR",
+                   help="one more checkout (its own .venv), repeatable")
+    p.add_argument("--rounds", type=int, default=1)
     p.add_argument("--oxiedge-arg", action="append", default=[])
     p.add_argument("--json", type=Path)
     a = p.parse_args(argv)
     info = describe(".")
     print("machine:", one_line(info), flush=True)
-    roots = [Path(__file__).resolve().parent.parent]
+    builds: list[tuple[str, Path]] = [("this", Path(__file__).resolve().parent.parent)]
     if a.baseline is not None:
-        roots.append(a.baseline.resolve())
+        builds.append(("base", a.baseline.resolve()))
+    for spec in a.tree:
+        label, _, where = spec.partition("=")
+        builds.append((label, Path(where).resolve()))
     results = []
-    for root in roots:
-        r = run_one(root, a.messages, a.payload, a.oxiedge_arg)
-        print(json.dumps(r, default=str), flush=True)
-        results.append(r)
+    for k in range(a.rounds):
+        for label, root in builds if k % 2 == 0 else builds[::-1]:
+            r = run_one(root, a.messages, a.payload, a.oxiedge_arg)
+            r["label"], r["round"] = label, k
+            r["loadavg"] = os.getloadavg()
+            print(json.dumps(r, default=str), flush=True)
+            results.append(r)
     print()
-    print("| build | N | RSS idle / full / after SIGKILL+restart / drained MB | B per msg | "
+    print("| build | round | load (1 min) | N | "
+          "RSS idle / full / after SIGKILL+restart / drained MB | B per msg | "
           "ready after SIGKILL s | fill msg/s | drain msg/s (pika, prefetch 1000) | "
           "broker CPU fill / drain µs per msg | written fill / drain B per msg |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for r in results:
         n = max(1, r["filled"])
-        print(f"| {r['build']} | {r['messages']:,} | {r['rss_idle_mb']:.1f} / "
+        print(f"| {r['label']} | {r['round'] + 1} | {r['loadavg'][0]:.1f} | "
+              f"{r['messages']:,} | {r['rss_idle_mb']:.1f} / "
               f"{r['rss_full_mb']:.1f} / {r['rss_after_restart_mb']:.1f} / "
               f"{r['rss_drained_mb']:.1f} | {r['rss_per_msg_b']:.1f} | "
               f"{r['ready_after_sigkill_s']:.2f} | {r['fill_msg_s']:,.0f} | "

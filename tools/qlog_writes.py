@@ -21,10 +21,12 @@ import os
 import sys
 import tempfile
 import time
+from collections import deque
 from pathlib import Path
 
 from oxiedge.store import SMALL, MemoryProfile, Store, qlog
 from oxiedge.store.qlog import QueueLog
+from oxiedge.store.qlog_read import decode_each
 
 VARIANTS: dict[str, MemoryProfile] = {
     "default": SMALL,
@@ -49,6 +51,10 @@ class Codec:
 
     def raw_size(self, value: bytes) -> int:
         return len(value)
+
+    def decode_run(self, pairs: list[tuple[bytes, bytes]], i: int, width: int,
+                   out: deque[Item], room_bytes: int) -> tuple[int, int]:
+        return decode_each(self.decode, pairs, i, width, out, room_bytes)
 
 
 def written() -> int:

@@ -64,34 +64,62 @@ class Codec:
     A backlog repeats a few exchange / routing-key pairs and property blocks many times:
     each is decoded and checked once (a bounded cache), then only compared. A record like
     the one before (the same head, the same property block: a backlog from one publisher)
-    is compared in place, without a slice, and its message shares the property block."""
+    is one compare of its prefix, without a slice, and its message shares the property
+    block; ``decode_run`` goes through a run of them in one call."""
 
-    __slots__ = ("_head", "_last", "_names", "_props", "queue", "recovered_tail")
+    __slots__ = ("_last", "_like", "_names", "_props", "queue", "recovered_tail")
 
     def __init__(self, queue: Queue) -> None:
         self.queue = queue
         self.recovered_tail = 0  # seqs below were written before this run: redelivered
         self._names: dict[bytes, tuple[str, str]] = {}  # record head -> exchange, key
         self._props: set[bytes] = set()  # property blocks that passed scan_properties
-        # The previous record's head (version to routing key) with its names, and its
-        # property block (checked).
-        self._head: bytes = b"\xff"  # (no record starts so)
+        # The previous record up to its body (version, names, the property block's length
+        # and the block, checked), and its names and property block.
+        self._like: bytes = b"\xff"  # (no record starts so)
         self._last: tuple[str, str, bytes] = ("", "", b"")
 
     def decode(self, seq: int, value: bytes) -> QueuedMessage | None:
-        head = self._head
-        if value.startswith(head):  # (on every record read back: no slice, no lookup)
+        like = self._like
+        if value.startswith(like):  # (no slice, no lookup)
             exchange, routing_key, props = self._last
-            end = len(head)
-            try:
-                length = _LEN.unpack_from(value, end)[0]
-            except struct.error as exc:
-                raise ValueError(str(exc)) from None
-            start = end + 4
-            if length == len(props) and value.startswith(props, start):
-                return QueuedMessage(seq, exchange, routing_key, props,
-                                     value[start + length :], True, seq < self.recovered_tail)
+            return QueuedMessage(seq, exchange, routing_key, props, value[len(like):], True,
+                                 seq < self.recovered_tail)
         return self._decode_cached(seq, value)
+
+    def decode_run(self, pairs: list[tuple[bytes, bytes]], i: int, width: int,
+                   out: deque[QueuedMessage], room_bytes: int) -> tuple[int, int]:
+        """``decode`` through a run of records in one call (``qlog_api.Codec``): per
+        record like the one before, a compare of its prefix, the body's slice and the
+        message; it stops before a record that does not decode or is skipped."""
+        at, unpack, append, recovered = width - SEQ.size, SEQ.unpack_from, out.append, \
+            self.recovered_tail
+        like, (exchange, routing_key, props), held = self._like, self._last, 0
+        skip = len(like)
+        for j in range(i, len(pairs)):
+            key, value = pairs[j]
+            if len(key) != width:
+                return j, held
+            seq = unpack(key, at)[0]
+            if value.startswith(like):
+                body = value[skip:]
+                append(QueuedMessage(seq, exchange, routing_key, props, body, True,
+                                     seq < recovered))
+            else:
+                try:
+                    msg = self._decode_cached(seq, value)
+                except ValueError:
+                    return j, held
+                if msg is None:
+                    return j, held
+                append(msg)
+                body = msg.body
+                like, (exchange, routing_key, props) = self._like, self._last
+                skip = len(like)
+            held += len(body)
+            if held >= room_bytes:
+                return j + 1, held
+        return len(pairs), held
 
     def _decode_cached(self, seq: int, value: bytes) -> QueuedMessage | None:
         stored: int = True
@@ -123,7 +151,7 @@ class Codec:
         except (IndexError, struct.error, AmqpError) as exc:
             raise ValueError(str(exc)) from None
         if stored is True and len(props) <= _CACHED_PROPS:  # the next one may be alike
-            self._head, self._last = head, (names[0], names[1], props)
+            self._like, self._last = value[: start + length], (names[0], names[1], props)
         return QueuedMessage(seq, names[0], names[1], props, body, stored,
                              seq < self.recovered_tail)
 

@@ -14,11 +14,13 @@ seq below the tail found at recovery is read back with DUP set.
 
 from __future__ import annotations
 
+from collections import deque
 from typing import Protocol
 
 from oxiedge.mqtt import persist
 from oxiedge.mqtt.message import Message, message_of
 from oxiedge.store.qlog import WINDOW, WINDOW_BYTES, LogStore, QueueLog, Tally
+from oxiedge.store.qlog_read import decode_each
 
 _TOPICS_MAX = 256  # topics a session queue remembers as checked (then forgotten at once)
 
@@ -100,6 +102,11 @@ class PendingCodec:
 
     def raw_size(self, value: bytes) -> int:
         return max(0, len(value) - 3)
+
+    def decode_run(self, pairs: list[tuple[bytes, bytes]], i: int, width: int,
+                   out: deque[Pending], room_bytes: int) -> tuple[int, int]:
+        """``decode`` through a run of records (``qlog_api.Codec``)."""
+        return decode_each(self.decode, pairs, i, width, out, room_bytes)
 
 
 class SessionQueue(QueueLog[Pending]):

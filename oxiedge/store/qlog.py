@@ -251,7 +251,7 @@ class QueueLog(Generic[E]):
         assert reader is not None
         each = self.bytes // self.count if self.count > 0 else 0  # the queue's mean size
         n, held, self.disk_from = reader.read(
-            self.disk_from, self.disk_to, self.ready.append, self.window - len(self.ready),
+            self.disk_from, self.disk_to, self.ready, self.window - len(self.ready),
             self.window_bytes - self.ready_bytes, each)
         self.ready_bytes += held
         self.read_back += n

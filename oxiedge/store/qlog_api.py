@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Callable, Iterator
 from typing import Protocol, TypeVar
 
@@ -55,17 +56,27 @@ class Entry(Protocol):
 
 
 E = TypeVar("E", bound=Entry)
-E_co = TypeVar("E_co", bound=Entry, covariant=True)
 
 
-class Codec(Protocol[E_co]):
+class Codec(Protocol[E]):
     """How the owner turns a record into its message (``Entry.size``: what it counts)."""
 
-    def decode(self, seq: int, value: bytes) -> E_co | None:
+    def decode(self, seq: int, value: bytes) -> E | None:
         """The message of a record read back; None: skip it (removed, counted as
         ``skipped``); raises ValueError for a record that does not decode."""
         ...
 
     def raw_size(self, value: bytes) -> int:
         """What a record counts in ``bytes`` (recovery, quarantine; never raises)."""
+        ...
+
+    def decode_run(self, pairs: list[tuple[bytes, bytes]], i: int, width: int,
+                   out: deque[E], room_bytes: int) -> tuple[int, int]:
+        """Decode ``pairs`` (key, record) from index ``i`` on into ``out`` for as long as
+        each key is ``width`` bytes (a prefix, then the seq: 8 bytes big-endian) and its
+        record decodes to a message, until the messages' sizes reach ``room_bytes``:
+        returns ``(the index it stopped at, the sizes added)``. The reader passes the
+        record it stopped at to ``decode`` (the errors and skips are its business), then
+        calls this again: a codec with nothing faster than ``decode`` for a run of records
+        uses ``qlog_read.decode_each``."""
         ...

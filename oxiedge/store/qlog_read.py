@@ -10,6 +10,11 @@ iterator, no Python step per pair), never one ``get`` per message. The first rea
 as many records as the room left in the window takes at the queue's mean size; the next ones
 go by the mean of what was read.
 
+Each read is decoded a run at a time by the codec (``Codec.decode_run``: one call for as many
+records as it can take in a row, so a backlog of like records costs no Python call per
+record in between); the record a run stops at goes through ``decode`` alone (:meth:`one`),
+then the next run starts.
+
 A record whose key has the wrong length, or that the codec cannot decode, is not served:
 the reader lists it in ``bad`` (key, value, reason), and one the codec refuses (``decode``
 returns None) in ``skips`` (seq, size); the log quarantines or removes them and corrects its
@@ -18,6 +23,7 @@ counters after the read. ``scan`` decodes a range without changing anything (adm
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Callable, Iterator
 from typing import Generic
 
@@ -43,46 +49,62 @@ class Reader(Generic[E]):
         self.bad: list[tuple[bytes, bytes, str]] = []  # not served: quarantine them
         self.skips: list[tuple[int, int]] = []  # refused by the codec: (seq, raw size)
 
-    def read(self, first: int, end: int, add: Callable[[E], None], room: int, room_bytes: int,
+    def read(self, first: int, end: int, out: deque[E], room: int, room_bytes: int,
              each: int) -> tuple[int, int, int]:
-        """Read records of seqs ``[first, end)`` into ``add`` until ``room`` messages or
+        """Read records of seqs ``[first, end)`` into ``out`` until ``room`` messages or
         ``room_bytes`` bytes were added (``each``: the mean size, 0 if not known); returns
         ``(messages added, bytes added, the seq to go on from)``."""
         store, codec, cf, prefix = self.store, self.codec, self.cf, self.prefix
-        decode, unpack, width, at = codec.decode, SEQ.unpack_from, self.width, self.at
+        run, width = codec.decode_run, self.width
         start, stop = prefix + SEQ.pack(first), prefix + SEQ.pack(end)
         next_from = end
         chunk = max(1, min(room, room_bytes // each if each else CHUNK))
         n = held = 0
         while True:
             pairs = store.read_range(cf, start, stop, chunk)
-            for key, value in pairs:
-                if len(key) != width:  # cannot come from ``append``: moved aside, not served
-                    self.bad.append((key, value, f"queue key of {len(key)} bytes"))
-                    continue
-                seq = unpack(key, at)[0]
-                try:
-                    item = decode(seq, value)
-                except ValueError as exc:  # UnicodeDecodeError too
-                    self.bad.append((key, value, f"queued message {seq}: {exc}"))
-                    continue
-                if item is None:
-                    self.skips.append((seq, codec.raw_size(value)))
-                    continue
-                add(item)
-                held += item.size
-                n += 1
-                if n >= room or held >= room_bytes:
-                    next_from = seq + 1
+            i, count = 0, len(pairs)
+            while i < count:
+                # (A chunk never holds more than ``room`` messages: only bytes can fill up.)
+                was = len(out)
+                i, size = run(pairs, i, width, out, room_bytes - held)
+                n += len(out) - was
+                held += size
+                if held < room_bytes and i < count:
+                    size = self.one(pairs[i], out)
+                    i += 1
+                    if size >= 0:
+                        n += 1
+                        held += size
+                if n >= room or held >= room_bytes:  # (after a message: its key is right)
+                    next_from = SEQ.unpack_from(pairs[i - 1][0], self.at)[0] + 1
                     break
             else:
-                if len(pairs) == chunk:  # more on disk: go on after the last key read
+                if count == chunk:  # more on disk: go on after the last key read
                     start = pairs[-1][0] + b"\x00"
                     mean = max(1, held // max(1, n)) if n else max(1, each)
                     chunk = max(1, min(room - n, (room_bytes - held) // mean))
                     continue
             break
         return n, held, next_from
+
+    def one(self, pair: tuple[bytes, bytes], out: deque[E]) -> int:
+        """The record ``decode_run`` stopped at: into ``out`` (its size returned), or listed
+        in ``bad`` or ``skips`` (-1)."""
+        key, value = pair
+        if len(key) != self.width:  # cannot come from ``append``: moved aside, not served
+            self.bad.append((key, value, f"queue key of {len(key)} bytes"))
+            return -1
+        seq = SEQ.unpack_from(key, self.at)[0]
+        try:
+            item = self.codec.decode(seq, value)
+        except ValueError as exc:  # UnicodeDecodeError too
+            self.bad.append((key, value, f"queued message {seq}: {exc}"))
+            return -1
+        if item is None:
+            self.skips.append((seq, self.codec.raw_size(value)))
+            return -1
+        out.append(item)
+        return item.size
 
     def scan(self, first: int, end: int) -> Iterator[E]:
         """The messages of seqs ``[first, end)`` in order; a record that does not decode or
@@ -98,3 +120,25 @@ class Reader(Generic[E]):
                 continue
             if item is not None:
                 yield item
+
+
+def decode_each(decode: Callable[[int, bytes], E | None], pairs: list[tuple[bytes, bytes]],
+                i: int, width: int, out: deque[E], room_bytes: int) -> tuple[int, int]:
+    """``Codec.decode_run`` by ``decode``, one call per record (a codec without a faster
+    way through a run of records)."""
+    at, held, unpack = width - SEQ.size, 0, SEQ.unpack_from
+    for j in range(i, len(pairs)):
+        key, value = pairs[j]
+        if len(key) != width:
+            return j, held
+        try:
+            item = decode(unpack(key, at)[0], value)
+        except ValueError:
+            return j, held
+        if item is None:
+            return j, held
+        out.append(item)
+        held += item.size
+        if held >= room_bytes:
+            return j + 1, held
+    return len(pairs), held

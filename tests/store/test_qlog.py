@@ -12,6 +12,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 
 from oxiedge.store import Store
 from oxiedge.store.qlog import RANGE_RUN, QueueLog
+from oxiedge.store.qlog_read import decode_each
 from oxiedge.store.qlog_recover import META as META_RECORD
 
 CF = "amqp"
@@ -46,6 +47,10 @@ class Codec:
 
     def raw_size(self, value: bytes) -> int:
         return max(0, len(value) - 1)
+
+    def decode_run(self, pairs: list[tuple[bytes, bytes]], i: int, width: int,
+                   out: deque[Item], room_bytes: int) -> tuple[int, int]:
+        return decode_each(self.decode, pairs, i, width, out, room_bytes)
 
 
 class Tally:

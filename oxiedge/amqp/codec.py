@@ -398,6 +398,11 @@ _ACK_FRAME = struct.Struct(">BHIHHQBB")
 _DELIVER_HEAD = struct.Struct(">BHIHH")
 #: After the consumer tag: delivery tag, the redelivered bit.
 _DELIVER_TAG = struct.Struct(">QB")
+#: After the names: the method frame's end, the header frame's header, its class 60,
+#: weight 0 and body size (then the properties).
+_DELIVER_HEADER = struct.Struct(">BBHIHHQ")
+#: After the properties: the header frame's end and the body frame's header.
+_DELIVER_BODY = struct.Struct(">BBHI")
 
 
 def encode_basic_ack(channel: int, delivery_tag: int, multiple: bool) -> bytes:
@@ -407,20 +412,29 @@ def encode_basic_ack(channel: int, delivery_tag: int, multiple: bool) -> bytes:
                            1 if multiple else 0, FRAME_END)
 
 
+def encode_names(exchange: str, routing_key: str) -> bytes:
+    """basic.deliver's exchange and routing-key fields (two shortstrs)."""
+    return (encode_shortstr(exchange) if exchange else b"\x00") + (
+        encode_shortstr(routing_key) if routing_key else b"\x00")
+
+
 def encode_deliver(channel: int, consumer_tag: bytes, delivery_tag: int, redelivered: bool,
-                   exchange: str, routing_key: str, properties: bytes, body: bytes,
-                   frame_max: int) -> bytes:
+                   names: bytes, properties: bytes, body: bytes, frame_max: int) -> bytes:
     """``encode_content(channel, spec.BasicDeliver(...), properties, body, frame_max)``
     without building the method object: this runs once per delivered message.
-    ``consumer_tag`` is the tag already encoded as a shortstr (the consumer keeps it)."""
-    ex = encode_shortstr(exchange) if exchange else b"\x00"
-    rk = encode_shortstr(routing_key) if routing_key else b"\x00"
-    parts = [
-        _DELIVER_HEAD.pack(FRAME_METHOD, channel, 13 + len(consumer_tag) + len(ex) + len(rk),
-                           60, 60),
-        consumer_tag, _DELIVER_TAG.pack(delivery_tag, 1 if redelivered else 0), ex, rk,
-        b"\xce",
-    ]
+    ``consumer_tag`` is the tag already encoded as a shortstr (the consumer keeps it),
+    ``names`` the exchange and routing key as ``encode_names`` encodes them."""
+    head = _DELIVER_HEAD.pack(FRAME_METHOD, channel, 13 + len(consumer_tag) + len(names), 60,
+                              60)
+    tag = _DELIVER_TAG.pack(delivery_tag, 1 if redelivered else 0)
+    n = len(body)
+    if 0 < n <= frame_max - FRAME_OVERHEAD or (n and not frame_max):  # one body frame
+        return b"".join((
+            head, consumer_tag, tag, names,
+            _DELIVER_HEADER.pack(0xCE, FRAME_HEADER, channel, _CONTENT_HDR.size + len(properties),
+                                 60, 0, n),
+            properties, _DELIVER_BODY.pack(0xCE, FRAME_BODY, channel, n), body, b"\xce"))
+    parts = [head, consumer_tag, tag, names, b"\xce"]
     _add_content_frames(parts, channel, 60, properties, body, frame_max)
     return b"".join(parts)
 

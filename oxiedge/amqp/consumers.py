@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, Protocol
 
 from oxiedge.amqp import spec
-from oxiedge.amqp.codec import encode_deliver
+from oxiedge.amqp.codec import encode_deliver, encode_names
 from oxiedge.amqp.constants import (
     ACCESS_REFUSED,
     NOT_ALLOWED,
@@ -55,7 +55,7 @@ class ConsumerChannel(Protocol):
 class Consumer:
     """A basic.consume subscription of one channel to one queue."""
 
-    __slots__ = ("channel", "exclusive", "no_ack", "prefetch", "priority", "queue",
+    __slots__ = ("channel", "exclusive", "names", "no_ack", "prefetch", "priority", "queue",
                  "settlement", "tag", "tag_shortstr", "timeout_ms", "unacked")
 
     def __init__(
@@ -64,6 +64,9 @@ class Consumer:
     ) -> None:
         self.tag = tag
         self.tag_shortstr = encode_shortstr(tag)  # (encoded once: it is in every delivery)
+        # The last delivery's exchange and routing key, and both encoded: the next one has
+        # the same, mostly (one publisher, one routing key; a backlog read back).
+        self.names: tuple[str, str, bytes] = ("", "", b"\x00\x00")
         self.channel = channel
         self.settlement = channel.settlement
         self.queue = queue
@@ -109,9 +112,12 @@ class Consumer:
             self.unacked += 1
             settlement.global_unacked += 1
             queue.unacked += 1
-        conn.send(encode_deliver(ch.number, self.tag_shortstr, tag, msg.redelivered,
-                                 msg.exchange, msg.routing_key, msg.properties, msg.body,
-                                 conn.frame_max))
+        names = self.names
+        exchange, routing_key = msg.exchange, msg.routing_key
+        if routing_key != names[1] or exchange != names[0]:
+            names = self.names = (exchange, routing_key, encode_names(exchange, routing_key))
+        conn.send(encode_deliver(ch.number, self.tag_shortstr, tag, msg.redelivered, names[2],
+                                 msg.properties, msg.body, conn.frame_max))
 
     def server_cancelled(self) -> None:
         """The queue was deleted: notify the client (consumer_cancel_notify)."""

@@ -505,8 +505,8 @@ def test_encode_deliver_is_encode_content(channel: int, ctag: str, tag: int,
     from oxiedge.amqp.fields import encode_shortstr
 
     assert codec.encode_deliver(
-        channel, encode_shortstr(ctag), tag, redelivered, exchange, key, props, body,
-        frame_max) == codec.encode_content(
+        channel, encode_shortstr(ctag), tag, redelivered, codec.encode_names(exchange, key),
+        props, body, frame_max) == codec.encode_content(
             channel, spec.BasicDeliver(ctag, tag, redelivered, exchange, key), props, body,
             frame_max)
 

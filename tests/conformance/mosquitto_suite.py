@@ -24,7 +24,11 @@ GROUPS5 = (*GROUPS, "12-", "13-")
 
 V5 = "MQTT 5 only: run by `run_mosquitto --v5` (its own results below)"
 BRIDGE = "Mosquitto bridges (oxiedge's uplink is its own mechanism)"
-PWFILE = "Mosquitto's password file format and per-listener auth (oxiedge has its own user store)"
+PWFILE = ("Mosquitto's password file (its hashed `user:$6$...` lines; oxiedge has its own user "
+          "store, `oxiedge user add`)")
+ACLFILE = ("Mosquitto's `acl_file` format and `check_retain_source` (a retained message "
+           "re-checked against its publisher's current rights when it is delivered; oxiedge "
+           "checks a publisher's rights when it publishes)")
 CONF = "Mosquitto configuration directive with no oxiedge equivalent"
 UPSTREAM = "disabled upstream (commented out in test/broker/Makefile and test.py)"
 
@@ -39,6 +43,7 @@ EXCLUSIONS: tuple[Exclusion, ...] = (
     # MQTT 5 only: every case of the script uses protocol level 5 (properties, reason codes).
     *(Exclusion(name, V5) for name in (
         "01-connect-575314.py",  # CONNECT with an MQTT 5 property
+        "01-connect-max-connections.py",  # every CONNECT at level 5
         "01-connect-disconnect-v5.py",
         "01-connect-take-over.py",  # DISCONNECT with reason code "session taken over"
         "02-shared-qos0-v5.py",
@@ -78,21 +83,19 @@ EXCLUSIONS: tuple[Exclusion, ...] = (
     Exclusion("03-publish-qos1-queued-bytes.py", UPSTREAM),
     Exclusion("07-will-control.py", "Mosquitto's `$CONTROL/` topic tree (its plugins' "
               "control API; oxiedge has no such reserved topics)"),
-    # Password files in Mosquitto's format, per-listener settings, anonymous rules per listener.
+    # Password files in Mosquitto's format (the shim cannot turn a hash into a password).
     *(Exclusion(name, PWFILE) for name in (
-        "01-connect-allow-anonymous.py",
         "01-connect-uname-no-password-denied.py",
         "01-connect-uname-or-anon.py",
         "01-connect-uname-password-denied-no-will.py",
         "01-connect-uname-password-denied.py",
         "01-connect-uname-password-success-no-tls.py",
+    )),
+    *(Exclusion(name, ACLFILE) for name in (
         "04-retain-check-source-persist.py",
         "04-retain-check-source-persist-diff-port.py",
         "04-retain-check-source.py",
-        "07-will-per-listener.py",
     )),
-    Exclusion("01-connect-max-connections.py", CONF + ": max_connections per listener"),
-    Exclusion("01-connect-max-keepalive.py", CONF + ": max_keepalive"),
     Exclusion("01-connect-zero-length-id.py",
               CONF + ": allow_zero_length_clientid, two listeners"),
     Exclusion("02-subpub-qos0-oversize-payload.py", CONF + ": message_size_limit"),
@@ -125,6 +128,12 @@ KNOWN_DIFFERENCES: dict[str, str] = {
                                  "byte; tests/hostile checks the RSS",
     "02-subpub-qos0-long-topic.py": _LEVELS,
     "02-subscribe-long-topic.py": _LEVELS,
+    "01-connect-max-keepalive.py": "Mosquitto refuses an MQTT 3.1 / 3.1.1 client whose "
+                                   "keep-alive is over max_keepalive with CONNACK 2 "
+                                   "(identifier rejected); oxiedge's --mqtt-max-keepalive "
+                                   "lowers an MQTT 5 client's through Server Keep Alive and "
+                                   "lets a 3.1.1 client keep its own (docs/mqtt.md): 3.1.1 has "
+                                   "no code that means 'keep-alive refused'",
     "03-publish-qos2-dup.py": "Mosquitto closes a connection that re-sends a QoS 2 PUBLISH a "
                               "third time; oxiedge answers each duplicate with PUBREC "
                               "(MQTT-4.3.3-2 allows it; optional in issue 14)",
@@ -144,6 +153,14 @@ _DUP = ("a message read back from disk after a restart carries DUP=1 (oxiedge do
         "Mosquitto knows it was not and the script expects DUP=0")
 KNOWN5: dict[str, str] = {
     **KNOWN_DIFFERENCES,
+    "01-connect-max-connections.py": "the bound holds (an 11th connection is closed before a "
+                                     "byte is read), but a connection counts until the "
+                                     "server has finished with it: the script opens 10 again "
+                                     "within a millisecond of closing 10, and a reconnect can "
+                                     "come before the close it replaces is processed (by "
+                                     "hand: 1 of 10 refused in 2 of 3 immediate rounds, none "
+                                     "after 50 ms); Mosquitto's one event loop reads the "
+                                     "closes first",
     "02-subpub-qos2-1322.py": _PUBREC_10,
     "03-publish-c2b-qos2-len.py": _PUBREC_10,
     "03-publish-qos2.py": _PUBREC_10,

@@ -33,6 +33,9 @@ _MAPPED = {
     "max_queued_bytes": "--mqtt-queue-bytes",
     "max_packet_size": "--mqtt-max-packet-size",
     "max_keepalive": "--mqtt-max-keepalive",
+    # per listener in Mosquitto; the shim allows one listener, and AMQP and HTTP are off,
+    # so oxiedge's bound on all its connections is the same bound
+    "max_connections": "--max-connections",
 }
 #: directives without effect on what the tests observe here
 _IGNORED = {"sys_interval", "log_type", "log_dest", "connection_messages", "persistence_location"}
@@ -44,12 +47,13 @@ def _fail(text: str) -> None:
     raise SystemExit(3)
 
 
-def _from_config(path: Path, args: list[str]) -> tuple[int | None, bool, str]:
+def from_config(path: Path, args: list[str]) -> tuple[int | None, bool, str]:
     """Translate a mosquitto.conf; returns ``(port, persistence, persistence_file)``."""
     port: int | None = None
     persistence = False
     pfile = "mosquitto.db"
     listeners = 0
+    anonymous_set = False
     for raw in path.read_text().splitlines():
         line = raw.strip()
         if not line or line.startswith("#"):
@@ -65,19 +69,24 @@ def _from_config(path: Path, args: list[str]) -> tuple[int | None, bool, str]:
             if len(parts) > 1 and parts[1] not in ("127.0.0.1", "localhost", "0.0.0.0"):
                 _fail(f"listener address {parts[1]!r}")
         elif key == "allow_anonymous":
+            anonymous_set = True
             args.append("--allow-anonymous" if value == "true" else "--no-allow-anonymous")
         elif key == "persistence":
             persistence = value == "true"
         elif key == "persistence_file":
             pfile = value
-        elif key == "per_listener_settings" and value == "false":
-            continue
+        elif key == "per_listener_settings":
+            continue  # with the one listener allowed here, per listener is global
         elif key in _MAPPED:
             args += [_MAPPED[key], value]
         elif key in _IGNORED:
             continue
         else:
             _fail(f"unsupported mosquitto.conf directive {line!r}")
+    if listeners and not anonymous_set:
+        # Mosquitto 2: a configuration that defines a listener refuses anonymous clients
+        # unless it says allow_anonymous true (oxiedge's default with no users admits them)
+        args.append("--no-allow-anonymous")
     return port, persistence, pfile
 
 
@@ -97,7 +106,7 @@ def main(argv: list[str]) -> None:
     extra: list[str] = []
     persistence, pfile = False, ""
     if config is not None:
-        conf_port, persistence, pfile = _from_config(config, extra)
+        conf_port, persistence, pfile = from_config(config, extra)
         port = conf_port if conf_port is not None else port
     if port is None:
         port = 1883

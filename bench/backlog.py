@@ -32,6 +32,7 @@ import struct
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -247,6 +248,18 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--py-spy", help="py-spy executable: sample the broker during the drain")
     p.add_argument("--json", type=Path)
     a = p.parse_args(argv)
+
+    def one(label: str, k: int, tree: Path | None) -> dict[str, Any]:
+        return run(a, tree, a.json.with_suffix(f".{label}.{k}.spy") if a.json else None)
+
+    return in_turns(a, one, ROW, row)
+
+
+def in_turns(a: argparse.Namespace, one: Callable[[str, int, Path | None], dict[str, Any]],
+             header: str, row: Callable[[str, dict[str, Any]], str]) -> int:
+    """``one(label, round, tree)`` for this checkout and every ``--tree LABEL=DIR``, the
+    trees taking turns ``--rounds`` times: a JSON line per run, then the table (``header``,
+    a ``row`` per run), and everything in ``--json``."""
     info = describe(".")
     print("machine:", one_line(info), flush=True)
     trees: list[tuple[str, Path | None]] = [("this", None)]
@@ -256,21 +269,19 @@ def main(argv: list[str] | None = None) -> int:
     results: list[dict[str, Any]] = []
     for k in range(a.rounds):
         for label, tree in trees:
-            spy = a.json.with_suffix(f".{label}.{k}.spy") if a.json else None
-            r = run(a, tree, spy)
+            r = one(label, k, tree)
             r["tree"], r["round"] = label, k
             print(json.dumps(r, default=str), flush=True)
             results.append(r)
     print()
-    print(ROW)
-    print("|---|---|---|---|---|---|---|---|---|")
+    print(header)
+    print("|---" * (header.count("|") - 1) + "|")
     for r in results:
         print(row(r["tree"], r))
     if a.json:
         a.json.write_text(json.dumps({"machine": info, "results": results}, indent=1,
                                      default=str))
     return 0
-
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -1,12 +1,13 @@
 """The ``LinkIO`` of one connection attempt of one uplink: its in-flight window over the
 outbox (``uplink.py`` explains the whole).
 
-``take`` hands out committed outbox records in seq order (first the returned ones of a
-due retry round) while fewer than the window are unconfirmed, committing the outbox first
-when the records to send were only staged: only what is on disk here goes upstream.
-``confirmed`` / ``returned`` / ``park`` settle one in-flight record and wake a waiting
-``take`` once the window has room for a batch; ``deliver`` hands an inbound command to the
-manager; ``up`` records the connection. A new attempt starts again from the oldest record.
+``take`` hands out committed outbox records in seq order (first held ones to send again,
+then the returned ones of a due retry round) while fewer than the window are unconfirmed,
+committing the outbox first when the records to send were only staged: only what is on disk
+here goes upstream. ``confirmed`` / ``returned`` / ``park`` settle one in-flight record and
+wake a waiting ``take`` once the window has room for a batch; ``deliver`` hands an inbound
+command to the manager; ``up`` records the connection. ``close`` gives what was still in
+flight back to the outbox, so the next attempt sends it again, in order.
 
 The connection sees its uplink only as a ``ConnectionHost``: the outbox and the uplink's
 send position, counters, retry rounds and refusals that outlive one attempt. ``uplink.py``
@@ -23,6 +24,7 @@ import trio
 
 from ..staged import MessageProps
 from .definitions import UplinkDef
+from .held import WAITING
 from .link import Endpoint, OutMessage
 from .outbox import Outbox
 from .ports import AppView
@@ -69,60 +71,68 @@ class UplinkConnection:
 
     def __init__(self, uplink: ConnectionHost) -> None:
         self.uplink = uplink
-        oldest = uplink.outbox.oldest()
-        self.next_seq = oldest if oldest is not None else uplink.outbox.next_seq
-        self.inflight: set[int] = set()
+        self.inflight: dict[int, OutMessage] = {}
         self.retrying: set[int] = set()  # in flight again after a Basic.Return
         self.up_at: float | None = None
 
     async def take(self, limit: int) -> list[OutMessage]:
         u = self.uplink
+        box = u.outbox
         while True:
             window = 1 if u.probe_until is not None else u.definition.window
             room = min(limit, window - len(self.inflight))
+            if room > 0 and box.held.waiting:  # freed by a re-check, or found at start-up
+                again = box.take_held(WAITING, 0, room)
+                if again:
+                    return self._out(again)
             if room > 0 and u.retry_due():
                 retry = u.take_returned(room)
                 if retry:
-                    for m in retry:
-                        self.inflight.add(m.seq)
-                        self.retrying.add(m.seq)
+                    self.retrying.update(m.seq for m in retry)
                     u.retried += len(retry)
-                    u.forwarded += len(retry)
-                    return retry
-            staged_end = u.outbox.next_seq
-            waiting = staged_end - self.next_seq  # at most this many to send
+                    return self._out(retry)
+            waiting = len(box.log)
             if room > 0 and waiting > 0 and (room >= u.batch_min or waiting <= room
                                              or not self.inflight):
+                staged_end = box.next_seq
                 if u.durable_end < staged_end:
                     # Only what is on disk here goes upstream.
                     await u.app.store.commit()
                     u.durable_end = max(u.durable_end, staged_end)
-                batch = list(u.outbox.read(self.next_seq, room, before=u.durable_end))
+                batch = box.take(room, u.durable_end)
+                if batch and u.refused:
+                    batch = u.without_refused(batch)
                 if batch:
-                    self.next_seq = batch[-1].seq + 1
-                    if u.refused:
-                        batch = u.without_refused(batch)
-                        if not batch:
-                            continue
                     for m in batch:
-                        self.inflight.add(m.seq)
                         if m.seq < u.sent_end:
                             u.resent += 1
-                    u.sent_end = max(u.sent_end, self.next_seq)
-                    u.forwarded += len(batch)
-                    return batch
-                self.next_seq = u.durable_end  # the rest was confirmed or dropped meanwhile
+                    u.sent_end = max(u.sent_end, batch[-1].seq + 1)
+                    return self._out(batch)
                 continue
             # Wake for new messages, a freed window, or (with room) the next retry round.
             wake = math.inf
-            if room > 0 and u.outbox.returned and u.retry_at is not None:
+            if room > 0 and box.returned and u.retry_at is not None:
                 wake = u.retry_at
             with trio.move_on_at(wake):
                 await u.lot.park()
 
+    def _out(self, batch: list[OutMessage]) -> list[OutMessage]:
+        for m in batch:
+            self.inflight[m.seq] = m
+        self.uplink.forwarded += len(batch)
+        return batch
+
+    def close(self) -> None:
+        """The attempt is over: what it had in flight goes back, to be sent again by the
+        next one (in order; an upstream duplicate at worst, never a loss)."""
+        if self.inflight:
+            items, self.inflight = list(self.inflight.values()), {}
+            self.retrying.clear()
+            self.uplink.outbox.release(items)
+
     def confirmed(self, seq: int) -> None:
         u = self.uplink
-        self.inflight.discard(seq)
+        self.inflight.pop(seq, None)
         if u.outbox.remove(seq):
             u.confirmed += 1
             u.deleted()
@@ -135,13 +145,13 @@ class UplinkConnection:
         self._window_freed()
 
     def returned(self, seq: int, reason: str) -> None:
-        self.inflight.discard(seq)
+        self.inflight.pop(seq, None)
         self.retrying.discard(seq)
         self.uplink.note_returned(seq, reason)
         self._window_freed()
 
     def park(self, seq: int, reason: str) -> None:
-        self.inflight.discard(seq)
+        self.inflight.pop(seq, None)
         self.retrying.discard(seq)
         self.uplink.note_parked(seq, reason)
         self._window_freed()

@@ -167,6 +167,7 @@ class OutMessage:
     enqueued_ms: int = 0   # when it was published here (ms since the epoch)
     retain: bool = False   # MQTT: published with RETAIN here (kept upstream too)
     props: MessageProps | None = None  # its properties (MQTT 5 upstream, AMQP mapping)
+    size: int = 0          # what it counts in the outbox's bytes: its record's length
 
 
 class LinkIO(Protocol):

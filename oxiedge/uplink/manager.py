@@ -113,8 +113,7 @@ class UplinkManager:
         uplink = self.uplinks.pop(name, None)
         self._cache.clear()
         if uplink is not None:
-            uplink.scope.cancel()
-            uplink.clear_alarm()  # now, not when the task unwinds (a successor may raise it)
+            uplink.stop()
         return uplink
 
     async def _flusher(self) -> None:

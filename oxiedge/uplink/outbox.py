@@ -2,171 +2,72 @@
 
 Theory of operation
 -------------------
-Records live in the ``uplink`` column family, key ``b"o" + NAME + b"\\0" + seq (8 bytes BE)``,
-value ``enqueued_ms (8 bytes BE) + flags (1 byte: 1 = RETAIN, 2 = PROPS) + topic length
-(2 bytes BE) + topic + [PROPS: the message's properties, ``msgprops.py``] + payload``.
-``seq`` grows by one per message and is never reused, also across restarts with an empty
-outbox: key ``b"n" + NAME`` holds a high-water mark, reserved ``_RESERVE`` seqs
-ahead in the same batch as the record that crosses it. Key order is publish order, so the
-upstream sees each topic's messages in order, and ``DEVICE/UPLINK/SEQ`` is a unique message id.
+An outbox is a queue log (``oxiedge/store/qlog.py``, the one MQTT session queues and AMQP
+queues use) in the ``uplink`` column family: records ``b"o" + NAME + b"\\0" + seq`` (8 bytes
+BE), value ``enqueued_ms (8 bytes BE) + flags (1 byte: 1 = RETAIN, 2 = PROPS) + topic length
+(2 bytes BE) + topic + [PROPS: the message's properties, ``msgprops.py``] + payload``, and
+the log's counters record ``b"c" + NAME`` (floor, tail, count, bytes). Key order is publish
+order, so the upstream sees each topic's messages in order, and ``DEVICE/UPLINK/SEQ`` is a
+unique message id: ``seq`` is never reused, also across restarts with an empty outbox (the
+counters record keeps the tail).
 
-``stage`` puts a record into the group-commit batch of the publish that produced it: the
+``stage`` appends a record into the group-commit batch of the publish that produced it: the
 local PUBACK / confirm waits for that same commit, so "acknowledged locally" already covers
-the copy for upstream. ``confirm(seq)`` stages the record's delete once the upstream confirmed
-exactly that message; a crash before that commit only means the message is sent again (an
-upstream duplicate, bounded by the in-flight window), never that it is lost.
+the copy for upstream. While a link is up the message also stays in the log's window in
+memory (``keep``), so a link that keeps up sends without reading back; otherwise it costs
+nothing in memory once its round is synced, and is read back a window at a time, in large
+sequential reads. ``take`` pops the next messages (they are *out*, in flight) but only
+those below a seq the caller knows is durable: nothing is sent upstream before it is on
+disk here. ``remove`` acknowledges one (the upstream confirmed exactly that message); a
+crash before that commit only means it is sent again (an upstream duplicate, bounded by the
+in-flight window), never that it is lost. ``release`` puts what a dead connection had in
+flight back in its place, to be sent again in order.
 
-Links read records back from RocksDB (``read``), never from the pending batch, so nothing is
-sent upstream before it is durable here. Sizes stay in memory as 4 bytes per waiting message
-(``_Sizes``), which is what the byte/message bounds and the drop-oldest policy need; the
-payloads themselves are only on disk.
+Records that must wait without being sent - returned by the upstream (Basic.Return) or
+parked (no upstream name as the uplink is defined now) - are moved aside into their own key
+range with a compact index (``held.py``): 12 bytes each in memory, nothing per message of
+the log itself. A restart reads the log's counters, head and tail (no record), and the held
+records.
 
-A record leaves the outbox only when the upstream took it (or a bound or ``uplink remove``
-discards it on purpose). Two flags in the same 4 bytes mark records that wait without being
-sent: ``RETURNED`` (the upstream gave it back, Basic.Return: retried with back-off by the
-manager) and ``PARKED`` (its topic cannot be sent as the uplink is defined now: kept until a
-changed definition can send it). Flags live in memory only: a restart re-checks every record
-(``sendable`` at recovery) and sends the returned ones once more.
+Data dirs written before the queue log (records of the same key and value, a seq
+high-water mark ``b"n" + NAME``, no counters record): the log counts their records once at
+the first start and writes its counters from then on; the mark is honoured until the log's
+tail has passed it, then removed. Nothing is rewritten.
 """
 
 from __future__ import annotations
 
 import struct
 import time
-from array import array
+from collections import deque
 from collections.abc import Callable, Iterator
 
 from ..staged import MessageProps
 from ..store import Store
 from ..store.encoding import prefix_end
+from ..store.qlog import QueueLog
+from ..store.qlog_read import decode_each
+from ..store.qlog_recover import floor_of
+from .held import PARKED, RETURNED, SENDING, WAITING, Held
 from .link import OutMessage
 from .msgprops import decode_props, encode_props
+
+__all__ = ["CF", "PARKED", "RETURNED", "Outbox", "check_record", "decode_record",
+           "encode_record", "record_props", "stored_outbox_names"]
 
 CF = "uplink"
 _SEQ = struct.Struct(">Q")
 _HEAD = struct.Struct(">QBH")
-_RESERVE = 1024
 _RETAIN = 1
 _PROPS = 2
-_CHUNK = 4096
-#: Flags of a waiting record in ``_Sizes`` (the low 30 bits hold the size + 1).
-RETURNED = 1 << 30
-PARKED = 1 << 31
-_SIZE_MASK = RETURNED - 1
-_FLAGS = RETURNED | PARKED
+#: Key tags: the log's records, held records (``held.py``), counters, the old seq mark.
+_LOG, _HELD, _COUNTERS, _MARK = b"o", b"h", b"c", b"n"
+#: ``(seq, value)`` of a stored record.
+Record = tuple[int, bytes]
 
 
-class _Sizes:
-    """Record sizes (+1, so 0 means "gone") and flags by seq, from the oldest waiting seq on.
-
-    Chunked ``array('I')``: 4 bytes per message, O(1) append, lookup and head advance. A
-    record of 1 GiB or more (impossible within the brokers' packet limits) is counted as
-    just under 1 GiB, so its size can never spill into the flag bits."""
-
-    __slots__ = ("_chunks", "_head", "_used", "first")
-
-    def __init__(self, first: int) -> None:
-        self.first = first          # seq of the first slot of _chunks[0]
-        self._head = 0              # slots of _chunks[0] already released
-        self._used = 0              # slots in all chunks
-        self._chunks: list[array[int]] = []
-
-    @property
-    def end(self) -> int:
-        """One past the last seq appended."""
-        return self.first + self._used
-
-    def append(self, seq: int, size: int) -> None:
-        if not self._chunks:
-            self.first, self._head, self._used = seq, 0, 0
-        gap = seq - self.end
-        for _ in range(gap):  # seqs skipped (records never staged): mark them gone
-            self._push(0)
-        self._push(min(size + 1, _SIZE_MASK))
-
-    def _push(self, value: int) -> None:
-        if not self._chunks or len(self._chunks[-1]) >= _CHUNK:
-            self._chunks.append(array("I"))
-        self._chunks[-1].append(value)
-        self._used += 1
-
-    def _value(self, seq: int) -> int:
-        """The raw slot of ``seq`` (0: gone or never there)."""
-        offset = seq - self.first
-        if offset < self._head or offset < 0 or not self._chunks:
-            return 0
-        index, slot = divmod(offset, _CHUNK)
-        if index >= len(self._chunks) or slot >= len(self._chunks[index]):
-            return 0
-        return self._chunks[index][slot]
-
-    def get(self, seq: int) -> int | None:
-        """The size of ``seq`` if it is still waiting, else None."""
-        value = self._value(seq)
-        return (value & _SIZE_MASK) - 1 if value else None
-
-    def flags(self, seq: int) -> int:
-        """``RETURNED`` / ``PARKED`` bits of a waiting ``seq`` (0 if none, or gone)."""
-        return self._value(seq) & _FLAGS
-
-    def set_flags(self, seq: int, flags: int) -> None:
-        """Replace the flags of a waiting ``seq`` (the caller checked it is waiting)."""
-        index, slot = divmod(seq - self.first, _CHUNK)
-        chunk = self._chunks[index]
-        chunk[slot] = (chunk[slot] & _SIZE_MASK) | flags
-
-    def release(self, seq: int) -> int:
-        """Mark ``seq`` gone; returns the flags it had."""
-        offset = seq - self.first
-        index, slot = divmod(offset, _CHUNK)
-        flags = self._chunks[index][slot] & _FLAGS
-        self._chunks[index][slot] = 0
-        self._trim()
-        return flags
-
-    def flagged(self, start: int, flag: int) -> Iterator[int]:
-        """Waiting seqs ``>= start`` carrying ``flag``, in order (a scan of the array)."""
-        if not self._chunks:
-            return
-        offset = max(start - self.first, self._head)
-        index, slot = divmod(offset, _CHUNK)
-        for i in range(index, len(self._chunks)):
-            chunk = self._chunks[i]
-            base = self.first + i * _CHUNK
-            for j in range(slot if i == index else 0, len(chunk)):
-                if chunk[j] & flag:
-                    yield base + j
-
-    def _trim(self) -> None:
-        """Advance past released slots at the head; free whole chunks."""
-        while self._chunks:
-            chunk = self._chunks[0]
-            while self._head < len(chunk) and chunk[self._head] == 0:
-                self._head += 1
-            if self._head < _CHUNK:
-                return
-            self._chunks.pop(0)
-            self.first += _CHUNK
-            self._used -= _CHUNK
-            self._head = 0
-
-    def oldest(self) -> int | None:
-        """The oldest waiting seq."""
-        if not self._chunks:
-            return None
-        self._trim()
-        chunk = self._chunks[0]
-        if self._head < len(chunk):
-            return self.first + self._head
-        return None
-
-
-def _prefix(name: str) -> bytes:
-    return b"o" + name.encode() + b"\x00"
-
-
-def _mark_key(name: str) -> bytes:
-    return b"n" + name.encode()
+def _prefix(name: str, tag: bytes = _LOG) -> bytes:
+    return tag + name.encode() + b"\x00"
 
 
 def encode_record(topic: str, payload: bytes, now_ms: int, retain: bool = False,
@@ -177,233 +78,270 @@ def encode_record(topic: str, payload: bytes, now_ms: int, retain: bool = False,
     return head + payload if props is None else head + encode_props(props) + payload
 
 
-def decode_record(value: bytes) -> tuple[int, bool, str, bytes]:
-    """``(enqueued_ms, retain, topic, payload)`` (``record_props``: its properties)."""
+def message(seq: int, value: bytes) -> OutMessage:
+    """The message of record ``value``; ValueError if it does not decode."""
+    if len(value) < _HEAD.size:
+        raise ValueError("record shorter than its header")
     enqueued, flags, length = _HEAD.unpack_from(value)
     start = _HEAD.size + length
+    if start > len(value):
+        raise ValueError("topic longer than the record")
+    topic = value[_HEAD.size:start].decode()  # (UnicodeDecodeError is a ValueError)
+    if not topic:
+        raise ValueError("empty topic")
+    props = None
     if flags & _PROPS:
-        start = decode_props(value, start)[1]
-    return (enqueued, bool(flags & _RETAIN), value[_HEAD.size:_HEAD.size + length].decode(),
-            value[start:])
+        props, start = decode_props(value, start)
+    return OutMessage(seq, topic, value[start:], enqueued, bool(flags & _RETAIN), props,
+                      len(value))
+
+
+def decode_record(value: bytes) -> tuple[int, bool, str, bytes]:
+    """``(enqueued_ms, retain, topic, payload)`` (``record_props``: its properties)."""
+    m = message(0, value)
+    return m.enqueued_ms, m.retain, m.topic, m.payload
 
 
 def record_props(value: bytes) -> MessageProps | None:
     """The properties of a record (None without)."""
-    if not value[_HEAD.size - 3] & _PROPS:
-        return None
-    return decode_props(value, _HEAD.size + _HEAD.unpack_from(value)[2])[0]
+    return message(0, value).props
 
 
 def check_record(value: bytes) -> None:
-    """Raise ValueError unless ``value`` decodes (lengths, UTF-8 topic)."""
-    if len(value) < _HEAD.size:
-        raise ValueError("record shorter than its header")
-    length = _HEAD.unpack_from(value)[2]
-    if _HEAD.size + length > len(value):
-        raise ValueError("topic longer than the record")
-    if not bytes(value[_HEAD.size:_HEAD.size + length]).decode():  # UnicodeDecodeError too
-        raise ValueError("empty topic")
-    record_props(value)  # (ValueError when they do not decode)
+    """Raise ValueError unless ``value`` decodes (lengths, UTF-8 topic, properties)."""
+    message(0, value)
+
+
+class RecordCodec:
+    """Outbox records -> ``OutMessage`` for the queue log (``qlog_api.Codec``): ValueError
+    for a record that does not decode (the log quarantines it)."""
+
+    __slots__ = ("held",)
+
+    def __init__(self, held: Held) -> None:
+        self.held = held
+
+    def decode(self, seq: int, value: bytes) -> OutMessage | None:
+        if self.held.count and self.held.state(seq) is not None:
+            return None  # moved aside (cannot be: the same batch removed it from the log)
+        return message(seq, value)
+
+    def raw_size(self, value: bytes) -> int:
+        return len(value)
+
+    def decode_run(self, pairs: list[tuple[bytes, bytes]], i: int, width: int,
+                   out: deque[OutMessage], room_bytes: int) -> tuple[int, int]:
+        """``decode`` through a run of records (``qlog_api.Codec``)."""
+        return decode_each(self.decode, pairs, i, width, out, room_bytes)
 
 
 class Outbox:
-    """One uplink's outbox: stage, read back, confirm, drop, bound."""
+    """One uplink's outbox: stage, take, confirm, hold aside, drop, bound (module
+    docstring)."""
 
     def __init__(self, store: Store, name: str,
                  sendable: Callable[[str], bool] | None = None) -> None:
+        """Recover what a previous run left; with ``sendable``, the held records whose
+        topic it refuses are parked (the uplink's definition may have changed)."""
         self.store = store
         self.name = name
         self.prefix = _prefix(name)
-        self.messages = 0
-        self.bytes = 0
-        self.returned = 0  # waiting records flagged RETURNED
-        self.parked = 0    # waiting records flagged PARKED
-        self.next_seq = 1
-        self.sizes = _Sizes(1)
-        self._recover(sendable)
-
-    def _key(self, seq: int) -> bytes:
-        return self.prefix + _SEQ.pack(seq)
-
-    def _seq(self, key: bytes) -> int:
-        return int(_SEQ.unpack_from(key, len(self.prefix))[0])
-
-    def _recover(self, sendable: Callable[[str], bool] | None) -> None:
-        """Count what a previous run left (one scan at start-up); with ``sendable``, park
-        the records whose topic it refuses (the uplink's definition may have changed)."""
-        mark = self.store.get_raw(CF, _mark_key(self.name))
-        if mark is not None and len(mark) == _SEQ.size:
-            self.next_seq = int(_SEQ.unpack(mark)[0])
-        elif mark is not None:  # recovery never crash-loops: moved aside, seqs from records
-            self.store.quarantine(CF, _mark_key(self.name), mark,
-                                  f"uplink {self.name} seq high-water mark of {len(mark)} bytes")
-        check = _TopicCheck(sendable) if sendable is not None else None
-        for key, value in self.store.iter_raw(CF, self.prefix):
-            try:  # a record no link could send is moved aside now, not met later
-                if len(key) != len(self.prefix) + _SEQ.size:
-                    raise ValueError(f"key of {len(key)} bytes")
-                check_record(value)
-            except ValueError as exc:
-                self.store.quarantine(CF, key, value, f"uplink {self.name} outbox record: {exc}")
-                continue
-            seq = self._seq(key)
-            self.sizes.append(seq, len(value))
-            self.messages += 1
-            self.bytes += len(value)
-            self.next_seq = max(self.next_seq, seq + 1)
-            if check is not None and not check(value):
-                self.set_flag(seq, PARKED)
-        self._reserved = self.next_seq  # the first stage reserves the next block
+        self.held = Held(store, CF, _prefix(name, _HELD))
+        self.log: QueueLog[OutMessage] = QueueLog(
+            RecordCodec(self.held), store, CF, self.prefix, _COUNTERS + name.encode())
+        self.held.load(check_record, _TopicCheck(sendable) if sendable is not None else None,
+                       f"uplink {name}")
+        self.log.recover()
+        self.next_seq = max(1, self.log.tail, self.held.last() + 1)
+        mark_key = _MARK + name.encode()
+        mark = store.get_raw(CF, mark_key)
+        if mark is not None and len(mark) != _SEQ.size:  # moved aside, seqs from records
+            store.quarantine(CF, mark_key, mark,
+                             f"uplink {name} seq high-water mark of {len(mark)} bytes")
+        elif mark is not None:  # an outbox written before the queue log (module docstring)
+            top = int(_SEQ.unpack(mark)[0])
+            if self.log.tail >= top:
+                store.stage_delete_key(CF, mark_key)  # the counters record carries it now
+            self.next_seq = max(self.next_seq, top)
 
     # ------------------------------------------------------------------ writes
     def stage(self, topic: str, payload: bytes, retain: bool = False,
-              props: MessageProps | None = None) -> int:
+              props: MessageProps | None = None, keep: bool = False) -> int:
         """Stage one message (with its ``props``) into the current group-commit batch;
-        returns its seq."""
+        ``keep``: a link is up, hold it in memory too. Returns its seq."""
         seq = self.next_seq
-        self.next_seq += 1
-        if seq >= self._reserved:
-            self._reserved = seq + _RESERVE
-            self.store.stage_put(CF, _mark_key(self.name), _SEQ.pack(self._reserved))
-        value = encode_record(topic, payload, int(time.time() * 1000), retain, props)
-        self.store.stage_put(CF, self._key(seq), value)
-        self.sizes.append(seq, len(value))
-        self.messages += 1
-        self.bytes += len(value)
+        self.next_seq = seq + 1
+        now_ms = int(time.time() * 1000)
+        value = encode_record(topic, payload, now_ms, retain, props)
+        size = len(value)
+        self.log.append(OutMessage(seq, topic, payload, now_ms, retain, props, size), size,
+                        value, keep)
         return seq
 
     def remove(self, seq: int) -> bool:
-        """Stage the delete of ``seq`` (confirmed upstream, or dropped); False if it was
-        already gone (a confirm after a drop, or a duplicate confirm)."""
-        size = self.sizes.get(seq)
-        if size is None:
+        """``seq`` leaves the outbox (confirmed upstream, or dropped); False if it was not
+        in flight or held (a confirm after a drop, or a duplicate confirm)."""
+        return self.log.ack(seq) or self.held.remove(seq)
+
+    def hold(self, seq: int, state: int) -> bool:
+        """Set ``seq`` aside as ``RETURNED`` / ``PARKED`` (``held.py``): an in-flight record
+        of the log moves to the held range, a held one changes state. False if it is
+        neither (dropped, or confirmed meanwhile)."""
+        held = self.held
+        if held.set_state(seq, state):
+            return True
+        if seq not in self.log.out:
             return False
-        self.store.stage_delete_key(CF, self._key(seq))
-        self._count_flags(self.sizes.release(seq), -1)
-        self.messages -= 1
-        self.bytes -= size
+        value = self.store.get_raw(CF, self.log.key(seq))
+        if value is None:  # cannot be: only committed records are taken
+            return False
+        held.put(seq, value, state)
+        self.log.ack(seq)
         return True
 
-    # ------------------------------------------------------------------ flags
-    def _count_flags(self, flags: int, delta: int) -> None:
-        if flags & RETURNED:
-            self.returned += delta
-        if flags & PARKED:
-            self.parked += delta
+    def release(self, items: list[OutMessage]) -> None:
+        """In-flight ``items`` of a connection that ended go back to their places: the
+        log's in seq order, held ones to be sent again first."""
+        back = []
+        for m in items:
+            if self.held.state(m.seq) == SENDING:
+                self.held.set_state(m.seq, WAITING)
+            else:
+                back.append(m)
+        if back:
+            self.log.put_back(back)
 
-    def set_flag(self, seq: int, flag: int) -> bool:
-        """Flag a waiting ``seq`` ``RETURNED`` or ``PARKED`` (0: neither, it is sent again
-        normally); False if it is gone (dropped, or confirmed by an earlier connection)."""
-        if self.sizes.get(seq) is None:
-            return False
-        old = self.sizes.flags(seq)
-        if old != flag:
-            self._count_flags(old, -1)
-            self._count_flags(flag, +1)
-            self.sizes.set_flags(seq, flag)
-        return True
+    def drop_oldest(self) -> int | None:
+        """Remove the oldest message not in flight; its seq, or None if there is none."""
+        held = self.held.oldest()
+        item = self.log.peek()
+        if item is not None and (held is None or item.seq < held):
+            self.log.drop_oldest()
+            return item.seq
+        if held is not None:
+            self.held.remove(held)
+        return held
+
+    def clear(self) -> None:
+        """Stage the removal of every record (the uplink is being deleted); the counters
+        record stays, with the tail: seqs are not reused."""
+        log = self.log
+        for seq in list(log.out):
+            log.ack(seq)
+        log.discard_waiting()
+        end = prefix_end(self.prefix)
+        assert end is not None
+        self.store.stage_delete_range(CF, self.prefix, end)
+        self.held.clear()
+
+    # ------------------------------------------------------------------- reads
+    def take(self, limit: int, before: int) -> list[OutMessage]:
+        """Up to ``limit`` next messages of the log with seqs below ``before`` (durable),
+        in order; they are in flight until ``remove``, ``hold`` or ``release``."""
+        log, out = self.log, list[OutMessage]()
+        while len(out) < limit:
+            item = log.peek()
+            if item is None or item.seq >= before:
+                break
+            out.append(log.pop())
+        return out
+
+    def take_held(self, state: int, start: int, limit: int) -> list[OutMessage]:
+        """Up to ``limit`` held records in ``state`` from seq ``start`` on, in order; they
+        are in flight (``SENDING``). A record not committed yet waits for the next call."""
+        held, out = self.held, list[OutMessage]()
+        for seq in held.seqs(state, start):
+            if len(out) >= limit:
+                break
+            value = held.read(seq)
+            if value is None:
+                continue
+            held.set_state(seq, SENDING)
+            out.append(message(seq, value))
+        return out
+
+    def topic_of(self, seq: int) -> str | None:
+        """The topic of an in-flight or held, committed ``seq`` (None if gone)."""
+        if self.held.state(seq) is not None:
+            value = self.held.read(seq)
+        elif seq in self.log.out:
+            value = self.store.get_raw(CF, self.log.key(seq))
+        else:
+            return None
+        return None if value is None else decode_record(value)[2]
 
     def recheck(self, sendable: Callable[[str], bool], from_seq: int, limit: int
                 ) -> tuple[int | None, int, int]:
-        """Re-check up to ``limit`` waiting records from ``from_seq`` on: park those whose
-        topic ``sendable`` refuses, unflag the rest (a returned record is then sent again
-        at once under the new definition). ``(next seq or None when done, parked, freed)``."""
-        check = _TopicCheck(sendable)
+        """Re-check up to ``limit`` held records from ``from_seq`` on: park those whose
+        topic ``sendable`` refuses, free the rest (a returned record is then sent again at
+        once under the new definition). ``(next seq or None when done, parked, freed)``.
+        The log's records are checked by the link as it sends them (``io.park``)."""
+        check, held = _TopicCheck(sendable), self.held
         parked = freed = n = 0
-        for key, value in self.store.iter_raw(CF, self.prefix, start=self._key(from_seq)):
-            seq = self._seq(key)
+        for seq, value in held.records(from_seq):
             if n >= limit:
                 return seq, parked, freed
             n += 1
-            if self.sizes.get(seq) is None:
+            old = held.state(seq)
+            if old is None or old == SENDING:
                 continue
-            old = self.sizes.flags(seq)
-            new = 0 if check(value) else PARKED
+            new = WAITING if check(value) else PARKED
             if new != old:
-                self.set_flag(seq, new)
+                held.set_state(seq, new)
                 parked += new == PARKED
                 freed += old == PARKED
         return None, parked, freed
 
-    def drop_oldest(self) -> int | None:
-        """Remove the oldest waiting message; its seq, or None if the outbox is empty."""
-        seq = self.sizes.oldest()
-        if seq is None:
-            return None
-        self.remove(seq)
-        return seq
-
-    def clear(self) -> None:
-        """Stage the removal of every record (the uplink is being deleted)."""
+    def records(self) -> Iterator[Record]:
+        """``(seq, value)`` of every committed record, the log's then the held ones (tests
+        and admin: no counter is changed)."""
         end = prefix_end(self.prefix)
         assert end is not None
-        self.store.stage_delete_range(CF, self.prefix, end)
-        self.messages = self.bytes = self.returned = self.parked = 0
-        self.sizes = _Sizes(self.next_seq)
+        for key, value in self.store.iter_range(CF, self.log.key(self._floor()), end):
+            yield _SEQ.unpack_from(key, len(self.prefix))[0], value
+        yield from self.held.records()
 
-    # ------------------------------------------------------------------- reads
-    def waiting(self, seq: int) -> bool:
-        return self.sizes.get(seq) is not None
-
-    def topic_of(self, seq: int) -> str | None:
-        """The topic of a waiting, committed ``seq`` (None if gone)."""
-        if self.sizes.get(seq) is None:
-            return None
-        value = self.store.get_raw(CF, self._key(seq))
-        return None if value is None else decode_record(value)[2]
-
-    def sendable_now(self, seq: int) -> bool:
-        """Waiting and neither returned (waits for its retry) nor parked."""
-        return self.sizes.get(seq) is not None and not self.sizes.flags(seq)
-
-    def oldest(self) -> int | None:
-        return self.sizes.oldest()
-
-    def read(self, from_seq: int, limit: int, before: int | None = None
-             ) -> Iterator[OutMessage]:
-        """Still-waiting, unflagged records with ``from_seq <= seq < before``, in order, from
-        disk (returned and parked records are not sent in the normal pass)."""
-        if limit <= 0:
-            return
-        n = 0
-        for key, value in self.store.iter_raw(CF, self.prefix, start=self._key(from_seq)):
-            seq = self._seq(key)
-            if before is not None and seq >= before:
-                return
-            if not self.sendable_now(seq):
-                continue  # confirmed or dropped (delete not committed yet), or flagged
-            enqueued, retain, topic, payload = decode_record(value)
-            yield OutMessage(seq, topic, payload, enqueued, retain, record_props(value))
-            n += 1
-            if n >= limit:
-                return
-
-    def take_returned(self, from_seq: int, limit: int) -> list[OutMessage]:
-        """Up to ``limit`` RETURNED records from ``from_seq`` on, in order, unflagged (they
-        are being retried). Returned records were sent, so they are on disk."""
-        out: list[OutMessage] = []
-        for seq in self.sizes.flagged(from_seq, RETURNED):
-            if len(out) >= limit:
-                break
-            value = self.store.get_raw(CF, self._key(seq))
-            if value is None:  # cannot be: a returned record was read from disk
-                continue
-            self.set_flag(seq, 0)
-            enqueued, retain, topic, payload = decode_record(value)
-            out.append(OutMessage(seq, topic, payload, enqueued, retain, record_props(value)))
-        return out
+    def _floor(self) -> int:
+        """The log's stored floor: every seq below was removed (its records may wait for
+        their range delete), so a listing starts there."""
+        return floor_of(self.store, CF, self.log.meta_key)
 
     def oldest_age(self) -> float:
         """Seconds since the oldest waiting message was enqueued (0 when empty)."""
-        seq = self.oldest()
-        if seq is None:
+        end = prefix_end(self.prefix)
+        assert end is not None
+        # (A record too short for its header is quarantined when read back, not here.)
+        first = [_HEAD.unpack_from(item[1])[0] for item in (
+            next(iter(self.store.iter_range(CF, self.log.key(self._floor()), end)), None),
+            next(self.held.records(), None)) if item is not None and len(item[1]) >= _HEAD.size]
+        if not first:  # empty, or staged and not yet committed: brand new
             return 0.0
-        value = self.store.get_raw(CF, self._key(seq))
-        if value is None:  # staged, not yet committed: brand new
-            return 0.0
-        enqueued = _HEAD.unpack_from(value)[0]
-        return max(0.0, time.time() - enqueued / 1000)
+        return max(0.0, time.time() - min(first) / 1000)
 
+
+    # ---------------------------------------------------------------- counters
+    @property
+    def messages(self) -> int:
+        return self.log.count + self.held.count
+
+    @property
+    def bytes(self) -> int:
+        return self.log.bytes + self.held.bytes
+
+    @property
+    def returned(self) -> int:
+        """Held records waiting for a retry round."""
+        return self.held.returned
+
+    @property
+    def parked(self) -> int:
+        """Held records waiting for a definition that can send them."""
+        return self.held.parked
+
+    @property
+    def waiting(self) -> int:
+        """Records waiting to be sent (held ones to send again included)."""
+        return len(self.log) + self.held.waiting
 
 class _TopicCheck:
     """``sendable`` applied to a record's topic, remembered per topic (a backlog holds a
@@ -428,28 +366,28 @@ class _TopicCheck:
 
 
 def stored_outbox_names(store: Store) -> set[str]:
-    """Names that have outbox records (to clean up after uplinks removed offline)."""
+    """Names that have outbox records, sent or held (to clean up after uplinks removed
+    offline)."""
     names: set[str] = set()
-    start = b"o"
-    while True:
-        item = next(iter(store.iter_raw(CF, b"o", start=start)), None)
-        if item is None:
-            return names
-        key = item[0]
-        end = key.find(b"\x00")
-        try:
-            if end < 1:
-                raise ValueError("no uplink name in the key")
-            name = key[1:end].decode()
-        except ValueError as exc:  # recovery never crash-loops: moved aside
-            store.quarantine(CF, key, item[1], f"uplink outbox key: {exc}")
-            nxt = prefix_end(key)
+    for tag in (_LOG, _HELD):
+        start = tag
+        while True:
+            item = next(iter(store.iter_raw(CF, tag, start=start)), None)
+            if item is None:
+                break
+            key = item[0]
+            end = key.find(b"\x00")
+            try:
+                if end < 1:
+                    raise ValueError("no uplink name in the key")
+                name = key[1:end].decode()
+                nxt = prefix_end(_prefix(name, tag))
+            except ValueError as exc:  # recovery never crash-loops: moved aside
+                store.quarantine(CF, key, item[1], f"uplink outbox key: {exc}")
+                nxt = prefix_end(key)
+            else:
+                names.add(name)
             if nxt is None:
-                return names
+                break
             start = nxt
-            continue
-        names.add(name)
-        nxt = prefix_end(_prefix(name))
-        if nxt is None:
-            return names
-        start = nxt
+    return names

@@ -50,6 +50,7 @@ from ..staged import MessageProps, Origin
 from ..store import CommitError
 from .connection import UplinkConnection
 from .definitions import UplinkDef
+from .held import PARKED, RETURNED
 from .link import (
     Endpoint,
     LinkError,
@@ -59,7 +60,7 @@ from .link import (
     PublishRefused,
     upstream_name,
 )
-from .outbox import PARKED, RETURNED, Outbox
+from .outbox import Outbox
 from .ports import AppView
 
 LinkRunner = Callable[[Endpoint, LinkOptions, LinkIO], Awaitable[None]]
@@ -140,7 +141,7 @@ class Uplink:
             # while the server was down, or the device id in the prefix did).
             self.outbox = Outbox(self.app.store, self.name, sendable=self.routable)
             self.durable_end = self.outbox.next_seq  # seqs below this are on disk
-            self.sent_end = self.outbox.oldest() or self.outbox.next_seq
+            self.sent_end = 0  # (what a previous run sent is not counted as resent)
             if self.outbox.parked:
                 self._warn_parked(self.outbox.parked, "at start-up")
         self.scope = trio.CancelScope()
@@ -190,10 +191,12 @@ class Uplink:
 
     def enqueue(self, topic: str, payload: bytes, retain: bool = False,
                 props: MessageProps | None = None) -> None:
-        """Stage one local message with an upstream name (the caller commits)."""
-        seq = self.outbox.stage(topic, payload, retain, props)
-        if self.refused and topic in self.refused:
-            self.outbox.set_flag(seq, PARKED)  # the upstream refuses this topic: kept, unsent
+        """Stage one local message with an upstream name (the caller commits). While a link
+        is up it stays in memory too, to be sent without a read-back; a message of a topic
+        the upstream refuses is parked when it is taken (``without_refused``)."""
+        conn = self.conn
+        self.outbox.stage(topic, payload, retain, props,
+                          keep=conn is not None and conn.up_at is not None)
         self.enqueued += 1
         self.enforce_bounds()
         self.lot.unpark_all()
@@ -206,7 +209,8 @@ class Uplink:
             if d.policy == "drop-oldest":
                 while (box.messages > d.max_messages or box.bytes > d.max_bytes) \
                         and box.messages > 1:
-                    box.drop_oldest()
+                    if box.drop_oldest() is None:
+                        break  # the rest is in flight: its confirms come first
                     self.dropped += 1
             elif not self._alarm:
                 self._alarm = True
@@ -248,8 +252,9 @@ class Uplink:
         """The upstream gave ``seq`` back: keep it, flagged, for the next retry round."""
         box = self.outbox
         first = box.returned == 0
-        if not box.set_flag(seq, RETURNED):
+        if not box.hold(seq, RETURNED):
             return  # dropped meanwhile (drop-oldest): nothing to keep
+        self.app.store.kick()  # (the retry round reads it back from disk)
         self.returned += 1
         self.last_return = reason
         if self.retry_at is None:
@@ -272,7 +277,7 @@ class Uplink:
     def take_returned(self, room: int) -> list[OutMessage]:
         """The next returned messages of this round (unflagged: they go in flight)."""
         box = self.outbox
-        batch = box.take_returned(self.retry_cursor, room)
+        batch = box.take_held(RETURNED, self.retry_cursor, room)
         if batch:
             self.retry_cursor = batch[-1].seq + 1
         if len(batch) < room or not box.returned:
@@ -290,9 +295,9 @@ class Uplink:
 
     def note_parked(self, seq: int, reason: str) -> None:
         """A link cannot express ``seq`` upstream: keep it, parked, unsent."""
-        if self.outbox.set_flag(seq, PARKED):
+        if self.outbox.hold(seq, PARKED):
             self.last_parked = reason
-            self._warn_parked(1, f"(message {seq}: {reason})")
+            self._warn_parked(1, f"now (message {seq}: {reason})")
 
     def without_refused(self, batch: list[OutMessage]) -> list[OutMessage]:
         """``batch`` minus the messages of refused topics, which are parked."""
@@ -301,7 +306,7 @@ class Uplink:
             reason = self.refused.get(m.topic)
             if reason is None:
                 kept.append(m)
-            elif self.outbox.set_flag(m.seq, PARKED):
+            elif self.outbox.hold(m.seq, PARKED):
                 self.last_parked = reason
         return kept
 
@@ -326,7 +331,7 @@ class Uplink:
             if len(self.refused) >= REFUSED_TOPICS_MAX:
                 self.refused.clear()  # bounded: a forgotten topic is only probed again
             self.refused[topic] = reason  # e.g. "access refused by upstream: ..."
-        if self.outbox.set_flag(seq, PARKED):
+        if self.outbox.hold(seq, PARKED):
             self.last_parked = reason
             self._warn_parked(1, f"(topic {topic!r}: {reason})")
 
@@ -341,7 +346,7 @@ class Uplink:
         """After a change of protocol, prefix or exchange: park what can no longer be sent,
         free what now can (returned ones are sent again at once), in chunks."""
         box = self.outbox
-        seq = box.oldest()
+        seq: int | None = 0
         parked = freed = 0
         while seq is not None:
             seq, p, f = box.recheck(self.routable, seq, RECHECK_CHUNK)
@@ -383,12 +388,22 @@ class Uplink:
             self.app.alarms.set_alarm(f"uplink {self.name}", None)
 
     # --------------------------------------------------------------- the task
+    def stop(self) -> None:
+        """Stop the task; what its connection had in flight goes back to the outbox now,
+        before a successor (a changed definition keeps the outbox) takes from it."""
+        self.scope.cancel()
+        self.clear_alarm()  # now, not when the task unwinds (a successor may raise it)
+        if self.conn is not None:
+            self.conn.close()
+
     async def run(self) -> None:
         with self.scope:
             try:
                 await self._run()
             finally:
                 self.clear_alarm()
+                if self.conn is not None:
+                    self.conn.close()
 
     async def _run(self) -> None:
         log = self.app.log
@@ -419,6 +434,7 @@ class Uplink:
             self.last_error = reason
             self.connected_since = None
             self.conn = None
+            conn.close()  # (after ``on_refused``, which sets the refused one aside)
             where = endpoint.redacted()
             said = reason.removeprefix(f"{where}: ")  # (a link error names its URL too)
             if conn.up_at is not None:

@@ -205,6 +205,18 @@ KNOWN5: dict[str, str] = {
 }
 
 
+#: Scripts whose outcome depends on how loaded the machine is (a timing assertion): the
+#: gates forgive a failure, which still counts as failed in the table.
+FLAKY: dict[str, str] = {
+    "01-connect-575314.py": "one CONNECT with 5,001 User Properties must take less than 20 "
+                            "times one with a 65,000-byte client id, each timed once; on a "
+                            "loaded machine the short one's time is mostly scheduling (by "
+                            "hand at load 17: 1-18 ms, ratios 2.6-38.8). Re-run alone it "
+                            "passes; Mosquitto's bug it guards against shows as a ratio over "
+                            "100",
+}
+
+
 def excluded(v5: bool = False) -> dict[str, str]:
     """script -> reason for every excluded script (the MQTT 5 run: all but the MQTT 5
     ones)."""

@@ -258,6 +258,8 @@ def render(res: Results, v5: bool = False) -> str:
         why = known.get(script)
         said = " / ".join(tail.splitlines())
         note = f" - known difference: {why}" if why else ""
+        if script in suite.FLAKY:
+            note = f" - timing under load: {suite.FLAKY[script]}"
         lines.append(f"- `{script}`{note} (script output: `{said[:200]}`)")
     lines += ["", "Excluded scripts (node: script name):", "",
               "| script | reason |", "| --- | --- |"]

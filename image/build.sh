@@ -121,9 +121,13 @@ KERNEL_RPI=linux-image-arm64
 if [ "$SUITE" = trixie ]; then KERNEL_RPI=linux-image-arm64/trixie-backports; fi
 case "$BOARD-$ARCH" in
     rpi-arm64) PACKAGES+=("$KERNEL_RPI" raspi-firmware firmware-brcm80211 wpasupplicant)
+        # fixed, gpio-regulator: the Pi 4/400/CM4/5 device trees give the SD slot's host
+        # (emmc2, sdio1) vmmc/vqmmc supplies that are regulator-fixed and regulator-gpio
+        # nodes; their drivers are modules, and without them the SD host defers for ever
+        # ("vmmc regulator not available") and the root is never found (Pi 3: none).
         MODULES="ext4 vfat nls_cp437 nls_ascii mmc_block sdhci_iproc bcm2835 sdhci_pltfm
             sdhci_brcmstb dwc2 xhci_pci pcie_brcmstb reset_raspberrypi usb_storage uas nvme
-            virtio_blk virtio_pci virtio_mmio"
+            virtio_blk virtio_pci virtio_mmio fixed gpio-regulator"
         # Pi 5 root on SD (sdhci-brcmstb, in the SoC) or on USB/NVMe behind RP1.
         if [ "$SUITE" = trixie ]; then
             MODULES="$MODULES pinctrl_brcmstb_bcm2712 irq_bcm2712_mip gpio_brcmstb reset_brcmstb

@@ -7,7 +7,8 @@ tests/appliance/qemu.py): ``config.txt`` read for each board as its firmware rea
 the FAT partition; the firmware files of the Pi 3/4 families are there; ``cmdline.txt``
 finds the root by label with the boards' serial consoles; the root file system has the
 Pi 5's RP1 and SD drivers, and the initramfs can reach the root on the SD card of a Pi
-3, 4 and 5. The boot itself: test_image_boot.py with ``OXIEDGE_BOOT_MACHINE=raspi3b``.
+3, 4 and 5. The boot itself: test_image_boot.py with ``OXIEDGE_BOOT_MACHINE=raspi3b`` or
+``raspi4b``.
 """
 
 from __future__ import annotations
@@ -133,8 +134,10 @@ def test_root_and_initramfs_have_the_pi_drivers(card: Path, tmp_path: Path) -> N
     modules = {module_name(n) for n in initramfs_names(initrd.read_bytes()) if ".ko" in n}
     builtin = root_debugfs(card, f"cat /usr/lib/modules/{version}/modules.builtin")
     modules |= {module_name(line) for line in builtin.split()}
-    # The SD card: Pi 3 (sdhost: bcm2835), Pi 4 (emmc2: sdhci-iproc), Pi 5 (sdhci-brcmstb);
-    # USB and NVMe behind the Pi 5's RP1 and PCIe.
-    needed = {"bcm2835", "sdhci-iproc", "sdhci-brcmstb", "rp1-pci", "pcie-brcmstb", "nvme",
-              "dwc2", "xhci-plat-hcd", "usb-storage", "pinctrl-rp1", "clk-rp1"}
+    # The SD card: Pi 3 (sdhost: bcm2835), Pi 4 (emmc2: sdhci-iproc), Pi 5 (sdhci-brcmstb),
+    # the Pi 4's and 5's card supplies (regulator-fixed and regulator-gpio nodes: without
+    # their drivers the SD host waits for ever); USB and NVMe behind the Pi 5's RP1 and PCIe.
+    needed = {"bcm2835", "sdhci-iproc", "sdhci-brcmstb", "fixed", "gpio-regulator",
+              "rp1-pci", "pcie-brcmstb", "nvme", "dwc2", "xhci-plat-hcd", "usb-storage",
+              "pinctrl-rp1", "clk-rp1"}
     assert needed <= modules, sorted(needed - modules)

@@ -54,6 +54,15 @@ mkdir -p "$out"
 echo "results -> $out"
 
 # ---- 1. the device ---------------------------------------------------------------------
+# The brokers' data dirs and the store bench's files go under TMPDIR. Debian 13 (and so
+# Raspberry Pi OS trixie and the oxiedge image) mounts /tmp as tmpfs: there the figures would
+# be RAM's, not the card's. Use a folder of the checkout instead (on the card it was cloned
+# to) unless TMPDIR names a place.
+if [ -z "${TMPDIR:-}" ] && [ "$(findmnt -n -o FSTYPE --target /tmp 2>/dev/null)" = tmpfs ]; then
+    export TMPDIR="$repo/.bench-tmp"
+    mkdir -p "$TMPDIR"
+    echo "note: /tmp is tmpfs; data dirs under $TMPDIR"
+fi
 model="$( { tr -d '\0' < /proc/device-tree/model; } 2>/dev/null || true)"
 [ -n "$model" ] || model="$(grep -m1 -E '^(model name|Model|Hardware)' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //')"
 governor="$(cat /sys/devices/system/cpu/cpu0/cpufreq/scaling_governor 2>/dev/null || echo unknown)"
@@ -66,21 +75,35 @@ os="$(. /etc/os-release 2>/dev/null && echo "$PRETTY_NAME" || uname -s)"
 pagesize="$(getconf PAGESIZE 2>/dev/null || echo unknown)"
 compatible="$( { tr '\0' ' ' < /proc/device-tree/compatible; } 2>/dev/null || echo n/a)"
 # The device the data dir sits on: SD card (mmcblk), NVMe or USB behind the Pi 5's PCIe/RP1.
+# A partition names its disk in PKNAME; a file system on a whole disk (a VM's /dev/vda) has
+# none and is its own disk.
 blockdev="$(findmnt -n -o SOURCE --target "${TMPDIR:-/tmp}" 2>/dev/null || true)"
-storage="$(lsblk -ndo NAME,TRAN,MODEL,SIZE "$(lsblk -ndo PKNAME "$blockdev" 2>/dev/null | sed 's|^|/dev/|')" 2>/dev/null | tr -s ' ' || echo unknown)"
+parent="$(lsblk -ndo PKNAME "$blockdev" 2>/dev/null || true)"
+[ -z "$parent" ] || blockdev="/dev/$parent"
+storage="$(lsblk -ndo NAME,TRAN,MODEL,SIZE "$blockdev" 2>/dev/null | tr -s ' ' || true)"
 pyver="$(python3 -c 'import platform; print(platform.python_version())' 2>/dev/null || echo none)"
-python3 - "$out/device.json" <<EOF
+rev="$(git -C "$repo" rev-parse --short HEAD 2>/dev/null || cat "$repo/REVISION" 2>/dev/null || true)"
+# The values reach Python through the environment, not inside its program text: a model
+# string with a quote or a backslash in it cannot break the record.
+DEV_HOST="$host" DEV_MODEL="$model" DEV_NPROC="$ncpu" DEV_CPUS="$cpus" DEV_MEM="$mem" \
+DEV_OS="$os" DEV_DISK="$disk" DEV_GOVERNOR="$governor" DEV_THROTTLED="$throttled" \
+DEV_TEMP="$temp" DEV_WHEN="$stamp" DEV_QUICK="$quick" DEV_PAGESIZE="$pagesize" \
+DEV_COMPATIBLE="$compatible" DEV_STORAGE="${storage:-unknown}" DEV_PYTHON="$pyver" \
+DEV_REV="${rev:-unknown}" python3 - "$out/device.json" <<'DEVICE'
 import json, os, platform, sys
+e = os.environ
 json.dump({
-    "host": "$host", "model": """$model""", "arch": platform.machine(), "nproc": $ncpu,
-    "broker_cpus": "$cpus", "mem_cap": "$mem", "kernel": platform.release(), "os": """$os""",
+    "host": e["DEV_HOST"], "model": e["DEV_MODEL"], "arch": platform.machine(),
+    "nproc": int(e["DEV_NPROC"]), "broker_cpus": e["DEV_CPUS"], "mem_cap": e["DEV_MEM"],
+    "kernel": platform.release(), "os": e["DEV_OS"],
     "memory": open("/proc/meminfo").readline().split(":")[1].strip(),
-    "disk_under_tmp": """$disk""", "governor": "$governor", "throttled": "$throttled",
-    "temperature": "$temp", "when": "$stamp", "quick": bool($quick),
-    "page_size": "$pagesize", "compatible": """$compatible""", "storage": """$storage""",
-    "python": "$pyver",
+    "disk_under_tmp": e["DEV_DISK"], "governor": e["DEV_GOVERNOR"],
+    "throttled": e["DEV_THROTTLED"], "temperature": e["DEV_TEMP"], "when": e["DEV_WHEN"],
+    "quick": e["DEV_QUICK"] == "1", "page_size": e["DEV_PAGESIZE"],
+    "compatible": e["DEV_COMPATIBLE"].strip(), "storage": e["DEV_STORAGE"],
+    "python": e["DEV_PYTHON"], "oxiedge": e["DEV_REV"],
 }, open(sys.argv[1], "w"), indent=1)
-EOF
+DEVICE
 cat "$out/device.json"; echo
 case "$(uname -m)" in
     aarch64|arm64) ;;
@@ -96,7 +119,8 @@ else
     if [ ! -x "$venv/bin/python" ] && ! python3 -c 'import ensurepip' 2>/dev/null; then
         # Debian and Raspberry Pi OS split venv support into python3-venv.
         if [ "$(id -u)" = 0 ]; then
-            apt-get install -y -q python3-venv
+            # An image may ship without package lists (the oxiedge image deletes them).
+            apt-get update -q && apt-get install -y -q python3-venv
         else
             echo "python3 -m venv needs the python3-venv package: sudo apt install python3-venv" >&2
             exit 1
@@ -118,9 +142,10 @@ fi
 
 # ---- 4. limits ------------------------------------------------------------------------------
 wrap=""
+# A transient scope needs systemd as PID 1 and, for the system manager, root: try one
+# rather than guess (systemctl says "running" to a user who may not make scopes).
 if command -v systemd-run >/dev/null \
-    && { systemctl is-system-running >/dev/null 2>&1 \
-         || systemctl is-system-running 2>/dev/null | grep -q degraded; }; then
+    && systemd-run --scope --quiet -p MemoryMax="$mem" true >/dev/null 2>&1; then
     wrap="systemd-run --scope --quiet -p MemoryMax=$mem"
 else
     echo "note: no systemd scope available, brokers run without a memory cap" | tee "$out/NO-MEMORY-CAP"
@@ -148,9 +173,10 @@ echo "== throughput / latency suite"
     "${sizes[@]}" --label "$model" --json "$out/suite.json" | tee "$out/suite.txt" || true
 echo "== memory / start-up"
 "$py" -m bench.memory --broker oxiedge "${peer_args[@]}" --cpus "$cpus" ${wrap:+--wrap "$wrap"} \
-    "${memargs[@]}" --json "$out/memory.json" | tee "$out/memory.txt"
+    "${memargs[@]}" --json "$out/memory.json" | tee "$out/memory.txt" || true
 echo "== backlog on disk (one offline MQTT session, pinned to $cpus)"
-taskset -c "$cpus" "$py" -m bench.backlog "${backlog[@]}" --json "$out/backlog.json" \
+# --memory-max: in a scope where systemd can make one, else the peak RSS against the cap.
+taskset -c "$cpus" "$py" -m bench.backlog "${backlog[@]}" --memory-max "$mem" --json "$out/backlog.json" \
     | tee "$out/backlog.txt" || true
 
 # ---- 5. RESULTS.md --------------------------------------------------------------------------

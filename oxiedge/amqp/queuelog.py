@@ -54,6 +54,12 @@ _CACHED = 256  # entries of each decode cache (then cleared, as the MQTT codec's
 #: A longer property block is checked each time: comparing it costs about what checking
 #: does, and 256 of them (up to a frame each) would stay in memory after their messages.
 _CACHED_PROPS = 512
+#: What a codec compares records with before it decoded one (``Codec._like``): the prefix
+#: of a real record (no exchange, no routing key, an empty property block), so one that
+#: starts with it is that record (a marker no record starts with cannot exist: a damaged
+#: one may start with anything).
+_NO_PROPERTIES = b"\x00\x00"
+_EMPTY_LIKE = bytes((1, 0, 0)) + _LEN.pack(len(_NO_PROPERTIES)) + _NO_PROPERTIES
 #: Records in the first and the largest read of ``LogReady.expire_unread``.
 _EXPIRE_CHUNK, _EXPIRE_CHUNK_MAX = 64, 4096
 
@@ -76,8 +82,8 @@ class Codec:
         self._props: set[bytes] = set()  # property blocks that passed scan_properties
         # The previous record up to its body (version, names, the property block's length
         # and the block, checked), and its names and property block.
-        self._like: bytes = b"\xff"  # (no record starts so)
-        self._last: tuple[str, str, bytes] = ("", "", b"")
+        self._like: bytes = _EMPTY_LIKE
+        self._last: tuple[str, str, bytes] = ("", "", _NO_PROPERTIES)
 
     def decode(self, seq: int, value: bytes) -> QueuedMessage | None:
         like = self._like

@@ -20,10 +20,11 @@ them) wait in ``fresh`` until their batch is synced, then cost nothing in memory
 counters; they join ``disk`` (``qlog_fresh.py``: once per round, no work per append).
 When ``ready`` runs empty, ``_read_back`` reads the next window from ``disk_from`` in a few
 sequential batches (``qlog_read.py``), never one ``get`` per message. While a consumer
-drains (something is out) and the window is half empty, the round's ``_flush`` reads ahead
-up to the window: after the burst's output went out, while the client works on what is in
-flight, not inside the acknowledgement that finds ``ready`` empty. Only synced records are
-read back, so a delivery waiting for its round (an MQTT QoS 2 ``Hold``) is never read early.
+drains (something is out) and the window is half empty (in messages, with room left in
+bytes), the round's ``_flush`` reads ahead up to the window: after the burst's output went
+out, while the client works on what is in flight, not inside the acknowledgement that finds
+``ready`` empty. Only synced records are read back, so a delivery waiting for its round (an
+MQTT QoS 2 ``Hold``) is never read early.
 
 Removal (``qlog_remove.py``): an acknowledged or dropped seq below every live seq (the
 usual case) joins the run below the floor, removed by a deferred range delete staged in the
@@ -387,7 +388,8 @@ class QueueLog(Generic[E]):
             if self.marks:
                 self._settle()
             mark(self.fresh, self.marks, store.committer.generation)
-        if self.out and self.disk_to > self.disk_from and len(self.ready) < self.window >> 1:
+        if (self.out and self.disk_to > self.disk_from and len(self.ready) < self.window >> 1
+                and self.ready_bytes < self.window_bytes):  # (requeued ones may fill it)
             self._read_back()  # (``_dirty`` still set: what it removes joins this round)
         self._dirty = False
         # Every seq below the smallest live one is removed. A quarantined record counts its
@@ -396,7 +398,7 @@ class QueueLog(Generic[E]):
         bare, removals = self.bare, self.removals
         assert removals is not None
         removals.stage(self._floor(), self.tail, self.count - len(bare),
-                       self.bytes - (sum(bare.values()) if bare else 0))
+                       self.bytes - (sum(bare.values()) if bare else 0), self.count <= 0)
 
     def discard_waiting(self) -> int:
         """Remove every waiting message (a purge; the disk run as one range delete)."""

@@ -67,15 +67,20 @@ class Reader(Generic[E]):
                 # (A chunk never holds more than ``room`` messages: only bytes can fill up.)
                 was = len(out)
                 i, size = run(pairs, i, width, out, room_bytes - held)
-                n += len(out) - was
+                added = len(out) - was
+                n += added
                 held += size
-                if held < room_bytes and i < count:
+                # Full only after a message (its key is right): a run that stopped at once
+                # (no room in bytes left, a bad record first) still hands that record on.
+                full = added > 0 and (n >= room or held >= room_bytes)
+                if not full and i < count:
                     size = self.one(pairs[i], out)
                     i += 1
                     if size >= 0:
                         n += 1
                         held += size
-                if n >= room or held >= room_bytes:  # (after a message: its key is right)
+                        full = n >= room or held >= room_bytes
+                if full:
                     next_from = SEQ.unpack_from(pairs[i - 1][0], self.at)[0] + 1
                     break
             else:

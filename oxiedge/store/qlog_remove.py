@@ -58,14 +58,15 @@ class Removals:
         prefix = self.prefix
         self.store.stage_delete_range(self.cf, prefix + SEQ.pack(start), prefix + SEQ.pack(end))
 
-    def stage(self, floor: int, tail: int, count: int, size: int) -> None:
-        """The round is about to be written: stage the run below ``floor`` when it is due,
-        and the counters record (``count`` records of ``size`` bytes, ``tail`` the next
-        seq; never negative)."""
+    def stage(self, floor: int, tail: int, count: int, size: int, empty: bool) -> None:
+        """The round is about to be written: stage the run below ``floor`` when it is due
+        (``empty``: the queue holds no message, with a record or without), and the counters
+        record (``count`` records of ``size`` bytes, ``tail`` the next seq; never
+        negative)."""
         if floor > self.deleted_to:
             self.deleted_to = floor
         if self.deleted_to > self.flushed_to and (
-                self.dropped or count <= 0 or self.deleted_to - self.flushed_to >= RANGE_RUN):
+                self.dropped or empty or self.deleted_to - self.flushed_to >= RANGE_RUN):
             self.run(self.flushed_to, self.deleted_to)
             self.flushed_to = self.deleted_to
         self.dropped = False

@@ -89,3 +89,24 @@ def test_a_run_stops_once_its_bodies_fill_the_room() -> None:
     out: deque[QueuedMessage] = deque()
     assert codec.decode_run(pairs, 2, len(pairs[0][0]), out, 25) == (5, 30)
     assert [m.seq for m in out] == [2, 3, 4]
+
+
+def test_a_record_of_no_known_version_does_not_decode_before_any_other_was_decoded() -> None:
+    """A fresh codec has no record before to compare with: a damaged record (here its
+    version byte) must not pass as one (it is quarantined on read-back)."""
+    good = persist.encode_record("", "", b"\x00\x00", b"body")
+    for damaged in (b"\xff" + good[1:], b"\xff\x00\x00\x00\x00body", b"\xff"):
+        codec = Codec(Queue("q", 1, durable=True))
+        try:
+            msg = codec.decode(1, damaged)
+        except ValueError:
+            msg = None
+        else:
+            raise AssertionError(f"decoded {damaged!r}: {msg and msg.body!r}")
+        out: deque[QueuedMessage] = deque()
+        codec = Codec(Queue("q", 1, durable=True))
+        assert codec.decode_run(_pairs([damaged, good]), 0, 17, out, 1 << 20) == (0, 0)
+    codec = Codec(Queue("q", 1, durable=True))
+    msg = codec.decode(2, good)  # (the record the empty cache stands for decodes alike)
+    assert msg is not None and (msg.exchange, msg.routing_key, msg.properties, msg.body) == (
+        "", "", b"\x00\x00", b"body")

@@ -12,7 +12,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 
 from oxiedge.store import Store
 from oxiedge.store.qlog import RANGE_RUN, QueueLog
-from oxiedge.store.qlog_read import decode_each
+from oxiedge.store.qlog_read import Reader, decode_each
 from oxiedge.store.qlog_recover import META as META_RECORD
 
 CF = "amqp"
@@ -430,3 +430,70 @@ def test_counters_that_were_off_come_right_once_nothing_waits(store: Store) -> N
     again = make(store)
     again.recover()
     assert len(again) == 0
+
+
+def test_requeued_messages_past_the_byte_window_then_a_bad_head_lose_nothing(
+        store: Store) -> None:
+    """Requeued messages fill the window's bytes, a message is out, a round goes: the
+    record at the head of the disk run that does not decode is quarantined, not jumped
+    over with the good ones after it (the mean size is 0 here: a read asks for a long
+    chunk)."""
+    q: QueueLog[Item] = QueueLog(Codec(), store, CF, PREFIX, META, window=8, window_bytes=100)
+    big = b"x" * 60
+    for seq in range(400):
+        payload = big if seq < 4 else b""
+        q.append(Item(seq, payload), len(payload), b"garbage" if seq == 4 else b"v" + payload,
+                 False)
+    store.commit_blocking()
+    fill(q, 400, 1)
+    store.commit_blocking()
+    taken = [q.take() for _ in range(3)]  # 0, 1, 2 out; 3 in the window
+    q.put_back([item for item in taken[:2] if item is not None])  # 0, 1 requeued
+    assert q.ready_bytes > q.window_bytes and q.out and q.disk_from == 4
+    fill(q, 401, 1)
+    store.commit_blocking()
+    got = drain(q)
+    q.ack(2)
+    assert got == [0, 1, 3, *range(5, 402)] and len(q) == 0 and q.quarantined == 1
+
+
+def test_a_read_with_the_bytes_full_passes_a_bad_record_to_the_first_message(
+        store: Store) -> None:
+    for seq in range(10):
+        store.stage_put(CF, PREFIX + seq.to_bytes(8, "big"), b"garbage" if seq == 0 else
+                        b"v%d" % seq)
+    store.stage_put(CF, PREFIX + (0).to_bytes(8, "big") + b"x", b"v")  # a key too long
+    store.commit_blocking()
+    reader = Reader(Codec(), store, CF, PREFIX)
+    out: deque[Item] = deque()
+    assert reader.read(0, 10, out, 8, 0, 0) == (1, 1, 2)
+    assert [item.seq for item in out] == [1] and len(reader.bad) == 2
+
+
+def test_a_record_less_message_out_does_not_stage_a_range_delete_each_round(
+        store: Store) -> None:
+    """The run below the floor waits for ``RANGE_RUN`` while the queue holds a message,
+    with or without a record (messages kept in the window only count too)."""
+    q = make(store, window=8)
+    for seq in range(3):
+        assert q.append(Item(seq, b"a"), 1, None)
+        q.take()  # out: a consumer with three in flight
+    q.ack(0)
+    store.commit_blocking()
+    assert (q.removals.deleted_to, q.removals.flushed_to) == (1, 0)
+
+
+def test_the_read_ahead_keeps_to_the_byte_window(store: Store) -> None:
+    """A consumer with a message out and a publisher's rounds: each round reads ahead only
+    while the window has room in bytes (before, one message more each round, up to half
+    the window's count of any size)."""
+    q: QueueLog[Item] = QueueLog(Codec(), store, CF, PREFIX, META, window=64, window_bytes=100)
+    big = b"x" * 60
+    for seq in range(100):
+        q.append(Item(seq, big), 60, b"v" + big, False)
+    store.commit_blocking()
+    assert q.take() is not None  # one out, one in the window
+    for seq in range(100, 120):
+        q.append(Item(seq, big), 60, b"v" + big, False)
+        store.commit_blocking()
+        assert q.ready_bytes <= q.window_bytes + 60

@@ -13,7 +13,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from tests.conftest import ServerProcess, clean_env
+
+# A test here runs a dozen or more CLI processes; at load average 18 each takes seconds.
+pytestmark = pytest.mark.timeout(600)
 
 SECRET = "s3cr3t-pw"
 

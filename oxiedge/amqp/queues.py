@@ -271,18 +271,19 @@ class Queue:
         """Deliver ready messages round-robin to consumers with credit."""
         if self._dispatching or self.deleted:
             return
-        if self.paged is not None and self.ttl_seen and self._fresh is None and (
-                not self.expire_head()):
-            return  # an expired run goes first, unread (the timer dispatches after it)
+        budget = EXPIRE_ROUND  # (one round for all the expiry it meets)
+        if self.paged is not None and self.ttl_seen and self._fresh is None:
+            budget = self.expire_round(budget)
+            if budget < 0:
+                return  # an expired run goes first, unread (the timer dispatches after it)
         self._dispatching = True
         try:
             if self.selector is not None:
-                self._dispatch_selected(self.selector)
+                self._dispatch_selected(self.selector, budget)
                 return
             ready = self.ready
             consumers = self.consumers
             count_bytes = self.max_bytes is not None
-            met = 0  # expired messages met on the way (``_expire_met``)
             while ready and consumers:
                 n = len(consumers)
                 start = self._rr
@@ -297,8 +298,8 @@ class Queue:
                 if count_bytes:
                     self.ready_bytes -= len(msg.body)
                 if msg.expires and msg is not self._fresh and msg.expires <= self.clock():
-                    met += 1
-                    if self._expire_met(msg, met):
+                    budget = self._expire_met(msg, budget)
+                    if budget >= 0:
                         continue
                     return
                 self.delivered += 1
@@ -308,11 +309,10 @@ class Queue:
             if self.ttl_seen:
                 self.arm()
 
-    def _dispatch_selected(self, selector: Selector) -> None:
+    def _dispatch_selected(self, selector: Selector, budget: int) -> None:
         """``dispatch`` with the consumer of each message picked by ``selector``."""
         ready = self.ready
         consumers = self.consumers
-        met = 0
         while ready and consumers:
             consumer = selector.pick(consumers)
             if consumer is None:
@@ -321,23 +321,25 @@ class Queue:
             if self.max_bytes is not None:
                 self.ready_bytes -= len(msg.body)
             if msg.expires and msg is not self._fresh and msg.expires <= self.clock():
-                met += 1
-                if self._expire_met(msg, met):
+                budget = self._expire_met(msg, budget)
+                if budget >= 0:
                     continue
                 return
             self.delivered += 1
             consumer.deliver(msg)
 
-    def _expire_met(self, msg: QueuedMessage, met: int) -> bool:
-        """Dispatch met ``msg`` expired (the ``met``-th of this dispatch): expire it, and on
-        a queue log the run behind it as ``expire_head`` does (unread on disk where it can,
-        not read back for dispatch one by one). False: this round's budget is spent and
-        dispatch stops (the timer goes on at once, then dispatches: ``on_timer``)."""
+    def _expire_met(self, msg: QueuedMessage, budget: int) -> int:
+        """Dispatch met ``msg`` expired: expire it, and on a queue log the run behind it as
+        ``expire_head`` does (unread on disk where it can, not read back for dispatch one
+        by one), from the dispatch's round ``budget``: what is left of it, or -1 when it is
+        spent and dispatch stops (the timer goes on at once, then dispatches: ``on_timer``)."""
         self._expire(msg)
-        if met * self._expire_cost() >= EXPIRE_ROUND:
+        budget -= self._expire_cost()
+        if budget <= 0:
             return self._cut()
         # (not with ``_fresh``: a TTL of 0 at the head goes to a consumer, it is not expired)
-        return self.paged is None or self._fresh is not None or self.expire_head()
+        return budget if self.paged is None or self._fresh is not None else (
+            self.expire_round(budget))
 
     def add_consumer(self, consumer: QueueConsumer) -> None:
         """A new consumer: last in turn; by priority where consumers have priorities."""
@@ -359,13 +361,13 @@ class Queue:
         """What expiring one message at a time costs of a round (``EXPIRE_ROUND``)."""
         return EXPIRE_EACH if self.dlx is None else EXPIRE_DEAD
 
-    def _cut(self) -> bool:
+    def _cut(self) -> int:
         """An expiry round spent its budget with the head still due: go on at once (after
-        every other task has run); False, for the caller to return."""
+        every other task has run); -1, for the caller to return."""
         if self.timers is not None:
             self.timers.rounds_cut += 1
         self.arm()
-        return False
+        return -1
 
     def pop_ready(self) -> QueuedMessage | None:
         """The next live message for basic.get. The expired ones at the head go first, one
@@ -392,8 +394,11 @@ class Queue:
         reaches the head of its queue; declare-ok and purge-ok counts then exclude them),
         one round at most (``EXPIRE_ROUND``). True: the head is not due (or there is none);
         False: the round's budget ran out first (``_cut``)."""
-        ready, now, paged = self.ready, 0.0, self.paged
-        budget, each = EXPIRE_ROUND, self._expire_cost()
+        return self.expire_round(EXPIRE_ROUND) >= 0
+
+    def expire_round(self, budget: int) -> int:
+        """``expire_head`` with ``budget`` left of the round: what is left, -1 if it ran out."""
+        ready, now, paged, each = self.ready, 0.0, self.paged, self._expire_cost()
         if paged is not None:  # its head alone until one is due; without a DLX an expired
             now = self.clock()  # run on disk goes unread (``queuelog.LogReady``)
             while 0 < self._head_expires() <= now:
@@ -409,11 +414,11 @@ class Queue:
                 msg = ready.popleft()  # (in the window, or read back: a DLX needs it)
                 self.ready_bytes -= len(msg.body) if self.max_bytes is not None else 0
                 self._expire(msg)
-            return True
+            return budget
         while ready and ready[0].expires:
             now = now or self.clock()
             if ready[0].expires > now:
-                return True
+                return budget
             if budget < each:
                 return self._cut()
             budget -= each
@@ -421,7 +426,7 @@ class Queue:
             if self.max_bytes is not None:
                 self.ready_bytes -= len(msg.body)
             self._expire(msg)
-        return True
+        return budget
 
     def remove_consumer(self, consumer: QueueConsumer) -> None:
         if consumer in self.consumers:

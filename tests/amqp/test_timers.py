@@ -3,12 +3,16 @@ virtual minutes, no sleeping."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import trio
 import trio.testing
 
+from oxiedge.amqp import paging
 from oxiedge.amqp.queued import QueuedMessage
 from oxiedge.amqp.queues import EXPIRE_EACH, EXPIRE_ROUND, Queue
 from oxiedge.amqp.timers import QueueTimers
+from oxiedge.store import Store
 
 
 async def test_x_expires_deletes_an_unused_queue_after_its_lease(
@@ -96,3 +100,39 @@ def test_a_long_due_run_expires_in_rounds_and_is_never_handed_out() -> None:
     q.on_timer()  # the rest of the run, then what follows it
     assert expired == list(range(1, n + 1)) and [m.seq for m in taker.got] == [n + 1]
     assert timers.rounds_cut == 2 and q.ready_count() == 0
+
+
+def test_a_dispatch_past_live_messages_and_due_runs_spends_one_round(tmp_path: Path) -> None:
+    """Live messages with due runs between them, on a durable queue: a dispatch delivers
+    the live ones and expires the runs it meets within one round in all (not a round for
+    each run: 60 runs of 1,500 were one synchronous call), the timer does the rest; each
+    due message expires once, none is handed out."""
+    now = 100.0
+    store = Store.open(tmp_path / "db")
+    try:
+        timers = QueueTimers(clock=lambda: now)
+        q = Queue("q", 1, durable=True, timers=timers)
+        assert paging.attach(q, store)
+        seq, live, runs, run = 0, [], 6, 1500
+        for _ in range(runs):
+            seq += 1
+            live.append(seq)
+            q.enqueue(QueuedMessage(seq, "", "q", b"\x00\x00", b"live"))
+            for _ in range(run):
+                seq += 1
+                q.enqueue(QueuedMessage(seq, "", "q", b"\x00\x00", b"x", expires=now - 1))
+        q.saw_deadline()
+        store.commit_blocking()
+        store.commit_blocking()  # (the round after lets go of what the first one synced)
+        taker = _Taker()
+        q.add_consumer(taker)
+        q.dispatch()
+        assert q.expired <= EXPIRE_ROUND and timers.rounds_cut == 1
+        for _ in range(runs * run):
+            if q.expired == runs * run:
+                break
+            q.timer_at = 0.0  # (what the timer task does before it calls on_timer)
+            q.on_timer()
+        assert q.expired == runs * run and [m.seq for m in taker.got] == live
+    finally:
+        store.close()

@@ -31,9 +31,16 @@ def _result(d: dict[str, Any]) -> Result:
 def render(folder: Path) -> str:
     dev = _load(folder / "device.json") or {}
     out = [f"# oxiedge benchmark results: {dev.get('model', '?')} ({dev.get('host', '?')})", ""]
+    seen = f"{dev.get('model', '')} {dev.get('compatible', '')}".lower()
     if dev.get("arch") not in ("aarch64", "arm64"):
         out += [f"**Not an ARM device ({dev.get('arch')}): these figures describe this "
                 f"machine, not a Raspberry Pi.**", ""]
+    elif "raspberry" not in seen:
+        out += [f"**Not a Raspberry Pi ({dev.get('model', '?')}): these figures describe "
+                f"this machine.**", ""]
+    if "dummy-virt" in seen or "qemu" in seen:
+        out += ["**A QEMU virtual machine: under emulation the figures say nothing about "
+                "any hardware.**", ""]
     out += ["| field | value |", "|---|---|"]
     for k in ("model", "compatible", "arch", "nproc", "broker_cpus", "mem_cap", "memory",
               "kernel", "page_size", "os", "python", "disk_under_tmp", "storage", "governor",

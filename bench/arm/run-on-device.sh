@@ -8,7 +8,9 @@
 # What it does (the method is written down in bench/arm/README.md):
 #   1. records the device: model, SoC/CPU, cores, memory, kernel, OS, the storage under the
 #      data dir, CPU governor, throttling state;
-#   2. makes a venv (.venv-bench) with oxiedge from this checkout (pip install -e .[test]);
+#   2. makes a venv (.venv-bench) with oxiedge from this checkout and the two client
+#      libraries the bench uses (paho-mqtt, pika); PIP_* variables (PIP_INDEX_URL,
+#      PIP_FIND_LINKS + PIP_NO_INDEX for a folder of wheels) pass through to pip;
 #   3. with peers (default) apt-get installs Mosquitto and RabbitMQ (needs root);
 #   4. runs, with every broker pinned by taskset to at most 4 cores (a Pi 4 has 4) and under
 #      a memory cap when systemd-run can make a scope:
@@ -36,7 +38,7 @@ while [ $# -gt 0 ]; do
         --cpus) cpus="$2"; shift ;;
         --mem) mem="$2"; shift ;;
         --out) out="$2"; shift ;;
-        -h|--help) sed -n '2,26p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,/^# Nothing is uploaded/p' "$0"; exit 0 ;;
         *) echo "unknown option $1" >&2; exit 2 ;;
     esac
     shift
@@ -58,8 +60,15 @@ echo "results -> $out"
 # Raspberry Pi OS trixie and the oxiedge image) mounts /tmp as tmpfs: there the figures would
 # be RAM's, not the card's. Use a folder of the checkout instead (on the card it was cloned
 # to) unless TMPDIR names a place.
+# On the oxiedge image that place is its data partition (the disk its broker writes to;
+# the root file system has too little free space: the broker's disk alarm, 190 MB free,
+# blocks publishers there).
 if [ -z "${TMPDIR:-}" ] && [ "$(findmnt -n -o FSTYPE --target /tmp 2>/dev/null)" = tmpfs ]; then
-    export TMPDIR="$repo/.bench-tmp"
+    if [ "$(id -u)" = 0 ] && mountpoint -q /var/lib/oxiedge; then
+        export TMPDIR=/var/lib/oxiedge/bench-tmp
+    else
+        export TMPDIR="$repo/.bench-tmp"
+    fi
     mkdir -p "$TMPDIR"
     echo "note: /tmp is tmpfs; data dirs under $TMPDIR"
 fi
@@ -127,7 +136,9 @@ else
         fi
     fi
     [ -x "$venv/bin/python" ] || python3 -m venv "$venv"
-    "$venv/bin/pip" install -q -e "$repo[test]"
+    # Not the [test] extra: mypy, ruff, selenium and the rest are tens of MB the bench
+    # never imports, and the oxiedge image's root file system has ~350 MB free.
+    "$venv/bin/pip" install -q -e "$repo" "paho-mqtt>=2.0" "pika>=1.3"
     py="$venv/bin/python"
 fi
 

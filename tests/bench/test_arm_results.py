@@ -74,3 +74,15 @@ def test_command_line_writes_to_stdout() -> None:
     proc = subprocess.run([sys.executable, "-m", "bench.arm.results", str(SMOKE)],
                           capture_output=True, text=True, timeout=60, check=True, cwd=REPO)
     assert proc.stdout == (SMOKE / "RESULTS.md").read_text()
+
+
+def test_a_board_that_is_not_a_pi_says_so(tmp_path: Path) -> None:
+    device = json.loads((SMOKE / "device.json").read_text())
+    device.update(arch="aarch64", model="linux,dummy-virt", compatible="linux,dummy-virt")
+    (tmp_path / "device.json").write_text(json.dumps(device))
+    out = render(tmp_path)
+    assert "Not a Raspberry Pi (linux,dummy-virt)" in out
+    assert "A QEMU virtual machine" in out
+    device.update(model="Raspberry Pi 5 Model B Rev 1.0", compatible="raspberrypi,5-model-b")
+    (tmp_path / "device.json").write_text(json.dumps(device))
+    assert "Not a" not in render(tmp_path)

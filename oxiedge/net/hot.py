@@ -248,6 +248,7 @@ class HotLoop(trio.abc.Instrument):
                 "busy_poll_us": round(self.spin * 1e6), "busy_polls": self.spins}
 
     def park(self, seat: Seat, fd: int) -> None:
+        seat.skipped = -1  # a round it gave way in before it left does not count now
         self._ep.register(fd, select.EPOLLIN)
         self.parked[fd] = seat
 

@@ -242,39 +242,48 @@ async def test_parked_input_gives_way_to_trio_one_round_at_most(store: Store) ->
     a.close()
 
 
+class BusyInTrio:
+    """A connection waiting in trio whose input is always there: its task reads one byte
+    at a time of 100,000, so trio's descriptor is ready at every wait."""
+
+    def __init__(self) -> None:
+        self.client, self.sock = socket.socketpair()
+        self.sock.setblocking(False)
+        self.client.sendall(b"x" * 100_000)
+        self.reads = 0
+
+    async def run(self) -> None:
+        while True:
+            await trio.lowlevel.wait_readable(self.sock)
+            self.sock.recv(1)
+            self.reads += 1
+
+    def close(self) -> None:
+        self.client.close()
+        self.sock.close()
+
+
 async def test_a_parked_connection_is_not_starved_by_busy_input_in_trio(store: Store) -> None:
     # The same end to end, with the kernel's own ready list: trio's descriptor is ready at
     # every wait (a task in trio reads its socket a little at a time and input is always
     # there, as a busy connection waiting in trio), and the parked connection's input came
     # after that descriptor first became ready. It is answered while trio is still busy
     # (at 0c7d923 it never was).
-    busy_client, busy = socket.socketpair()
-    busy.setblocking(False)
-    busy_client.sendall(b"x" * 100_000)
-    reads = 0
-
-    async def busy_in_trio() -> None:
-        nonlocal reads
-        while True:
-            await trio.lowlevel.wait_readable(busy)
-            busy.recv(1)
-            reads += 1
-
+    busy = BusyInTrio()
     client, server = stream_pair("socket")
     transport = Transport(server, store, pause_at=1 << 20)
     try:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(transport.run, Lines(transport))
             await parked(transport)
-            nursery.start_soon(busy_in_trio)
+            nursery.start_soon(busy.run)
             with trio.fail_after(5):
-                while reads < 10:  # (trio's descriptor is on epoll's ready list first)
+                while busy.reads < 10:  # (trio's descriptor is on epoll's ready list first)
                     await trio.sleep(0)
             assert await exchange(client, b"ping\n", b"PING\n") == b"PING\n"
-            assert reads < 100_000  # (answered while trio was still busy)
+            assert busy.reads < 100_000  # (answered while trio was still busy)
             nursery.cancel_scope.cancel()
     finally:
-        busy_client.close()
         busy.close()
 
 
@@ -297,18 +306,7 @@ async def test_arrival_order_holds_in_every_round_while_trio_is_busy(store: Stor
             order.append(b"authenticated")
             super().authenticated(ok)
 
-    busy_client, busy = socket.socketpair()
-    busy.setblocking(False)
-    busy_client.sendall(b"x" * 100_000)
-    reads = 0
-
-    async def busy_in_trio() -> None:
-        nonlocal reads
-        while True:
-            await trio.lowlevel.wait_readable(busy)
-            busy.recv(1)
-            reads += 1
-
+    busy = BusyInTrio()
     sockets = [socket.socketpair() for _ in range(2 * pairs)]
     transports = [Transport(trio.SocketStream(trio.socket.from_stdlib_socket(server)), store,
                             pause_at=1 << 20, authenticate=login) for _, server in sockets]
@@ -328,9 +326,9 @@ async def test_arrival_order_holds_in_every_round_while_trio_is_busy(store: Stor
             assert not any(t.parked for t in transports[:pairs])
             assert all(t.parked for t in transports[pairs:])
             order.clear()
-            nursery.start_soon(busy_in_trio)
+            nursery.start_soon(busy.run)
             with trio.fail_after(5):
-                while reads < 10:  # (trio's descriptor is on epoll's ready list first)
+                while busy.reads < 10:  # (trio's descriptor is on epoll's ready list first)
                     await trio.sleep(0)
             for i in range(pairs):  # (synchronous sends: one pair per round)
                 in_trio[i][0].sendall(b"first%d\n" % i)
@@ -339,14 +337,13 @@ async def test_arrival_order_holds_in_every_round_while_trio_is_busy(store: Stor
             with trio.fail_after(5):
                 while len(order) < 2 * pairs:
                     await trio.sleep(0)
-            assert reads < 100_000  # (all while trio was still busy)
+            assert busy.reads < 100_000  # (all while trio was still busy)
             assert [order.index(b"first%d\n" % i) < order.index(b"second%d\n" % i)
                     for i in range(pairs)] == [True] * pairs, order
             nursery.cancel_scope.cancel()
     finally:
         for client, _ in sockets:
             client.close()
-        busy_client.close()
         busy.close()
 
 

@@ -2,7 +2,22 @@
 
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
+
+#: The code an MQTT suite runs against: the whole package, since the listener bound
+#: (connections.py), the hot loop (net/), sessions (store/) and start-up all take part.
+MQTT_BROKER_PATHS = ("oxiedge",)
+
+
+def code_revision(repo: Path, paths: tuple[str, ...] = MQTT_BROKER_PATHS) -> str:
+    """The last commit of ``paths`` in ``repo``, '+dirty' if the working tree differs there
+    (the broker is developed while the suites run)."""
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], cwd=repo, capture_output=True, text=True,
+                              timeout=30, stdin=subprocess.DEVNULL).stdout.strip()
+    rev = git("log", "-1", "--format=%h", "--", *paths)
+    return rev + ("+dirty" if git("status", "--porcelain", "--", *paths) else "")
 
 
 def replace_block(path: Path, block: str, begin: str, end: str) -> None:

@@ -38,7 +38,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from tests.conformance import mosquitto_suite as suite
-from tests.conformance.report import replace_block
+from tests.conformance.report import code_revision, replace_block
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent.parent
@@ -178,12 +178,9 @@ def free_ports(n: int) -> list[int]:
 
 
 def broker_commit() -> str:
-    def git(*args: str) -> str:
-        return subprocess.run(["git", *args], cwd=REPO, capture_output=True, text=True).stdout
-
-    head = git("log", "-1", "--format=%h", "--", "oxiedge/mqtt").strip()
-    dirty = git("status", "--porcelain", "--", "oxiedge/mqtt").strip()
-    return head + ("+dirty" if dirty else "")
+    """The last commit of the broker's code (``report.MQTT_BROKER_PATHS``): the column used
+    to follow oxiedge/mqtt only and missed the hot loop's and the listener's changes."""
+    return code_revision(REPO)
 
 
 # ------------------------------------------------------------------------------- running

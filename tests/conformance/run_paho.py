@@ -35,7 +35,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from tests.conformance.report import replace_block
+from tests.conformance.report import code_revision, replace_block
 from tests.conformance.server import ServeProcess, clean_env
 
 HERE = Path(__file__).resolve().parent
@@ -141,13 +141,8 @@ class Server(ServeProcess):
 
 
 def broker_revision() -> str:
-    """The last commit of the MQTT broker code and of the permissions it runs under."""
-    def git(*args: str) -> str:
-        return subprocess.run(["git", *args], cwd=REPO, capture_output=True, text=True,
-                              timeout=30, stdin=subprocess.DEVNULL).stdout.strip()
-    paths = ("oxiedge/mqtt", "oxiedge/net", "oxiedge/access")
-    rev = git("log", "-1", "--format=%h", "--", *paths)
-    return rev + ("+dirty" if git("status", "--porcelain", "--", *paths) else "")
+    """The last commit of the broker's code (``report.MQTT_BROKER_PATHS``)."""
+    return code_revision(REPO)
 
 
 # ------------------------------------------------------------------------------- running

@@ -43,7 +43,7 @@ COUNTERS: dict[str, frozenset[str]] = {
     "alarms": frozenset({"alarms_fired", "malloc_trims", "blocked_hangups",
                          "blocked_hangups_discarded", "blocked_discarded_bytes"}),
     "connections": frozenset({"accepted", "refused_max_connections", "refused_max_per_source",
-                              "close_lines_suppressed"}),
+                              "admitted_after_wait", "close_lines_suppressed"}),
     "logins": frozenset({"checks", "failures", "delayed", "delay_total_s", "track_evicted"}),
     "permissions": frozenset({"denied_total", "mqtt_publish_denied", "mqtt_subscribe_denied",
                               "mqtt_wills_denied", "mqtt_queued_dropped", "amqp_access_refused",

@@ -87,16 +87,23 @@ class ServerSettings:
         limits=None)
     max_connections: int = option(
         count(), "1000",
-        "open connections, MQTT and AMQP together; more are closed at once",
+        "open connections, MQTT and AMQP together; more wait up to 100 ms for a slot, "
+        "then are closed",
         limits=Bound("Core", "open connections (MQTT + AMQP)",
-                     "a new connection is closed at once, before a byte is read; one log line per "
-                     "10 s",
-                     "`connections.refused_max_connections` (and `open`, `peak`)"))
+                     "a new connection waits up to 100 ms, unread, for a slot to be released (a "
+                     "client that closes and at once reconnects at the bound gets in while its "
+                     "old connection is still being cleaned up; a connection counts until "
+                     "then); at most 16 wait at once, any further one and one whose wait runs "
+                     "out is closed before a byte is read; one log line per 10 s",
+                     "`connections.refused_max_connections` (and `open`, `peak`; `waiting`, "
+                     "`waiting_peak`, `admitted_after_wait`)"))
     max_connections_per_source: int = option(
         count(), "100",
-        "open connections from one remote address; more are closed at once",
+        "open connections from one remote address; more wait up to 100 ms for a slot, "
+        "then are closed",
         limits=Bound("Core", "open connections per source address",
-                     "same (IPv4-mapped IPv6 counts as IPv4, other IPv6 addresses by their /64)",
+                     "same, the 100 ms wait and the 16 waiters shared with the total bound "
+                     "(IPv4-mapped IPv6 counts as IPv4, other IPv6 addresses by their /64)",
                      "`connections.refused_max_per_source` (and `sources`)"))
     login_hash_threads: int = option(
         count(), "1",

@@ -7,6 +7,8 @@ import socket
 import time
 from collections.abc import Callable
 
+from bench.mqttwire import connect_packet
+from oxiedge.connections import MAX_WAITING
 from tests.conftest import ServerProcess
 from tests.hostile.conftest import InnocentClient, server_status
 from tests.hostile.rawlogin import amqp_login, mqtt_login, open_from
@@ -84,3 +86,71 @@ def test_total_limit_under_a_flood(hostile_server: Callable[..., ServerProcess],
     stats.assert_responsive(limit_ms=100)
     conns = server_status(srv)["connections"]
     assert conns["peak"] <= 60, conns
+
+
+def _mqtt_connect(port: int, client_id: str) -> tuple[socket.socket, int]:
+    """An MQTT connection from 127.0.0.1 and its CONNACK code (-1: closed without one)."""
+    sock = open_from(port)
+    try:
+        sock.sendall(connect_packet(client_id, keepalive=60))
+        connack = b""
+        while len(connack) < 4:
+            chunk = sock.recv(4 - len(connack))
+            if not chunk:
+                return sock, -1
+            connack += chunk
+    except (ConnectionResetError, BrokenPipeError):
+        return sock, -1
+    return sock, connack[3]
+
+
+def test_reconnect_at_the_bound_gets_in(hostile_server: Callable[..., ServerProcess]) -> None:
+    # Mosquitto's 01-connect-max-connections: close every client at the bound and reconnect
+    # them at once. The old connections may still be in cleanup when the new ones arrive;
+    # the new ones wait a short grace for the slots instead of being refused.
+    srv = hostile_server("--max-connections", "10", "--max-connections-per-source", "1000")
+    port = srv.mqtt_port or 0
+    held = [_mqtt_connect(port, f"c{i}") for i in range(10)]
+    try:
+        assert [code for _, code in held] == [0] * 10
+        for _round in range(5):
+            for sock, _ in held:
+                sock.close()
+            held = [_mqtt_connect(port, f"c{i}") for i in range(10)]
+            assert [code for _, code in held] == [0] * 10, server_status(srv)["connections"]
+        conns = server_status(srv)["connections"]
+        assert conns["refused_max_connections"] == 0 and conns["peak"] <= 10, conns
+        # The bound still holds: an 11th connection waits out the grace and is refused.
+        extra, code = _mqtt_connect(port, "eleventh")
+        extra.close()
+        assert code == -1
+        assert server_status(srv)["connections"]["refused_max_connections"] == 1
+    finally:
+        for sock, _ in held:
+            sock.close()
+
+
+def test_flood_at_the_bound_waits_bounded(hostile_server: Callable[..., ServerProcess],
+                                          innocent: Callable[..., InnocentClient]) -> None:
+    # A flood at a full bound: every extra connection is refused and counted once, at most
+    # MAX_WAITING of them wait for a slot at a time, and an innocent client is not stalled.
+    srv = hostile_server("--max-connections", "11", "--max-connections-per-source", "1000")
+    mqtt_port, amqp_port = srv.mqtt_port or 0, srv.amqp_port or 0
+    client = innocent(mqtt_port, interval=0.02)  # holds one of the 11
+    held = [open_from(mqtt_port, "127.0.3.1") for _ in range(10)]
+    flood: list[socket.socket] = []
+    try:
+        time.sleep(0.3)  # let the server accept the held ones
+        for i in range(200):
+            flood.append(open_from(amqp_port if i % 2 else mqtt_port, f"127.0.3.{i % 8 + 2}"))
+        assert all(_closed_at_once(s) for s in flood)
+        conns = server_status(srv)["connections"]
+        assert conns["refused_max_connections"] == 200, conns
+        assert 1 <= conns["waiting_peak"] <= MAX_WAITING and conns["waiting"] == 0, conns
+        assert conns["admitted_after_wait"] == 0 and conns["peak"] <= 11, conns
+    finally:
+        for s in held + flood:
+            s.close()
+    stats = client.stop()
+    print(f"flood of 200 at a full bound of 11: innocent {stats}")
+    stats.assert_responsive(limit_ms=100)

@@ -153,14 +153,6 @@ _DUP = ("a message read back from disk after a restart carries DUP=1 (oxiedge do
         "Mosquitto knows it was not and the script expects DUP=0")
 KNOWN5: dict[str, str] = {
     **KNOWN_DIFFERENCES,
-    "01-connect-max-connections.py": "the bound holds (an 11th connection is closed before a "
-                                     "byte is read), but a connection counts until the "
-                                     "server has finished with it: the script opens 10 again "
-                                     "within a millisecond of closing 10, and a reconnect can "
-                                     "come before the close it replaces is processed (by "
-                                     "hand: 1 of 10 refused in 2 of 3 immediate rounds, none "
-                                     "after 50 ms); Mosquitto's one event loop reads the "
-                                     "closes first",
     "02-subpub-qos2-1322.py": _PUBREC_10,
     "03-publish-c2b-qos2-len.py": _PUBREC_10,
     "03-publish-qos2.py": _PUBREC_10,

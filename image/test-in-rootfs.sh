@@ -87,6 +87,14 @@ if [ "${OXIEDGE_WORKTREE:-0}" = 1 ]; then
 else
     git -C "$REPO" archive --format=tar HEAD | tar -C "$ROOT/src" -xf -
 fi
+# npm in the root (the amqplib tests fetch their client with it) trusts what the host's
+# Node trusts: behind a TLS-intercepting proxy the host's bundle has its CA, Debian's does not.
+host_ca=${NODE_EXTRA_CA_CERTS:-/etc/ssl/certs/ca-certificates.crt}
+node_ca=()
+if [ -r "$host_ca" ]; then
+    cp "$host_ca" "$ROOT/etc/ssl/host-ca.crt"
+    node_ca=(NODE_EXTRA_CA_CERTS=/etc/ssl/host-ca.crt)
+fi
 for m in proc sys dev dev/pts; do
     mkdir -p "$ROOT/$m"
     case $m in proc) mount -t proc proc "$ROOT/proc" ;; *) mount --bind "/$m" "$ROOT/$m" ;; esac
@@ -102,6 +110,6 @@ fi
 echo "python$PY in $SUITE ($ROOT): ${*:-bash .ci/run}" >&2
 chroot "$ROOT" env -i PATH=/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin HOME=/root \
     LC_ALL=C.UTF-8 PIP_NO_INDEX=1 PIP_FIND_LINKS="$WHEELS" PIP_DISABLE_PIP_VERSION_CHECK=1 \
-    PIP_ROOT_USER_ACTION=ignore \
+    PIP_ROOT_USER_ACTION=ignore "${node_ca[@]}" \
     PYTEST_ADDOPTS="-p no:cacheprovider --deselect tests/appliance/test_wheels.py::test_every_runtime_dependency_has_a_wheel" \
     sh -c "cd /src && $run" pytest "$@"

@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from oxiedge.auth import hash_password, write_user_file
-from tests.conformance.report import replace_block
+from tests.conformance.report import code_revision, replace_block
 from tests.conformance.server import ServeProcess
 from tests.conformance.suites import PASSWORD, SUITES, USER, Suite, by_name
 
@@ -73,7 +73,7 @@ class SuiteResult:
     skipped: int = 0
     deselected: int = 0
     duration_s: float = 0.0
-    broker: str = ""  # last commit touching oxiedge/amqp when the server started (+dirty)
+    broker: str = ""  # last commit touching oxiedge/ when the server started (+dirty)
     status: str = "ok"  # ok | timeout | crashed | setup-error
     detail: str = ""
     failures: list[dict[str, str]] = field(default_factory=list)
@@ -240,14 +240,10 @@ class Oxiedge(ServeProcess):
 
 # --------------------------------------------------------------------------- one suite
 def broker_revision() -> str:
-    """Which broker code a suite ran against: the last commit of oxiedge/amqp, '+dirty' if
-    the working tree differs (the broker is developed while the suites run)."""
-    def git(*args: str) -> str:
-        proc = subprocess.run(["git", *args], cwd=REPO, capture_output=True, text=True,
-                              timeout=30, stdin=subprocess.DEVNULL)
-        return proc.stdout.strip()
-    rev = git("log", "-1", "--format=%h", "--", "oxiedge/amqp")
-    return rev + ("+dirty" if git("status", "--porcelain", "--", "oxiedge/amqp") else "")
+    """Which broker code a suite ran against: the last commit of the whole package (the
+    listener bound, the hot loop and the store take part, not only oxiedge/amqp), '+dirty'
+    if the working tree differs (the broker is developed while the suites run)."""
+    return code_revision(REPO)
 
 
 def parse_junit(path: Path, result: SuiteResult) -> None:

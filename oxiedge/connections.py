@@ -126,10 +126,7 @@ class ConnectionLimits:
                 self.waiting -= 1
             if over is None:
                 self.admitted_after_wait += 1
-        if over is not None:
-            return self._refuse(over, source)
-        self._count(source)
-        return None
+        return self.admit(source)  # (no await since the last check: the same answer)
 
     def _count(self, source: str) -> None:
         self.open += 1
